@@ -1,0 +1,3 @@
+from llmtop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""The hand-off between the forwarding path and everything that observes it.
+
+``publish`` is what the relay calls once per finished request: an O(1) ``deque.append``
+that never blocks, never awaits and is safe from sampler threads. A pump task on the
+event loop (or an explicit ``drain()`` in tests and tools) delivers the queued events in
+batches to subscribers — the metrics aggregator, the recorder, the warning detectors — so
+their work happens on the other side of the hand-off, never per chunk on the relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from llmtop.events import Event
+
+Subscriber = Callable[[Sequence[Event]], None]
+
+
+class EventBus:
+    """Fan-out of events in batches. Subscribers run in order; one failing does not stop
+    the others (its error is counted and kept for ``last_error``)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Event] = deque()
+        self._subscribers: list[Subscriber] = []
+        self.delivered = 0
+        self.subscriber_errors = 0
+        self.last_error: BaseException | None = None
+
+    def publish(self, event: Event) -> None:
+        self._queue.append(event)
+
+    def subscribe(self, fn: Subscriber) -> None:
+        self._subscribers.append(fn)
+
+    def unsubscribe(self, fn: Subscriber) -> None:
+        if fn in self._subscribers:
+            self._subscribers.remove(fn)
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def drain(self) -> int:
+        """Deliver everything queued so far; returns how many events were delivered."""
+        q = self._queue
+        if not q:
+            return 0
+        batch: list[Event] = []
+        pop = q.popleft
+        while q:
+            batch.append(pop())
+        for fn in list(self._subscribers):
+            try:
+                fn(batch)
+            except Exception as exc:  # a broken observer must never take the proxy down
+                self.subscriber_errors += 1
+                self.last_error = exc
+        self.delivered += len(batch)
+        return len(batch)
+
+    async def pump(self, interval_s: float = 0.05) -> None:
+        """Drain every ``interval_s`` until cancelled; drains once more on the way out."""
+        try:
+            while True:
+                await asyncio.sleep(interval_s)
+                self.drain()
+        finally:
+            self.drain()

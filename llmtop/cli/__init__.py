@@ -1,0 +1,63 @@
+"""The thin command line: each ``llmtop/cli/<command>.py`` declares its arguments and calls
+into the library. Modules are discovered, so a new command is a new file.
+
+A command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``main(args) -> int``. Heavy imports belong inside ``main`` so ``--help`` stays fast.
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad config (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from llmtop import __version__
+from llmtop.cli.common import UsageError
+from llmtop.config import ConfigError
+
+ORDER = ("run", "attach", "replay", "report", "export", "bench", "sim", "demo")
+
+
+def _command_modules() -> list[ModuleType]:
+    names = [m.name for m in pkgutil.iter_modules(__path__) if m.name != "common"]
+    names.sort(key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+    return [importlib.import_module(f"{__name__}.{n}") for n in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmtop",
+        description="top for LLM serving traffic: a streaming reverse proxy that measures "
+        "TTFT, inter-token latency, tokens/s, queueing and goodput as clients see them.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in _command_modules():
+        p = sub.add_parser(
+            mod.NAME,
+            help=mod.HELP,
+            description=getattr(mod, "DESCRIPTION", mod.HELP),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        p.set_defaults(_main=mod.main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_main", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._main(args))
+    except (ConfigError, UsageError) as exc:
+        print(f"llmtop {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,355 @@
+"""The one Config object: TOML file < ``LLMTOP_*`` environment < command-line flags.
+
+Every key is documented with its default in ``config.example.toml`` (a test keeps the two
+in step). An unknown key or a wrong type raises :class:`ConfigError` naming the key and
+where it came from; the CLI turns that into a one-line message and exit code 2.
+
+Environment names are ``LLMTOP_`` + the dotted key upper-cased with dots as underscores:
+``slo.ttft_s`` → ``LLMTOP_SLO_TTFT_S``. Optional numbers accept ``none`` to unset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class ConfigError(ValueError):
+    """Bad configuration: the message names the key and its source."""
+
+
+@dataclass
+class TimeoutConfig:
+    connect_s: float = 10.0
+    """Upstream TCP/TLS connect timeout."""
+    first_byte_s: float = 600.0
+    """From sending the request upstream to its response headers (queueing + prefill)."""
+    idle_s: float = 300.0
+    """Longest silence allowed between two reads of a streaming response."""
+    shutdown_grace_s: float = 10.0
+    """On SIGINT/SIGTERM, how long in-flight streams may finish before they are cancelled."""
+
+
+@dataclass
+class SloConfig:
+    ttft_s: float | None = 0.5
+    itl_p95_s: float | None = 0.05
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    target: float = 0.95
+    """Share of requests that must meet every SLO (attainment target)."""
+
+
+@dataclass
+class GpuConfig:
+    source: str = "auto"
+    """auto (NVML if present), nvml, sim (the simulator's /sim/gpu), none."""
+    devices: list[int] = field(default_factory=list)
+    """GPU indices to sample; empty = all."""
+    interval_s: float = 0.5
+    sim_url: str = ""
+    """Where the simulated GPU is served (default: the upstream's /sim/gpu)."""
+
+
+@dataclass
+class EngineConfig:
+    enabled: bool = True
+    metrics_url: str = ""
+    """The engine's Prometheus endpoint; empty = the upstream's origin + /metrics."""
+    interval_s: float = 1.0
+
+
+@dataclass
+class RecordingConfig:
+    path: str = ""
+    """Record to this file from start-up (.jsonl or .jsonl.gz); empty = not recording."""
+    record_content: bool = False
+    """Opt in to storing prompt/completion text (off: never stored)."""
+    flush_s: float = 1.0
+    queue_max: int = 100_000
+    """Lines buffered before the recorder drops (and counts) instead of stalling streams."""
+
+
+@dataclass
+class TuiConfig:
+    refresh_hz: float = 4.0
+    window_s: int = 60
+
+
+@dataclass
+class WarningsConfig:
+    kv_cache_usage: float = 0.95
+    """KV_CACHE when the engine's KV-cache usage fraction reaches this."""
+    gpu_memory: float = 0.95
+    """GPU_MEMORY when used / total memory reaches this fraction."""
+    bandwidth_pct: float = 80.0
+    """BANDWIDTH when DRAM bandwidth (or memory busy) % reaches this while ITL rises."""
+    error_rate: float = 0.05
+    """ERRORS when errors + timeouts reach this share of requests in the window."""
+    window_s: int = 10
+    """Window the detectors look at."""
+    clear_after_s: float = 15.0
+    """A warning clears only after its condition has been false this long (hysteresis)."""
+
+
+@dataclass
+class Config:
+    upstream: str = ""
+    """Base URL of the inference endpoint (may include a path prefix)."""
+    listen: str = "127.0.0.1:8080"
+    admin: str = "127.0.0.1:8081"
+    admin_token: str = ""
+    """Required (as a Bearer token) when the admin API listens beyond loopback."""
+    workers: int = 1
+    dialect: str = "auto"
+    """auto, openai, anthropic, ollama, tgi, other."""
+    user_header: str = "X-LLMTOP-User"
+    user_salt: str = ""
+    """Salt for API-key pseudonyms; empty = a random salt per process."""
+    inject_usage: bool = True
+    """Ask OpenAI-style upstreams for usage in streams and hide it from clients that did not."""
+    max_body_bytes: int = 64 * 1024 * 1024
+    top_users: int = 20
+    """Users tracked one by one (and labelled in /metrics); the rest count as 'other'."""
+    timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    recording: RecordingConfig = field(default_factory=RecordingConfig)
+    tui: TuiConfig = field(default_factory=TuiConfig)
+    warnings: WarningsConfig = field(default_factory=WarningsConfig)
+
+
+# -- introspection ---------------------------------------------------------------------
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def flat_keys(cls: type = Config, prefix: str = "") -> dict[str, Any]:
+    """Every dotted key with its type: ``{"slo.ttft_s": float | None, ...}``."""
+    out: dict[str, Any] = {}
+    for name, tp in _hints(cls).items():
+        if _is_section(tp):
+            out.update(flat_keys(tp, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = tp
+    return out
+
+
+def env_name(key: str) -> str:
+    return "LLMTOP_" + key.upper().replace(".", "_")
+
+
+def _type_name(tp: Any) -> str:
+    if tp is float:
+        return "a number"
+    if tp is int:
+        return "an integer"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    if typing.get_origin(tp) is list:
+        return "a list of integers"
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if args:
+        return _type_name(args[0]) + " (or unset)"
+    return str(tp)
+
+
+def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
+    """Check a TOML or flag value against the key's type (ints may stand for floats)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)][0]
+        return _coerce(inner, value, key, source)
+    ok: bool
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif origin is list:
+        ok = isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        )
+    else:  # pragma: no cover - a new key type without a rule
+        raise ConfigError(f"{key}: unsupported type {tp}")
+    if not ok:
+        raise ConfigError(f"{source}: '{key}' must be {_type_name(tp)}, got {value!r}")
+    return value
+
+
+def _parse_env(tp: Any, raw: str, key: str, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if raw.strip().lower() in ("", "none", "null"):
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)][0]
+        return _parse_env(inner, raw, key, source)
+    try:
+        if tp is bool:
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if tp is int:
+            return int(raw)
+        if tp is float:
+            return float(raw)
+        if origin is list:
+            return [int(p) for p in raw.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise ConfigError(f"{source}: '{key}' must be {_type_name(tp)}, got {raw!r}") from None
+    return raw
+
+
+def _set(cfg: Config, key: str, value: Any) -> None:
+    obj: Any = cfg
+    *path, last = key.split(".")
+    for p in path:
+        obj = getattr(obj, p)
+    setattr(obj, last, value)
+
+
+def _flatten_toml(data: Mapping[str, Any], source: str, prefix: str = "") -> dict[str, Any]:
+    keys = flat_keys()
+    sections = {k.rsplit(".", 1)[0] for k in keys if "." in k}
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict) and key in sections:
+            out.update(_flatten_toml(value, source, key + "."))
+        elif key in keys:
+            out[key] = value
+        else:
+            raise ConfigError(f"{source}: unknown key '{key}' (see config.example.toml)")
+    return out
+
+
+# -- loading ---------------------------------------------------------------------------
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Build the Config: defaults < file < environment < overrides (dotted keys, e.g. from
+    flags; ``None`` values are ignored so unset flags don't override)."""
+    cfg = Config()
+    keys = flat_keys()
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: config file not found") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{source}: is a directory, not a config file") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        for key, value in _flatten_toml(data, source).items():
+            _set(cfg, key, _coerce(keys[key], value, key, source))
+    environ = os.environ if env is None else env
+    for key, tp in keys.items():
+        name = env_name(key)
+        if name in environ:
+            _set(cfg, key, _parse_env(tp, environ[name], key, f"environment {name}"))
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key not in keys:
+            raise ConfigError(f"unknown setting '{key}'")
+        _set(cfg, key, _coerce(keys[key], value, key, "command line"))
+    validate(cfg)
+    return cfg
+
+
+def parse_hostport(value: str, what: str = "address") -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = pick a free one)."""
+    host, sep, port_s = value.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{what} '{value}' must be HOST:PORT, e.g. 127.0.0.1:8080")
+    host = host.strip("[]")
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ConfigError(f"{what} '{value}': port '{port_s}' is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{what} '{value}': port must be 0..65535")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def validate(cfg: Config) -> None:
+    if cfg.upstream:
+        u = urlsplit(cfg.upstream)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ConfigError(
+                f"upstream '{cfg.upstream}' must be an http:// or https:// URL with a host"
+            )
+    parse_hostport(cfg.listen, "listen")
+    admin_host, _ = parse_hostport(cfg.admin, "admin")
+    if not is_loopback(admin_host) and not cfg.admin_token:
+        raise ConfigError(
+            f"admin '{cfg.admin}' is not loopback: set admin_token (--admin-token or "
+            "LLMTOP_ADMIN_TOKEN) so the admin API is not open to the network"
+        )
+    if cfg.workers < 1:
+        raise ConfigError("workers must be at least 1")
+    if cfg.dialect not in ("auto", "openai", "anthropic", "ollama", "tgi", "other"):
+        raise ConfigError(
+            f"dialect '{cfg.dialect}' is not one of auto, openai, anthropic, ollama, tgi, other"
+        )
+    if not 0 < cfg.slo.target <= 1:
+        raise ConfigError(f"slo.target must be in (0, 1], got {cfg.slo.target}")
+    for key in ("ttft_s", "itl_p95_s", "tpot_s", "e2e_s"):
+        v = getattr(cfg.slo, key)
+        if v is not None and v <= 0:
+            raise ConfigError(f"slo.{key} must be positive, got {v}")
+    if cfg.gpu.source not in ("auto", "nvml", "sim", "none"):
+        raise ConfigError(f"gpu.source '{cfg.gpu.source}' is not one of auto, nvml, sim, none")
+    if cfg.max_body_bytes < 1:
+        raise ConfigError("max_body_bytes must be positive")
+    if cfg.top_users < 1:
+        raise ConfigError("top_users must be at least 1")
+    for key in ("timeouts.connect_s", "timeouts.first_byte_s", "timeouts.idle_s",
+                "gpu.interval_s", "engine.interval_s", "tui.refresh_hz", "recording.flush_s"):
+        obj: Any = cfg
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        if obj <= 0:
+            raise ConfigError(f"{key} must be positive, got {obj}")
+
+
+def slo_dict(cfg: Config) -> dict[str, float]:
+    """The configured SLOs as the recording header and snapshots carry them."""
+    out = {k: v for k, v in dataclasses.asdict(cfg.slo).items() if v is not None}
+    return out

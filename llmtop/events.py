@@ -1,0 +1,260 @@
+"""The small records that flow one way through llmtop.
+
+proxy → (RequestRecord, ActiveRequest) → metrics → snapshots → TUI / recording / Prometheus.
+Samplers add GpuReading and EngineReading; detectors add WarningEvent.
+
+This module imports nothing of ours. Field names and units follow the recording format in
+``shared/docs/interfaces.md``: times in seconds (floats), unix time for wall-clock instants,
+percentages 0–100 for GPU utilisations, a 0–1 fraction for KV-cache usage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Final, Literal, TypeAlias
+
+Dialect: TypeAlias = Literal["openai", "anthropic", "ollama", "tgi", "other"]
+Outcome: TypeAlias = Literal["ok", "error", "cancelled", "timeout"]
+TokenSource: TypeAlias = Literal["usage", "chunks", "estimate"]
+Severity: TypeAlias = Literal["info", "warning", "critical"]
+WarningState: TypeAlias = Literal["raised", "cleared"]
+
+DIALECTS: Final = ("openai", "anthropic", "ollama", "tgi", "other")
+OUTCOMES: Final = ("ok", "error", "cancelled", "timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished request, exactly the recording's ``request`` line (less ``type``).
+
+    ``chunk_offsets_s[i]`` is when content chunk *i* was written to the client, in seconds
+    since ``t_start``; ``chunk_tokens[i]`` how many output tokens it carried (when the
+    engine's usage is known, the per-chunk counts are scaled so they sum to it).
+    """
+
+    id: str
+    user: str
+    model: str | None
+    dialect: Dialect
+    path: str
+    stream: bool
+    status: int
+    outcome: Outcome
+    t_start: float
+    ttft_s: float | None
+    e2e_s: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    token_source: TokenSource
+    chunk_offsets_s: tuple[float, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+    concurrency_at_start: int = 0
+    error: str | None = None
+
+    # -- derived figures (definitions in shared/docs/domain.md) --------------------------
+
+    def chunk_gaps_s(self) -> list[float]:
+        """Gaps between consecutive content-bearing chunks."""
+        offs = self.chunk_offsets_s
+        return [offs[i] - offs[i - 1] for i in range(1, len(offs))]
+
+    def itl_samples_s(self) -> list[float]:
+        """Inter-token latency: a chunk with k tokens after a gap g gives k samples of g/k."""
+        out: list[float] = []
+        offs, toks = self.chunk_offsets_s, self.chunk_tokens
+        for i in range(1, len(offs)):
+            k = toks[i] if i < len(toks) else 1
+            if k <= 0:
+                continue
+            g = offs[i] - offs[i - 1]
+            out.extend([g / k] * k)
+        return out
+
+    def tpot_s(self) -> float | None:
+        """(E2E − TTFT) / (output tokens − 1), only when output tokens > 1."""
+        n = self.completion_tokens
+        if self.ttft_s is None or n is None or n <= 1:
+            return None
+        return (self.e2e_s - self.ttft_s) / (n - 1)
+
+    def tps(self) -> float | None:
+        """Per-request output tokens/s: (output tokens − 1) / (E2E − TTFT)."""
+        n = self.completion_tokens
+        if self.ttft_s is None or n is None or n <= 1:
+            return None
+        dt = self.e2e_s - self.ttft_s
+        return (n - 1) / dt if dt > 0 else None
+
+    # -- (de)serialisation -----------------------------------------------------------------
+
+    def to_json_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["chunk_offsets_s"] = list(self.chunk_offsets_s)
+        d["chunk_tokens"] = list(self.chunk_tokens)
+        return {"type": "request", **d}
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        kw = {f.name: d.get(f.name) for f in fields(cls)}
+        kw["chunk_offsets_s"] = tuple(float(x) for x in d.get("chunk_offsets_s") or ())
+        kw["chunk_tokens"] = tuple(int(x) for x in d.get("chunk_tokens") or ())
+        kw["concurrency_at_start"] = int(d.get("concurrency_at_start") or 0)
+        return cls(**kw)
+
+
+@dataclass(slots=True)
+class ActiveRequest:
+    """A request the proxy has open. Mutated only by the proxy's relay; read by snapshots.
+
+    ``t0_ns`` and ``first_token_ns`` are ``time.perf_counter_ns()`` readings; ``t_start`` is
+    the matching wall-clock anchor (unix seconds) taken once per request.
+    """
+
+    id: str
+    user: str
+    model: str | None
+    dialect: Dialect
+    path: str
+    stream: bool
+    t_start: float
+    t0_ns: int
+    concurrency_at_start: int = 0
+    first_token_ns: int | None = None
+    last_chunk_ns: int | None = None
+    chunks: int = 0
+    tokens: int = 0
+
+    @property
+    def state(self) -> Literal["waiting", "streaming"]:
+        return "waiting" if self.first_token_ns is None else "streaming"
+
+    def to_json_dict(self, now_ns: int) -> dict[str, Any]:
+        """The ``request`` shape with fields so far (for ``/llmtop/v1/requests?state=active``)."""
+        age = (now_ns - self.t0_ns) / 1e9
+        ttft = None if self.first_token_ns is None else (self.first_token_ns - self.t0_ns) / 1e9
+        tps = None
+        if self.first_token_ns is not None and self.last_chunk_ns and self.tokens > 1:
+            dt = (self.last_chunk_ns - self.first_token_ns) / 1e9
+            tps = (self.tokens - 1) / dt if dt > 0 else None
+        return {
+            "type": "request",
+            "id": self.id,
+            "user": self.user,
+            "model": self.model,
+            "dialect": self.dialect,
+            "path": self.path,
+            "stream": self.stream,
+            "state": self.state,
+            "t_start": self.t_start,
+            "age_s": age,
+            "ttft_s": ttft,
+            "chunks": self.chunks,
+            "completion_tokens": self.tokens,
+            "tps": tps,
+            "concurrency_at_start": self.concurrency_at_start,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU sample. Unavailable readings are ``None`` (render as "n/a").
+
+    ``util_gpu``: % of time a kernel ran (nvidia-smi utilization.gpu).
+    ``mem_busy``: % of time device memory was read or written (utilization.memory) — busy
+    time, **not** bandwidth. ``dram_bw_util``: GPM DRAM bandwidth, % of theoretical peak.
+    """
+
+    t: float
+    index: int
+    name: str
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    util_gpu: float | None = None
+    mem_busy: float | None = None
+    dram_bw_util: float | None = None
+    power_w: float | None = None
+    simulated: bool = False
+    sm_activity: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temperature_c: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    pcie_tx_bytes_s: float | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"type": "gpu", **asdict(self)}
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> GpuReading:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReading:
+    """One scrape of the upstream engine's Prometheus ``/metrics``.
+
+    ``kind``: vllm, sglang, tgi, llamacpp, sim (llmtop's simulator, vLLM names) or unknown.
+    ``kv_cache_usage`` is a 0–1 fraction. ``ttft_buckets`` is the engine's own TTFT
+    histogram as cumulative (upper bound seconds, count) pairs, when it exports one.
+    """
+
+    t: float
+    kind: str
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None
+    preemptions: float | None = None
+    ttft_buckets: tuple[tuple[float, float], ...] = ()
+    raw: dict[str, float] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ttft_buckets"] = [list(b) for b in self.ttft_buckets]
+        return {"type": "engine", **d}
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> EngineReading:
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["ttft_buckets"] = tuple(
+            (float(a), float(b)) for a, b in d.get("ttft_buckets") or ()
+        )
+        kw["raw"] = dict(d.get("raw") or {})
+        return cls(**kw)
+
+
+@dataclass(frozen=True, slots=True)
+class WarningEvent:
+    """A saturation warning raised or cleared (the recording's ``warning`` line)."""
+
+    t: float
+    code: str
+    severity: Severity
+    message: str
+    state: WarningState
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"type": "warning", **asdict(self)}
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> WarningEvent:
+        return cls(
+            t=float(d["t"]),
+            code=str(d["code"]),
+            severity=d.get("severity", "warning"),
+            message=str(d.get("message", "")),
+            state=d.get("state", "raised"),
+        )
+
+
+Event: TypeAlias = RequestRecord | GpuReading | EngineReading | WarningEvent
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """JSON has no NaN/inf: map them to None."""
+    if x is None or not math.isfinite(x):
+        return None
+    return x
