@@ -1,0 +1,1 @@
+"""The streaming reverse proxy: relay (read → timestamp → write → hand off) and dialects."""

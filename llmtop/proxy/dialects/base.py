@@ -1,0 +1,50 @@
+"""What the relay needs from a stream dialect.
+
+A parser is a plain synchronous object fed a *copy* of each upstream read. It never
+touches the bytes the client receives and never raises out of ``feed``/``finish``: a
+malformed stream sets ``error`` and parsing carries on as well as it can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StreamParser(Protocol):
+    """Observes one response body (streaming or not).
+
+    ``feed`` returns ``(content_events, tokens)`` completed by this read: how many
+    content-bearing events (text, tool-call or reasoning deltas; not role-only, empty,
+    finish or usage-only events) ended in ``data``, and how many output tokens they carry
+    — exact when the stream says so (continuous usage, Ollama/TGI per-token events), else
+    one per content event. The relay timestamps the read and records one chunk when
+    ``content_events > 0``.
+    """
+
+    usage_prompt_tokens: int | None
+    """From the engine's usage, when the stream carried it."""
+    usage_completion_tokens: int | None
+    model: str | None
+    """The model the response names, when it does."""
+    error: str | None
+    """Set on an error event mid-stream or malformed data (first one wins)."""
+    usage_seen: bool
+    """True once a usage object (final or continuous) has been read."""
+
+    def feed(self, data: bytes) -> tuple[int, int]: ...
+
+    def finish(self) -> tuple[int, int]:
+        """End of body: complete a last event that had no trailing blank line/newline."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What llmtop reads from a request body (parsed once per request, not per chunk)."""
+
+    model: str | None = None
+    user: str | None = None
+    stream: bool = False
+    wants_usage: bool = False
+    """The client itself asked for usage in the stream (OpenAI ``stream_options``)."""
