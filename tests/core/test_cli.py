@@ -1,0 +1,40 @@
+"""The command line: help for every command, exit code 2 and one line for mistakes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from llmtop.cli import _command_modules, main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmtop", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_help_lists_commands() -> None:
+    p = run_cli("--help")
+    assert p.returncode == 0
+    assert "COMMAND" in p.stdout
+    for mod in _command_modules():
+        assert mod.NAME in p.stdout, f"{mod.NAME} missing from --help"
+        sub = run_cli(mod.NAME, "--help")
+        assert sub.returncode == 0, sub.stderr
+        assert "usage: llmtop " + mod.NAME in sub.stdout
+
+
+def test_no_command_is_usage_error() -> None:
+    assert main([]) == 2
+
+
+def test_unknown_command_exits_2() -> None:
+    p = run_cli("frobnicate")
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+
+
+def test_version() -> None:
+    p = run_cli("--version")
+    assert p.returncode == 0 and p.stdout.startswith("llmtop ")

@@ -1,0 +1,111 @@
+"""Config: file < environment < flags, clear errors naming the key and the source."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from llmtop.config import ConfigError, env_name, flat_keys, load_config, parse_hostport
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "llmtop.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_without_file_or_env() -> None:
+    """No file, no environment: the documented defaults."""
+    cfg = load_config(None, env={})
+    assert cfg.listen == "127.0.0.1:8080"
+    assert cfg.admin == "127.0.0.1:8081"
+    assert cfg.slo.ttft_s == 0.5
+    assert cfg.slo.target == 0.95
+    assert cfg.max_body_bytes == 64 * 1024 * 1024
+
+
+def test_precedence_file_env_flags(tmp_path: Path) -> None:
+    """Flags override the environment, which overrides the file."""
+    p = write(tmp_path, 'upstream = "http://file:1"\nworkers = 3\n[slo]\nttft_s = 1.0\n')
+    cfg = load_config(p, env={})
+    assert (cfg.upstream, cfg.workers, cfg.slo.ttft_s) == ("http://file:1", 3, 1.0)
+    env = {"LLMTOP_UPSTREAM": "http://env:2", "LLMTOP_SLO_TTFT_S": "2.5"}
+    cfg = load_config(p, env=env)
+    assert (cfg.upstream, cfg.workers, cfg.slo.ttft_s) == ("http://env:2", 3, 2.5)
+    cfg = load_config(p, env=env, overrides={"upstream": "http://flag:3", "slo.ttft_s": None})
+    assert (cfg.upstream, cfg.slo.ttft_s) == ("http://flag:3", 2.5)
+
+
+def test_unknown_key_names_key_and_file(tmp_path: Path) -> None:
+    p = write(tmp_path, "[slo]\nttft = 1\n")
+    with pytest.raises(ConfigError, match=r"llmtop\.toml.*unknown key 'slo\.ttft'"):
+        load_config(p, env={})
+
+
+def test_wrong_type_names_key_and_file(tmp_path: Path) -> None:
+    p = write(tmp_path, 'workers = "two"\n')
+    with pytest.raises(ConfigError, match=r"llmtop\.toml: 'workers' must be an integer"):
+        load_config(p, env={})
+    p = write(tmp_path, "inject_usage = 1\n")
+    with pytest.raises(ConfigError, match="'inject_usage' must be true or false"):
+        load_config(p, env={})
+
+
+def test_bad_env_value_names_variable() -> None:
+    with pytest.raises(ConfigError, match="LLMTOP_WORKERS"):
+        load_config(None, env={"LLMTOP_WORKERS": "many"})
+
+
+def test_env_none_unsets_optional() -> None:
+    cfg = load_config(None, env={"LLMTOP_SLO_ITL_P95_S": "none"})
+    assert cfg.slo.itl_p95_s is None
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "this is = = not toml"), env={})
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml", env={})
+
+
+def test_validation_errors() -> None:
+    with pytest.raises(ConfigError, match="upstream"):
+        load_config(None, env={}, overrides={"upstream": "ftp://x"})
+    with pytest.raises(ConfigError, match="admin_token"):
+        load_config(None, env={}, overrides={"admin": "0.0.0.0:9000"})
+    cfg = load_config(None, env={}, overrides={"admin": "0.0.0.0:9000", "admin_token": "s"})
+    assert cfg.admin_token == "s"
+    with pytest.raises(ConfigError, match="slo.target"):
+        load_config(None, env={}, overrides={"slo.target": 1.5})
+
+
+def test_parse_hostport() -> None:
+    assert parse_hostport("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_hostport("[::1]:8080") == ("::1", 8080)
+    for bad in ("8080", "host:port", "h:70000"):
+        with pytest.raises(ConfigError):
+            parse_hostport(bad)
+
+
+def test_example_file_documents_every_key_with_its_default() -> None:
+    """config.example.toml loads cleanly, equals the defaults, and names every key."""
+    example = ROOT / "config.example.toml"
+    cfg = load_config(example, env={})
+    assert cfg == load_config(None, env={})
+    text = example.read_text()
+    data = tomllib.loads(text)
+    for key in flat_keys():
+        section, _, name = key.rpartition(".")
+        table = data.get(section, {}) if section else data
+        mentioned = name in table or re.search(rf"^#\s*{re.escape(name)}\s*=", text, re.M)
+        assert mentioned, f"config.example.toml does not document {key}"
+
+
+def test_env_names_are_unique() -> None:
+    names = [env_name(k) for k in flat_keys()]
+    assert len(names) == len(set(names))

@@ -1,0 +1,60 @@
+"""Derived figures follow shared/docs/domain.md; records round-trip through JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
+
+
+def rec(**kw: object) -> RequestRecord:
+    base: dict[str, object] = dict(
+        id="r1", user="alice", model="m", dialect="openai", path="/v1/chat/completions",
+        stream=True, status=200, outcome="ok", t_start=1000.0, ttft_s=0.2, e2e_s=1.2,
+        prompt_tokens=10, completion_tokens=6, token_source="usage",
+        chunk_offsets_s=(0.2, 0.4, 0.8, 1.2), chunk_tokens=(1, 1, 2, 2),
+    )
+    base.update(kw)
+    return RequestRecord(**base)  # type: ignore[arg-type]
+
+
+def test_itl_spreads_a_multi_token_chunk_over_its_tokens() -> None:
+    r = rec()
+    assert r.chunk_gaps_s() == pytest.approx([0.2, 0.4, 0.4])
+    # gap 0.4 with 2 tokens → two samples of 0.2
+    assert r.itl_samples_s() == pytest.approx([0.2, 0.2, 0.2, 0.2, 0.2])
+
+
+def test_mean_itl_equals_tpot() -> None:
+    r = rec()
+    itl = r.itl_samples_s()
+    tpot = r.tpot_s()
+    assert tpot is not None
+    assert sum(itl) / len(itl) == pytest.approx(tpot)
+
+
+def test_tpot_and_tps_need_more_than_one_token() -> None:
+    assert rec(completion_tokens=1).tpot_s() is None
+    assert rec(ttft_s=None).tps() is None
+    assert rec().tps() == pytest.approx(5 / 1.0)
+
+
+def test_request_record_round_trip() -> None:
+    r = rec()
+    d = json.loads(json.dumps(r.to_json_dict()))
+    assert d["type"] == "request"
+    assert RequestRecord.from_json_dict(d) == r
+
+
+def test_other_events_round_trip() -> None:
+    g = GpuReading(t=1.0, index=0, name="H200", mem_used_bytes=1, mem_total_bytes=2,
+                   dram_bw_util=55.0, simulated=True)
+    assert GpuReading.from_json_dict(json.loads(json.dumps(g.to_json_dict()))) == g
+    e = EngineReading(t=1.0, kind="vllm", running=3, waiting=1, kv_cache_usage=0.5,
+                      ttft_buckets=((0.1, 2.0), (float("inf"), 3.0)), raw={"a": 1.0})
+    back = EngineReading.from_json_dict(json.loads(json.dumps(e.to_json_dict())))
+    assert back == e
+    w = WarningEvent(t=1.0, code="QUEUEING", severity="warning", message="x", state="cleared")
+    assert WarningEvent.from_json_dict(w.to_json_dict()) == w
