@@ -176,7 +176,7 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None:
             return None
-        inner = [a for a in typing.get_args(tp) if a is not type(None)][0]
+        inner = next(a for a in typing.get_args(tp) if a is not type(None))
         return _coerce(inner, value, key, source)
     ok: bool
     if tp is bool:
@@ -205,7 +205,7 @@ def _parse_env(tp: Any, raw: str, key: str, source: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if raw.strip().lower() in ("", "none", "null"):
             return None
-        inner = [a for a in typing.get_args(tp) if a is not type(None)][0]
+        inner = next(a for a in typing.get_args(tp) if a is not type(None))
         return _parse_env(inner, raw, key, source)
     try:
         if tp is bool:

@@ -96,7 +96,7 @@ class RequestRecord:
 
     @classmethod
     def from_json_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        kw = {f.name: d.get(f.name) for f in fields(cls)}
+        kw: dict[str, Any] = {f.name: d.get(f.name) for f in fields(cls)}
         kw["chunk_offsets_s"] = tuple(float(x) for x in d.get("chunk_offsets_s") or ())
         kw["chunk_tokens"] = tuple(int(x) for x in d.get("chunk_tokens") or ())
         kw["concurrency_at_start"] = int(d.get("concurrency_at_start") or 0)

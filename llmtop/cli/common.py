@@ -17,7 +17,9 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by commands that run a proxy (``run``, ``demo``)."""
     p.add_argument("--config", metavar="FILE", help="TOML config file (see config.example.toml)")
     p.add_argument("--listen", metavar="HOST:PORT", help="proxy address (default 127.0.0.1:8080)")
-    p.add_argument("--admin", metavar="HOST:PORT", help="admin API address (default 127.0.0.1:8081)")
+    p.add_argument(
+        "--admin", metavar="HOST:PORT", help="admin API address (default 127.0.0.1:8081)"
+    )
     p.add_argument("--admin-token", metavar="TOKEN", help="required when --admin is not loopback")
     p.add_argument("--record", metavar="FILE", help="record the session (.jsonl or .jsonl.gz)")
     p.add_argument("--workers", type=int, metavar="N", help="proxy processes sharing the port")

@@ -80,7 +80,7 @@ def test_validation_errors() -> None:
         load_config(None, env={}, overrides={"admin": "0.0.0.0:9000"})
     cfg = load_config(None, env={}, overrides={"admin": "0.0.0.0:9000", "admin_token": "s"})
     assert cfg.admin_token == "s"
-    with pytest.raises(ConfigError, match="slo.target"):
+    with pytest.raises(ConfigError, match=r"slo\.target"):
         load_config(None, env={}, overrides={"slo.target": 1.5})
 
 

@@ -10,12 +10,13 @@ from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
 
 
 def rec(**kw: object) -> RequestRecord:
-    base: dict[str, object] = dict(
-        id="r1", user="alice", model="m", dialect="openai", path="/v1/chat/completions",
-        stream=True, status=200, outcome="ok", t_start=1000.0, ttft_s=0.2, e2e_s=1.2,
-        prompt_tokens=10, completion_tokens=6, token_source="usage",
-        chunk_offsets_s=(0.2, 0.4, 0.8, 1.2), chunk_tokens=(1, 1, 2, 2),
-    )
+    base: dict[str, object] = {
+        "id": "r1", "user": "alice", "model": "m", "dialect": "openai",
+        "path": "/v1/chat/completions", "stream": True, "status": 200, "outcome": "ok",
+        "t_start": 1000.0, "ttft_s": 0.2, "e2e_s": 1.2,
+        "prompt_tokens": 10, "completion_tokens": 6, "token_source": "usage",
+        "chunk_offsets_s": (0.2, 0.4, 0.8, 1.2), "chunk_tokens": (1, 1, 2, 2),
+    }
     base.update(kw)
     return RequestRecord(**base)  # type: ignore[arg-type]
 
