@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import IO, Any
 
 from llmtop.config import Config, load_config
 
@@ -59,3 +64,68 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     }
     overrides.update(extra)
     return load_config(getattr(args, "config", None), os.environ, overrides)
+
+
+class Child:
+    """A llmtop child process whose start-up lines announce its addresses.
+
+    Its stdout and stderr are drained in background threads (so it never blocks on a full
+    pipe) and kept in ``lines``.
+    """
+
+    def __init__(self, cmd: list[str], prefixes: Sequence[str], timeout_s: float = 60.0) -> None:
+        self.cmd = cmd
+        self.lines: list[str] = []
+        self.found: dict[str, str] = {}
+        self._want = set(prefixes)
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        self._threads = [
+            threading.Thread(target=self._pump, args=(s,), daemon=True)
+            for s in (self.proc.stdout, self.proc.stderr)
+        ]
+        for t in self._threads:
+            t.start()
+        self._ready.wait(timeout_s)
+
+    def _pump(self, stream: IO[str] | None) -> None:
+        if stream is None:
+            return
+        for raw in iter(stream.readline, ""):
+            line = raw.rstrip("\n")
+            self.lines.append(line)
+            for prefix in self._want:
+                if line.startswith(prefix) and prefix not in self.found:
+                    self.found[prefix] = line[len(prefix):].strip()
+            if self._want <= self.found.keys():
+                self._ready.set()
+        self._ready.set()
+
+    @property
+    def ready(self) -> bool:
+        return self._want <= self.found.keys()
+
+    def failure(self) -> str:
+        """The child's last words, for an error message."""
+        tail = [ln for ln in self.lines if ln.strip()][-3:]
+        return " | ".join(tail) or f"exited with code {self.proc.poll()}"
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM (graceful), then SIGKILL after ``timeout_s``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for t in self._threads:
+            t.join(timeout=2)
+        return self.proc.returncode
+
+
+def llmtop_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "llmtop", *args]

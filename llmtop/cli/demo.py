@@ -1,0 +1,128 @@
+"""``llmtop demo``: simulated engine + ramping traffic + proxy (recording) + TUI, one command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+
+from llmtop.cli.common import Child, UsageError, llmtop_cmd
+
+NAME = "demo"
+HELP = "simulated engine + traffic past saturation + proxy + TUI, on any machine"
+DESCRIPTION = """\
+Everything in one command, no GPU needed: llmtop's simulated engine (profile `tiny`,
+which saturates at a handful of concurrent requests), the proxy in front of it
+recording the session, and traffic from three users (alice, bob, carol) that ramps
+concurrency from 1 to about twice the engine's capacity and back, every couple of
+minutes — so you see latency, queueing, saturation warnings and the capacity
+estimate move. `q` or Ctrl-C stops everything it started.
+"""
+
+SIM_PREFIX = "llmtop: sim listening on "
+LISTEN_PREFIX = "llmtop: proxy listening on "
+ADMIN_PREFIX = "llmtop: admin listening on "
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="tiny", help="simulator profile (default tiny)")
+    p.add_argument("--peak", type=int, default=16, help="peak concurrency of the ramp (16)")
+    p.add_argument("--period", type=float, default=120.0, metavar="S",
+                   help="seconds for one ramp up and down (120)")
+    p.add_argument("--record", metavar="FILE",
+                   help="recording file (default demo-YYYYmmdd-HHMMSS.jsonl.gz; '' to skip)")
+    p.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                   help="proxy address (default: a free loopback port)")
+    p.add_argument("--admin", default="127.0.0.1:0", metavar="HOST:PORT",
+                   help="admin API address (default: a free loopback port)")
+    p.add_argument("--headless", action="store_true",
+                   help="no TUI: print the addresses and run until Ctrl-C or --duration")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--drive", metavar="URL", help=argparse.SUPPRESS)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.peak < 1:
+        raise UsageError("--peak must be at least 1")
+    if args.period <= 0:
+        raise UsageError("--period must be positive")
+    if args.drive:
+        return _drive(args)
+    record = args.record
+    if record is None:
+        record = time.strftime("demo-%Y%m%d-%H%M%S.jsonl.gz")
+    if record:
+        parent = Path(record).resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--record: directory {parent} does not exist")
+
+    children: list[Child] = []
+    try:
+        sim = Child(llmtop_cmd("sim", "--profile", args.profile, "--listen", "127.0.0.1:0"),
+                    (SIM_PREFIX,))
+        children.append(sim)
+        if not sim.ready:
+            print(f"llmtop demo: the simulator did not start: {sim.failure()}", file=sys.stderr)
+            return 2 if sim.proc.poll() == 2 else 1
+        sim_url = sim.found[SIM_PREFIX]
+        run_args = ["run", "--headless", "--upstream", sim_url, "--listen", args.listen,
+                    "--admin", args.admin, "--gpu-source", "sim"]
+        if record:
+            run_args += ["--record", record]
+        proxy = Child(llmtop_cmd(*run_args), (LISTEN_PREFIX, ADMIN_PREFIX))
+        children.append(proxy)
+        if not proxy.ready:
+            print(f"llmtop demo: the proxy did not start: {proxy.failure()}", file=sys.stderr)
+            return 1
+        proxy_url, admin_url = proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
+        driver = Child(llmtop_cmd("demo", "--drive", proxy_url, "--peak", str(args.peak),
+                                  "--period", str(args.period)), ())
+        children.append(driver)
+        print(f"llmtop: sim listening on {sim_url}", flush=True)
+        print(f"llmtop: proxy listening on {proxy_url}", flush=True)
+        print(f"llmtop: admin listening on {admin_url}", flush=True)
+        if record:
+            print(f"llmtop: recording to {record}", flush=True)
+        if args.headless or not sys.stdout.isatty():
+            _wait(args.duration)
+            return 0
+        from llmtop.tui import run_tui
+        from llmtop.tui.source import AdminSource
+
+        return run_tui(AdminSource([admin_url]), title=f"llmtop demo — {proxy_url}")
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for child in reversed(children):
+            child.stop(20)
+        for child in children:
+            for line in child.lines:
+                if line.startswith(("llmtop: served", "llmtop: recording ")):
+                    print(line, flush=True)
+
+
+def _wait(duration: float | None) -> None:
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    deadline = None if duration is None else time.monotonic() + duration
+    with contextlib.suppress(KeyboardInterrupt):
+        while not stop and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.2)
+
+
+def _drive(args: argparse.Namespace) -> int:
+    from llmtop.demo.driver import RampPlan, drive
+
+    plan = RampPlan(peak=args.peak, period_s=args.period)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(drive(args.drive, plan, duration_s=args.duration))
+    return 0

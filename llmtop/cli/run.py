@@ -1,0 +1,123 @@
+"""``llmtop run``: the proxy in front of an upstream, with the live TUI (or ``--headless``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from llmtop.cli.common import (
+    Child,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    llmtop_cmd,
+)
+
+NAME = "run"
+HELP = "start the proxy in front of an inference endpoint, with the live TUI"
+DESCRIPTION = """\
+Start llmtop's streaming proxy in front of UPSTREAM and watch it live.
+
+Point your clients at the proxy address instead of the engine. Every request is
+forwarded byte for byte; llmtop timestamps each token on the way through.
+
+With the TUI (default), the proxy runs as a child process and quitting the TUI stops
+it gracefully. To keep a proxy running without a screen, use --headless and watch it
+from anywhere with `llmtop attach http://ADMIN`.
+
+examples:
+  llmtop run --upstream http://127.0.0.1:8000
+  llmtop run --upstream http://gpu-box:8000 --listen 0.0.0.0:8080 --record today.jsonl.gz
+  llmtop run --upstream http://127.0.0.1:8000 --headless --admin 127.0.0.1:9001
+"""
+
+LISTEN_PREFIX = "llmtop: proxy listening on "
+ADMIN_PREFIX = "llmtop: admin listening on "
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--upstream", metavar="URL", help="base URL of the inference endpoint")
+    add_config_arguments(p)
+    p.add_argument(
+        "--headless",
+        action="store_true",
+        help="no TUI: serve until SIGINT/SIGTERM, then shut down gracefully and print a summary",
+    )
+    p.add_argument("--refresh-hz", type=float, metavar="HZ", help="TUI refresh rate (default 4)")
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if not cfg.upstream:
+        raise UsageError(
+            "--upstream URL is required (or set upstream in --config / LLMTOP_UPSTREAM)"
+        )
+    if args.headless:
+        return _headless(args)
+    if not sys.stdout.isatty():
+        raise UsageError("the TUI needs a terminal; use --headless to run without one")
+    return _with_tui(args, cfg.tui.refresh_hz if args.refresh_hz is None else args.refresh_hz)
+
+
+def _headless(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from llmtop.server import StartupError, serve_until_signal
+
+    cfg = config_from_args(args)
+    if cfg.workers > 1:
+        from llmtop.workers import run_workers
+
+        return run_workers(cfg)
+    _install_uvloop()
+    try:
+        summary = asyncio.run(serve_until_signal(cfg))
+    except StartupError as exc:
+        print(f"llmtop run: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    for line in summary.lines():
+        print(line, flush=True)
+    return 0
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        return
+    uvloop.install()
+
+
+def child_command(argv: Sequence[str]) -> list[str]:
+    """The same ``run`` arguments for a headless child, admin on a free loopback port
+    unless one was given."""
+    cmd = llmtop_cmd("run", *argv, "--headless")
+    if "--admin" not in argv and not any(a.startswith("--admin=") for a in argv):
+        cmd += ["--admin", "127.0.0.1:0"]
+    return cmd
+
+
+def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
+    from llmtop.tui import run_tui
+    from llmtop.tui.source import AdminSource
+
+    raw: list[str] = list(getattr(args, "_argv", []))
+    argv = [a for a in raw[raw.index(NAME) + 1 :] if a != "--headless"] if NAME in raw else []
+    child = Child(child_command(argv), (LISTEN_PREFIX, ADMIN_PREFIX))
+    if not child.ready:
+        child.stop(5)
+        print(f"llmtop run: the proxy did not start: {child.failure()}", file=sys.stderr)
+        return child.proc.returncode or 1
+    try:
+        code = run_tui(
+            AdminSource([child.found[ADMIN_PREFIX]], token=args.admin_token or ""),
+            refresh_hz=refresh_hz,
+            title=f"llmtop — {child.found[LISTEN_PREFIX]}",
+        )
+    finally:
+        child.stop()
+    for line in child.lines:
+        if line.startswith("llmtop:") and "listening on" not in line:
+            print(line)
+    return code
