@@ -1,0 +1,165 @@
+"""Helpers shared by the dialect parsers: safe JSON, bounded bodies, the common state.
+
+Nothing here is part of the relay's interface (that is ``base.StreamParser`` and
+``registry``); it exists so that every dialect reads JSON, counts and errors the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any, Final
+
+MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
+"""Largest SSE line/event or NDJSON line a parser holds; a larger one is discarded and
+sets ``error`` (memory stays bounded whatever the upstream sends)."""
+MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+"""Largest non-streaming body a parser accumulates to read usage from at ``finish()``."""
+MAX_ERROR_CHARS: Final = 300
+MAX_MODEL_CHARS: Final = 200
+
+ZERO: Final[tuple[int, int]] = (0, 0)
+
+
+class _Bad:
+    """The result of ``loads`` on bytes that are not JSON (a sentinel, never equal to data)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BAD"
+
+
+BAD: Final = _Bad()
+
+
+def loads(data: bytes | bytearray) -> Any:
+    """``json.loads`` that returns ``BAD`` instead of raising (bad UTF-8, bad JSON, too deep)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError, TypeError):
+        return BAD
+
+
+def count(value: object) -> int | None:
+    """A token count as the engine wrote it: a non-negative int (not a bool), else None."""
+    if type(value) is int and value >= 0:
+        return value
+    return None
+
+
+def error_text(err: object) -> str:
+    """A short one-line description of an error object from an upstream."""
+    text: str
+    if isinstance(err, str):
+        text = err
+    elif isinstance(err, dict):
+        msg = err.get("message")
+        if isinstance(msg, str) and msg:
+            text = msg
+        elif isinstance(msg, dict):  # e.g. {"error": {"message": {"detail": ...}}}
+            text = repr(msg)[: MAX_ERROR_CHARS + 1]
+        else:
+            typ = err.get("type") or err.get("error_type") or err.get("code")
+            text = str(typ) if isinstance(typ, str | int) and typ != "" else repr(err)
+    else:
+        text = repr(err)
+    text = " ".join(text[: MAX_ERROR_CHARS * 2].split())
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text or "error"
+
+
+class ParserState:
+    """The attributes of ``base.StreamParser`` and the small setters every dialect uses.
+
+    ``usage_seen`` is True exactly when ``usage_completion_tokens`` is known.
+    """
+
+    __slots__ = ("error", "model", "usage_completion_tokens", "usage_prompt_tokens",
+                 "usage_seen")
+
+    def __init__(self) -> None:
+        self.usage_prompt_tokens: int | None = None
+        self.usage_completion_tokens: int | None = None
+        self.model: str | None = None
+        self.error: str | None = None
+        self.usage_seen: bool = False
+
+    def _fail(self, message: str) -> None:
+        if self.error is None:
+            self.error = message
+
+    def _set_model(self, model: object) -> None:
+        if self.model is None and isinstance(model, str) and model:
+            self.model = model[:MAX_MODEL_CHARS]
+
+    def _set_completion(self, value: object) -> int | None:
+        n = count(value)
+        if n is not None:
+            self.usage_completion_tokens = n
+            self.usage_seen = True
+        return n
+
+    def _set_prompt(self, value: object) -> None:
+        n = count(value)
+        if n is not None:
+            self.usage_prompt_tokens = n
+
+
+class JSONBodyParser(ParserState, ABC):
+    """A non-streaming JSON response: bytes are accumulated (bounded) and read at ``finish()``.
+
+    ``feed`` always returns ``(0, 0)``. ``finish`` returns ``(1, tokens)`` when the body
+    carries output content (``tokens`` = the usage's completion tokens, else 1), ``(0, 0)``
+    otherwise. A body over ``max_body_bytes`` is not kept: it counts as one content event
+    of unknown size ``(1, 1)`` and sets no error (it is large, not malformed). A body that
+    is not JSON sets ``error``.
+    """
+
+    __slots__ = ("_buf", "_finished", "_max", "_overflow")
+
+    def __init__(self, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        super().__init__()
+        self._buf = bytearray()
+        self._max = max_body_bytes
+        self._overflow = False
+        self._finished = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held now (never more than ``max_body_bytes``)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> tuple[int, int]:
+        if self._overflow or self._finished or not data:
+            return ZERO
+        if len(self._buf) + len(data) > self._max:
+            self._overflow = True
+            self._buf = bytearray()
+        else:
+            self._buf += data
+        return ZERO
+
+    def finish(self) -> tuple[int, int]:
+        if self._finished:
+            return ZERO
+        self._finished = True
+        if self._overflow:
+            return (1, 1)
+        body = bytes(self._buf)
+        self._buf = bytearray()
+        if not body.strip():
+            return ZERO
+        obj = loads(body)
+        if obj is BAD:
+            self._fail("malformed JSON body")
+            return ZERO
+        if not self._interpret(obj):
+            return ZERO
+        n = self.usage_completion_tokens
+        return (1, n if n is not None else 1)
+
+    @abstractmethod
+    def _interpret(self, obj: Any) -> bool:
+        """Read usage, model and errors from the decoded body; True if it has output content."""

@@ -1,0 +1,160 @@
+"""Anthropic Messages API (``/v1/messages``): SSE ``event:`` + ``data:`` pairs, and JSON.
+
+Stream events (the type is the data's ``type``, else the ``event:`` name):
+
+* ``content_block_delta`` with a non-empty ``text`` (text_delta), ``partial_json``
+  (input_json_delta) or ``thinking`` (thinking_delta) is content, one token each
+  (Anthropic gives no per-delta counts); signature and citation deltas are not;
+* ``message_start`` names the model and the prompt size: ``usage.input_tokens`` plus
+  ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` when present (Anthropic
+  counts cached prompt tokens apart from ``input_tokens``);
+* ``message_delta`` carries the cumulative ``usage.output_tokens`` (the completion count);
+* ``error`` (e.g. ``overloaded_error`` mid-stream) sets ``error``; ``ping`` is skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmtop.proxy.dialects._common import (
+    BAD,
+    MAX_EVENT_BYTES,
+    ZERO,
+    JSONBodyParser,
+    ParserState,
+    count,
+    error_text,
+    loads,
+)
+from llmtop.proxy.dialects.base import RequestInfo
+from llmtop.proxy.dialects.sse import SSEEvent, SSEFramer
+
+__all__ = ["AnthropicBodyParser", "AnthropicStreamParser", "inspect_anthropic_request"]
+
+
+def _prompt_tokens(usage: dict[str, Any]) -> int | None:
+    base = count(usage.get("input_tokens"))
+    if base is None:
+        return None
+    for key in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+        extra = count(usage.get(key))
+        if extra is not None:
+            base += extra
+    return base
+
+
+def _error_of(obj: dict[str, Any]) -> str:
+    err = obj.get("error")
+    return error_text(err if err is not None else obj)
+
+
+class AnthropicStreamParser(ParserState):
+    """An Anthropic Messages SSE stream."""
+
+    __slots__ = ("_sse",)
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__()
+        self._sse = SSEFramer(max_event_bytes)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._sse.buffered_bytes
+
+    def feed(self, data: bytes) -> tuple[int, int]:
+        events = self._sse.feed(data)
+        if self._sse.error is not None:
+            self._fail(self._sse.error)
+        return self._handle(events) if events else ZERO
+
+    def finish(self) -> tuple[int, int]:
+        events = self._sse.finish()
+        return self._handle(events) if events else ZERO
+
+    def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
+        n = 0
+        for ev in events:
+            if ev.event == "ping":
+                continue
+            obj = loads(ev.data)
+            if not isinstance(obj, dict):
+                if ev.event == "error":
+                    self._fail(error_text(ev.data.decode("utf-8", "replace")))
+                elif obj is BAD:
+                    self._fail("malformed JSON in stream event")
+                continue
+            typ = obj.get("type")
+            if not isinstance(typ, str):
+                typ = ev.event
+            if typ == "content_block_delta":
+                d = obj.get("delta")
+                if isinstance(d, dict) and (
+                    d.get("text") or d.get("partial_json") or d.get("thinking")
+                ):
+                    n += 1
+            elif typ == "message_start":
+                msg = obj.get("message")
+                if isinstance(msg, dict):
+                    self._set_model(msg.get("model"))
+                    usage = msg.get("usage")
+                    if isinstance(usage, dict):
+                        prompt = _prompt_tokens(usage)
+                        if prompt is not None:
+                            self.usage_prompt_tokens = prompt
+            elif typ == "message_delta":
+                usage = obj.get("usage")
+                if isinstance(usage, dict):
+                    self._set_completion(usage.get("output_tokens"))
+                    prompt = _prompt_tokens(usage)
+                    if prompt is not None:
+                        self.usage_prompt_tokens = prompt
+            elif typ == "error" or ev.event == "error":
+                self._fail(_error_of(obj))
+        return (n, n)
+
+
+class AnthropicBodyParser(JSONBodyParser):
+    """A non-streaming Messages response (``application/json``)."""
+
+    __slots__ = ()
+
+    def _interpret(self, obj: Any) -> bool:
+        if not isinstance(obj, dict):
+            return False
+        if obj.get("type") == "error" or "error" in obj:
+            self._fail(_error_of(obj))
+            return False
+        self._set_model(obj.get("model"))
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self._set_completion(usage.get("output_tokens"))
+            prompt = _prompt_tokens(usage)
+            if prompt is not None:
+                self.usage_prompt_tokens = prompt
+        blocks = obj.get("content")
+        if not isinstance(blocks, list):
+            return False
+        for b in blocks:
+            if isinstance(b, dict) and (
+                b.get("text") or b.get("thinking") or b.get("type") in ("tool_use",
+                                                                        "server_tool_use")
+            ):
+                return True
+        return False
+
+
+def inspect_anthropic_request(body: bytes) -> RequestInfo:
+    """Model, stream and ``metadata.user_id`` (as the user) of a Messages request. Never
+    raises."""
+    obj = loads(body) if body else BAD
+    if not isinstance(obj, dict):
+        return RequestInfo()
+    model = obj.get("model")
+    meta = obj.get("metadata")
+    user = meta.get("user_id") if isinstance(meta, dict) else None
+    return RequestInfo(
+        model=model if isinstance(model, str) and model else None,
+        user=user if isinstance(user, str) and user else None,
+        stream=obj.get("stream") is True,
+        wants_usage=False,
+    )

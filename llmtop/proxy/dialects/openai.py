@@ -1,0 +1,187 @@
+"""OpenAI-compatible responses (``/v1/chat/completions``, ``/v1/completions``) and requests.
+
+Served by vLLM, SGLang, llama.cpp, TGI's OpenAI route, LiteLLM and OpenAI itself.
+
+Streams are SSE ``data: {json}`` events ending with ``data: [DONE]``. An event is
+*content-bearing* when a choice has a non-empty ``delta.content``, ``delta.tool_calls``,
+``delta.reasoning_content``/``delta.reasoning``, ``delta.refusal``, a legacy
+``delta.function_call``, or (legacy completions) a non-empty ``text``. Role-only, empty,
+finish-only and usage-only (``choices: []``) events are not.
+
+Tokens: each content event counts one token, unless the event carries ``usage`` (vLLM's
+``stream_options.continuous_usage_stats``, where ``usage.completion_tokens`` is
+cumulative): then the event carries exactly the increase since the tokens already counted.
+The last ``usage`` seen gives ``usage_completion_tokens``/``usage_prompt_tokens``.
+
+The usage-injection helpers (``add_include_usage``, ``UsageChunkStripper``,
+``is_usage_rejection``) live in ``openai_usage`` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmtop.proxy.dialects._common import (
+    BAD,
+    MAX_EVENT_BYTES,
+    ZERO,
+    JSONBodyParser,
+    ParserState,
+    error_text,
+    loads,
+)
+from llmtop.proxy.dialects.base import RequestInfo
+from llmtop.proxy.dialects.openai_usage import (
+    UsageChunkStripper,
+    add_include_usage,
+    is_usage_rejection,
+)
+from llmtop.proxy.dialects.sse import SSEEvent, SSEFramer
+
+__all__ = [
+    "OpenAIBodyParser",
+    "OpenAIStreamParser",
+    "UsageChunkStripper",
+    "add_include_usage",
+    "inspect_openai_request",
+    "is_usage_rejection",
+]
+
+_DONE = b"[DONE]"
+
+
+def _delta_has_content(d: dict[str, Any]) -> bool:
+    return bool(
+        d.get("content")
+        or d.get("tool_calls")
+        or d.get("reasoning_content")
+        or d.get("reasoning")
+        or d.get("refusal")
+        or d.get("function_call")
+    )
+
+
+def _choices_have_content(choices: object, key: str) -> bool:
+    """``key`` is "delta" for stream chunks, "message" for whole responses."""
+    if not choices or not isinstance(choices, list):
+        return False
+    for ch in choices:
+        if not isinstance(ch, dict):
+            continue
+        d = ch.get(key)
+        if isinstance(d, dict) and _delta_has_content(d):
+            return True
+        if ch.get("text"):  # legacy completions
+            return True
+    return False
+
+
+def _error_of(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if err is not None:
+        return error_text(err)
+    if obj.get("object") == "error":  # vLLM's bare ErrorResponse
+        return error_text(obj)
+    return None
+
+
+class OpenAIStreamParser(ParserState):
+    """An OpenAI-style SSE stream (see the module docstring for what counts)."""
+
+    __slots__ = ("_counted", "_sse", "done")
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__()
+        self._sse = SSEFramer(max_event_bytes)
+        self._counted = 0  # tokens attributed to content events so far
+        self.done = False
+        """``data: [DONE]`` was seen."""
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._sse.buffered_bytes
+
+    def feed(self, data: bytes) -> tuple[int, int]:
+        events = self._sse.feed(data)
+        if self._sse.error is not None:
+            self._fail(self._sse.error)
+        return self._handle(events) if events else ZERO
+
+    def finish(self) -> tuple[int, int]:
+        events = self._sse.finish()
+        return self._handle(events) if events else ZERO
+
+    def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
+        n = tokens = 0
+        for ev in events:
+            data = ev.data
+            if data == _DONE or data.strip() == _DONE:
+                self.done = True
+                continue
+            obj = loads(data)
+            if obj is BAD or not isinstance(obj, dict):
+                if ev.event == "error":
+                    self._fail(error_text(data.decode("utf-8", "replace")))
+                elif obj is BAD:
+                    self._fail("malformed JSON in stream event")
+                continue
+            err = _error_of(obj)
+            if err is not None or ev.event == "error":
+                self._fail(err if err is not None else error_text(obj))
+                continue
+            self._set_model(obj.get("model"))
+            cum: int | None = None
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                cum = self._set_completion(usage.get("completion_tokens"))
+                self._set_prompt(usage.get("prompt_tokens"))
+            if _choices_have_content(obj.get("choices"), "delta"):
+                n += 1
+                if cum is None:
+                    tokens += 1
+                    self._counted += 1
+                elif cum > self._counted:
+                    tokens += cum - self._counted
+                    self._counted = cum
+            elif cum is not None and cum > self._counted:
+                self._counted = cum  # e.g. an end-of-sequence token in a finish-only chunk
+        return (n, tokens)
+
+
+class OpenAIBodyParser(JSONBodyParser):
+    """A non-streaming chat/completions response (``application/json``)."""
+
+    __slots__ = ()
+
+    def _interpret(self, obj: Any) -> bool:
+        if not isinstance(obj, dict):
+            return False
+        err = _error_of(obj)
+        if err is not None:
+            self._fail(err)
+            return False
+        self._set_model(obj.get("model"))
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self._set_completion(usage.get("completion_tokens"))
+            self._set_prompt(usage.get("prompt_tokens"))
+        return _choices_have_content(obj.get("choices"), "message")
+
+
+def inspect_openai_request(body: bytes) -> RequestInfo:
+    """Model, user, stream and ``stream_options.include_usage`` of a request body.
+
+    Never raises: a body that is not a JSON object gives ``RequestInfo()``.
+    """
+    obj = loads(body) if body else BAD
+    if not isinstance(obj, dict):
+        return RequestInfo()
+    model = obj.get("model")
+    user = obj.get("user")
+    opts = obj.get("stream_options")
+    return RequestInfo(
+        model=model if isinstance(model, str) and model else None,
+        user=user if isinstance(user, str) and user else None,
+        stream=obj.get("stream") is True,
+        wants_usage=isinstance(opts, dict) and opts.get("include_usage") is True,
+    )

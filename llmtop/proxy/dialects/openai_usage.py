@@ -1,0 +1,198 @@
+"""Asking an OpenAI-style upstream for usage, and hiding the answer from the client.
+
+Counting one token per chunk is wrong whenever an engine packs several tokens into one
+chunk, so for a streaming request that did not ask for usage the proxy may add
+``stream_options.include_usage: true`` upstream (``add_include_usage``) and remove the
+resulting usage-only event before it reaches the client (``UsageChunkStripper``), so the
+client sees what it would have seen. Upstreams that reject the option answer 400/422
+naming it (``is_usage_rejection``); the proxy then retries without it and remembers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Final
+
+from llmtop.proxy.dialects._common import BAD, MAX_EVENT_BYTES, loads
+from llmtop.proxy.dialects.sse import SSEFramer
+
+__all__ = ["UsageChunkStripper", "add_include_usage", "is_usage_event", "is_usage_rejection"]
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+_CHOICES_EMPTY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+_CHOICES_NONEMPTY = re.compile(rb'"choices"\s*:\s*\[\s*\{')
+_USAGE_KEY = b'"usage"'
+_LF = 0x0A
+_CR = 0x0D
+_WS = b" \t\r\n"
+_INJECT: Final = b'"stream_options":{"include_usage":true},'
+
+# What a "\r" at the very end of a read closed; a "\n" starting the next read is part of
+# the same line end and goes where that line went.
+_CR_NONE, _CR_LINE, _CR_EMITTED, _CR_DROPPED = 0, 1, 2, 3
+
+
+def is_usage_event(block: bytes) -> bool:
+    """True if ``block`` (the raw bytes of one SSE event) is a usage-only chunk:
+    ``choices: []`` with a ``usage`` object. Cheap byte checks first; JSON only if they pass.
+    """
+    if _USAGE_KEY not in block or _CHOICES_EMPTY.search(block) is None:
+        return False
+    framer = SSEFramer(len(block) + 1)
+    for ev in framer.feed(block) + framer.finish():
+        obj = loads(ev.data)
+        if isinstance(obj, dict) and obj.get("choices") == [] and isinstance(
+            obj.get("usage"), dict
+        ):
+            return True
+    return False
+
+
+class UsageChunkStripper:
+    """Removes the usage-only event from an OpenAI-style SSE stream, byte-exact otherwise.
+
+    ``filter(data)`` returns the bytes to write to the client for this read; ``flush()``
+    the bytes still held at the end of the body. Output == input minus exactly the bytes of
+    the first usage-only event (its lines and its terminating blank line), however the
+    input was split into reads.
+
+    Holding: every *complete* event in a read is returned at once. Only a trailing
+    incomplete event may be held until its blank line arrives (a read can therefore
+    return ``b""``, which the caller should not write) — and not even that once its bytes
+    show a non-empty ``"choices": [{`` (it cannot be the usage event): from there its
+    bytes are returned as they arrive. After the usage event is removed everything is
+    passed through untouched. A held event is bounded by ``max_event_bytes``; a larger
+    one is released unchanged.
+    """
+
+    __slots__ = ("_cr", "_done", "_has_line", "_held", "_line_open", "_max", "_passing",
+                 "stripped")
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._held = bytearray()
+        self._max = max_event_bytes
+        self._passing = False  # the open event was released: forward its bytes as they come
+        self._has_line = False  # the open event has a complete non-empty line
+        self._line_open = False  # the last read ended inside a line
+        self._cr = _CR_NONE
+        self._done = False
+        self.stripped = False
+        """The usage event has been removed."""
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held back now (never more than ``max_event_bytes``)."""
+        return len(self._held)
+
+    def filter(self, data: bytes) -> bytes:
+        """The bytes of ``data`` (plus any held before) that may be written now."""
+        if not data:
+            return b""
+        cr, self._cr = self._cr, _CR_NONE
+        if self._done:
+            return data[1:] if cr == _CR_DROPPED and data[0] == _LF else data
+        out: list[bytes] = []
+        pos = 0  # data[:pos] is dealt with
+        line_start = 0
+        if cr != _CR_NONE and data[0] == _LF:
+            line_start = 1
+            if cr == _CR_EMITTED:
+                out.append(data[:1])
+                pos = 1
+        held = self._held
+        last_kind = _CR_NONE
+        for m in _EOL.finditer(data, line_start):
+            s, e = m.span()
+            if s == line_start and not self._line_open:  # a blank line ends an event
+                if self._passing:
+                    out.append(data[pos:e])
+                else:
+                    block = bytes(held) + data[pos:e] if held else data[pos:e]
+                    held.clear()
+                    if self._has_line and is_usage_event(block):
+                        self.stripped = self._done = True
+                        if e == len(data) and data[e - 1] == _CR:
+                            self._cr = _CR_DROPPED
+                        out.append(data[e:])
+                        return b"".join(out)
+                    out.append(block)
+                pos = e
+                self._passing = False
+                self._has_line = False
+                last_kind = _CR_EMITTED
+            else:
+                self._has_line = True
+                last_kind = _CR_LINE
+            self._line_open = False
+            line_start = e
+        n = len(data)
+        if data[-1] == _CR:
+            self._cr = last_kind
+        if line_start < n:
+            self._line_open = True
+        if pos < n:
+            if self._passing:
+                out.append(data[pos:])
+            else:
+                old = len(held)
+                held += data[pos:]
+                if len(held) > self._max or _CHOICES_NONEMPTY.search(held, max(0, old - 64)):
+                    out.append(bytes(held))
+                    held.clear()
+                    self._passing = True
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """End of body: the held bytes, unless they are a usage event without its blank line."""
+        self._cr = _CR_NONE
+        self._line_open = False
+        if not self._held:
+            return b""
+        block = bytes(self._held)
+        self._held.clear()
+        if not self._done and is_usage_event(block):
+            self.stripped = self._done = True
+            return b""
+        return block
+
+
+def add_include_usage(body: bytes) -> bytes | None:
+    """``body`` with ``stream_options.include_usage = true``, or None when not applicable.
+
+    Not applicable: not a JSON object, not ``"stream": true``, usage already requested, or
+    ``stream_options`` of an unexpected type. When the request has no ``stream_options``
+    the option is spliced in after the opening brace, so every other byte of the client's
+    body is unchanged; otherwise the object is re-encoded. Never raises.
+    """
+    obj = loads(body) if body else BAD
+    if not isinstance(obj, dict) or obj.get("stream") is not True:
+        return None
+    if "stream_options" not in obj:
+        stripped = body.lstrip(_WS)
+        i = len(body) - len(stripped)
+        if stripped[:1] == b"{" and body[i + 1 : i + 2] != b"\x00":
+            return body[: i + 1] + _INJECT + body[i + 1 :]
+        obj["stream_options"] = {"include_usage": True}
+    else:
+        opts = obj["stream_options"]
+        if opts is None:
+            obj["stream_options"] = {"include_usage": True}
+        elif isinstance(opts, dict):
+            if opts.get("include_usage") is True:
+                return None
+            opts["include_usage"] = True
+        else:
+            return None
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def is_usage_rejection(status: int, body: bytes) -> bool:
+    """True if an upstream answered 400/422 because it does not accept ``stream_options``."""
+    if status not in (400, 422) or not body:
+        return False
+    head = body[:65536].lower()
+    return b"stream_options" in head or b"include_usage" in head

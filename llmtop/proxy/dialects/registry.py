@@ -1,0 +1,167 @@
+"""Choosing a dialect per request, and building its parser.
+
+``DIALECTS`` maps every name the ``dialect`` setting accepts to its implementation, in the
+shape of uvicorn's ``HTTP_PROTOCOLS``; ``auto`` (None) means "choose per request by path"
+(``detect_dialect``). The relay calls, once per request::
+
+    dialect = detect_dialect(request.method, request.path, request.content_type, cfg.dialect)
+    info = inspect_request(dialect, request.path, body)          # model, user, stream
+    ...                                                          # upstream answers
+    parser = make_parser(dialect, info.stream, resp.content_type)
+    for each read:  n, tokens = parser.feed(data)
+    at EOF:         n, tokens = parser.finish()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from llmtop.events import Dialect
+from llmtop.proxy.dialects._common import BAD, loads
+from llmtop.proxy.dialects.anthropic import (
+    AnthropicBodyParser,
+    AnthropicStreamParser,
+    inspect_anthropic_request,
+)
+from llmtop.proxy.dialects.base import RequestInfo, StreamParser
+from llmtop.proxy.dialects.ollama import (
+    OllamaBodyParser,
+    OllamaStreamParser,
+    inspect_ollama_request,
+)
+from llmtop.proxy.dialects.openai import (
+    OpenAIBodyParser,
+    OpenAIStreamParser,
+    inspect_openai_request,
+)
+from llmtop.proxy.dialects.plain import PlainParser
+from llmtop.proxy.dialects.tgi import TGIBodyParser, TGIStreamParser, inspect_tgi_request
+
+__all__ = ["DIALECTS", "DialectImpl", "detect_dialect", "inspect_request", "make_parser"]
+
+
+@dataclass(frozen=True, slots=True)
+class DialectImpl:
+    """One dialect: its parsers for streamed and whole bodies, and its request reader."""
+
+    name: Dialect
+    stream_parser: Callable[[], StreamParser]
+    body_parser: Callable[[], StreamParser]
+    inspect: Callable[[str, bytes], RequestInfo]
+    """``(path, body) -> RequestInfo``; never raises."""
+
+
+def _inspect_generic(path: str, body: bytes) -> RequestInfo:
+    """For unknown APIs: read ``model``/``user``/``stream`` if the body is a JSON object."""
+    head = body[:64].lstrip()
+    if not head.startswith(b"{"):
+        return RequestInfo()
+    obj = loads(body)
+    if obj is BAD or not isinstance(obj, dict):
+        return RequestInfo()
+    model, user = obj.get("model"), obj.get("user")
+    return RequestInfo(
+        model=model if isinstance(model, str) and model else None,
+        user=user if isinstance(user, str) and user else None,
+        stream=obj.get("stream") is True,
+    )
+
+
+DIALECTS: Final[Mapping[str, DialectImpl | None]] = MappingProxyType({
+    "auto": None,
+    "openai": DialectImpl("openai", OpenAIStreamParser, OpenAIBodyParser,
+                          lambda _path, body: inspect_openai_request(body)),
+    "anthropic": DialectImpl("anthropic", AnthropicStreamParser, AnthropicBodyParser,
+                             lambda _path, body: inspect_anthropic_request(body)),
+    "ollama": DialectImpl("ollama", OllamaStreamParser, OllamaBodyParser,
+                          lambda _path, body: inspect_ollama_request(body)),
+    "tgi": DialectImpl("tgi", TGIStreamParser, TGIBodyParser, inspect_tgi_request),
+    "other": DialectImpl("other", PlainParser, PlainParser, _inspect_generic),
+})
+"""Every accepted ``dialect`` setting; ``auto`` (None) = ``detect_dialect`` by path."""
+
+# path suffix → dialect, checked in order (``/api/generate`` before TGI's ``/generate``)
+_SUFFIXES: Final[tuple[tuple[str, Dialect], ...]] = (
+    ("/chat/completions", "openai"),
+    ("/completions", "openai"),
+    ("/v1/messages", "anthropic"),
+    ("/api/generate", "ollama"),
+    ("/api/chat", "ollama"),
+    ("/generate_stream", "tgi"),
+    ("/generate", "tgi"),
+)
+
+_SSE = "text/event-stream"
+_NDJSON = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl",
+                     "application/x-jsonlines", "application/jsonlines"})
+
+
+def detect_dialect(
+    method: str, path: str, content_type: str | None, configured: str = "auto"
+) -> Dialect:
+    """The dialect of a request.
+
+    A configured dialect other than ``auto`` wins. Otherwise the path decides, with any
+    prefix (``/openai/v1/chat/completions`` is openai): ``…/chat/completions`` and
+    ``…/completions`` → openai; ``…/v1/messages`` → anthropic; ``…/api/generate`` and
+    ``…/api/chat`` → ollama; ``…/generate_stream`` and ``…/generate`` → tgi; anything else,
+    and any method but POST, → other. ``content_type`` (the request's) is accepted for
+    callers' convenience; the path is what decides. Raises ``ValueError`` only for an
+    unknown ``configured`` name (config validation rejects those first).
+    """
+    if configured != "auto":
+        impl = DIALECTS.get(configured)
+        if impl is None:
+            raise ValueError(f"unknown dialect {configured!r}; one of {', '.join(DIALECTS)}")
+        return impl.name
+    if method.upper() != "POST":
+        return "other"
+    p = path.split("?", 1)[0].rstrip("/").lower()
+    for suffix, dialect in _SUFFIXES:
+        if p.endswith(suffix):
+            return dialect
+    return "other"
+
+
+def _media_type(content_type: str | None) -> str:
+    if not content_type:
+        return ""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def make_parser(
+    dialect: Dialect, stream: bool, response_content_type: str | None = None
+) -> StreamParser:
+    """A fresh parser for one response body.
+
+    The response's content type decides when it says: ``text/event-stream`` or NDJSON →
+    the dialect's stream parser; ``application/json`` (or ``…+json``) → its whole-body
+    parser (e.g. a streaming request answered with a JSON error or a non-streaming
+    answer). Without a telling content type, ``stream`` (from ``inspect_request``) decides.
+    ``other`` always gets the plain parser.
+    """
+    impl = DIALECTS.get(dialect)
+    if impl is None:
+        return PlainParser()
+    media = _media_type(response_content_type)
+    if media == _SSE or media in _NDJSON:
+        streaming = True
+    elif media == "application/json" or media.endswith("+json"):
+        streaming = False
+    else:
+        streaming = stream
+    return impl.stream_parser() if streaming else impl.body_parser()
+
+
+def inspect_request(dialect: Dialect, path: str, body: bytes) -> RequestInfo:
+    """Model, user, stream and whether the client asked for usage. Never raises."""
+    impl = DIALECTS.get(dialect)
+    if impl is None:
+        return RequestInfo()
+    try:
+        return impl.inspect(path, body)
+    except Exception:  # a request body must never break the relay
+        return RequestInfo()

@@ -1,0 +1,115 @@
+"""An incremental Server-Sent Events framer (the WHATWG ``text/event-stream`` rules).
+
+Shared by the openai, anthropic and tgi dialects. Feed it each read as it arrives; it
+returns the events those bytes completed:
+
+* events split across reads at any byte; ``\\r\\n``, ``\\n`` and lone ``\\r`` line ends
+  (a ``\\r`` ending one read and a ``\\n`` starting the next are one line end);
+* ``:`` comment lines (keep-alives) are skipped; ``id:``/``retry:``/unknown fields ignored;
+* several ``data:`` lines in one event are joined with ``\\n``; one space after the colon
+  is dropped; ``event:`` names the event; a leading byte-order mark is ignored;
+* an event still open at EOF (no trailing blank line) is completed by ``finish()``;
+* memory is bounded: a line or an event larger than ``max_event_bytes`` sets ``error`` and
+  is discarded; framing continues with the next event.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from llmtop.proxy.dialects._common import MAX_EVENT_BYTES
+from llmtop.proxy.dialects.lines import LineSplitter
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event: its ``event:`` name ("" when absent) and its data bytes."""
+
+    event: str
+    data: bytes
+
+
+class SSEFramer:
+    """Bytes in, complete ``SSEEvent``s out. Never raises on any input."""
+
+    __slots__ = ("_data", "_event", "_first", "_lines", "_max", "_size", "_skip", "error")
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._lines = LineSplitter(max_event_bytes, cr_is_eol=True)
+        self._max = max_event_bytes
+        self._data: list[bytes] = []
+        self._size = 0
+        self._event = ""
+        self._skip = False  # the current event overflowed: drop lines until its blank line
+        self._first = True
+        self.error: str | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held now: the unfinished line plus the open event's data."""
+        return self._lines.buffered_bytes + self._size
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        """The events completed by ``data``."""
+        lines = self._lines.feed(data)
+        if self._lines.error is not None and self.error is None:
+            self.error = self._lines.error
+        return self._process(lines) if lines else []
+
+    def finish(self) -> list[SSEEvent]:
+        """End of stream: the last line without a line end, and an event without its blank
+        line, are completed."""
+        last = self._lines.finish()
+        out = self._process([last]) if last is not None else []
+        if self._data and not self._skip:
+            out.append(SSEEvent(self._event, b"\n".join(self._data)))
+        self._reset()
+        return out
+
+    def _reset(self) -> None:
+        self._data = []
+        self._size = 0
+        self._event = ""
+        self._skip = False
+
+    def _process(self, lines: list[bytes]) -> list[SSEEvent]:
+        out: list[SSEEvent] = []
+        if self._first:
+            self._first = False
+            if lines[0].startswith(_BOM):
+                lines[0] = lines[0][3:]
+        for line in lines:
+            if not line:  # blank line: dispatch
+                if self._data and not self._skip:
+                    out.append(SSEEvent(self._event, b"\n".join(self._data)))
+                self._reset()
+                continue
+            if line[0] == 0x3A:  # ":" comment / keep-alive
+                continue
+            if line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+            else:
+                i = line.find(b":")
+                if i < 0:
+                    name, value = line, b""
+                else:
+                    name = line[:i]
+                    value = line[i + 2 :] if line[i + 1 : i + 2] == b" " else line[i + 1 :]
+                if name == b"event":
+                    self._event = value.decode("utf-8", "replace")
+                    continue
+                if name != b"data":
+                    continue  # id, retry, unknown fields
+            if self._skip:
+                continue
+            self._size += len(value) + 1
+            if self._size > self._max:
+                self._data = []
+                self._size = 0
+                self._skip = True
+                if self.error is None:
+                    self.error = f"SSE event larger than {self._max} bytes discarded"
+                continue
+            self._data.append(value)
+        return out

@@ -1,0 +1,107 @@
+"""Hugging Face TGI's native API: ``/generate_stream`` SSE and ``/generate`` JSON.
+
+Stream events are ``data: {"token": {"id", "text", "logprob", "special"},
+"generated_text": null | str, "details": null | {...}}``: every event whose token is not
+special is content carrying exactly one token; the last event's
+``details.generated_tokens`` is the completion count (and ``details.input_length``, in
+newer TGI, the prompt size). ``data: {"error": "...", "error_type": ...}`` sets ``error``.
+``/generate`` answers ``{"generated_text": ..., "details": {...}}`` (or a one-element
+list of it, as the hosted Inference API does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmtop.proxy.dialects._common import (
+    BAD,
+    MAX_EVENT_BYTES,
+    ZERO,
+    JSONBodyParser,
+    ParserState,
+    error_text,
+    loads,
+)
+from llmtop.proxy.dialects.base import RequestInfo
+from llmtop.proxy.dialects.sse import SSEEvent, SSEFramer
+
+__all__ = ["TGIBodyParser", "TGIStreamParser", "inspect_tgi_request"]
+
+
+def _read_details(state: ParserState, obj: dict[str, Any]) -> None:
+    details = obj.get("details")
+    if isinstance(details, dict):
+        state._set_completion(details.get("generated_tokens"))
+        state._set_prompt(details.get("input_length"))
+
+
+class TGIStreamParser(ParserState):
+    """A TGI ``/generate_stream`` SSE stream."""
+
+    __slots__ = ("_sse",)
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__()
+        self._sse = SSEFramer(max_event_bytes)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._sse.buffered_bytes
+
+    def feed(self, data: bytes) -> tuple[int, int]:
+        events = self._sse.feed(data)
+        if self._sse.error is not None:
+            self._fail(self._sse.error)
+        return self._handle(events) if events else ZERO
+
+    def finish(self) -> tuple[int, int]:
+        events = self._sse.finish()
+        return self._handle(events) if events else ZERO
+
+    def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
+        n = 0
+        for ev in events:
+            obj = loads(ev.data)
+            if not isinstance(obj, dict):
+                if ev.event == "error":
+                    self._fail(error_text(ev.data.decode("utf-8", "replace")))
+                elif obj is BAD:
+                    self._fail("malformed JSON in stream event")
+                continue
+            err = obj.get("error")
+            if err is not None or ev.event == "error":
+                self._fail(error_text(err if err is not None else obj))
+                continue
+            token = obj.get("token")
+            if isinstance(token, dict) and token.get("special") is not True:
+                n += 1
+            _read_details(self, obj)
+        return (n, n)
+
+
+class TGIBodyParser(JSONBodyParser):
+    """A TGI ``/generate`` response."""
+
+    __slots__ = ()
+
+    def _interpret(self, obj: Any) -> bool:
+        if isinstance(obj, list) and obj:
+            obj = obj[0]
+        if not isinstance(obj, dict):
+            return False
+        err = obj.get("error")
+        if err is not None:
+            self._fail(error_text(err))
+            return False
+        _read_details(self, obj)
+        return bool(obj.get("generated_text"))
+
+
+def inspect_tgi_request(path: str, body: bytes) -> RequestInfo:
+    """``/generate_stream`` is always a stream; otherwise the body's ``stream`` decides
+    (TGI's ``/`` route). TGI requests name no model. Never raises."""
+    streaming_path = path.split("?", 1)[0].rstrip("/").endswith("/generate_stream")
+    obj = loads(body) if body else BAD
+    stream = streaming_path or (isinstance(obj, dict) and obj.get("stream") is True)
+    model = obj.get("model") if isinstance(obj, dict) else None
+    return RequestInfo(model=model if isinstance(model, str) and model else None, stream=stream)
