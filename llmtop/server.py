@@ -28,6 +28,7 @@ from llmtop.gpu import open_gpu_source
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.proxy.server import ProxyServer
 from llmtop.recording.writer import RecordingController
+from llmtop.saturation import SaturationMonitor
 
 
 @dataclass
@@ -67,6 +68,10 @@ class LlmtopServer:
         self.proxy = ProxyServer(cfg, self.bus, self.active)
         self.aggregator = Aggregator(cfg, self.active, upstream=cfg.upstream)
         self.bus.subscribe(self.aggregator.on_events)
+        self.monitor = SaturationMonitor(
+            cfg, self.bus.publish, self.active, upstream_down=lambda: self.proxy.upstream_down
+        )
+        self.bus.subscribe(self.monitor.on_events)
         self.recording = RecordingController(self.bus, header=self._recording_header())
         self._admin_runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -126,9 +131,14 @@ class LlmtopServer:
             self._tasks.append(asyncio.create_task(scraper.run(), name="engine-scraper"))
 
     async def _tick_loop(self) -> None:
+        """Rotate metric intervals twice a second; evaluate the detectors once a second."""
+        n = 0
         while True:
             await asyncio.sleep(0.5)
             self.aggregator.tick()
+            n += 1
+            if n % 2 == 0:
+                self.monitor.tick()
 
     async def stop(self, grace_s: float | None = None) -> RunSummary:
         summary = await self.proxy.shutdown(grace_s)
