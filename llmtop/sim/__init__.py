@@ -1,0 +1,12 @@
+"""``llmtop sim``: a simulated continuous-batching inference engine behind an
+OpenAI-compatible (and Anthropic, Ollama, TGI) HTTP server, for demos and tests.
+
+* :mod:`llmtop.sim.profiles` — :class:`~llmtop.sim.profiles.SimProfile`, ``PROFILES``,
+  ``get_profile(name, **overrides)``;
+* :mod:`llmtop.sim.engine` — the scheduler (admission, prefill, decode steps, KV cache,
+  preemption) and its ground truth;
+* :mod:`llmtop.sim.server` — ``make_sim_app(profile)``, ``running_sim(...)``;
+* :mod:`llmtop.sim.faults` — the ``X-Sim-Fault`` header.
+
+This package stands alone: it imports nothing else of llmtop's.
+"""

@@ -1,0 +1,168 @@
+"""The simulator's HTTP server: routes, app lifecycle and :func:`running_sim` for tests.
+
+Routes:
+
+* generation: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/messages``,
+  ``/api/chat``, ``/api/generate``, ``/generate_stream``, ``/generate``;
+* ``GET /v1/models``, ``/api/tags``, ``/health``, ``/metrics`` (vLLM names);
+* ground truth: ``GET /sim/state``, ``/sim/requests``, ``/sim/gpu``.
+
+Run the app with ``handler_cancellation=True`` (as :func:`running_sim` and ``llmtop sim``
+do) so a client that disconnects while queued is noticed at once, not at the next write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client.registry import CollectorRegistry
+
+from llmtop.sim import handlers
+from llmtop.sim.engine import SimEngine
+from llmtop.sim.handlers import ENGINE
+from llmtop.sim.metrics import CONTENT_TYPE, registry_for, render
+from llmtop.sim.profiles import SimProfile, apply_overrides, get_profile
+
+MAX_BODY = 64 * 1024 * 1024
+SHUTDOWN_TIMEOUT_S = 2.0
+
+
+async def _models(request: web.Request) -> web.Response:
+    p = request.app[ENGINE].profile
+    return web.json_response({"object": "list", "data": [{
+        "id": p.model, "object": "model", "created": int(time.time()),
+        "owned_by": "llmtop-sim", "root": p.model, "parent": None,
+        "max_model_len": p.max_model_len}]})
+
+
+async def _tags(request: web.Request) -> web.Response:
+    p = request.app[ENGINE].profile
+    return web.json_response({"models": [{"name": p.model, "model": p.model,
+                                          "size": p.weights_bytes}]})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response()
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = render(request.app[_REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _state(request: web.Request) -> web.Response:
+    return web.json_response(request.app[ENGINE].state())
+
+
+async def _requests(request: web.Request) -> web.Response:
+    return web.json_response(request.app[ENGINE].records())
+
+
+async def _gpu(request: web.Request) -> web.Response:
+    return web.json_response({"gpus": [request.app[ENGINE].gpu()]})
+
+
+_REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("sim_registry", CollectorRegistry)
+
+
+def make_sim_app(profile: SimProfile, *, firehose: bool = False, seed: int = 0
+                 ) -> web.Application:
+    """The simulator as an aiohttp application. The engine (``app[ENGINE]``) starts with
+    the app and stops on shutdown (unfinished streams are then dropped). ``seed`` fixes
+    request ids, output lengths and text. Serve it with ``handler_cancellation=True``."""
+    app = web.Application(client_max_size=MAX_BODY)
+    engine = SimEngine(profile, firehose=firehose, seed=seed)
+    app[ENGINE] = engine
+    app[_REGISTRY] = registry_for(engine)
+
+    async def on_startup(_: web.Application) -> None:
+        await engine.start()
+
+    async def on_shutdown(_: web.Application) -> None:
+        await engine.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    for path, dialect in (
+        ("/v1/chat/completions", handlers.CHAT),
+        ("/v1/completions", handlers.COMPLETIONS),
+        ("/v1/messages", handlers.MESSAGES),
+        ("/api/chat", handlers.OLLAMA_CHAT),
+        ("/api/generate", handlers.OLLAMA_GENERATE),
+        ("/generate_stream", handlers.TGI_STREAM),
+        ("/generate", handlers.TGI),
+    ):
+        app.router.add_post(path, handlers.endpoint(dialect))
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/api/tags", _tags)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/sim/state", _state)
+    app.router.add_get("/sim/requests", _requests)
+    app.router.add_get("/sim/gpu", _gpu)
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class SimHandle:
+    """A running simulator: ``url`` (``http://HOST:PORT``, no trailing slash), ``engine``
+    (ground truth in-process), ``profile``."""
+
+    url: str
+    engine: SimEngine
+    profile: SimProfile
+    host: str
+    port: int
+
+
+def resolve_profile(profile: str | SimProfile, **overrides: Any) -> SimProfile:
+    """A profile by name or object, with overrides applied (ValueError when bad)."""
+    if isinstance(profile, SimProfile):
+        return apply_overrides(profile, **overrides)
+    return get_profile(profile, **overrides)
+
+
+async def start_sim(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port (0 = any free port); returns the runner and the port.
+    OSError when the address cannot be bound."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = port
+    for addr in runner.addresses:
+        if isinstance(addr, tuple) and len(addr) >= 2:
+            bound = int(addr[1])
+            break
+    return runner, bound
+
+
+@asynccontextmanager
+async def running_sim(profile: str | SimProfile = "tiny", *, host: str = "127.0.0.1",
+                      port: int = 0, firehose: bool = False, seed: int = 0,
+                      **overrides: Any) -> AsyncIterator[SimHandle]:
+    """Run a simulator on a real socket for the duration of the block::
+
+        async with running_sim("tiny", max_num_seqs=2, time_scale=0.5) as sim:
+            client = openai.AsyncOpenAI(base_url=sim.url + "/v1", api_key="x")
+
+    ``overrides`` are profile keys (see :data:`llmtop.sim.profiles.OVERRIDABLE`).
+    """
+    prof = resolve_profile(profile, **overrides)
+    app = make_sim_app(prof, firehose=firehose, seed=seed)
+    runner, bound = await start_sim(app, host, port)
+    url_host = f"[{host}]" if ":" in host else host
+    try:
+        yield SimHandle(f"http://{url_host}:{bound}", app[ENGINE], prof, host, bound)
+    finally:
+        await runner.cleanup()
