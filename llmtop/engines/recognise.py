@@ -1,0 +1,230 @@
+"""Recognising an inference engine by its Prometheus metric names, and reading its state.
+
+:func:`recognise` parses exposition text with ``prometheus_client.parser`` and fills an
+:class:`~llmtop.events.EngineReading`:
+
+- vllm: running ``vllm:num_requests_running``, waiting ``vllm:num_requests_waiting``,
+  KV ``vllm:kv_cache_usage_perc`` (older ``vllm:gpu_cache_usage_perc``; a 0–1 fraction
+  despite the name).
+- sglang: ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``, ``sglang:token_usage``.
+- tgi: running ``tgi_batch_current_size``, waiting ``tgi_queue_size``; no KV reading.
+- llamacpp: ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``,
+  ``llamacpp:kv_cache_usage_ratio`` (absent from current llama-server builds → None).
+- sim: llmtop's simulator — vLLM names plus a metric starting ``llmtop_sim``.
+- unknown: none of these; only ``raw`` is filled.
+
+Preemptions: ``vllm:num_preemptions_total``. The engine's own TTFT histogram:
+``vllm:time_to_first_token_seconds`` / ``sglang:time_to_first_token_seconds``.
+
+Several label sets (one per ``model_name``, engine or data-parallel rank) are **summed** for
+counts (running, waiting, preemptions, histogram buckets) and reduced with **max** for the
+KV-cache fraction — the fullest cache is the one about to preempt, which is what a warning
+must catch. ``raw`` keeps up to :data:`RAW_LIMIT` finite samples (``_bucket`` and
+``_created`` samples left out) keyed ``name{label="value",...}``, for every kind.
+
+Parser quirks handled here: names with ``:`` parse fine; for a ``counter`` the parser
+names the family without ``_total`` and *adds* ``_total`` to a sample that lacked it (the
+real llama.cpp capture has ``llamacpp:n_tokens_max`` as a counter), so sample names are put
+back as they appeared in the text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtop.events import EngineReading
+
+RAW_LIMIT = 200
+"""Most raw samples kept per reading (the recording stores them every scrape)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineNames:
+    """The metric names that give one engine's readings."""
+
+    kind: str
+    prefix: str
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    kv_cache: tuple[str, ...] = ()
+    preemptions: tuple[str, ...] = ()
+    ttft_histogram: tuple[str, ...] = ()
+
+
+VLLM = EngineNames(
+    kind="vllm",
+    prefix="vllm:",
+    running=("vllm:num_requests_running",),
+    waiting=("vllm:num_requests_waiting",),
+    kv_cache=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    preemptions=("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    ttft_histogram=("vllm:time_to_first_token_seconds",),
+)
+SGLANG = EngineNames(
+    kind="sglang",
+    prefix="sglang:",
+    running=("sglang:num_running_reqs",),
+    waiting=("sglang:num_queue_reqs",),
+    kv_cache=("sglang:token_usage",),
+    ttft_histogram=("sglang:time_to_first_token_seconds",),
+)
+TGI = EngineNames(
+    kind="tgi",
+    prefix="tgi_",
+    running=("tgi_batch_current_size",),
+    waiting=("tgi_queue_size",),
+)
+LLAMACPP = EngineNames(
+    kind="llamacpp",
+    prefix="llamacpp:",
+    running=("llamacpp:requests_processing",),
+    waiting=("llamacpp:requests_deferred",),
+    kv_cache=("llamacpp:kv_cache_usage_ratio",),
+)
+ENGINES = (VLLM, SGLANG, TGI, LLAMACPP)
+SIM_MARKER = "llmtop_sim"
+"""A metric name prefix only llmtop's simulator exports (it otherwise speaks vLLM)."""
+
+
+class Samples:
+    """Parsed exposition: sample name → [(labels, value)], in text order."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
+        self.order: list[tuple[str, dict[str, str], float]] = []
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.by_name.setdefault(name, []).append((labels, value))
+        self.order.append((name, labels, value))
+
+    def values(self, names: Iterable[str]) -> list[float] | None:
+        """Finite values of the first of ``names`` that is present (None if none is)."""
+        for n in names:
+            if n in self.by_name:
+                return [v for _, v in self.by_name[n] if math.isfinite(v)]
+        return None
+
+
+def _line_names(text: str) -> set[str]:
+    """The sample names as written in the text (to undo the parser's ``_total``)."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        s = line.lstrip()
+        if not s or s[0] == "#":
+            continue
+        end = len(s)
+        for stop in ("{", " ", "\t"):
+            i = s.find(stop)
+            if 0 <= i < end:
+                end = i
+        names.add(s[:end])
+    return names
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample in the exposition ``text``; raises ValueError if it does not parse."""
+    written = _line_names(text)
+    out = Samples()
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                name = s.name
+                if name not in written and name.endswith("_total") and name[:-6] in written:
+                    name = name[:-6]
+                out.add(name, dict(s.labels), float(s.value))
+    except ValueError:
+        raise
+    except Exception as exc:  # the parser's other ways of saying "not exposition text"
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    return out
+
+
+def detect_kind(samples: Samples) -> str:
+    """vllm, sglang, tgi, llamacpp, sim or unknown — the engine whose prefix has the most
+    samples (a proxy in front may add a few foreign ones)."""
+    names = samples.by_name
+    if any(n.startswith(SIM_MARKER) for n in names):
+        return "sim"
+    best, best_n = "unknown", 0
+    for eng in ENGINES:
+        n = sum(1 for name in names if name.startswith(eng.prefix))
+        if n > best_n:
+            best, best_n = eng.kind, n
+    return best
+
+
+def _sum(values: list[float] | None) -> float | None:
+    return None if not values else math.fsum(values)
+
+
+def _max(values: list[float] | None) -> float | None:
+    return None if not values else max(values)
+
+
+def histogram_buckets(samples: Samples, names: Iterable[str]) -> tuple[tuple[float, float], ...]:
+    """Cumulative (upper bound, count) pairs of the first histogram of ``names`` present,
+    summed over label sets, sorted by bound (``+Inf`` included as ``math.inf``)."""
+    for base in names:
+        rows = samples.by_name.get(base + "_bucket")
+        if not rows:
+            continue
+        acc: dict[float, float] = {}
+        for labels, value in rows:
+            try:
+                le = float(labels["le"])
+            except (KeyError, ValueError):
+                continue
+            if math.isfinite(value):
+                acc[le] = acc.get(le, 0.0) + value
+        return tuple(sorted(acc.items()))
+    return ()
+
+
+def _raw_key(name: str, labels: dict[str, str]) -> str:
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def raw_values(samples: Samples, limit: int = RAW_LIMIT) -> dict[str, float]:
+    """Up to ``limit`` finite samples, histogram buckets and ``_created`` left out."""
+    raw: dict[str, float] = {}
+    for name, labels, value in samples.order:
+        if len(raw) >= limit:
+            break
+        if name.endswith(("_bucket", "_created")) or not math.isfinite(value):
+            continue
+        raw[_raw_key(name, labels)] = value
+    return raw
+
+
+def reading_from_samples(samples: Samples, t: float) -> EngineReading:
+    """The :class:`EngineReading` for already-parsed samples (see :func:`recognise`)."""
+    kind = detect_kind(samples)
+    names = VLLM if kind == "sim" else next((e for e in ENGINES if e.kind == kind), None)
+    raw = raw_values(samples)
+    if names is None:
+        return EngineReading(t=t, kind=kind, raw=raw)
+    return EngineReading(
+        t=t,
+        kind=kind,
+        running=_sum(samples.values(names.running)),
+        waiting=_sum(samples.values(names.waiting)),
+        kv_cache_usage=_max(samples.values(names.kv_cache)),
+        preemptions=_sum(samples.values(names.preemptions)),
+        ttft_buckets=histogram_buckets(samples, names.ttft_histogram),
+        raw=raw,
+    )
+
+
+def recognise(text: str, t: float) -> EngineReading:
+    """Parse Prometheus exposition ``text`` scraped at ``t`` into an :class:`EngineReading`.
+
+    Raises ValueError when the text is not Prometheus exposition at all.
+    """
+    return reading_from_samples(parse_samples(text), t)

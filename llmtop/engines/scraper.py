@@ -1,0 +1,164 @@
+"""Scraping the upstream engine's Prometheus ``/metrics`` on an interval.
+
+:class:`EngineScraper` GETs the URL every ``interval_s``, parses the text in a worker
+thread (a large vLLM exposition takes milliseconds of pure Python that must not stall the
+proxy's event loop), publishes one :class:`~llmtop.events.EngineReading` per scrape and
+keeps it as :attr:`EngineScraper.latest`. A 404, a refused connection or text that is not
+exposition format becomes :attr:`EngineScraper.status` and a back-off (doubling up to
+``max_backoff_s``); the loop only ends when cancelled. An engine without ``/metrics``
+(Ollama) is therefore harmless: the status says so and the rest of llmtop carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from llmtop.config import Config
+from llmtop.engines.recognise import recognise
+from llmtop.events import EngineReading, Event
+
+MAX_BYTES = 16 * 1024 * 1024
+"""Largest exposition accepted (vLLM with many models/ranks stays far below)."""
+
+
+class ScrapeError(Exception):
+    """One failed scrape; the message is the status line to show."""
+
+
+def metrics_url_for(upstream: str, configured: str = "") -> str:
+    """``configured`` if set; else the upstream's origin (scheme://host:port) + ``/metrics``
+    — a path prefix in the upstream (``http://h:8000/v1``) is dropped, as engines serve
+    ``/metrics`` at the root. "" when there is neither (nothing to scrape)."""
+    if configured:
+        return configured
+    u = urlsplit(upstream)
+    if not u.scheme or not u.netloc:
+        return ""
+    return f"{u.scheme}://{u.netloc}/metrics"
+
+
+class EngineScraper:
+    """Polls ``url`` every ``interval_s`` seconds. ``session=None``: :meth:`run` opens its
+    own ``aiohttp.ClientSession`` and closes it when cancelled."""
+
+    def __init__(
+        self,
+        url: str,
+        session: aiohttp.ClientSession | None,
+        publish: Callable[[Event], None],
+        *,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        self.url = url
+        self._session = session
+        self._publish = publish
+        self._interval_s = interval_s
+        self._clock = clock
+        self._max_backoff_s = max(max_backoff_s, interval_s)
+        self.latest: EngineReading | None = None
+        """The last successful scrape."""
+        self.status = f"engine metrics: waiting for {url}"
+        """One line for the UI: "vllm engine at URL" or why the last scrape failed."""
+        self.failures = 0
+        """Consecutive failed scrapes (0 after a success)."""
+        self.scrapes = 0
+        """Successful scrapes."""
+
+    async def scrape_once(self, session: aiohttp.ClientSession) -> EngineReading:
+        """One GET + parse; publishes and returns the reading. Raises :class:`ScrapeError`."""
+        timeout = aiohttp.ClientTimeout(total=max(2.0, min(10.0, 5 * self._interval_s)))
+        t = self._clock()
+        try:
+            async with session.get(self.url, timeout=timeout) as resp:
+                if resp.status == 404:
+                    raise ScrapeError(f"no /metrics at {self.url} (HTTP 404)")
+                if resp.status != 200:
+                    raise ScrapeError(f"{self.url}: HTTP {resp.status}")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    if size > MAX_BYTES:
+                        raise ScrapeError(f"{self.url}: exposition larger than {MAX_BYTES} bytes")
+                    chunks.append(chunk)
+        except aiohttp.ClientError as exc:
+            raise ScrapeError(f"no /metrics at {self.url} ({_why(exc)})") from None
+        except TimeoutError:
+            raise ScrapeError(f"no /metrics at {self.url} (timed out)") from None
+        text = b"".join(chunks).decode("utf-8", errors="replace")
+        try:
+            reading = await asyncio.to_thread(recognise, text, t)
+        except ValueError as exc:
+            raise ScrapeError(f"{self.url} is not Prometheus text ({exc})") from None
+        self._publish(reading)
+        self.latest = reading
+        self.scrapes += 1
+        return reading
+
+    def _delay(self) -> float:
+        if not self.failures:
+            return self._interval_s
+        return min(self._interval_s * 2.0 ** min(self.failures, 16), self._max_backoff_s)
+
+    async def run(self) -> None:
+        """Scrape until cancelled. Never raises anything but CancelledError."""
+        own = self._session is None
+        session = aiohttp.ClientSession() if own else self._session
+        assert session is not None
+        try:
+            while True:
+                try:
+                    reading = await self.scrape_once(session)
+                except asyncio.CancelledError:
+                    raise
+                except ScrapeError as exc:
+                    self.failures += 1
+                    self.status = str(exc)
+                except Exception as exc:  # anything else: report and keep going
+                    self.failures += 1
+                    self.status = f"{self.url}: {type(exc).__name__}: {exc}"
+                else:
+                    self.failures = 0
+                    self.status = _describe(reading, self.url)
+                await asyncio.sleep(self._delay())
+        finally:
+            if own:
+                await session.close()
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
+    return str(exc) or type(exc).__name__
+
+
+def _describe(r: EngineReading, url: str) -> str:
+    if r.kind == "unknown":
+        return f"unknown engine at {url} ({len(r.raw)} raw values kept)"
+    return f"{r.kind} engine at {url}"
+
+
+def open_engine_scraper(
+    cfg: Config,
+    publish: Callable[[Event], None],
+    *,
+    upstream: str,
+    session: aiohttp.ClientSession | None = None,
+) -> EngineScraper | None:
+    """The scraper ``cfg.engine`` asks for (not started: run ``scraper.run()`` as a task),
+    or None when ``engine.enabled`` is false or there is no URL to scrape."""
+    if not cfg.engine.enabled:
+        return None
+    url = metrics_url_for(upstream, cfg.engine.metrics_url)
+    if not url:
+        return None
+    return EngineScraper(url, session, publish, interval_s=cfg.engine.interval_s)

@@ -1,0 +1,481 @@
+"""NVML through nvidia-ml-py — the only module of llmtop that imports ``pynvml``.
+
+:class:`NvmlBackend` takes the ``pynvml`` module as a constructor argument, so tests pass
+:class:`llmtop.gpu.fake.FakeNvml` and the code below runs unchanged against it.
+
+Rules (after nvitop): "no NVML at all" is decided once, in :meth:`NvmlBackend.init`; after
+that every getter returns ``None`` for a reading it cannot get instead of raising. A field
+that answers ``NOT_SUPPORTED`` once is not asked again. ``GPU_IS_LOST`` / ``GPU_NOT_FOUND``
+mark the whole device lost; it is not asked anything again.
+
+Units: bytes, percent (0–100), watts, MHz, °C, bytes per second.
+
+DRAM bandwidth and SM activity come from GPM (GPU Performance Monitoring, Hopper and newer):
+support is checked once per device with ``nvmlGpmQueryDeviceSupport``; each reading takes a
+new sample and computes the metrics over the window since the previous one (at least
+``gpm_min_window_s``, default 100 ms, apart), so the later sample is the next window's
+first. A device in MIG mode is sampled per GPU instance (``nvmlGpmMigSampleGet``) and the
+instances are combined weighted by their memory size (bandwidth is partitioned with the
+memory slices); the instance list is read once, at :meth:`NvmlBackend.init`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, TypeVar
+
+from llmtop.events import GpuReading
+from llmtop.gpu.backend import GpuUnavailable
+
+T = TypeVar("T")
+
+KIB = 1024
+"""NVML reports PCIe throughput in KB/s with KB = 1024 bytes (nvidia-smi, nvitop agree)."""
+
+
+def load_pynvml() -> ModuleType:
+    """Import the real nvidia-ml-py module; :class:`GpuUnavailable` if it is not installed."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise GpuUnavailable(f"nvidia-ml-py (pynvml) is not installed: {exc}") from None
+    module: ModuleType = pynvml
+    return module
+
+
+def nvml_error(code: int) -> Exception:
+    """A real ``pynvml.NVMLError`` for ``code`` — its matching subclass, e.g.
+    ``nvml_error(NVML_ERROR_GPU_IS_LOST)`` is a ``pynvml.NVMLError_GpuIsLost``."""
+    err: Exception = load_pynvml().NVMLError(code)
+    return err
+
+
+@dataclass(frozen=True, slots=True)
+class GpmValues:
+    """GPM metrics over one window; ``None`` where unsupported or not yet two samples."""
+
+    dram_bw_util: float | None = None
+    sm_activity: float | None = None
+
+
+@dataclass(slots=True)
+class _Chain:
+    """One GPM sample chain: the whole GPU (``gi is None``) or one MIG GPU instance."""
+
+    gi: int | None
+    weight: float = 1.0
+    bufs: tuple[Any, Any] | None = None
+    primed: bool = False
+    prev_t: float = 0.0
+    values: GpmValues = field(default_factory=GpmValues)
+
+
+@dataclass(slots=True)
+class _Device:
+    index: int
+    handle: Any
+    name: str
+    lost: bool = False
+    gpm: bool = False
+    mig: bool = False
+    chains: list[_Chain] = field(default_factory=list)
+    unsupported: set[str] = field(default_factory=set)
+    last_error: str | None = None
+
+
+def _finite(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _as_int(x: Any) -> int:
+    """pynvml returns some values as ctypes objects (``nvmlDeviceIsMigDeviceHandle``)."""
+    return int(getattr(x, "value", x))
+
+
+class NvmlBackend:
+    """:class:`~llmtop.gpu.backend.GpuBackend` over NVML. Use from one thread at a time
+    (the sampler's)."""
+
+    def __init__(
+        self,
+        nvml: ModuleType | Any = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        gpm_min_window_s: float = 0.1,
+    ) -> None:
+        self._nvml: Any = nvml
+        self._monotonic = monotonic
+        self._gpm_min_window_s = gpm_min_window_s
+        self._devices: list[_Device] = []
+        self._initialised = False
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def init(self) -> None:
+        """Load NVML and enumerate devices (once). Raises :class:`GpuUnavailable`."""
+        if self._initialised:
+            return
+        if self._nvml is None:
+            self._nvml = load_pynvml()
+        nv = self._nvml
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
+            raise GpuUnavailable(_init_reason(nv, exc)) from None
+        except Exception as exc:  # NVMLLibraryMismatchError, ctypes trouble
+            raise GpuUnavailable(f"NVML failed to start: {type(exc).__name__}: {exc}") from None
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except nv.NVMLError as exc:
+            self._quiet_shutdown()
+            raise GpuUnavailable(f"NVML could not count GPUs: {exc}") from None
+        if count == 0:
+            self._quiet_shutdown()
+            raise GpuUnavailable("NVML found no NVIDIA GPU")
+        self._devices = [self._open(i) for i in range(count)]
+        self._initialised = True
+
+    def shutdown(self) -> None:
+        """Free GPM samples and shut NVML down; idempotent, never raises."""
+        if not self._initialised:
+            return
+        nv = self._nvml
+        for dev in self._devices:
+            for chain in dev.chains:
+                for buf in chain.bufs or ():
+                    try:
+                        nv.nvmlGpmSampleFree(buf)
+                    except Exception:  # freeing on the way out: nothing useful to do
+                        pass
+                chain.bufs = None
+        self._quiet_shutdown()
+        self._initialised = False
+
+    def _quiet_shutdown(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:  # already shut down, or the library went away
+            pass
+
+    def _open(self, index: int) -> _Device:
+        nv = self._nvml
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+        except nv.NVMLError as exc:
+            return _Device(index, None, f"GPU {index}", lost=True, last_error=f"handle: {exc}")
+        dev = _Device(index, handle, f"GPU {index}")
+        name = self._query(dev, "name", lambda: nv.nvmlDeviceGetName(handle))
+        if name is not None:
+            dev.name = name.decode() if isinstance(name, bytes) else str(name)
+        support = self._query(dev, "gpm", lambda: nv.nvmlGpmQueryDeviceSupport(handle))
+        dev.gpm = bool(support is not None and _as_int(support.isSupportedDevice))
+        mode = self._query(dev, "mig", lambda: nv.nvmlDeviceGetMigMode(handle))
+        dev.mig = bool(mode is not None and _as_int(mode[0]) == nv.NVML_DEVICE_MIG_ENABLE)
+        if dev.mig:
+            dev.chains = self._mig_chains(dev)
+        else:
+            dev.chains = [_Chain(gi=None)]
+        return dev
+
+    def _mig_chains(self, dev: _Device) -> list[_Chain]:
+        """One chain per GPU instance, weighted by the instance's memory size."""
+        nv = self._nvml
+        chains: dict[int, _Chain] = {}
+        count = self._query(dev, "mig", lambda: nv.nvmlDeviceGetMaxMigDeviceCount(dev.handle))
+        for i in range(_as_int(count or 0)):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, i)
+                gi = _as_int(nv.nvmlDeviceGetGpuInstanceId(mig))
+            except nv.NVMLError:  # NOT_FOUND: no MIG device in this slot
+                continue
+            if gi in chains:  # several compute instances share one GPU instance
+                continue
+            try:
+                weight = float(nv.nvmlDeviceGetMemoryInfo(mig).total)
+            except nv.NVMLError:
+                weight = 1.0
+            chains[gi] = _Chain(gi=gi, weight=weight if weight > 0 else 1.0)
+        return list(chains.values())
+
+    # -- the device list -------------------------------------------------------------------
+
+    def device_count(self) -> int:
+        """How many GPUs NVML reported at :meth:`init` (``nvidia-smi --list-gpus | wc -l``)."""
+        return len(self._devices)
+
+    def handle(self, index: int) -> Any:
+        """The NVML device handle (``None`` if it could not be opened)."""
+        return self._devices[index].handle
+
+    def lost(self, index: int) -> bool:
+        """True once the device has fallen off the bus or been reset (``GPU_IS_LOST``)."""
+        return self._devices[index].lost
+
+    def last_error(self, index: int) -> str | None:
+        """The last NVML error seen on this device (other than NOT_SUPPORTED), for status."""
+        return self._devices[index].last_error
+
+    def gpm_supported(self, index: int) -> bool:
+        """Whether GPM metrics (DRAM bandwidth, SM activity) are available on this device."""
+        return self._devices[index].gpm
+
+    def mig_enabled(self, index: int) -> bool:
+        """``nvidia-smi --query-gpu=mig.mode.current``."""
+        return self._devices[index].mig
+
+    def mig_instances(self, index: int) -> dict[int, GpmValues]:
+        """GPM values per MIG GPU instance id, as of the last :meth:`gpm` call."""
+        dev = self._devices[index]
+        return {c.gi: c.values for c in dev.chains if c.gi is not None}
+
+    # -- error handling --------------------------------------------------------------------
+
+    def _query(self, dev: _Device, fld: str, fn: Callable[[], T]) -> T | None:
+        """``fn()``, or None when the device is lost, the field unsupported, or NVML errs."""
+        if dev.lost or fld in dev.unsupported:
+            return None
+        nv = self._nvml
+        try:
+            return fn()
+        except nv.NVMLError as exc:
+            self._note_error(dev, fld, exc)
+        except AttributeError:  # a binding too old to have this function
+            dev.unsupported.add(fld)
+        return None
+
+    def _note_error(self, dev: _Device, fld: str, exc: Any) -> None:
+        nv = self._nvml
+        code = getattr(exc, "value", None)
+        if code in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+            dev.unsupported.add(fld)
+            if fld == "gpm":
+                dev.gpm = False
+            return
+        if code in (nv.NVML_ERROR_GPU_IS_LOST, getattr(nv, "NVML_ERROR_GPU_NOT_FOUND", 28)):
+            dev.lost = True
+        dev.last_error = f"{fld}: {exc}"
+
+    # -- per-field getters -----------------------------------------------------------------
+
+    def name(self, index: int) -> str:
+        """Product name, read once at init (``nvidia-smi --query-gpu=name``)."""
+        return self._devices[index].name
+
+    def memory(self, index: int) -> tuple[int, int] | None:
+        """(used, total) bytes of device memory (``memory.used``, ``memory.total``)."""
+        dev = self._devices[index]
+        info = self._query(dev, "memory", lambda: self._nvml.nvmlDeviceGetMemoryInfo(dev.handle))
+        if info is None:
+            return None
+        return int(info.used), int(info.total)
+
+    def utilization(self, index: int) -> tuple[float, float] | None:
+        """(gpu %, memory busy %) over NVML's last sample period
+        (``utilization.gpu``, ``utilization.memory``)."""
+        dev = self._devices[index]
+        nv = self._nvml
+        u = self._query(dev, "utilization", lambda: nv.nvmlDeviceGetUtilizationRates(dev.handle))
+        if u is None:
+            return None
+        return float(u.gpu), float(u.memory)
+
+    def util_gpu(self, index: int) -> float | None:
+        """% of time one or more kernels ran (``nvidia-smi --query-gpu=utilization.gpu``)."""
+        u = self.utilization(index)
+        return None if u is None else u[0]
+
+    def mem_busy(self, index: int) -> float | None:
+        """% of time device memory was read or written — busy time, NOT bandwidth
+        (``nvidia-smi --query-gpu=utilization.memory``)."""
+        u = self.utilization(index)
+        return None if u is None else u[1]
+
+    def power_w(self, index: int) -> float | None:
+        """Board power draw in watts (``nvidia-smi --query-gpu=power.draw``)."""
+        dev = self._devices[index]
+        mw = self._query(dev, "power", lambda: self._nvml.nvmlDeviceGetPowerUsage(dev.handle))
+        return None if mw is None else float(mw) / 1000.0
+
+    def power_limit_w(self, index: int) -> float | None:
+        """Enforced power limit in watts (``nvidia-smi --query-gpu=enforced.power.limit``)."""
+        dev = self._devices[index]
+        nv = self._nvml
+        mw = self._query(dev, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(dev.handle))
+        return None if mw is None else float(mw) / 1000.0
+
+    def sm_clock_mhz(self, index: int) -> float | None:
+        """Current SM clock in MHz (``nvidia-smi --query-gpu=clocks.sm``)."""
+        dev = self._devices[index]
+        nv = self._nvml
+        mhz = self._query(
+            dev, "sm_clock", lambda: nv.nvmlDeviceGetClockInfo(dev.handle, nv.NVML_CLOCK_SM)
+        )
+        return _finite(mhz)
+
+    def mem_clock_mhz(self, index: int) -> float | None:
+        """Current memory clock in MHz (``nvidia-smi --query-gpu=clocks.mem``)."""
+        dev = self._devices[index]
+        nv = self._nvml
+        mhz = self._query(
+            dev, "mem_clock", lambda: nv.nvmlDeviceGetClockInfo(dev.handle, nv.NVML_CLOCK_MEM)
+        )
+        return _finite(mhz)
+
+    def temperature_c(self, index: int) -> float | None:
+        """GPU core temperature in °C (``nvidia-smi --query-gpu=temperature.gpu``)."""
+        dev = self._devices[index]
+        nv = self._nvml
+        # nvmlDeviceGetTemperature is deprecated in NVML 13; the V form replaces it.
+        getter = getattr(nv, "nvmlDeviceGetTemperatureV", None) or nv.nvmlDeviceGetTemperature
+        c = self._query(dev, "temperature", lambda: getter(dev.handle, nv.NVML_TEMPERATURE_GPU))
+        return _finite(c)
+
+    def pcie_rx_bytes_s(self, index: int) -> float | None:
+        """PCIe receive (host → GPU) bytes/s over the last 20 ms (``nvidia-smi dmon -s t``,
+        rxpci)."""
+        return self._pcie(index, "pcie_rx", "NVML_PCIE_UTIL_RX_BYTES")
+
+    def pcie_tx_bytes_s(self, index: int) -> float | None:
+        """PCIe transmit (GPU → host) bytes/s over the last 20 ms (``nvidia-smi dmon -s t``,
+        txpci)."""
+        return self._pcie(index, "pcie_tx", "NVML_PCIE_UTIL_TX_BYTES")
+
+    def _pcie(self, index: int, fld: str, counter: str) -> float | None:
+        dev = self._devices[index]
+        nv = self._nvml
+        kbs = self._query(
+            dev, fld, lambda: nv.nvmlDeviceGetPcieThroughput(dev.handle, getattr(nv, counter))
+        )
+        return None if kbs is None else float(kbs) * KIB
+
+    def gpm(self, index: int) -> GpmValues:
+        """DRAM bandwidth (% of peak) and SM activity (% of SMs busy) over the window since
+        the previous call (``nvidia-smi dmon --gpm-metrics 10,2``). The first call only takes
+        a sample and returns Nones; calls closer than ``gpm_min_window_s`` to the previous
+        sample return the last window's values."""
+        dev = self._devices[index]
+        if not _gpm_live(dev):
+            return GpmValues()
+        now = self._monotonic()
+        for chain in dev.chains:
+            if not _gpm_live(dev):
+                break
+            self._advance(dev, chain, now)
+        if not _gpm_live(dev):
+            return GpmValues()
+        return GpmValues(
+            dram_bw_util=_weighted(dev.chains, "dram_bw_util"),
+            sm_activity=_weighted(dev.chains, "sm_activity"),
+        )
+
+    def _advance(self, dev: _Device, chain: _Chain, now: float) -> None:
+        nv = self._nvml
+        try:
+            if chain.bufs is None:
+                chain.bufs = (nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc())
+            first, second = chain.bufs
+            if not chain.primed:
+                self._sample(dev, chain, first)
+                chain.primed, chain.prev_t = True, now
+                return
+            if now - chain.prev_t < self._gpm_min_window_s:
+                return
+            self._sample(dev, chain, second)
+            mg = nv.c_nvmlGpmMetricsGet_t()
+            mg.version = nv.NVML_GPM_METRICS_GET_VERSION
+            mg.numMetrics = 2
+            mg.sample1 = first
+            mg.sample2 = second
+            mg.metrics[0].metricId = nv.NVML_GPM_METRIC_DRAM_BW_UTIL
+            mg.metrics[1].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+            nv.nvmlGpmMetricsGet(mg)
+            ok = nv.NVML_SUCCESS
+            m0, m1 = mg.metrics[0], mg.metrics[1]
+            chain.values = GpmValues(
+                dram_bw_util=_finite(m0.value) if m0.nvmlReturn == ok else None,
+                sm_activity=_finite(m1.value) if m1.nvmlReturn == ok else None,
+            )
+            # the later sample becomes the next window's first
+            chain.bufs = (second, first)
+            chain.prev_t = now
+        except nv.NVMLError as exc:
+            chain.primed = False
+            chain.values = GpmValues()
+            self._note_error(dev, "gpm", exc)
+        except (AttributeError, ctypes.ArgumentError, TypeError):
+            # bindings without GPM, or a handle they cannot pass
+            chain.primed = False
+            chain.values = GpmValues()
+            dev.gpm = False
+
+    def _sample(self, dev: _Device, chain: _Chain, buf: Any) -> None:
+        nv = self._nvml
+        if chain.gi is None:
+            nv.nvmlGpmSampleGet(dev.handle, buf)
+        else:
+            nv.nvmlGpmMigSampleGet(dev.handle, chain.gi, buf)
+
+    # -- everything at once ----------------------------------------------------------------
+
+    def read(self, index: int, t: float) -> GpuReading:
+        """Every field of device ``index`` (one NVML call per field), stamped ``t``."""
+        dev = self._devices[index]
+        mem = self.memory(index)
+        util = self.utilization(index)
+        gpm = self.gpm(index)
+        return GpuReading(
+            t=t,
+            index=index,
+            name=dev.name,
+            mem_used_bytes=None if mem is None else mem[0],
+            mem_total_bytes=None if mem is None else mem[1],
+            util_gpu=None if util is None else util[0],
+            mem_busy=None if util is None else util[1],
+            dram_bw_util=gpm.dram_bw_util,
+            power_w=self.power_w(index),
+            simulated=False,
+            sm_activity=gpm.sm_activity,
+            power_limit_w=self.power_limit_w(index),
+            sm_clock_mhz=self.sm_clock_mhz(index),
+            mem_clock_mhz=self.mem_clock_mhz(index),
+            temperature_c=self.temperature_c(index),
+            pcie_rx_bytes_s=self.pcie_rx_bytes_s(index),
+            pcie_tx_bytes_s=self.pcie_tx_bytes_s(index),
+        )
+
+
+def _gpm_live(dev: _Device) -> bool:
+    return dev.gpm and not dev.lost
+
+
+def _weighted(chains: list[_Chain], attr: str) -> float | None:
+    num = den = 0.0
+    for c in chains:
+        v = getattr(c.values, attr)
+        if v is not None:
+            num += c.weight * v
+            den += c.weight
+    return num / den if den > 0 else None
+
+
+def _init_reason(nv: Any, exc: Any) -> str:
+    """One line for the user on why NVML would not start."""
+    code = getattr(exc, "value", None)
+    if code == nv.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return "no NVML library (libnvidia-ml.so.1 not found: is the NVIDIA driver installed?)"
+    if code == nv.NVML_ERROR_DRIVER_NOT_LOADED:
+        return "the NVIDIA driver is not loaded"
+    if code == nv.NVML_ERROR_NO_PERMISSION:
+        return "no permission to open NVML"
+    if code == nv.NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return "the NVML library and the kernel driver differ in version (reboot after an update)"
+    return f"NVML failed to start: {exc}"
