@@ -1,0 +1,431 @@
+"""The recorder: a bus subscriber that writes the JSON Lines recording off the forwarding path.
+
+``Recorder.on_events`` runs on the event loop (it is an :class:`llmtop.bus.EventBus`
+subscriber). It only appends the event *objects* to a bounded queue — O(batch), no JSON, no
+I/O, never a lock that the writer holds while writing — and when the queue is full it counts
+the events it could not keep (``dropped``) instead of stalling the proxy. A writer thread
+serialises (``to_json_dict`` + ``json.dumps``), writes and flushes.
+
+Durability: every ``flush_s / 4`` the writer thread writes what is queued and hands it to the
+operating system (``flush()``; for ``.jsonl.gz`` a ``Z_SYNC_FLUSH`` so the compressed stream
+read so far decodes). That is what survives ``kill -9`` of the process: the OS page cache
+belongs to the kernel, so every line queued more than ``flush_s`` before the kill is in the
+file. ``os.fsync`` (surviving a power cut) is done once, when the recording is stopped — an
+fsync per flush would cost a disk round trip several times a second for no gain against a
+killed process.
+
+The recording never carries prompt or completion text: the events themselves don't.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import itertools
+import json
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from llmtop import __version__
+from llmtop.bus import EventBus
+from llmtop.events import Event, RequestRecord
+from llmtop.recording.errors import RecordingError
+
+FORMAT = "llmtop-recording"
+VERSION = 1
+
+Opener = Callable[[Path, bool], IO[bytes]]
+"""``opener(path, overwrite)`` → a binary file object to write to (tests inject slow ones)."""
+
+_BATCH_LINES = 4096  # lines serialised per write() call
+
+
+class _Serialisable(Protocol):
+    def to_json_dict(self) -> dict[str, Any]: ...
+
+
+def _default_opener(path: Path, overwrite: bool) -> IO[bytes]:
+    return open(path, "wb" if overwrite else "xb")
+
+
+def _finite(obj: Any) -> Any:
+    """NaN/inf → None, recursively (JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def dumps_line(d: Mapping[str, Any]) -> bytes:
+    """One recording line: compact JSON, NaN/inf as ``null``, newline-terminated."""
+    try:
+        s = json.dumps(d, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        s = json.dumps(_finite(dict(d)), separators=(",", ":"), allow_nan=False)
+    return s.encode() + b"\n"
+
+
+class _Counting:
+    """Passes writes to the file and counts the bytes (what GzipFile writes through)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.bytes = 0
+
+    def write(self, data: bytes) -> int:
+        self.raw.write(data)
+        self.bytes += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+class _Sink:
+    """The file, gzip-wrapped for ``.gz`` paths, counting the bytes that reach the file."""
+
+    def __init__(self, raw: IO[bytes], gz: bool) -> None:
+        self.raw = raw
+        self._out = _Counting(raw)
+        self._gz = (
+            gzip.GzipFile(filename="", mode="wb", fileobj=self._out, mtime=0)
+            if gz
+            else None
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return self._out.bytes
+
+    def write_lines(self, data: bytes) -> None:
+        if self._gz is not None:
+            self._gz.write(data)
+        else:
+            self._out.write(data)
+
+    def flush(self) -> None:
+        if self._gz is not None:
+            self._gz.flush()  # Z_SYNC_FLUSH: everything so far decodes (also flushes raw)
+        self.raw.flush()
+
+    def close(self) -> None:
+        try:
+            if self._gz is not None:
+                self._gz.close()  # writes the gzip trailer; leaves raw open
+            self.raw.flush()
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.fsync(self.raw.fileno())
+        finally:
+            self.raw.close()
+
+
+class Recorder:
+    """Writes one recording. ``start()``, then subscribe ``on_events`` to the bus; ``stop()``
+    writes the footer and closes the file.
+
+    ``header`` adds to (or overrides) the header's ``upstream``, ``slo`` and
+    ``llmtop_version`` and may carry anything else worth keeping with the figures (model,
+    hardware, engine version); ``type``, ``format``, ``version`` and ``started_at`` are
+    always the recorder's own.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        header: Mapping[str, Any],
+        queue_max: int = 100_000,
+        flush_s: float = 1.0,
+        overwrite: bool = False,
+        opener: Opener | None = None,
+    ) -> None:
+        if queue_max < 1:
+            raise ValueError("queue_max must be at least 1")
+        if flush_s <= 0:
+            raise ValueError("flush_s must be positive")
+        self.path = Path(path)
+        self.header_extra = dict(header)
+        self.queue_max = queue_max
+        self.flush_s = flush_s
+        self.overwrite = overwrite
+        self._opener: Opener = opener or _default_opener
+        self._queue: deque[_Serialisable] = deque()
+        self._running = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sink: _Sink | None = None
+        self._lock = threading.Lock()  # guards the sink between the thread and stop()
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
+        self._dropped_full = 0  # counted on the event loop (queue full)
+        self._dropped_full_requests = 0
+        self._dropped_write = 0  # counted in the writer thread (write failed)
+        self._dropped_write_requests = 0
+        self._bytes_final = 0
+        self.requests = 0
+        self.lines = 0
+        self.error: str | None = None
+        self._footer: dict[str, Any] | None = None
+
+    @property
+    def dropped(self) -> int:
+        """Lines not written: queue full (disk slower than traffic) or a failed write."""
+        return self._dropped_full + self._dropped_write
+
+    @property
+    def dropped_requests(self) -> int:
+        """How many of the dropped lines were requests."""
+        return self._dropped_full_requests + self._dropped_write_requests
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        """The header line as written (after ``start()``)."""
+        extra = dict(self.header_extra)
+        for k in ("type", "format", "version", "started_at"):
+            extra.pop(k, None)
+        return {
+            "type": "header",
+            "format": FORMAT,
+            "version": VERSION,
+            "started_at": self.started_at,
+            "upstream": extra.pop("upstream", None),
+            "slo": dict(extra.pop("slo", None) or {}),
+            "llmtop_version": extra.pop("llmtop_version", __version__),
+            **extra,
+        }
+
+    def start(self) -> None:
+        """Open the file (raising :class:`RecordingError` for an existing file unless
+        ``overwrite``, a missing directory or no permission), write the header, start the
+        writer thread."""
+        if self._running or self._sink is not None:
+            raise RecordingError(f"{self.path}: this recorder was already started")
+        try:
+            raw = self._opener(self.path, self.overwrite)
+        except FileExistsError:
+            raise RecordingError(
+                f"{self.path}: file exists; choose another name or allow overwriting"
+            ) from None
+        except FileNotFoundError:
+            raise RecordingError(f"{self.path}: directory does not exist") from None
+        except IsADirectoryError:
+            raise RecordingError(f"{self.path}: is a directory") from None
+        except PermissionError:
+            raise RecordingError(f"{self.path}: permission denied") from None
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: cannot open for writing: {exc.strerror}") from None
+        self._sink = _Sink(raw, self.path.name.endswith(".gz"))
+        self.started_at = time.time()
+        try:
+            self._sink.write_lines(dumps_line(self.header()))
+            self._sink.flush()
+        except OSError as exc:
+            self._sink.close()
+            self._sink = None
+            raise RecordingError(f"{self.path}: cannot write: {exc.strerror}") from None
+        self.lines = 1
+        self._running = True
+        self._thread = threading.Thread(
+            target=self._run, name=f"llmtop-recorder:{self.path.name}", daemon=True
+        )
+        self._thread.start()
+
+    def on_events(self, batch: Sequence[Event]) -> None:
+        """The bus subscriber: enqueue, never block; count what does not fit as dropped."""
+        if not self._running:
+            return
+        q = self._queue
+        room = self.queue_max - len(q)
+        n = len(batch)
+        if n <= room:
+            q.extend(batch)
+            return
+        if room > 0:
+            q.extend(itertools.islice(batch, room))
+        else:
+            room = 0
+        self._dropped_full += n - room
+        self._dropped_full_requests += sum(
+            1 for e in itertools.islice(batch, room, None) if isinstance(e, RequestRecord)
+        )
+
+    def stop(self) -> dict[str, Any]:
+        """Write what is queued and the footer (``ended_at``, ``requests``, ``dropped``),
+        fsync and close. Returns the final :meth:`status`. Idempotent."""
+        if self._footer is not None:
+            return self.status()
+        self._running = False
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.ended_at = time.time()
+        self._footer = {
+            "type": "footer",
+            "ended_at": self.ended_at,
+            "requests": self.requests,
+            "lines": self.lines + 1,
+            "dropped": self.dropped,
+            "dropped_requests": self.dropped_requests,
+        }
+        with self._lock:
+            sink, self._sink = self._sink, None
+            if sink is not None:
+                try:
+                    if self.error is None:
+                        sink.write_lines(dumps_line(self._footer))
+                        self.lines += 1
+                    sink.close()
+                except OSError as exc:
+                    self.error = self.error or f"{exc.strerror or exc}"
+                finally:
+                    self._bytes_final = sink.nbytes
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        """``path, started_at, requests, lines, dropped, bytes`` (+ ``queued``, ``error``,
+        ``ended_at`` once stopped). ``bytes`` counts what reached the file (compressed for
+        ``.gz``)."""
+        sink = self._sink
+        nbytes = sink.nbytes if sink is not None else self._bytes_final
+        return {
+            "path": str(self.path),
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "recording": self._running,
+            "requests": self.requests,
+            "lines": self.lines,
+            "dropped": self.dropped,
+            "dropped_requests": self.dropped_requests,
+            "queued": len(self._queue),
+            "bytes": nbytes,
+            "error": self.error,
+        }
+
+    # -- the writer thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        period = self.flush_s / 4
+        while True:
+            stopping = self._stop.wait(period)
+            self._write_queued()
+            if stopping:
+                return
+
+    def _write_queued(self) -> None:
+        q = self._queue
+        while q:
+            chunk: list[bytes] = []
+            requests = 0
+            pop = q.popleft
+            while q and len(chunk) < _BATCH_LINES:
+                ev = pop()
+                try:
+                    chunk.append(dumps_line(ev.to_json_dict()))
+                except (TypeError, ValueError, AttributeError):
+                    self._dropped_write += 1  # not an event: counted, never kills the thread
+                    continue
+                if isinstance(ev, RequestRecord):
+                    requests += 1
+            if self.error is not None:
+                self._count_lost(chunk, requests)
+                continue
+            with self._lock:
+                sink = self._sink
+                if sink is None:
+                    return
+                try:
+                    sink.write_lines(b"".join(chunk))
+                except OSError as exc:
+                    self.error = f"write failed: {exc.strerror or exc}"
+                    self._count_lost(chunk, requests)
+                    continue
+            self.lines += len(chunk)
+            self.requests += requests
+        if self.error is None:
+            with self._lock:
+                sink = self._sink
+                if sink is not None:
+                    try:
+                        sink.flush()
+                    except OSError as exc:
+                        self.error = f"flush failed: {exc.strerror or exc}"
+
+    def _count_lost(self, chunk: list[bytes], requests: int) -> None:
+        self._dropped_write += len(chunk)
+        self._dropped_write_requests += requests
+
+
+class RecordingController:
+    """Start/stop recordings on a bus — what the admin API, ``--record`` and the TUI's ``r``
+    key drive. Implements the admin's ``RecordingControl``: ``start(path) -> dict``,
+    ``stop() -> dict``, ``status() -> dict | None`` (None when not recording).
+
+    ``header`` is a mapping or a callable returning one (read at each start, so a header can
+    carry conditions learnt after start-up, such as the models seen so far).
+    """
+
+    def __init__(
+        self,
+        bus: EventBus,
+        *,
+        header: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+        queue_max: int = 100_000,
+        flush_s: float = 1.0,
+        overwrite: bool = False,
+        opener: Opener | None = None,
+    ) -> None:
+        self.bus = bus
+        self._header = header
+        self.queue_max = queue_max
+        self.flush_s = flush_s
+        self.overwrite = overwrite
+        self._opener = opener
+        self.recorder: Recorder | None = None
+        self.last: dict[str, Any] | None = None
+        """The final status of the last recording stopped."""
+
+    def start(self, path: str, *, overwrite: bool | None = None) -> dict[str, Any]:
+        """Begin recording to ``path``; :class:`RecordingError` if one is already running or
+        the file exists (unless ``overwrite``)."""
+        if self.recorder is not None:
+            raise RecordingError(f"already recording to {self.recorder.path}; stop it first")
+        if not str(path).strip():
+            raise RecordingError("recording path is empty")
+        header = self._header() if callable(self._header) else self._header
+        rec = Recorder(
+            path,
+            header=header,
+            queue_max=self.queue_max,
+            flush_s=self.flush_s,
+            overwrite=self.overwrite if overwrite is None else overwrite,
+            opener=self._opener,
+        )
+        rec.start()
+        self.bus.subscribe(rec.on_events)
+        self.recorder = rec
+        return rec.status()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop the running recording: unsubscribe, write the footer, close. Returns its
+        final status; :class:`RecordingError` when nothing is being recorded."""
+        rec = self.recorder
+        if rec is None:
+            raise RecordingError("not recording")
+        self.bus.unsubscribe(rec.on_events)
+        self.recorder = None
+        self.last = rec.stop()
+        return self.last
+
+    def status(self) -> dict[str, Any] | None:
+        rec = self.recorder
+        return None if rec is None else rec.status()

@@ -1,0 +1,169 @@
+"""Durability and back-pressure: kill -9 loses at most the last second; a disk slower than
+the traffic never blocks the publisher — lines are dropped and counted instead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+import pytest
+from rec_helpers import T0, request
+
+from llmtop.events import RequestRecord
+from llmtop.recording.reader import RecordingReader
+from llmtop.recording.writer import Recorder
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from llmtop.bus import EventBus
+    from llmtop.events import RequestRecord
+    from llmtop.recording.writer import Recorder
+
+    async def main(path):
+        bus = EventBus()
+        rec = Recorder(path, header={"upstream": "http://child"}, flush_s=1.0)
+        rec.start()
+        bus.subscribe(rec.on_events)
+        pump = asyncio.create_task(bus.pump(0.05))
+        i = 0
+        while True:
+            now = time.time()
+            bus.publish(RequestRecord(
+                id=f"q{i}", user="u", model="m", dialect="openai", path="/v1/completions",
+                stream=True, status=200, outcome="ok", t_start=now - 0.5, ttft_s=0.1,
+                e2e_s=0.5, prompt_tokens=10, completion_tokens=20, token_source="usage",
+                chunk_offsets_s=(0.1, 0.3, 0.5), chunk_tokens=(1, 10, 9)))
+            print(f"q{i} {now!r}", flush=True)
+            i += 1
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_kill_9_loses_at_most_the_last_second(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"killed{suffix}"
+    finished: dict[str, float] = {}
+    with subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
+                          text=True) as proc:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        first: float | None = None
+        for line in proc.stdout:  # ~2.5 s of steady traffic
+            rid, t = line.split()
+            finished[rid] = float(t)
+            first = first or float(t)
+            if float(t) - first > 2.5 or time.monotonic() > deadline:
+                break
+        kill_t = time.time()
+        os.kill(proc.pid, signal.SIGKILL)
+        for line in proc.stdout.read().splitlines():
+            rid, t = line.split()
+            finished[rid] = float(t)
+        proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+    must_have = {rid for rid, t in finished.items() if t < kill_t - 1.0}
+    assert len(must_have) > 50
+    with RecordingReader(path) as r:
+        got = {e.id for e in r if isinstance(e, RequestRecord)}
+        assert r.footer is None  # killed: no footer
+        assert r.truncated_lines <= 1
+    missing = must_have - got
+    assert not missing, f"{len(missing)} requests finished >1 s before the kill are missing"
+
+
+class SlowFile:
+    """A file whose every write takes `delay` seconds: a disk slower than the traffic."""
+
+    def __init__(self, path: Path, delay: float) -> None:
+        self._fh: IO[bytes] = open(path, "wb")  # noqa: SIM115
+        self.delay = delay
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:
+        time.sleep(self.delay)
+        self.writes += 1
+        return self._fh.write(data)
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def fileno(self) -> int:
+        return self._fh.fileno()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def test_slow_disk_never_blocks_publishing_and_counts_drops(tmp_path: Path) -> None:
+    path = tmp_path / "slow.jsonl"
+    sinks: list[SlowFile] = []
+
+    def opener(p: Path, overwrite: bool) -> SlowFile:
+        sinks.append(SlowFile(p, delay=0.3))
+        return sinks[0]
+
+    rec = Recorder(path, header={"upstream": "u"}, queue_max=500, flush_s=0.2,
+                   opener=opener)  # type: ignore[arg-type]
+    rec.start()
+    durations: list[float] = []
+    total = 0
+    t_end = time.monotonic() + 1.5
+    i = 0
+    while time.monotonic() < t_end:
+        batch = [request(i + k, T0 + i + k) for k in range(100)]
+        i += 100
+        t = time.perf_counter()
+        rec.on_events(batch)
+        durations.append(time.perf_counter() - t)
+        total += len(batch)
+        time.sleep(0.005)
+    st = rec.status()
+    assert st["dropped"] > 0 and st["dropped_requests"] == st["dropped"]
+    # one slow write takes 0.3 s; publishing never waited for one
+    assert max(durations) < 0.1, f"on_events blocked for {max(durations):.3f} s"
+    final = rec.stop()
+    assert final["dropped"] >= st["dropped"]
+    assert final["requests"] + final["dropped_requests"] == total
+    with RecordingReader(path) as r:
+        n = sum(1 for e in r if isinstance(e, RequestRecord))
+        assert r.footer is not None
+        assert r.footer["dropped"] == final["dropped"]
+        assert r.footer["requests"] == n == final["requests"]
+
+
+def test_write_error_is_reported_not_raised(tmp_path: Path) -> None:
+    """A disk that fails (full, unplugged): the error shows in status, events are counted as
+    dropped, the writer thread survives and stop() still returns."""
+
+    class FailingFile(SlowFile):
+        def write(self, data: bytes) -> int:
+            self.writes += 1
+            if self.writes > 1:  # the header gets through, then the disk fills
+                raise OSError(28, "No space left on device")
+            return self._fh.write(data)
+
+    def opener(p: Path, overwrite: bool) -> FailingFile:
+        return FailingFile(p, 0.0)
+
+    rec = Recorder(tmp_path / "full.jsonl", header={}, flush_s=0.1,
+                   opener=opener)  # type: ignore[arg-type]
+    rec.start()
+    rec.on_events([request(i, T0 + i) for i in range(10)])
+    for _ in range(100):
+        if rec.status()["error"]:
+            break
+        threading.Event().wait(0.02)
+    st = rec.stop()
+    assert st["error"] and "No space left" in st["error"]
+    assert st["dropped"] == 10 and st["requests"] == 0
