@@ -1,0 +1,196 @@
+"""Golden byte fixtures for every dialect, fed whole, split at every byte boundary (all
+two-way splits), one byte at a time, and at random boundaries: the results never change.
+
+Each expectation below was worked out by reading the fixture (see
+tests/fixtures/dialects/README.md), not by running the parser.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from llmtop.events import Dialect
+from llmtop.proxy.dialects import StreamParser, make_parser
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dialects"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a whole body yields: totals, the tokens of each content event in order, and the
+    parser's attributes at the end."""
+
+    dialect: Dialect
+    stream: bool
+    content_type: str
+    chunks: tuple[int, ...]
+    prompt: int | None
+    completion: int | None
+    model: str | None
+    error: str | None = None
+
+
+SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
+SMOL = "smollm2-135m-instruct"
+
+CASES: dict[str, Expect] = {
+    # real llama.cpp: 11 non-empty content deltas; the role chunk (content null) and the
+    # finish chunk (empty delta) are not content; no usage without include_usage
+    "llamacpp_chat_stream.sse": Expect("openai", True, SSE, (1,) * 11, None, None, SMOL),
+    # same with include_usage: usage 36/12 (12 includes the end-of-sequence token)
+    "llamacpp_chat_stream_usage.sse": Expect("openai", True, SSE, (1,) * 11, 36, 12, SMOL),
+    # 16 non-empty texts; usage rides on the finish chunk (text "")
+    "llamacpp_completions_stream.sse": Expect("openai", True, SSE, (1,) * 16, 3, 16, SMOL),
+    # text + 3 tool-call deltas; role-only "" and finish are not content; usage 50/19
+    "openai_crlf_keepalive_tools.sse": Expect("openai", True, SSE, (1, 1, 1, 1), 50, 19,
+                                              "gpt-4o-mini"),
+    # continuous usage cumulative 0,1,3,6,7,8(finish),8(usage-only) → 1,2,3,1 per event
+    "openai_continuous_usage_reasoning.sse": Expect("openai", True, SSE, (1, 2, 3, 1), 20, 8,
+                                                    "Qwen/Qwen3-8B"),
+    # Hi / (multi-line) there / (no blank line at EOF) you
+    "openai_multiline_no_final_blank.sse": Expect("openai", True, SSE, (1, 1, 1), None, None,
+                                                  "llama-3"),
+    # " once", " upon", "" (not content), " a time"; usage 4/5 in the finish chunk
+    "openai_completions_cr.sse": Expect("openai", True, SSE, (1, 1, 1), 4, 5, "tinyllama"),
+    "openai_error_midstream.sse": Expect("openai", True, SSE, (1, 1), None, None, "m",
+                                         "CUDA out of memory. Tried to allocate 2 GiB"),
+    # thinking ×2, (signature: no), text ×2, input_json ("" no) ×2; prompt 472 + 100 cached
+    "anthropic_stream.sse": Expect("anthropic", True, SSE, (1,) * 6, 572, 89,
+                                   "claude-sonnet-4-5"),
+    "anthropic_error_crlf.sse": Expect("anthropic", True, SSE, (1, 1), 12, None,
+                                       "claude-sonnet-4-5", "Overloaded"),
+    # The, sky, (empty), is, blue; done line has 26/5; last line without newline
+    "ollama_generate.ndjson": Expect("ollama", True, NDJSON, (1,) * 4, 26, 5, "llama3.2"),
+    # (empty), thinking, tool_calls, "Ok"; done 31/4
+    "ollama_chat.ndjson": Expect("ollama", True, NDJSON, (1, 1, 1), 31, 4, "qwen3"),
+    "ollama_error.ndjson": Expect(
+        "ollama", True, NDJSON, (1, 1), None, None, "llama3.2",
+        "model runner has unexpectedly stopped, this may be due to resource limitations"),
+    # three tokens, then a special EOS token with details 4 generated / 7 input
+    "tgi_generate_stream.sse": Expect("tgi", True, SSE, (1, 1, 1), 7, 4, None),
+    "tgi_error.sse": Expect("tgi", True, SSE, (1, 1), None, None, None,
+                            "Request failed during generation: Server error: CUDA out of memory"),
+    # whole bodies: one content event at finish() carrying the usage's completion tokens
+    "llamacpp_chat_nonstream.json": Expect("openai", False, JSON, (12,), 36, 12, SMOL),
+    "anthropic_message.json": Expect("anthropic", False, JSON, (9,), 10, 9, "claude-haiku-4-5"),
+    "ollama_chat.json": Expect("ollama", False, JSON, (3,), 26, 3, "llama3.2"),
+    "tgi_generate.json": Expect("tgi", False, JSON, (3,), None, 3, None),
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    events: int
+    tokens: int
+    prompt: int | None
+    completion: int | None
+    usage_seen: bool
+    model: str | None
+    error: str | None
+
+
+def run(exp: Expect, pieces: list[bytes]) -> tuple[Result, list[tuple[int, int]]]:
+    parser: StreamParser = make_parser(exp.dialect, exp.stream, exp.content_type)
+    per_read = [parser.feed(p) for p in pieces]
+    per_read.append(parser.finish())
+    events = sum(n for n, _ in per_read)
+    tokens = sum(t for _, t in per_read)
+    res = Result(events, tokens, parser.usage_prompt_tokens, parser.usage_completion_tokens,
+                 parser.usage_seen, parser.model, parser.error)
+    return res, per_read
+
+
+def expected_result(exp: Expect) -> Result:
+    return Result(len(exp.chunks), sum(exp.chunks), exp.prompt, exp.completion,
+                  exp.completion is not None, exp.model, exp.error)
+
+
+def load(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def test_every_fixture_has_a_case() -> None:
+    on_disk = {p.name for p in FIXTURES.iterdir() if p.suffix in (".sse", ".ndjson", ".json")}
+    assert on_disk == set(CASES)
+
+
+def test_llamacpp_fixtures_are_the_shared_captures() -> None:
+    shared = Path("/work/shared/fixtures/llamacpp")
+    if not shared.is_dir():  # the repo is self-contained; the comparison is a bonus
+        return
+    for name in CASES:
+        if name.startswith("llamacpp_"):
+            assert load(name) == (shared / name.removeprefix("llamacpp_")).read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_whole_feed(name: str) -> None:
+    exp = CASES[name]
+    res, _ = run(exp, [load(name)])
+    assert res == expected_result(exp)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_byte_at_a_time_gives_each_event_on_the_read_that_ends_it(name: str) -> None:
+    exp = CASES[name]
+    raw = load(name)
+    res, per_read = run(exp, [raw[i : i + 1] for i in range(len(raw))])
+    assert res == expected_result(exp)
+    assert all(n <= 1 for n, _ in per_read), "one byte completes at most one event"
+    assert tuple(t for n, t in per_read if n) == exp.chunks
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_two_way_split(name: str) -> None:
+    exp = CASES[name]
+    raw = load(name)
+    want = expected_result(exp)
+    bad = [i for i in range(len(raw) + 1) if run(exp, [raw[:i], raw[i:]])[0] != want]
+    assert not bad, f"splits at {bad[:10]} differ"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_random_splits(name: str) -> None:
+    exp = CASES[name]
+    raw = load(name)
+    want = expected_result(exp)
+    rng = random.Random(name)
+    for _ in range(200):
+        cuts = sorted(rng.sample(range(1, len(raw)), k=rng.randint(1, min(40, len(raw) - 1))))
+        pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+        res, per_read = run(exp, pieces)
+        assert res == want, cuts
+        # the per-read tokens of a stream always add up to the same per-event tokens
+        assert sum(t for _, t in per_read) == sum(exp.chunks)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in CASES.items() if e.stream))
+def test_stream_reports_content_as_it_completes(name: str) -> None:
+    """feed() reports each content event on the read that completes it; finish() only
+    completes a last event that had no final blank line/newline."""
+    exp = CASES[name]
+    raw = load(name)
+    parser = make_parser(exp.dialect, exp.stream, exp.content_type)
+    fed = parser.feed(raw)
+    usage_before_eof = parser.usage_seen
+    at_eof = parser.finish()
+    if name == "openai_multiline_no_final_blank.sse":  # last event has no blank line
+        assert at_eof == (1, 1)
+    else:
+        assert at_eof == (0, 0)
+    assert (fed[0] + at_eof[0], fed[1] + at_eof[1]) == (len(exp.chunks), sum(exp.chunks))
+    # ollama_generate's last line (the one with the counts) has no newline
+    assert usage_before_eof == (exp.completion is not None and name != "ollama_generate.ndjson")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in CASES.items() if not e.stream))
+def test_whole_body_is_read_at_finish(name: str) -> None:
+    exp = CASES[name]
+    parser = make_parser(exp.dialect, exp.stream, exp.content_type)
+    assert parser.feed(load(name)) == (0, 0)
+    assert parser.finish() == (1, exp.chunks[0])
+    assert parser.finish() == (0, 0), "finish() twice does not count twice"
