@@ -1,0 +1,93 @@
+"""Capacity search: the largest load level whose SLO attainment holds the target.
+
+A sweep doubles the level (1, 2, 4, … for concurrency; the given rates for ``--rate``)
+until a level fails, then bisects between the last passing and the first failing level
+(integers for concurrency; to ``rate_resolution`` for rates). A level "passes" when its
+attainment ≥ target and it had no more errors than ``max_error_rate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from llmtop.bench.summary import StepSummary
+
+RunLevel = Callable[[float], Awaitable[StepSummary]]
+
+
+@dataclass
+class SearchResult:
+    steps: list[StepSummary]
+    best: StepSummary | None
+    first_fail: StepSummary | None
+
+    def ordered(self) -> list[StepSummary]:
+        return sorted(self.steps, key=lambda s: s.level)
+
+
+def passes(s: StepSummary, target: float, max_error_rate: float = 0.0) -> bool:
+    if s.requests == 0 or s.slo_attainment is None:
+        return False
+    errors = (s.errors + s.timeouts) / s.requests
+    return s.slo_attainment >= target and errors <= max_error_rate
+
+
+async def search(
+    run_level: RunLevel,
+    *,
+    integer: bool,
+    start_levels: Sequence[float],
+    target: float,
+    max_level: float,
+    rate_resolution: float = 0.25,
+    max_error_rate: float = 0.0,
+) -> SearchResult:
+    steps: list[StepSummary] = []
+    best: StepSummary | None = None
+    fail: StepSummary | None = None
+    levels = list(start_levels)
+    # 1. sweep: the given levels, then keep doubling until something fails
+    i = 0
+    while fail is None:
+        if i < len(levels):
+            level = levels[i]
+        else:
+            level = (levels[-1] * 2) if levels else 1.0
+            if level > max_level:
+                break
+            levels.append(level)
+        i += 1
+        s = await run_level(level)
+        steps.append(s)
+        if passes(s, target, max_error_rate):
+            best = s if best is None or s.level > best.level else best
+        else:
+            fail = s
+    if fail is None:
+        return SearchResult(steps, best, None)
+    # 2. bisect between the best passing level below the failure and the failure
+    lo = max((s.level for s in steps if passes(s, target, max_error_rate)
+              and s.level < fail.level), default=0.0)
+    hi = fail.level
+    while True:
+        if integer:
+            if hi - lo <= 1:
+                break
+            mid = float(int((lo + hi) // 2))
+        else:
+            if hi - lo <= rate_resolution:
+                break
+            mid = (lo + hi) / 2
+        if mid <= 0:
+            break
+        s = await run_level(mid)
+        steps.append(s)
+        if passes(s, target, max_error_rate):
+            lo = mid
+            if best is None or s.level > best.level:
+                best = s
+        else:
+            hi = mid
+            fail = s if s.level < fail.level else fail
+    return SearchResult(steps, best, fail)
