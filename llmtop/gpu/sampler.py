@@ -109,7 +109,7 @@ class GpuSampler(threading.Thread):
         present = [i for i in self._wanted if 0 <= i < count]
         missing = [i for i in self._wanted if not 0 <= i < count]
         if missing:
-            have = f"{count} GPU{'s' if count != 1 else ''}: 0..{count - 1}"
+            have = f"NVML sees {count} GPU{'s' if count != 1 else ''}"
             self._errors[-1] = f"GPU {','.join(map(str, missing))} not present ({have})"
         if not present:
             self.unavailable = self._errors[-1]

@@ -145,7 +145,7 @@ def open_gpu_source(
         listed = ",".join(map(str, missing))
         raise ConfigError(
             f"gpu.devices: GPU {listed} not present (NVML sees {count} GPU"
-            f"{'s' if count != 1 else ''}: 0..{count - 1})"
+            f"{'s' if count != 1 else ''}, numbered from 0)"
         )
     sampler = GpuSampler(
         backend, publish, interval_s=cfg.gpu.interval_s, devices=tuple(cfg.gpu.devices)
