@@ -1,0 +1,434 @@
+"""The reverse proxy: every method and path forwarded to the upstream, observed on the way.
+
+:class:`ProxyServer` binds ``cfg.listen`` with aiohttp's low-level server (no router, no
+middlewares, no access log: one handler for every request) and keeps one pooled
+``ClientSession`` to ``cfg.upstream``. Per request it reads the body (up to
+``cfg.max_body_bytes``), names the user, sends the request upstream, passes status and
+headers back as soon as they arrive and relays the body with :func:`llmtop.proxy.relay.pump`.
+Each finished request becomes one :class:`~llmtop.events.RequestRecord` on the bus;
+requests in flight are visible in :attr:`ProxyServer.active`.
+
+Fidelity: the response body reaches the client byte for byte (the client session does not
+decompress: gzip bodies pass through unchanged and are timed as dialect ``other``, since
+the parser cannot read them); only the usage-only SSE event that the proxy itself asked
+for is removed (``inject_usage``). The one header added is ``X-Accel-Buffering: no`` on
+streams, so a buffering proxy in front of llmtop does not batch chunks.
+
+Outcomes: ``ok``; ``error`` (upstream status ≥ 400, a malformed stream, a stream that broke
+off — still forwarded as-is; unreachable upstream → 502; body too big → 413);
+``cancelled`` (the client went away — the upstream connection is closed at once so the
+engine stops generating — or the proxy shut down); ``timeout`` (upstream connect, first
+byte or idle timeout → 504 in the API's own error shape, or the stream is cut off when the
+response had already started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from time import perf_counter_ns
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from llmtop.bus import EventBus
+from llmtop.config import Config, ConfigError, parse_hostport
+from llmtop.events import ActiveRequest, Dialect
+from llmtop.proxy.dialects.base import RequestInfo
+from llmtop.proxy.dialects.openai import (
+    UsageChunkStripper,
+    add_include_usage,
+    is_usage_rejection,
+)
+from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make_parser
+from llmtop.proxy.errors import error_response
+from llmtop.proxy.headers import client_response_headers, upstream_request_headers
+from llmtop.proxy.identity import IdentityResolver
+from llmtop.proxy.relay import Exchange, UpstreamBroken, Watchdog, pump
+
+_STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "application/ndjson",
+                           "application/jsonl", "application/x-jsonlines",
+                           "application/jsonlines"})
+_SKIP_AUTO = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+_CLIENT_GONE = 499
+"""Status recorded for a request whose client left before any response (nginx's 499)."""
+_MAX_REJECTION_BODY = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownSummary:
+    """How :meth:`ProxyServer.shutdown` ended the requests that were in flight."""
+
+    finished_in_grace: int
+    cancelled: int
+
+
+class ProxyServer:
+    """The proxy on ``cfg.listen`` in front of ``cfg.upstream``.
+
+    ``active`` holds the requests open now (shared with whoever shows in-flight counts);
+    ``upstream_down`` is True after a failed upstream connect until the next success.
+    ``concurrency_at_start`` of a request counts the requests open at its t0 *including
+    itself* (a lone request has 1).
+    """
+
+    def __init__(
+        self, cfg: Config, bus: EventBus, active: dict[str, ActiveRequest] | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.bus = bus
+        self.active: dict[str, ActiveRequest] = active if active is not None else {}
+        self.upstream_down = False
+        self.usage_rejected = False
+        """The upstream refused ``stream_options`` once: injection is off from then on."""
+        self._base = cfg.upstream.rstrip("/")
+        self._identity = IdentityResolver(cfg.user_header, cfg.user_salt)
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.ServerRunner | None = None
+        self._handlers: set[asyncio.Task[object]] = set()
+        self._closing = False
+        self._ids = itertools.count(1)
+        self._id_prefix = secrets.token_hex(4)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self, *, reuse_port: bool = False) -> str:
+        """Bind ``cfg.listen`` and serve; returns ``http://HOST:PORT`` actually bound."""
+        if not self._base:
+            raise ConfigError("upstream is not set (--upstream URL)")
+        host, port = parse_hostport(self.cfg.listen, "listen")
+        t = self.cfg.timeouts
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60.0),
+            timeout=aiohttp.ClientTimeout(total=None, connect=t.connect_s),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=_SKIP_AUTO,
+        )
+        server = web.Server(self._handle, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None,
+                           backlog=4096)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            await self._session.close()
+            raise
+        bound = port
+        for addr in self._runner.addresses:
+            bound = int(addr[1])
+            break
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{bound}"
+
+    async def shutdown(self, grace_s: float | None = None) -> ShutdownSummary:
+        """Stop accepting; let requests in flight finish within ``grace_s`` (default
+        ``cfg.timeouts.shutdown_grace_s``), cancel the rest (recorded ``cancelled``), close
+        the upstream session."""
+        grace = self.cfg.timeouts.shutdown_grace_s if grace_s is None else grace_s
+        runner = self._runner
+        finished = cancelled = 0
+        if runner is not None:
+            for site in list(runner.sites):
+                await site.stop()
+            if runner.server is not None:
+                runner.server.pre_shutdown()  # idle keep-alive connections close now
+            pending = set(self._handlers)
+            if pending:
+                _, still = await asyncio.wait(pending, timeout=max(grace, 0.0))
+                finished = len(pending) - len(still)
+                self._closing = True
+                for task in still:
+                    task.cancel()
+                if still:
+                    await asyncio.wait(still, timeout=5.0)
+                cancelled = len(still)
+            self._closing = True
+            await runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        return ShutdownSummary(finished_in_grace=finished, cancelled=cancelled)
+
+    # -- one request -------------------------------------------------------------------
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        # aiohttp's low-level server calls the handler as soon as it has parsed the request
+        # line and headers (the body is still unread): this is t0 of shared/docs/domain.md.
+        t0_ns = perf_counter_ns()
+        t_start = time.time()
+        task = asyncio.current_task()
+        assert task is not None
+        rid = f"{self._id_prefix}-{next(self._ids):x}"
+        path = request.path
+        dialect: Dialect = detect_dialect(
+            request.method, path, request.headers.get("Content-Type"), self.cfg.dialect
+        )
+        active = ActiveRequest(
+            id=rid, user="", model=None, dialect=dialect, path=path, stream=False,
+            t_start=t_start, t0_ns=t0_ns, concurrency_at_start=len(self.active) + 1,
+        )
+        self.active[rid] = active
+        self._handlers.add(task)
+        ex = Exchange(active)
+        try:
+            return await self._serve(request, ex, task)
+        finally:
+            self._handlers.discard(task)
+            self.active.pop(rid, None)
+            self.bus.publish(ex.to_record())
+
+    async def _serve(
+        self, request: web.BaseRequest, ex: Exchange, task: asyncio.Task[object]
+    ) -> web.StreamResponse:
+        active = ex.active
+        dialect = active.dialect
+        limit = self.cfg.max_body_bytes
+        declared = request.content_length
+        try:
+            if declared is not None and declared > limit:
+                body = None
+            else:
+                await _continue_if_expected(request)
+                body = await _read_body(request.content, limit)
+        except asyncio.CancelledError:
+            ex.status = _CLIENT_GONE
+            ex.fail("cancelled", self._cancel_reason())
+            raise
+        if body is None:
+            active.user = self._identity.resolve(request.headers, None, request.remote)
+            ex.status = 413
+            ex.fail("error", f"request body over max_body_bytes ({limit})")
+            resp = error_response(dialect, 413, f"request body is larger than {limit} bytes",
+                                  "request_too_large")
+            resp.force_close()
+            ex.end_ns = perf_counter_ns()
+            return resp
+        info = inspect_request(dialect, active.path, body)
+        active.user = self._identity.resolve(request.headers, info.user, request.remote)
+        active.model = info.model
+        active.stream = ex.stream = info.stream
+        return await self._forward(request, ex, task, body, info)
+
+    def _cancel_reason(self) -> str:
+        return "proxy shut down" if self._closing else "client disconnected"
+
+    async def _forward(
+        self,
+        request: web.BaseRequest,
+        ex: Exchange,
+        task: asyncio.Task[object],
+        body: bytes,
+        info: RequestInfo,
+    ) -> web.StreamResponse:
+        cfg = self.cfg
+        dialect = ex.active.dialect
+        session = self._session
+        assert session is not None
+        url = URL(self._base + _target(request), encoded=True)
+        headers = upstream_request_headers(request.headers.items())
+        inject = (
+            dialect == "openai" and cfg.inject_usage and info.stream
+            and not info.wants_usage and not self.usage_rejected
+        )
+        sent = add_include_usage(body) if inject else None
+        if sent is None:
+            inject = False
+            sent = body
+        wd = Watchdog(task)
+        upstream: aiohttp.ClientResponse | None = None
+        read: Callable[[], Awaitable[bytes]] | None = None
+        try:
+            try:
+                wd.arm(cfg.timeouts.first_byte_s, "first byte")
+                upstream = await self._send(session, request.method, url, headers, sent)
+                if inject and upstream.status in (400, 422):
+                    early = await upstream.content.read(_MAX_REJECTION_BODY)
+                    if is_usage_rejection(upstream.status, early):
+                        upstream.close()
+                        self.usage_rejected = True
+                        inject = False
+                        wd.arm(cfg.timeouts.first_byte_s, "first byte")
+                        upstream = await self._send(session, request.method, url, headers, body)
+                    else:
+                        inject = False
+                        read = _replay(early, upstream.content.readany)
+                self.upstream_down = False
+            except aiohttp.ConnectionTimeoutError:
+                return self._proxy_error(ex, dialect, 504, "timeout",
+                                         f"upstream connect timed out after "
+                                         f"{cfg.timeouts.connect_s:g} s", "upstream_timeout")
+            except aiohttp.ClientConnectorError as exc:
+                self.upstream_down = True
+                return self._proxy_error(ex, dialect, 502, "error",
+                                         f"upstream unreachable: {exc.os_error or exc}",
+                                         "upstream_unreachable")
+            except aiohttp.ClientError as exc:
+                return self._proxy_error(ex, dialect, 502, "error",
+                                         f"upstream failed before responding: "
+                                         f"{type(exc).__name__}: {exc}", "upstream_error")
+            except asyncio.CancelledError:
+                if upstream is not None:
+                    upstream.close()
+                if not wd.fired:
+                    ex.status = _CLIENT_GONE
+                    ex.fail("cancelled", self._cancel_reason())
+                    raise
+                wd.absorb()
+                return self._proxy_error(ex, dialect, 504, "timeout",
+                                         f"upstream {wd.phase} timed out after "
+                                         f"{wd.limit_ns / 1e9:g} s", "upstream_timeout")
+            return await self._relay(request, ex, wd, upstream, inject,
+                                     read or upstream.content.readany)
+        finally:
+            wd.stop()
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        url: URL,
+        headers: object,
+        body: bytes,
+    ) -> aiohttp.ClientResponse:
+        return await session.request(
+            method, url, headers=headers, data=body or None, allow_redirects=False,  # type: ignore[arg-type]
+        )
+
+    async def _relay(
+        self,
+        request: web.BaseRequest,
+        ex: Exchange,
+        wd: Watchdog,
+        upstream: aiohttp.ClientResponse,
+        inject: bool,
+        read: Callable[[], Awaitable[bytes]],
+    ) -> web.StreamResponse:
+        """Send status and headers at once, then the body as it comes."""
+        status = upstream.status
+        ex.status = status
+        uh = upstream.headers
+        ctype = uh.get("Content-Type", "")
+        strip = UsageChunkStripper() if inject and status < 300 else None
+        out = web.StreamResponse(status=status, reason=upstream.reason)
+        out.headers.extend(client_response_headers(uh.items()))
+        length = uh.get("Content-Length")
+        if length is not None and strip is None and length.isdigit():
+            out.content_length = int(length)
+        media = ctype.split(";", 1)[0].strip().lower()
+        if media in _STREAM_TYPES:
+            is_stream = True
+        elif media == "application/json" or media.endswith("+json"):
+            is_stream = False
+        else:
+            is_stream = ex.stream  # the response does not say: as the request asked
+        ex.stream = ex.active.stream = is_stream
+        if is_stream:
+            out.headers["X-Accel-Buffering"] = "no"
+        encoding = uh.get("Content-Encoding", "").strip().lower()
+        parser_dialect: Dialect = ex.active.dialect
+        if encoding not in ("", "identity"):
+            parser_dialect = "other"  # compressed bytes pass through; not parsed
+        parser = make_parser(parser_dialect, ex.stream, ctype or None)
+        ex.parser = parser
+        wd.arm(self.cfg.timeouts.idle_s, "idle")
+        try:
+            await out.prepare(request)
+            ex.headers_sent = True
+            await pump(read, out.write, out.write_eof, parser, ex, wd, strip)
+        except UpstreamBroken as exc:
+            upstream.close()
+            ex.fail("error", str(exc))
+            return _abort(request, out)
+        except ConnectionError:
+            upstream.close()
+            ex.fail("cancelled", "client disconnected")
+            return out
+        except asyncio.CancelledError:
+            upstream.close()  # the engine sees the disconnect now and stops generating
+            if not wd.fired:
+                ex.fail("cancelled", self._cancel_reason())
+                raise
+            wd.absorb()
+            ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
+            return _abort(request, out)
+        upstream.release()
+        if status >= 400:
+            ex.fail("error", f"upstream answered HTTP {status}")
+        elif parser.error:
+            ex.fail("error", f"malformed stream: {parser.error}")
+        return out
+
+    def _proxy_error(
+        self, ex: Exchange, dialect: Dialect, status: int, outcome: str, message: str,
+        code: str,
+    ) -> web.StreamResponse:
+        ex.status = status
+        ex.fail("timeout" if outcome == "timeout" else "error", message)
+        ex.end_ns = perf_counter_ns()
+        return error_response(dialect, status, message, code)
+
+
+def _target(request: web.BaseRequest) -> str:
+    """The request target as the client wrote it (path and query, still encoded)."""
+    raw = request.raw_path
+    if raw.startswith("/"):
+        return raw
+    return request.rel_url.raw_path_qs
+
+
+async def _continue_if_expected(request: web.BaseRequest) -> None:
+    """Answer ``Expect: 100-continue`` (the low-level server leaves it to the handler)."""
+    if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+async def _read_body(content: aiohttp.StreamReader, limit: int) -> bytes | None:
+    """The whole request body, or None once it exceeds ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        data = await content.readany()
+        if not data:
+            break
+        size += len(data)
+        if size > limit:
+            return None
+        parts.append(data)
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
+
+
+def _replay(first: bytes, rest: Callable[[], Awaitable[bytes]]) -> Callable[[], Awaitable[bytes]]:
+    """A reader that yields ``first`` and then whatever ``rest`` reads."""
+    pending = [first] if first else []
+
+    async def read() -> bytes:
+        if pending:
+            return pending.pop()
+        return await rest()
+
+    return read
+
+
+def _abort(request: web.BaseRequest, out: web.StreamResponse | None) -> web.StreamResponse:
+    """End a response that has already started and cannot end cleanly: close the client's
+    connection without the end of the body, so the client sees a truncated response."""
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+    if out is None:
+        out = web.StreamResponse()
+    with contextlib.suppress(Exception):
+        out.force_close()
+    return out
