@@ -1,18 +1,27 @@
-"""Composition of one llmtop process: proxy → bus → metrics / recording / detectors, plus the
+"""Composition of llmtop processes: proxy → bus → metrics / detectors / recording, plus the
 admin API and the GPU and engine samplers.
 
-Everything here is wiring; the work lives in the packages it wires. The forwarding path
-(``llmtop.proxy``) only publishes events to the bus; every observer runs on the other side
-of ``EventBus.drain``.
+Three shapes, all wiring the same packages:
+
+* ``LlmtopServer`` with a proxy — one process does everything (``llmtop run --headless``);
+* a worker (``serve_worker``) — only the proxy; its events go to a coordinator;
+* a coordinator (``serve_coordinator``) — no proxy; it spawns workers on one port and runs
+  the observers for all of them (see :mod:`llmtop.workers`).
+
+The forwarding path (``llmtop.proxy``) only publishes events to the bus; every observer
+runs on the other side of ``EventBus.drain``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import secrets
 import signal
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -23,12 +32,25 @@ from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import EventBus
 from llmtop.config import Config, parse_hostport, slo_dict
 from llmtop.engines.scraper import EngineScraper, metrics_url_for
-from llmtop.events import ActiveRequest
+from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.gpu import open_gpu_source
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.proxy.server import ProxyServer
+from llmtop.recording.errors import RecordingError
 from llmtop.recording.writer import RecordingController
 from llmtop.saturation import SaturationMonitor
+from llmtop.workers import (
+    EventForwarder,
+    FleetActive,
+    StartupErrorProxy,
+    ingest_route,
+    spawn_workers,
+    stop_workers,
+)
+
+
+class StartupError(RuntimeError):
+    """Could not bind an address or start a part at start-up (exit code 2)."""
 
 
 @dataclass
@@ -56,43 +78,53 @@ class RunSummary:
         return out
 
 
-class LlmtopServer:
-    """One proxy process: start() binds both addresses, stop() shuts down gracefully."""
+class Observers:
+    """Everything on the far side of the bus: aggregation, detectors, recording, admin API,
+    samplers. Used by the single process and by the coordinator."""
 
-    def __init__(self, cfg: Config, *, out: TextIO | None = None) -> None:
+    def __init__(self, cfg: Config, bus: EventBus, active: Mapping[str, ActiveRequest],
+                 *, upstream_down: Any = None, out: TextIO | None = None) -> None:
         self.cfg = cfg
+        self.bus = bus
+        self.active = active
         self.out = out or sys.stdout
         self.started_at = time.time()
-        self.bus = EventBus()
-        self.active: dict[str, ActiveRequest] = {}
-        self.proxy = ProxyServer(cfg, self.bus, self.active)
-        self.aggregator = Aggregator(cfg, self.active, upstream=cfg.upstream)
-        self.bus.subscribe(self.aggregator.on_events)
+        self.aggregator = Aggregator(cfg, active, upstream=cfg.upstream)
+        bus.subscribe(self.aggregator.on_events)
         self.monitor = SaturationMonitor(
-            cfg, self.bus.publish, self.active, upstream_down=lambda: self.proxy.upstream_down
+            cfg, bus.publish, active, upstream_down=upstream_down or (lambda: False)
         )
-        self.bus.subscribe(self.monitor.on_events)
-        self.recording = RecordingController(self.bus, header=self._recording_header())
-        self._admin_runner: web.AppRunner | None = None
+        bus.subscribe(self.monitor.on_events)
+        self.requests = self.errors = self.output_tokens = 0
+        bus.subscribe(self._count)
+        self.recording = RecordingController(
+            bus, header=self._recording_header, queue_max=cfg.recording.queue_max,
+            flush_s=cfg.recording.flush_s,
+        )
+        self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._gpu: Any = None
-        self.proxy_url = ""
         self.admin_url = ""
+
+    def _count(self, batch: Sequence[Event]) -> None:
+        for ev in batch:
+            if isinstance(ev, RequestRecord):
+                self.requests += 1
+                self.errors += ev.outcome in ("error", "timeout")
+                self.output_tokens += ev.completion_tokens or 0
 
     def _recording_header(self) -> dict[str, Any]:
         return {
             "upstream": self.cfg.upstream,
             "slo": slo_dict(self.cfg),
             "llmtop_version": __version__,
+            "workers": self.cfg.workers,
         }
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
-    async def start(self, *, reuse_port: bool = False) -> None:
-        self.proxy_url = await self.proxy.start(reuse_port=reuse_port)
-        self._say(f"llmtop: proxy listening on {self.proxy_url}")
-
+    async def start_admin(self, extra_routes: list[web.RouteDef] | None = None) -> str:
         ctx = AdminContext(
             aggregator=self.aggregator,
             active=self.active,
@@ -101,34 +133,42 @@ class LlmtopServer:
             extra_info={"upstream": self.cfg.upstream, "llmtop_version": __version__},
         )
         app = make_admin_app(ctx)
-        self._admin_runner = web.AppRunner(app, access_log=None)
-        await self._admin_runner.setup()
+        if extra_routes:
+            app.add_routes(extra_routes)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
         host, port = parse_hostport(self.cfg.admin, "admin")
-        site = web.TCPSite(self._admin_runner, host, port)
-        await site.start()
-        sock = site._server.sockets[0] if site._server and site._server.sockets else None
-        bound = sock.getsockname()[1] if sock is not None else port
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise StartupError(f"admin address {self.cfg.admin}: {exc.strerror or exc}") from exc
+        bound = port
+        for addr in self._runner.addresses:
+            bound = int(addr[1])
+            break
         shown = f"[{host}]" if ":" in host else host
         self.admin_url = f"http://{shown}:{bound}"
-        self._say(f"llmtop: admin listening on {self.admin_url}")
+        return self.admin_url
 
+    def start_background(self) -> None:
+        cfg = self.cfg
         self._tasks.append(asyncio.create_task(self.bus.pump(0.05), name="bus-pump"))
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="metrics-tick"))
-        self._start_samplers()
-        if self.cfg.recording.path:
-            self.recording.start(self.cfg.recording.path)
-            self._say(f"llmtop: recording to {self.cfg.recording.path}")
-
-    def _start_samplers(self) -> None:
-        cfg = self.cfg
         self._gpu = open_gpu_source(cfg, self.bus.publish, upstream=cfg.upstream)
         msg = self._gpu.start()
         if msg:
-            self._say(f"llmtop: {msg}")
+            self.say(f"llmtop: {msg}")
         if cfg.engine.enabled and cfg.upstream:
             url = metrics_url_for(cfg.upstream, cfg.engine.metrics_url)
             scraper = EngineScraper(url, None, self.bus.publish, interval_s=cfg.engine.interval_s)
             self._tasks.append(asyncio.create_task(scraper.run(), name="engine-scraper"))
+        if cfg.recording.path:
+            try:
+                self.recording.start(cfg.recording.path)
+            except RecordingError as exc:
+                raise StartupError(str(exc)) from exc
+            self.say(f"llmtop: recording to {cfg.recording.path}")
 
     async def _tick_loop(self) -> None:
         """Rotate metric intervals twice a second; evaluate the detectors once a second."""
@@ -140,8 +180,7 @@ class LlmtopServer:
             if n % 2 == 0:
                 self.monitor.tick()
 
-    async def stop(self, grace_s: float | None = None) -> RunSummary:
-        summary = await self.proxy.shutdown(grace_s)
+    async def stop(self, cancelled_at_shutdown: int = 0) -> RunSummary:
         self.bus.drain()
         for t in self._tasks:
             t.cancel()
@@ -152,43 +191,122 @@ class LlmtopServer:
             await self._gpu.stop()
         self.bus.drain()
         notes: list[str] = []
-        status = self.recording.status()
-        if status is not None:
+        if self.recording.status() is not None:
             done = self.recording.stop()
             notes.append(
                 f"llmtop: recording {done.get('path')}: {done.get('requests', 0)} requests"
                 + (f", {done['dropped']} lines dropped" if done.get("dropped") else "")
             )
-        if self._admin_runner is not None:
-            await self._admin_runner.cleanup()
-        snap = self.aggregator.snapshot(None)
-        system = snap.get("system", {})
+        if self._runner is not None:
+            await self._runner.cleanup()
         return RunSummary(
             uptime_s=time.time() - self.started_at,
-            requests=int(system.get("requests", 0)),
-            errors=int(system.get("errors", 0)),
-            cancelled_at_shutdown=int(getattr(summary, "cancelled", 0)),
-            output_tokens=int(snap.get("totals", {}).get("output_tokens", 0)),
+            requests=self.requests,
+            errors=self.errors,
+            cancelled_at_shutdown=cancelled_at_shutdown,
+            output_tokens=self.output_tokens,
             notes=notes,
         )
 
 
-async def serve_until_signal(cfg: Config, *, out: TextIO | None = None) -> RunSummary:
-    """Run until SIGINT/SIGTERM, then shut down gracefully (``llmtop run --headless``)."""
-    server = LlmtopServer(cfg, out=out)
+class LlmtopServer:
+    """One process: the proxy and its observers. ``start()`` binds both addresses and
+    prints them; ``stop()`` shuts down gracefully."""
+
+    def __init__(self, cfg: Config, *, out: TextIO | None = None) -> None:
+        self.cfg = cfg
+        self.bus = EventBus()
+        self.active: dict[str, ActiveRequest] = {}
+        self.proxy = ProxyServer(cfg, self.bus, self.active)
+        self.observers = Observers(cfg, self.bus, self.active,
+                                   upstream_down=lambda: self.proxy.upstream_down, out=out)
+        self.aggregator = self.observers.aggregator
+        self.recording = self.observers.recording
+        self.monitor = self.observers.monitor
+        self.proxy_url = ""
+        self.admin_url = ""
+
+    async def start(self) -> None:
+        try:
+            self.proxy_url = await self.proxy.start()
+        except OSError as exc:
+            raise StartupError(f"listen address {self.cfg.listen}: {exc.strerror or exc}") from exc
+        self.observers.say(f"llmtop: proxy listening on {self.proxy_url}")
+        self.admin_url = await self.observers.start_admin()
+        self.observers.say(f"llmtop: admin listening on {self.admin_url}")
+        self.observers.start_background()
+
+    async def stop(self, grace_s: float | None = None) -> RunSummary:
+        summary = await self.proxy.shutdown(grace_s)
+        return await self.observers.stop(summary.cancelled)
+
+
+def _stop_event() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def serve_until_signal(cfg: Config, *, out: TextIO | None = None) -> RunSummary:
+    """Run until SIGINT/SIGTERM, then shut down gracefully (``llmtop run --headless``)."""
+    stop = _stop_event()
+    server = LlmtopServer(cfg, out=out)
     try:
         await server.start()
-    except OSError as exc:
-        await server.stop(0)
-        raise StartupError(str(exc)) from exc
+    except StartupError:
+        with contextlib.suppress(Exception):
+            await server.stop(0)
+        raise
     await stop.wait()
     return await server.stop()
 
 
-class StartupError(RuntimeError):
-    """Could not bind an address or reach a required resource at start-up."""
+async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str) -> None:
+    """One of N proxy processes: proxy only, events forwarded to the coordinator."""
+    stop = _stop_event()
+    bus = EventBus()
+    active: dict[str, ActiveRequest] = {}
+    proxy = ProxyServer(cfg, bus, active)
+    forwarder = EventForwarder(ingest_url, token, index, active)
+    bus.subscribe(forwarder.on_events)
+    try:
+        await proxy.start(reuse_port=True)
+    except OSError as exc:
+        raise StartupError(f"listen address {cfg.listen}: {exc.strerror or exc}") from exc
+    print(f"llmtop: worker ready {index}", flush=True)
+    task = asyncio.create_task(forwarder.run(bus))
+    await stop.wait()
+    await proxy.shutdown()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
+                            out: TextIO | None = None) -> RunSummary:
+    """``llmtop run --workers N --headless``: spawn N workers, observe them as one proxy."""
+    stop = _stop_event()
+    bus = EventBus()
+    fleet = FleetActive()
+    obs = Observers(cfg, bus, fleet, out=out)
+    token = secrets.token_hex(16)
+    if not cfg.user_salt:  # every worker must derive the same key pseudonyms
+        os.environ["LLMTOP_USER_SALT"] = secrets.token_hex(16)
+    admin_url = await obs.start_admin([ingest_route(bus, fleet, token)])
+    try:
+        procs, proxy_url = await spawn_workers(cfg, admin_url + "/llmtop/v1/_ingest", token,
+                                               config_path)
+    except (StartupErrorProxy, OSError, TimeoutError) as exc:
+        await obs.stop()
+        raise StartupError(str(exc)) from exc
+    obs.say(f"llmtop: proxy listening on {proxy_url}")
+    obs.say(f"llmtop: admin listening on {admin_url}")
+    obs.say(f"llmtop: {len(procs)} workers sharing the port")
+    obs.start_background()
+    await stop.wait()
+    await stop_workers(procs, cfg.timeouts.shutdown_grace_s)
+    await asyncio.sleep(0.1)
+    return await obs.stop()

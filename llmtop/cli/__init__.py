@@ -37,11 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _command_modules():
+        extra = {"help": mod.HELP} if mod.HELP else {}  # no HELP: an internal command
         p = sub.add_parser(
             mod.NAME,
-            help=mod.HELP,
             description=getattr(mod, "DESCRIPTION", mod.HELP),
             formatter_class=argparse.RawDescriptionHelpFormatter,
+            **extra,
         )
         mod.add_arguments(p)
         p.set_defaults(_main=mod.main)

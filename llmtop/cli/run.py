@@ -69,7 +69,7 @@ def _headless(args: argparse.Namespace) -> int:
     if cfg.workers > 1:
         from llmtop.workers import run_workers
 
-        return run_workers(cfg)
+        return run_workers(cfg, args.config)
     _install_uvloop()
     try:
         summary = asyncio.run(serve_until_signal(cfg))
