@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.writer import Recorder
 
-T0 = 1_796_000_000.0
+T0 = float(int(time.time())) + 10.0
+"""Synthetic sessions start just after the recorder does (time.time() at import + 10 s)."""
 
 
 def request(i: int, t_start: float, *, user: str = "alice", model: str = "m-8b",

@@ -1,0 +1,181 @@
+"""A recording as Parquet tables for DuckDB, pandas, Polars or Spark.
+
+``requests.parquet``, ``gpu.parquet``, ``engine.parquet`` and ``warnings.parquet`` — always
+all four (an empty table keeps its schema). Written in row groups of ``batch_rows`` while
+the recording streams past, so memory stays bounded; each file is written under a temporary
+name and renamed at the end, so a failed export leaves no half file behind.
+
+Columns follow the recording's field names (``shared/docs/interfaces.md``); times are unix
+seconds (``float64``) plus a ``time`` column as a UTC timestamp for SQL engines. Requests
+carry their derived figures too (``t_end``, ``tpot_s``, ``tps``) and their chunk offsets
+and tokens as list columns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
+from llmtop.recording.errors import RecordingError
+from llmtop.recording.reader import Progress, RecordingReader
+
+_TS = pa.timestamp("us", tz="UTC")
+
+REQUESTS_SCHEMA: Final = pa.schema([
+    ("id", pa.string()), ("user", pa.string()), ("model", pa.string()),
+    ("dialect", pa.string()), ("path", pa.string()), ("stream", pa.bool_()),
+    ("status", pa.int32()), ("outcome", pa.string()), ("t_start", pa.float64()),
+    ("time", _TS), ("t_end", pa.float64()), ("ttft_s", pa.float64()), ("e2e_s", pa.float64()),
+    ("tpot_s", pa.float64()), ("tps", pa.float64()), ("prompt_tokens", pa.int64()),
+    ("completion_tokens", pa.int64()), ("token_source", pa.string()),
+    ("chunk_offsets_s", pa.list_(pa.float64())), ("chunk_tokens", pa.list_(pa.int32())),
+    ("concurrency_at_start", pa.int32()), ("error", pa.string()),
+])
+GPU_SCHEMA: Final = pa.schema([
+    ("t", pa.float64()), ("time", _TS), ("index", pa.int32()), ("name", pa.string()),
+    ("mem_used_bytes", pa.int64()), ("mem_total_bytes", pa.int64()),
+    ("util_gpu", pa.float64()), ("mem_busy", pa.float64()), ("dram_bw_util", pa.float64()),
+    ("power_w", pa.float64()), ("simulated", pa.bool_()), ("sm_activity", pa.float64()),
+    ("power_limit_w", pa.float64()), ("sm_clock_mhz", pa.float64()),
+    ("mem_clock_mhz", pa.float64()), ("temperature_c", pa.float64()),
+    ("pcie_rx_bytes_s", pa.float64()), ("pcie_tx_bytes_s", pa.float64()),
+])
+ENGINE_SCHEMA: Final = pa.schema([
+    ("t", pa.float64()), ("time", _TS), ("kind", pa.string()), ("running", pa.float64()),
+    ("waiting", pa.float64()), ("kv_cache_usage", pa.float64()), ("preemptions", pa.float64()),
+    ("ttft_buckets", pa.list_(pa.struct([("le", pa.float64()), ("count", pa.float64())]))),
+    ("raw", pa.map_(pa.string(), pa.float64())),
+])
+WARNINGS_SCHEMA: Final = pa.schema([
+    ("t", pa.float64()), ("time", _TS), ("code", pa.string()), ("severity", pa.string()),
+    ("message", pa.string()), ("state", pa.string()),
+])
+
+
+def _ts(t: float | None) -> int | None:
+    return None if t is None else round(t * 1e6)
+
+
+def _request_row(r: RequestRecord) -> dict[str, Any]:
+    d = r.to_json_dict()
+    del d["type"]
+    d["time"] = _ts(r.t_start)
+    d["t_end"] = r.t_start + r.e2e_s
+    d["tpot_s"] = r.tpot_s()
+    d["tps"] = r.tps()
+    return d
+
+
+def _gpu_row(g: GpuReading) -> dict[str, Any]:
+    d = g.to_json_dict()
+    del d["type"]
+    d["time"] = _ts(g.t)
+    return d
+
+
+def _engine_row(e: EngineReading) -> dict[str, Any]:
+    return {
+        "t": e.t, "time": _ts(e.t), "kind": e.kind, "running": e.running,
+        "waiting": e.waiting, "kv_cache_usage": e.kv_cache_usage, "preemptions": e.preemptions,
+        "ttft_buckets": [{"le": le, "count": c} for le, c in e.ttft_buckets],
+        "raw": list(e.raw.items()),
+    }
+
+
+def _warning_row(w: WarningEvent) -> dict[str, Any]:
+    d = w.to_json_dict()
+    del d["type"]
+    d["time"] = _ts(w.t)
+    return d
+
+
+class _Table:
+    """Rows buffered and written to one Parquet file in row groups."""
+
+    def __init__(self, path: Path, schema: pa.Schema, batch_rows: int) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.part")
+        self.schema = schema
+        self.batch_rows = batch_rows
+        self.rows: list[dict[str, Any]] = []
+        self.count = 0
+        self.writer = pq.ParquetWriter(str(self.tmp), schema, compression="zstd")
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.batch_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema))
+        self.count += len(self.rows)
+        self.rows = []
+
+    def close(self) -> None:
+        self.flush()
+        if self.count == 0:
+            self.writer.write_table(self.schema.empty_table())
+        self.writer.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+
+TABLES: Final = ("requests", "gpu", "engine", "warnings")
+
+
+def export_parquet(
+    recording: str | Path,
+    out_dir: str | Path,
+    *,
+    batch_rows: int = 50_000,
+    progress: Progress | None = None,
+) -> dict[str, int]:
+    """Write the four tables into ``out_dir`` (created if missing; existing files of the
+    same names are replaced). Returns ``{table: rows}``. :class:`RecordingError` for an
+    unreadable recording or an unwritable directory."""
+    out = Path(out_dir)
+    with RecordingReader(recording, progress=progress) as reader:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise RecordingError(f"{out}: exists and is not a directory") from None
+        except OSError as exc:
+            raise RecordingError(f"{out}: cannot create directory: {exc.strerror}") from None
+        if not os.access(out, os.W_OK):
+            raise RecordingError(f"{out}: directory is not writable")
+        schemas = {"requests": REQUESTS_SCHEMA, "gpu": GPU_SCHEMA, "engine": ENGINE_SCHEMA,
+                   "warnings": WARNINGS_SCHEMA}
+        tables: dict[str, _Table] = {}
+        try:
+            for name in TABLES:
+                tables[name] = _Table(out / f"{name}.parquet", schemas[name], batch_rows)
+            rows: dict[type, tuple[_Table, Callable[[Any], dict[str, Any]]]] = {
+                RequestRecord: (tables["requests"], _request_row),
+                GpuReading: (tables["gpu"], _gpu_row),
+                EngineReading: (tables["engine"], _engine_row),
+                WarningEvent: (tables["warnings"], _warning_row),
+            }
+            for ev in reader:
+                table, fn = rows[type(ev)]
+                table.add(fn(ev))
+            for t in tables.values():
+                t.close()
+        except BaseException:
+            for t in tables.values():
+                if t.tmp.exists():
+                    t.abort()
+            raise
+    return {name: t.count for name, t in tables.items()}
