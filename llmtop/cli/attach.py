@@ -1,0 +1,47 @@
+"""``llmtop attach``: the TUI for proxies that are already running."""
+
+from __future__ import annotations
+
+import argparse
+
+from llmtop.cli.common import UsageError
+
+NAME = "attach"
+HELP = "the live TUI for running proxies (one or many admin URLs)"
+DESCRIPTION = """\
+Show the live TUI for one or more running proxies, read from their admin APIs.
+With several URLs the snapshots are merged exactly (histogram by histogram) and a
+proxy that stops answering is named in the header while the others keep showing.
+
+  llmtop run --upstream http://127.0.0.1:8000 --headless &
+  llmtop attach http://127.0.0.1:8081
+  llmtop attach 10.0.0.5:8081 10.0.0.6:8081 --token "$LLMTOP_ADMIN_TOKEN"
+"""
+
+WINDOW_CHOICES = {"10": 10, "60": 60, "300": 300, "all": None}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("urls", nargs="+", metavar="ADMIN_URL",
+                   help="admin address of a proxy: http://HOST:PORT or HOST:PORT")
+    p.add_argument("--token", default="", metavar="T",
+                   help="admin token (needed when the admin API is not on loopback)")
+    p.add_argument("--refresh-hz", type=float, default=4.0, metavar="HZ",
+                   help="screen refreshes per second (default 4)")
+    p.add_argument("--window", default="60", choices=tuple(WINDOW_CHOICES),
+                   help="initial window in seconds, or all (default 60; w cycles it)")
+
+
+def main(args: argparse.Namespace) -> int:
+    if not 0 < args.refresh_hz <= 60:
+        raise UsageError(f"--refresh-hz {args.refresh_hz:g} must be in (0, 60]")
+    from llmtop.tui.source import AdminSource
+
+    try:
+        source = AdminSource(args.urls, token=args.token)
+    except ValueError as exc:  # a bad URL, or several without a merge function
+        raise UsageError(str(exc)) from None
+    from llmtop.tui import run_tui
+
+    return run_tui(source, refresh_hz=args.refresh_hz, window_s=WINDOW_CHOICES[args.window],
+                   title="llmtop attach")

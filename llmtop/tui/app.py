@@ -1,0 +1,335 @@
+"""The Textual app: a refresh loop over a :class:`SnapshotSource` and the key bindings.
+
+Thin on purpose: panels live in ``widgets/``, screens in ``screens/``, I/O in the source.
+Fetching runs in a worker on a timer, so rendering never waits for the network; a source
+that stops answering turns the header to "disconnected — retrying" until it answers again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Input
+
+from llmtop.tui import fmt
+from llmtop.tui.palette import Palette
+from llmtop.tui.screens.dashboard import Dashboard
+from llmtop.tui.screens.help import HelpScreen
+from llmtop.tui.screens.record import RecordPrompt
+from llmtop.tui.screens.user_detail import UserDetail
+from llmtop.tui.snapview import WINDOWS, SnapView
+from llmtop.tui.source import ReplayControl, SnapshotSource, SourceUnavailable
+from llmtop.tui.widgets.header import HeaderStatus
+
+Clock = Callable[[], float]
+SEEK_S = 10.0
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+DASHBOARD_ACTIONS = frozenset({"sort", "reverse_sort", "filter"})
+REPLAY_ACTIONS = frozenset({"replay_pause", "seek", "speed"})
+
+
+def proposed_recording_path(now: float) -> str:
+    """``recordings/llmtop-YYYYmmdd-HHMMSS.jsonl`` in local time."""
+    return time.strftime("recordings/llmtop-%Y%m%d-%H%M%S.jsonl", time.localtime(now))
+
+
+class LlmtopApp(App[int]):
+    """The live view. ``clock`` gives wall time for what is shown (proposed file names);
+    ages and "since" figures are relative to each snapshot's own ``time``."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "llmtop"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("p", "pause", "pause"),
+        Binding("w", "cycle_window", "window"),
+        Binding("s", "sort", "sort"),
+        Binding("S", "reverse_sort", "reverse sort", show=False),
+        Binding("slash", "filter", "filter"),
+        Binding("r", "record", "rec"),
+        Binding("d", "toggle_dark", "theme"),
+        Binding("question_mark", "help", "help"),
+        Binding("space", "replay_pause", "play/pause", priority=True),
+        Binding("left", "seek(-1)", "-10 s", priority=True),
+        Binding("right", "seek(1)", "+10 s", priority=True),
+        Binding("plus,equals_sign", "speed(1)", "faster", priority=True),
+        Binding("minus", "speed(-1)", "slower", priority=True),
+    ]
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        *,
+        refresh_hz: float = 4.0,
+        window_s: int | None = 60,
+        title: str = "llmtop",
+        clock: Clock = time.time,
+        retry_s: float = 1.0,
+    ) -> None:
+        super().__init__()
+        if window_s not in WINDOWS:
+            raise ValueError(f"window must be one of 10, 60, 300 or all, not {window_s}")
+        if refresh_hz < 0:
+            raise ValueError("refresh rate must be ≥ 0 (0: only on demand)")
+        self.source = source
+        self.refresh_hz = refresh_hz
+        self.window_s: int | None = window_s
+        self.title = title
+        self.clock = clock
+        self.retry_s = retry_s
+        self.paused = False
+        self.connected = True
+        self.error: str | None = None
+        self.has_data = False
+        self.replay_paused = False
+        self.view = SnapView(None)
+        self.active: list[Mapping[str, Any]] = []
+        self.palette = Palette()
+        self.dashboard = Dashboard()
+        self.refreshes = 0
+        """Snapshots received so far (tests and screenshots wait on it)."""
+        self._fetching = False
+        self._last_attempt = float("-inf")
+        self._recording: str | None = None
+
+    @property
+    def replay(self) -> ReplayControl | None:
+        src = self.source
+        return src if isinstance(src, ReplayControl) else None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen[Any]:
+        return self.dashboard
+
+    async def on_mount(self) -> None:
+        self.palette = Palette.from_variables(self.get_css_variables())
+        self._show()
+        if self.refresh_hz > 0:
+            self.set_interval(1.0 / self.refresh_hz, self._tick)
+        self._tick()
+
+    async def on_unmount(self) -> None:
+        try:
+            await self.source.close()
+        except Exception as exc:  # closing must never turn a clean quit into a traceback
+            self.log.error(f"closing the source failed: {exc!r}")
+
+    def _tick(self) -> None:
+        if self.paused or self._fetching:
+            return
+        if not self.connected and time.monotonic() - self._last_attempt < self.retry_s:
+            return
+        self._fetching = True
+        self._refresh_worker()
+
+    @work(group="refresh", exit_on_error=False)
+    async def _refresh_worker(self) -> None:
+        try:
+            await self.refresh_now()
+        finally:
+            self._fetching = False
+
+    async def refresh_now(self) -> bool:
+        """Fetch one snapshot (and the active requests) now and show it. Returns whether
+        data arrived; a failure switches to the disconnected state instead of raising."""
+        self._last_attempt = time.monotonic()
+        try:
+            snap = await self.source.fetch(self.window_s)
+        except SourceUnavailable as exc:
+            self._disconnected(str(exc))
+            return False
+        except Exception as exc:  # a source bug must not take the screen down
+            self._disconnected(f"{type(exc).__name__}: {exc}")
+            return False
+        try:
+            active: list[Mapping[str, Any]] = list(await self.source.active_requests())
+        except Exception:
+            active = []
+        if not self.connected:
+            self.notify("reconnected", severity="information", markup=False)
+        self.connected, self.error, self.has_data = True, None, True
+        self.view, self.active = SnapView(snap), active
+        self.refreshes += 1
+        self._show()
+        return True
+
+    def _disconnected(self, why: str) -> None:
+        first_line = why.splitlines()[0] if why else "no answer"
+        if self.connected:
+            self.notify(f"disconnected: {first_line}", severity="warning", markup=False)
+        self.connected, self.error = False, first_line
+        self._show()
+
+    def status(self) -> HeaderStatus:
+        return HeaderStatus(
+            source=self.source.describe(),
+            window_s=self.window_s,
+            paused=self.paused,
+            connected=self.connected,
+            error=self.error,
+            has_data=self.has_data,
+            replay=self._replay_label(),
+        )
+
+    def _replay_label(self) -> str | None:
+        rp = self.replay
+        if rp is None:
+            return None
+        pos, dur = fmt.duration(rp.position_s), rp.duration_s
+        where = pos if dur is None else f"{pos}/{fmt.duration(dur)}"
+        state = "⏸ " if self.replay_paused else "▶ "
+        return f"{state}replay {where} ×{rp.speed:g}"
+
+    def _show(self) -> None:
+        status = self.status()
+        for screen in self.screen_stack:
+            if isinstance(screen, Dashboard | UserDetail):
+                screen.apply(self.view, self.palette, self.active, status)
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in REPLAY_ACTIONS:
+            return self.replay is not None and not isinstance(self.focused, Input)
+        if action in DASHBOARD_ACTIONS:
+            return self.screen is self.dashboard
+        return True
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self._show()
+
+    async def action_cycle_window(self) -> None:
+        i = WINDOWS.index(self.window_s) if self.window_s in WINDOWS else 0
+        self.window_s = WINDOWS[(i + 1) % len(WINDOWS)]
+        self._show()
+        if not self.paused:
+            await self.refresh_now()
+
+    def action_sort(self) -> None:
+        self.dashboard.users.cycle_sort()
+
+    def action_reverse_sort(self) -> None:
+        self.dashboard.users.reverse_sort()
+
+    def action_filter(self) -> None:
+        self.dashboard.open_filter()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(replay=self.replay is not None))
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-dark" if self.theme == "textual-light" else "textual-light"
+        self.palette = Palette.from_variables(self.get_css_variables())
+        self._show()
+
+    def on_dashboard_user_selected(self, message: Dashboard.UserSelected) -> None:
+        self.open_user(message.user)
+
+    def open_user(self, user: str) -> None:
+        """Push the detail screen for ``user`` and fill it from the latest snapshot."""
+        screen = UserDetail(user)
+        self.push_screen(screen)
+        screen.apply(self.view, self.palette, self.active, self.status())
+
+    # -- recording -------------------------------------------------------------------------
+
+    @property
+    def recording_active(self) -> bool:
+        if "recording" in self.view.raw:
+            return self.view.recording_path is not None
+        return self._recording is not None
+
+    def action_record(self) -> None:
+        if self.recording_active:
+            self._record("stop", None)
+            return
+
+        def chosen(path: str | None) -> None:
+            if path:
+                self._record("start", path)
+
+        self.push_screen(RecordPrompt(proposed_recording_path(self.clock())), chosen)
+
+    @work(group="recording", exit_on_error=False)
+    async def _record(self, action: str, path: str | None) -> None:
+        try:
+            reply = await self.source.recording(action, path)
+        except SourceUnavailable as exc:
+            self.notify(str(exc), title="recording", severity="error", markup=False)
+            return
+        except Exception as exc:
+            self.notify(f"{type(exc).__name__}: {exc}", title="recording", severity="error",
+                        markup=False)
+            return
+        if action == "start":
+            self._recording = _reply_path(reply) or path
+            self.notify(f"recording to {self._recording}", title="recording", markup=False)
+        else:
+            self._recording = None
+            self.notify("recording stopped", title="recording", markup=False)
+        await self.refresh_now()
+
+    # -- replay ----------------------------------------------------------------------------
+
+    def action_replay_pause(self) -> None:
+        rp = self.replay
+        if rp is None:
+            return
+        if self.replay_paused:
+            rp.resume()
+        else:
+            rp.pause()
+        self.replay_paused = not self.replay_paused
+        self._show()
+
+    async def action_seek(self, direction: int) -> None:
+        rp = self.replay
+        if rp is None:
+            return
+        rp.seek(SEEK_S * (1 if direction > 0 else -1))
+        await self.refresh_now()
+
+    def action_speed(self, direction: int) -> None:
+        rp = self.replay
+        if rp is None:
+            return
+        current = rp.speed
+        if direction > 0:
+            faster = [s for s in SPEEDS if s > current]
+            rp.speed = faster[0] if faster else SPEEDS[-1]
+        else:
+            slower = [s for s in SPEEDS if s < current]
+            rp.speed = slower[-1] if slower else SPEEDS[0]
+        self._show()
+
+
+def _reply_path(reply: Mapping[str, Any]) -> str | None:
+    p = reply.get("path")
+    return p if isinstance(p, str) and p else None
+
+
+def run_tui(
+    source: SnapshotSource,
+    *,
+    refresh_hz: float = 4.0,
+    window_s: int | None = 60,
+    title: str = "llmtop",
+) -> int:
+    """Run the TUI on ``source`` until the user quits; returns the exit code (0).
+    The app closes the source when it exits. Used by ``attach``, ``run``, ``replay``
+    and ``demo``."""
+    app = LlmtopApp(source, refresh_hz=refresh_hz, window_s=window_s, title=title)
+    app.run()
+    return int(app.return_code or 0)
+

@@ -1,0 +1,106 @@
+"""Formatting of snapshot values for the screen. Every function accepts ``None`` and
+returns ``"n/a"`` for it: a missing reading is a value, never a crash."""
+
+from __future__ import annotations
+
+import math
+
+NA = "n/a"
+
+
+def latency(s: float | None) -> str:
+    """A duration in seconds as the most readable unit: ``850 µs``, ``12.3 ms``, ``1.24 s``."""
+    if s is None or not math.isfinite(s):
+        return NA
+    a = abs(s)
+    if a == 0:
+        return "0 ms"
+    if a < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if a < 10e-3:
+        return f"{s * 1e3:.2f} ms"
+    if a < 100e-3:
+        return f"{s * 1e3:.1f} ms"
+    if a < 1.0:
+        return f"{s * 1e3:.0f} ms"
+    if a < 10.0:
+        return f"{s:.2f} s"
+    if a < 100.0:
+        return f"{s:.1f} s"
+    return duration(s)
+
+
+def rate(x: float | None) -> str:
+    """A rate (tokens/s, requests/s): three significant figures, thousands separated."""
+    if x is None or not math.isfinite(x):
+        return NA
+    a = abs(x)
+    if a >= 100:
+        return f"{x:,.0f}"
+    if a >= 10:
+        return f"{x:.1f}"
+    if a == 0:
+        return "0"
+    return f"{x:.2f}"
+
+
+def count(x: float | None) -> str:
+    """A count (requests, tokens): an integer with thousands separators."""
+    if x is None or not math.isfinite(x):
+        return NA
+    return f"{round(x):,}"
+
+
+def pct(x: float | None, *, fraction: bool = False) -> str:
+    """A percentage. ``fraction=True`` when the value is 0–1 (KV cache, SLO attainment)."""
+    if x is None or not math.isfinite(x):
+        return NA
+    v = x * 100.0 if fraction else x
+    if v != 0 and abs(v) < 10:
+        return f"{v:.1f}%"
+    return f"{v:.0f}%"
+
+
+def size_bytes(b: float | None) -> str:
+    """Bytes in binary units: ``71.2 GiB``."""
+    if b is None or not math.isfinite(b):
+        return NA
+    v = float(b)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" or abs(v) >= 100 else f"{v:.1f} {unit}"
+        v /= 1024
+    return NA  # unreachable: the loop returns at TiB
+
+
+def duration(s: float | None) -> str:
+    """A long duration as ``42s``, ``3m05s``, ``1h02m``, ``2d03h``."""
+    if s is None or not math.isfinite(s) or s < 0:
+        return NA
+    t = int(s)
+    if t < 60:
+        return f"{t}s"
+    m, sec = divmod(t, 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def window(w: int | None) -> str:
+    """A snapshot window: ``10 s``, ``60 s``, ``5 min``, ``all``."""
+    if w is None:
+        return "all"
+    if w >= 60 and w % 60 == 0 and w > 60:
+        return f"{w // 60} min"
+    return f"{w} s"
+
+
+def watts(w: float | None) -> str:
+    """Power in watts."""
+    if w is None or not math.isfinite(w):
+        return NA
+    return f"{w:.0f} W"

@@ -1,0 +1,143 @@
+"""The main screen: header, warnings, capacity, latency and plots, GPU and engine, users
+and active requests. Responsive: below 120 columns the plots and the requests table
+give their room to the rest (breakpoint classes ``-narrow``/``-wide``, ``-short``/``-tall``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input
+
+from llmtop.tui import fmt
+from llmtop.tui.palette import Palette
+from llmtop.tui.snapview import SnapView
+from llmtop.tui.widgets.capacity import CapacityLine
+from llmtop.tui.widgets.engine import EnginePanel
+from llmtop.tui.widgets.gpu import GpuPanel
+from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
+from llmtop.tui.widgets.latency import LatencyPanel
+from llmtop.tui.widgets.plots import PlotsPanel
+from llmtop.tui.widgets.requests import RequestsTable
+from llmtop.tui.widgets.users import UsersTable
+from llmtop.tui.widgets.warnings import WarningsBar
+
+
+class Dashboard(Screen[None]):
+    """Everything at a glance. The app calls :meth:`apply` after each fetch."""
+
+    # Textual declares these as plain attributes, so they cannot be ClassVar-annotated here.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]  # noqa: RUF012
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("tab", "app.focus_next", "panels", show=True)]
+
+    class UserSelected(Message):
+        """``enter`` on a user row: the app opens that user's detail."""
+
+        def __init__(self, user: str) -> None:
+            super().__init__()
+            self.user = user
+
+    def __init__(self) -> None:
+        super().__init__(id="dashboard")
+        self.header = HeaderBar(id="header")
+        self.warnings = WarningsBar(id="warnings")
+        self.capacity = CapacityLine(id="capacity")
+        self.latency = LatencyPanel(id="latency", classes="panel")
+        self.plots = PlotsPanel(id="plots", classes="panel")
+        self.gpu = GpuPanel(id="gpu", classes="panel")
+        self.engine = EnginePanel(id="engine", classes="panel")
+        self.users = UsersTable(id="users")
+        self.requests = RequestsTable(id="requests")
+        self.filter_input = Input(placeholder="filter users…", id="filter")
+        self.users_box = Vertical(id="users-box", classes="panel")
+        self._active: Sequence[Mapping[str, Any]] = ()
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        yield self.warnings
+        yield self.capacity
+        with Horizontal(id="top"):
+            yield self.latency
+            yield self.plots
+        with Horizontal(id="mid"):
+            yield self.engine
+            yield self.gpu
+        with Horizontal(id="tables"):
+            with self.users_box:
+                yield self.users
+                yield self.filter_input
+            yield self.requests
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.latency.border_title = "latency"
+        self.plots.border_title = "last minutes"
+        self.engine.border_title = "engine"
+        self.gpu.border_title = "GPU"
+        self.users_box.border_title = "users"
+        self.requests.border_title = "active requests"
+        self.users.focus()
+
+    def apply(
+        self,
+        view: SnapView,
+        palette: Palette,
+        active: Sequence[Mapping[str, Any]],
+        status: HeaderStatus,
+    ) -> None:
+        """Show one snapshot (and the active requests) in every panel."""
+        self._active = active
+        self.header.set_status(status)
+        for panel in (
+            self.header, self.warnings, self.capacity, self.latency,
+            self.plots, self.gpu, self.engine,
+        ):
+            panel.show(view, palette)
+        self.latency.border_title = f"latency · {fmt.window(status.window_s)}"
+        self.users.show(view, palette)
+        self.users_box.border_subtitle = self.users.subtitle()
+        self.requests.show_requests(active, palette, view.slo.ttft_s)
+
+    # -- filter (``/``) ------------------------------------------------------------------------
+
+    def open_filter(self) -> None:
+        self.add_class("-filtering")
+        self.filter_input.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input is self.filter_input:
+            self.users.set_filter(event.value)
+            self.users_box.border_subtitle = self.users.subtitle()
+            self.requests.filter_text = event.value
+            self.requests.show_requests(self._active, self.users.palette,
+                                        self.users.view.slo.ttft_s)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input is self.filter_input:
+            event.stop()
+            self.remove_class("-filtering")
+            self.users.focus()
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key == "escape" and self.filter_input.has_focus:
+            event.stop()
+            self.filter_input.value = ""
+            self.remove_class("-filtering")
+            self.users.focus()
+
+    # -- drill-in --------------------------------------------------------------------------
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table is self.users:
+            event.stop()
+            user = self.users.user_for(event.row_key)
+            if user is not None:
+                self.post_message(self.UserSelected(user))

@@ -1,0 +1,43 @@
+"""The ``r`` prompt: where to record, proposed as a timestamped file name."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label
+
+
+class RecordPrompt(ModalScreen[str | None]):
+    """Asks for a recording path (on the proxy's machine). Enter starts, escape cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel", show=True)]
+
+    DEFAULT_CSS = """
+    RecordPrompt { align: center middle; }
+    RecordPrompt > Vertical {
+        width: 80%; max-width: 90; height: auto;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    """
+
+    def __init__(self, proposed: str) -> None:
+        super().__init__()
+        self.proposed = proposed
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = "record this session"
+            yield Label("File on the proxy's machine (.jsonl or .jsonl.gz); enter to start:")
+            yield Input(value=self.proposed, id="record-path")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        path = event.value.strip()
+        self.dismiss(path or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,139 @@
+"""One user's figures over the window and their requests open right now."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from llmtop.tui import fmt
+from llmtop.tui.palette import Palette
+from llmtop.tui.snapview import SnapView, as_num
+from llmtop.tui.widgets.base import ViewPanel
+from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
+from llmtop.tui.widgets.requests import RequestsTable
+
+KNOWN: tuple[tuple[str, str, str], ...] = (
+    ("requests", "requests", "count"),
+    ("in_flight", "in flight", "count"),
+    ("output_tps", "output tok/s", "rate"),
+    ("input_tps", "input tok/s", "rate"),
+    ("ttft_p50", "TTFT p50", "ttft"),
+    ("ttft_p95", "TTFT p95", "ttft"),
+    ("ttft_p99", "TTFT p99", "ttft"),
+    ("itl_p50", "ITL p50", "itl"),
+    ("itl_p95", "ITL p95", "itl"),
+    ("itl_p99", "ITL p99", "itl"),
+    ("tpot_p95", "TPOT p95", "tpot"),
+    ("e2e_p95", "E2E p95", "e2e"),
+    ("slo_attainment", "SLO attainment", "attainment"),
+    ("goodput_tps", "goodput tok/s", "rate"),
+    ("errors", "errors", "count"),
+    ("cancelled", "cancelled", "count"),
+)
+
+
+class UserSummary(ViewPanel):
+    """The user's row, every known field labelled, then any other numeric fields."""
+
+    DEFAULT_CSS = """
+    UserSummary { height: auto; padding: 0 1; }
+    """
+
+    def __init__(self, user: str) -> None:
+        super().__init__(id="user-summary")
+        self.user = user
+
+    def build(self, width: int) -> RenderableType:
+        v, pal = self.view, self.palette
+        title = Text(no_wrap=True, overflow="ellipsis")
+        title.append("user ", pal.dim)
+        title.append(self.user or "(empty)", "bold")
+        title.append(f"  · window {fmt.window(v.window_s)}", pal.dim)
+        row = v.user(self.user)
+        if row is None:
+            title.append("\nno requests from this user in this window", pal.dim)
+            return title
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style=pal.dim, no_wrap=True)
+        table.add_column(justify="right", no_wrap=True)
+        table.add_column(style=pal.dim, no_wrap=True)
+        table.add_column(justify="right", no_wrap=True)
+        cells: list[tuple[Text, Text]] = []
+        shown = {"user"}
+        for key, label, kind in KNOWN:
+            if key not in row:
+                continue
+            shown.add(key)
+            cells.append((Text(label), self._value(row.get(key), kind, v, pal)))
+        for key, value in row.items():
+            if key in shown or as_num(value) is None:
+                continue
+            cells.append((Text(str(key)), Text(fmt.rate(as_num(value)))))
+        for i in range(0, len(cells), 2):
+            left = cells[i]
+            right = cells[i + 1] if i + 1 < len(cells) else (Text(""), Text(""))
+            table.add_row(left[0], left[1], right[0], right[1])
+        out = Table.grid()
+        out.add_row(title)
+        out.add_row(table)
+        return out
+
+    @staticmethod
+    def _value(x: object, kind: str, v: SnapView, pal: Palette) -> Text:
+        n = as_num(x)
+        if kind == "count":
+            return Text(fmt.count(n))
+        if kind == "rate":
+            return Text(fmt.rate(n))
+        if kind == "attainment":
+            return Text(fmt.pct(n, fraction=True), style=pal.attainment(n, v.slo.target))
+        return Text(fmt.latency(n), style=pal.latency(n, v.slo.for_metric(kind)))
+
+
+class UserDetail(Screen[None]):
+    """Drill-in on one user; escape (or backspace) returns to the dashboard."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,backspace", "app.pop_screen", "back", show=True),
+    ]
+
+    DEFAULT_CSS = """
+    UserDetail RequestsTable { border: round $primary-darken-2; height: 1fr; }
+    """
+
+    def __init__(self, user: str) -> None:
+        super().__init__()
+        self.user = user
+        self.header = HeaderBar(id="user-header")
+        self.summary = UserSummary(user)
+        self.requests = RequestsTable(id="user-requests", user=user)
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        yield self.summary
+        yield self.requests
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.requests.border_title = Text(f"active requests of {self.user or '(empty)'}")
+        self.requests.focus()
+
+    def apply(
+        self,
+        view: SnapView,
+        palette: Palette,
+        active: Sequence[Mapping[str, Any]],
+        status: HeaderStatus,
+    ) -> None:
+        self.header.set_status(status)
+        self.header.show(view, palette)
+        self.summary.show(view, palette)
+        self.requests.show_requests(active, palette, view.slo.ttft_s)

@@ -1,0 +1,283 @@
+"""Where the TUI's snapshots come from.
+
+The app only knows :class:`SnapshotSource`: live proxies through their admin API
+(:class:`AdminSource`, this module), or a recording being replayed (``llmtop replay``
+implements the same protocol, plus :class:`ReplayControl` for pause, seek and speed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+SNAPSHOT_PATH = "/llmtop/v1/snapshot"
+REQUESTS_PATH = "/llmtop/v1/requests"
+RECORDING_PATH = "/llmtop/v1/recording"
+
+MergeFn = Callable[[list[dict[str, Any]]], dict[str, Any]]
+
+
+class SourceUnavailable(Exception):
+    """The source cannot answer now (proxy down, refused, bad reply). The message is one
+    line, shown on screen; the app keeps retrying."""
+
+
+class MergeUnavailable(ValueError):
+    """Several admin URLs were given but no snapshot merge function is available."""
+
+
+@runtime_checkable
+class SnapshotSource(Protocol):
+    """What the TUI reads. Snapshots are dicts in the admin API's JSON shape
+    (``shared/docs/interfaces.md``); every field is optional to the TUI."""
+
+    async def fetch(self, window_s: int | None) -> dict[str, Any]:
+        """The snapshot over the last ``window_s`` seconds (``None``: the whole session).
+        Raises :class:`SourceUnavailable` when it cannot."""
+        ...
+
+    async def active_requests(self) -> list[dict[str, Any]]:
+        """Requests open right now (the ``/llmtop/v1/requests?state=active`` shape)."""
+        ...
+
+    async def recording(self, action: str, path: str | None) -> dict[str, Any]:
+        """Start (``action="start"``, to ``path``) or stop (``"stop"``) recording.
+        Raises :class:`SourceUnavailable` when refused or unsupported."""
+        ...
+
+    def describe(self) -> str:
+        """A short label for the header (URL, "3 proxies, 1 down", file name)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections/files. Called once, when the app exits."""
+        ...
+
+
+@runtime_checkable
+class ReplayControl(Protocol):
+    """Optional capability of a replay source: the app adds space (pause), ←/→ (seek)
+    and +/- (speed) when the source implements this."""
+
+    speed: float
+    """Playback speed multiplier (1.0 = real time); the app sets it."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def seek(self, delta_s: float) -> None:
+        """Move the replay clock by ``delta_s`` seconds (negative: back)."""
+        ...
+
+    @property
+    def position_s(self) -> float:
+        """Seconds since the recording's start."""
+        ...
+
+    @property
+    def duration_s(self) -> float | None:
+        """Length of the recording, ``None`` when unknown (file still growing)."""
+        ...
+
+
+def normalize_admin_url(url: str) -> str:
+    """``HOST:PORT`` or ``http(s)://HOST:PORT[/prefix]`` → ``http(s)://HOST:PORT[/prefix]``.
+    Raises ``ValueError`` with a one-line message for anything else."""
+    raw = url.strip()
+    candidate = raw if "://" in raw else f"http://{raw}"
+    parts = urlsplit(candidate)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"admin URL '{url}' has a bad port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"'{url}' is not an admin URL (expected http://HOST:PORT)")
+    if port is None and "://" not in raw:
+        raise ValueError(f"admin URL '{url}' needs a port (HOST:PORT)")
+    path = parts.path.rstrip("/")
+    for suffix in (SNAPSHOT_PATH, "/llmtop/v1"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def load_merge() -> MergeFn:
+    """``llmtop.metrics.merge.merge_snapshots``, imported only when several proxies are
+    attached (it decodes histograms; the TUI itself never does)."""
+    try:
+        mod = importlib.import_module("llmtop.metrics.merge")
+    except ImportError:
+        raise MergeUnavailable(
+            "attaching to several proxies needs llmtop.metrics.merge, which this build lacks"
+        ) from None
+    fn = getattr(mod, "merge_snapshots", None)
+    if not callable(fn):
+        raise MergeUnavailable("llmtop.metrics.merge has no merge_snapshots()")
+    merge: MergeFn = fn
+    return merge
+
+
+class _Failure(Exception):
+    """One proxy did not answer; the message is short."""
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server disconnected"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return (text or type(exc).__name__)[:80]
+
+
+def per_proxy_path(path: str, i: int) -> str:
+    """``x.jsonl.gz`` → ``x-<i>.jsonl.gz``: one recording file per attached proxy."""
+    for ext in (".jsonl.gz", ".jsonl"):
+        if path.endswith(ext):
+            return f"{path[: -len(ext)]}-{i}{ext}"
+    return f"{path}-{i}"
+
+
+class AdminSource:
+    """Snapshots from one or several running proxies' admin APIs over HTTP.
+
+    With several URLs every fetch asks all of them at once and merges the snapshots
+    exactly (histogram by histogram) with ``merge`` (default: ``llmtop.metrics.merge``).
+    Proxies that do not answer are left out and named by :meth:`describe`; only when
+    none answers does :meth:`fetch` raise :class:`SourceUnavailable`.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        token: str = "",
+        *,
+        timeout_s: float = 2.0,
+        merge: MergeFn | None = None,
+    ) -> None:
+        if not urls:
+            raise ValueError("at least one admin URL is needed")
+        self.urls: list[str] = [normalize_admin_url(u) for u in urls]
+        self._token = token
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._merge: MergeFn | None = merge
+        if len(self.urls) > 1 and self._merge is None:
+            self._merge = load_merge()
+        self._session: aiohttp.ClientSession | None = None
+        self.errors: dict[str, str | None] = dict.fromkeys(self.urls)
+        """Per URL: ``None`` while it answers, else why it did not (last attempt)."""
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=headers)
+        return self._session
+
+    async def _get(self, url: str, path: str, params: dict[str, str]) -> Any:
+        try:
+            async with self._http().get(url + path, params=params) as resp:
+                if resp.status in (401, 403):
+                    raise _Failure(f"HTTP {resp.status}: the admin token was refused")
+                if resp.status != 200:
+                    raise _Failure(f"HTTP {resp.status}")
+                return await resp.json(content_type=None)
+        except _Failure:
+            raise
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _Failure(_short(exc)) from None
+        except ValueError:
+            raise _Failure("reply is not JSON") from None
+
+    async def _snapshot_from(self, url: str, window: str) -> dict[str, Any] | None:
+        try:
+            snap = await self._get(url, SNAPSHOT_PATH, {"window": window})
+            if not isinstance(snap, dict):
+                raise _Failure("reply is not a snapshot object")
+        except _Failure as exc:
+            self.errors[url] = str(exc)
+            return None
+        self.errors[url] = None
+        return snap
+
+    # -- SnapshotSource ----------------------------------------------------------------------
+
+    async def fetch(self, window_s: int | None) -> dict[str, Any]:
+        window = "all" if window_s is None else str(int(window_s))
+        snaps = await asyncio.gather(*(self._snapshot_from(u, window) for u in self.urls))
+        ok = [s for s in snaps if s is not None]
+        if not ok:
+            if len(self.urls) == 1:
+                raise SourceUnavailable(f"{self.urls[0]}: {self.errors[self.urls[0]]}")
+            raise SourceUnavailable(f"none of {len(self.urls)} proxies answers")
+        if len(self.urls) == 1 or self._merge is None:
+            return ok[0]
+        return self._merge(ok)
+
+    async def active_requests(self) -> list[dict[str, Any]]:
+        async def one(url: str) -> list[dict[str, Any]]:
+            try:
+                got = await self._get(url, REQUESTS_PATH, {"state": "active"})
+            except _Failure:
+                return []
+            if isinstance(got, dict):
+                got = got.get("requests")
+            if not isinstance(got, list):
+                return []
+            rows = [r for r in got if isinstance(r, dict)]
+            if len(self.urls) > 1:
+                for r in rows:
+                    r.setdefault("proxy", url)
+            return rows
+
+        lists = await asyncio.gather(*(one(u) for u in self.urls))
+        return [r for rows in lists for r in rows]
+
+    async def recording(self, action: str, path: str | None) -> dict[str, Any]:
+        results: list[dict[str, Any]] = []
+        for i, url in enumerate(self.urls, start=1):
+            body: dict[str, Any] = {"action": action}
+            if path:
+                body["path"] = path if len(self.urls) == 1 else per_proxy_path(path, i)
+            try:
+                async with self._http().post(url + RECORDING_PATH, json=body) as resp:
+                    text = await resp.text()
+                    if resp.status >= 400:
+                        first = text.strip().splitlines()[0][:160] if text.strip() else ""
+                        raise SourceUnavailable(
+                            f"recording {action} refused by {url}: HTTP {resp.status} {first}"
+                        )
+                    try:
+                        reply = await resp.json(content_type=None)
+                    except ValueError:
+                        reply = {}
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise SourceUnavailable(f"recording {action} at {url}: {_short(exc)}") from None
+            results.append(reply if isinstance(reply, dict) else {"reply": reply})
+        if len(results) == 1:
+            return results[0]
+        return {"proxies": results}
+
+    def describe(self) -> str:
+        down = [u for u, e in self.errors.items() if e is not None]
+        if len(self.urls) == 1:
+            url = self.urls[0]
+            return f"{url} (down: {self.errors[url]})" if down else url
+        up = len(self.urls) - len(down)
+        if not down:
+            return f"{len(self.urls)} proxies"
+        return f"{up}/{len(self.urls)} proxies up · down: " + ", ".join(down)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,40 @@
+"""The capacity line: the largest concurrency that still meets the SLOs, and the goodput
+there — estimated live from production traffic by the metrics side."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from llmtop.tui import fmt
+from llmtop.tui.widgets.base import ViewPanel
+
+
+class CapacityLine(ViewPanel):
+    """"max concurrency at SLO ≈ N, goodput ≈ X tok/s", or "collecting data…"."""
+
+    DEFAULT_CSS = """
+    CapacityLine { height: auto; padding: 0 1; }
+    """
+
+    def build(self, width: int) -> RenderableType:
+        v, pal = self.view, self.palette
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append("capacity ", "bold")
+        n = v.num("capacity", "max_concurrency_at_slo")
+        tps = v.num("capacity", "goodput_tps_at_slo")
+        if n is None:
+            t.append("max concurrency at SLO: collecting data…", pal.dim)
+        else:
+            t.append("max concurrency at SLO ≈ ", pal.dim)
+            t.append(fmt.count(n), f"bold {pal.accent}")
+            t.append(", goodput ≈ ", pal.dim)
+            t.append(fmt.rate(tps), f"bold {pal.accent}" if tps is not None else pal.dim)
+            t.append(" tok/s", pal.dim)
+            in_flight = v.num("system", "in_flight")
+            if in_flight is not None and in_flight > n:
+                t.append(f"  — now {fmt.count(in_flight)} in flight: over capacity", pal.bad)
+        note = v.text("capacity", "note") or v.text("capacity", "reason")
+        if note:
+            t.append(f"  ({note})", pal.dim)
+        return t

@@ -1,0 +1,114 @@
+"""One line per GPU: memory bar, memory busy % (time, not bandwidth), DRAM bandwidth %
+(GPM), GPU utilisation and power. Simulated readings are marked as such, loudly."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from llmtop.tui import fmt
+from llmtop.tui.palette import Palette
+from llmtop.tui.snapview import SnapView, as_num, as_str
+from llmtop.tui.widgets.base import ViewPanel
+
+MAX_NARROW = 2
+
+
+def bar(fraction: float | None, width: int, style: str, empty_style: str) -> Text:
+    """A fill bar ``████░░░░`` of ``width`` cells; ``None`` draws an empty, dim bar."""
+    t = Text()
+    f = 0.0 if fraction is None else max(0.0, min(1.0, fraction))
+    full = round(f * width)
+    t.append("█" * full, style)
+    t.append("░" * (width - full), empty_style)
+    return t
+
+
+def is_simulated(view: SnapView, gpu: Mapping[str, Any]) -> bool:
+    if gpu.get("simulated") is True:
+        return True
+    return (view.text("gpu_source") or "").lower() in ("sim", "simulated")
+
+
+def mem_percent(gpu: Mapping[str, Any]) -> float | None:
+    used, total = as_num(gpu.get("mem_used_bytes")), as_num(gpu.get("mem_total_bytes"))
+    if used is None or not total:
+        return None
+    return 100.0 * used / total
+
+
+def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -> Text:
+    """The line for one GPU, with fewer details as the width shrinks."""
+    idx = as_num(gpu.get("index"))
+    name = (as_str(gpu.get("name")) or "GPU").removeprefix("NVIDIA ")
+    used, total = as_num(gpu.get("mem_used_bytes")), as_num(gpu.get("mem_total_bytes"))
+    mem = mem_percent(gpu)
+    busy, bw = as_num(gpu.get("mem_busy")), as_num(gpu.get("dram_bw_util"))
+    util, power = as_num(gpu.get("util_gpu")), as_num(gpu.get("power_w"))
+    t = Text(no_wrap=True, overflow="ellipsis")
+    label = fmt.count(idx) if idx is not None else "?"
+    t.append(f"{label} " if width >= 90 else f"GPU{label} ", "bold")
+    if is_simulated(view, gpu):
+        t.append("SIM ", f"bold reverse {pal.warn}")
+    if width >= 90:
+        t.append(f"{name[:14]:<14} ")
+    bar_w = 16 if width >= 90 else 8
+    t.append("mem ", pal.dim)
+    t.append_text(bar(None if mem is None else mem / 100, bar_w, pal.usage(mem), pal.dim))
+    t.append(f" {fmt.pct(mem):>4}", pal.usage(mem))
+    if width >= 90:
+        t.append(f" {fmt.size_bytes(used)}/{fmt.size_bytes(total)}", pal.dim)
+    t.append("  bw ", pal.dim)
+    t.append(fmt.pct(bw), pal.usage(bw))
+    t.append("  busy ", pal.dim)
+    t.append(fmt.pct(busy), pal.usage(busy) if busy is not None else pal.dim)
+    t.append("  util ", pal.dim)
+    t.append(fmt.pct(util), "" if util is not None else pal.dim)
+    t.append("  ", pal.dim)
+    t.append(fmt.watts(power), "" if power is not None else pal.dim)
+    return t
+
+
+class GpuPanel(ViewPanel):
+    """GPU readings; at narrow widths only the first two GPUs and a "+N more" line."""
+
+    DEFAULT_CSS = """
+    GpuPanel { height: auto; }
+    """
+
+    def build(self, width: int) -> RenderableType:
+        v, pal = self.view, self.palette
+        gpus = v.items("gpus")
+        if width < 90:
+            return self._compact(gpus, width)
+        title = Text(no_wrap=True, overflow="ellipsis")
+        title.append("GPU", "bold")
+        if any(is_simulated(v, g) for g in gpus):
+            title.append(" ")
+            title.append(" SIMULATED ", f"bold reverse {pal.warn}")
+            title.append(" readings from the simulator, not hardware", pal.dim)
+        elif gpus:
+            title.append("  bw = DRAM bandwidth % of peak · busy = % of time memory was busy",
+                         pal.dim)
+        if not gpus:
+            title.append("  n/a (no GPU readings)", pal.dim)
+            return title
+        lines: list[RenderableType] = [title]
+        lines.extend(gpu_line(v, g, pal, width) for g in gpus)
+        return Group(*lines)
+
+    def _compact(self, gpus: list[Mapping[str, Any]], width: int) -> RenderableType:
+        """No title line: "GPU0 SIM mem ███ 97% bw 91% …"; two GPUs, then "+N more"."""
+        v, pal = self.view, self.palette
+        if not gpus:
+            return Text.assemble(("GPU ", "bold"), ("n/a (no GPU readings)", pal.dim))
+        shown = gpus[:MAX_NARROW]
+        lines: list[RenderableType] = [gpu_line(v, g, pal, width) for g in shown]
+        if len(shown) < len(gpus):
+            last = lines[-1]
+            if isinstance(last, Text):
+                last.append(f"  +{len(gpus) - len(shown)} more", pal.dim)
+        return Group(*lines)

@@ -1,0 +1,156 @@
+"""Time plots over the last minutes: system output TPS, TTFT p95, ITL p95 and in-flight,
+each with its reference line (goodput at SLO, the TTFT and ITL SLOs, capacity at SLO).
+
+Points come from the snapshot's ``series``; a source without one gets a history the panel
+builds itself from successive snapshots."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from llmtop.tui import fmt
+from llmtop.tui.chart import ChartStyle, render_chart
+from llmtop.tui.palette import Palette
+from llmtop.tui.snapview import SnapView, as_num
+from llmtop.tui.widgets.base import ViewPanel
+
+HISTORY = 600
+
+
+@dataclass(frozen=True, slots=True)
+class PlotSpec:
+    key: str
+    title: str
+    unit: Callable[[float | None], str]
+    reference: Callable[[SnapView], float | None]
+    reference_label: str
+
+
+def _count(x: float | None) -> str:
+    return fmt.count(x)
+
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec(
+        "output_tps", "output tok/s", fmt.rate,
+        lambda v: v.num("capacity", "goodput_tps_at_slo"), "goodput",
+    ),
+    PlotSpec("ttft_p95", "TTFT p95", fmt.latency, lambda v: v.slo.ttft_s, "SLO"),
+    PlotSpec("itl_p95", "ITL p95", fmt.latency, lambda v: v.slo.itl_p95_s, "SLO"),
+    PlotSpec(
+        "in_flight", "in flight", _count,
+        lambda v: v.num("capacity", "max_concurrency_at_slo"), "capacity",
+    ),
+)
+
+
+class SeriesHistory:
+    """Points remembered from successive snapshots, for sources that send no ``series``."""
+
+    def __init__(self, maxlen: int = HISTORY) -> None:
+        self.points: deque[dict[str, float | None]] = deque(maxlen=maxlen)
+        self._last_t: float | None = None
+
+    def add(self, v: SnapView) -> None:
+        t = v.time
+        if t is not None and t == self._last_t:
+            return
+        self._last_t = t
+        self.points.append(
+            {
+                "t": t,
+                "output_tps": v.num("system", "output_tps"),
+                "rps": v.num("system", "rps"),
+                "in_flight": v.num("system", "in_flight"),
+                "waiting": v.num("system", "waiting"),
+                "ttft_p95": v.num("latency", "ttft", "p95"),
+                "itl_p95": v.num("latency", "itl", "p95"),
+            }
+        )
+
+
+def series_values(points: Sequence[Mapping[str, Any]], key: str) -> list[float | None]:
+    return [as_num(p.get(key)) for p in points]
+
+
+class PlotsPanel(ViewPanel):
+    """Four charts in a 2×2 grid (one column when narrow)."""
+
+    DEFAULT_CSS = """
+    PlotsPanel { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.history = SeriesHistory()
+
+    def points(self) -> list[Mapping[str, Any]]:
+        series = self.view.items("series")
+        if series:
+            return series
+        return list(self.history.points)
+
+    def show(self, view: SnapView, palette: Palette) -> None:
+        if not view.items("series"):
+            self.history.add(view)
+        super().show(view, palette)
+
+    def _chart(self, spec: PlotSpec, width: int, height: int) -> list[Text]:
+        v, pal = self.view, self.palette
+        values = series_values(self.points(), spec.key)
+        ref = spec.reference(v)
+        last = next((x for x in reversed(values) if x is not None), None)
+        finite = [x for x in values if x is not None]
+        title = Text(no_wrap=True, overflow="ellipsis")
+        title.append(spec.title, "bold")
+        title.append(" ")
+        over = ref is not None and last is not None and last > ref
+        title.append(spec.unit(last), pal.bad if over else pal.accent)
+        if finite:
+            title.append(f"  max {spec.unit(max(finite))}", pal.dim)
+        if ref is not None:
+            title.append(f"  ╌ {spec.reference_label} {spec.unit(ref)}", pal.warn)
+        title.truncate(width, overflow="ellipsis")
+        lines = [title]
+        if height > 1:
+            if not finite:
+                body = Text("no data yet", style=pal.dim)
+                lines.append(body)
+                lines.extend(Text("") for _ in range(height - 2))
+            else:
+                style = ChartStyle(bar=pal.ok, over=pal.bad, line=pal.warn)
+                chart = render_chart(values, width, height - 1, ref, style)
+                lines.extend(chart.split("\n"))
+        return lines[:height]
+
+    def build(self, width: int) -> RenderableType:
+        height = max(2, self.content_region.height or self.size.height)
+        cols = 2 if width >= 60 else 1
+        rows = (len(PLOTS) + cols - 1) // cols
+        cell_h = max(2, height // rows)
+        gap = 2 if cols == 2 else 0
+        cell_w = max(1, (width - gap * (cols - 1)) // cols)
+        out = Text(no_wrap=True, overflow="crop")
+        for r in range(rows):
+            charts = [
+                self._chart(PLOTS[r * cols + c], cell_w, cell_h)
+                for c in range(cols)
+                if r * cols + c < len(PLOTS)
+            ]
+            for i in range(cell_h):
+                for c, lines in enumerate(charts):
+                    if c:
+                        out.append(" " * gap)
+                    line = lines[i] if i < len(lines) else Text("")
+                    line = line.copy()
+                    line.pad_right(cell_w - line.cell_len)
+                    out.append_text(line)
+                if r < rows - 1 or i < cell_h - 1:
+                    out.append("\n")
+        return out
