@@ -20,7 +20,8 @@ Several label sets (one per ``model_name``, engine or data-parallel rank) are **
 counts (running, waiting, preemptions, histogram buckets) and reduced with **max** for the
 KV-cache fraction — the fullest cache is the one about to preempt, which is what a warning
 must catch. ``raw`` keeps up to :data:`RAW_LIMIT` finite samples (``_bucket`` and
-``_created`` samples left out) keyed ``name{label="value",...}``, for every kind.
+``_created`` samples left out; the engine's own names first) keyed
+``name{label="value",...}``, for every kind.
 
 Parser quirks handled here: names with ``:`` parse fine; for a ``counter`` the parser
 names the family without ``_total`` and *adds* ``_total`` to a sample that lacked it (the
@@ -191,15 +192,19 @@ def _raw_key(name: str, labels: dict[str, str]) -> str:
     return f"{name}{{{inner}}}"
 
 
-def raw_values(samples: Samples, limit: int = RAW_LIMIT) -> dict[str, float]:
-    """Up to ``limit`` finite samples, histogram buckets and ``_created`` left out."""
+def raw_values(samples: Samples, limit: int = RAW_LIMIT, prefer: str = "") -> dict[str, float]:
+    """Up to ``limit`` finite samples, histogram buckets and ``_created`` left out; names
+    starting with ``prefer`` (the engine's own prefix) come first, the rest in text order."""
     raw: dict[str, float] = {}
-    for name, labels, value in samples.order:
-        if len(raw) >= limit:
-            break
-        if name.endswith(("_bucket", "_created")) or not math.isfinite(value):
-            continue
-        raw[_raw_key(name, labels)] = value
+    for own in (True, False) if prefer else (False,):
+        for name, labels, value in samples.order:
+            if len(raw) >= limit:
+                return raw
+            if prefer and name.startswith(prefer) != own:
+                continue
+            if name.endswith(("_bucket", "_created")) or not math.isfinite(value):
+                continue
+            raw[_raw_key(name, labels)] = value
     return raw
 
 
@@ -207,7 +212,7 @@ def reading_from_samples(samples: Samples, t: float) -> EngineReading:
     """The :class:`EngineReading` for already-parsed samples (see :func:`recognise`)."""
     kind = detect_kind(samples)
     names = VLLM if kind == "sim" else next((e for e in ENGINES if e.kind == kind), None)
-    raw = raw_values(samples)
+    raw = raw_values(samples, prefer=names.prefix if names else "")
     if names is None:
         return EngineReading(t=t, kind=kind, raw=raw)
     return EngineReading(
