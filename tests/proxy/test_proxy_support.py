@@ -82,15 +82,15 @@ class ScriptedUpstream:
         times: list[float] = []
         self.sent.append(sent)
         self.send_times.append(times)
-        if sc.first_delay_s:
-            await asyncio.sleep(sc.first_delay_s)
-        if sc.content_length:
-            data = b"".join(sc.chunks)
-            sent.append(data)
-            times.append(time.perf_counter())
-            return web.Response(status=sc.status, body=data, headers=sc.headers)
-        resp = web.StreamResponse(status=sc.status, headers=sc.headers)
         try:
+            if sc.first_delay_s:
+                await asyncio.sleep(sc.first_delay_s)
+            if sc.content_length:
+                data = b"".join(sc.chunks)
+                sent.append(data)
+                times.append(time.perf_counter())
+                return web.Response(status=sc.status, body=data, headers=sc.headers)
+            resp = web.StreamResponse(status=sc.status, headers=sc.headers)
             await resp.prepare(request)
             for i, chunk in enumerate(sc.chunks):
                 if sc.hang_after is not None and i >= sc.hang_after:

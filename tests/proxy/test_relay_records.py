@@ -1,0 +1,147 @@
+"""What each request becomes: one RequestRecord with the domain's definitions, and an
+ActiveRequest while it is open."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+from hypothesis import given
+from hypothesis import strategies as st
+from test_proxy_support import (
+    Script,
+    openai_chunks,
+    read_chunks,
+    running_proxy,
+    scripted_upstream,
+    sse,
+)
+
+from llmtop.proxy.relay import scale_tokens
+
+SSE = {"Content-Type": "text/event-stream"}
+CHAT = "/v1/chat/completions"
+WANTS_USAGE = {"model": "m1", "stream": True, "stream_options": {"include_usage": True}}
+
+
+def test_scale_tokens_largest_remainder() -> None:
+    assert scale_tokens([1, 1, 1], 7) == [3, 2, 2]
+    assert scale_tokens([1, 1, 1, 1], 4) == [1, 1, 1, 1]
+    assert scale_tokens([2, 1, 1], 8) == [4, 2, 2]
+    assert scale_tokens([1, 1, 1], 2) == [1, 1, 0]  # ties go to the earlier chunk
+    assert scale_tokens([0, 0], 3) == [2, 1]
+    assert scale_tokens([], 5) == []
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=60), st.integers(0, 5000))
+def test_scale_tokens_always_sums_to_the_usage(counts: list[int], total: int) -> None:
+    out = scale_tokens(counts, total)
+    assert sum(out) == total and len(out) == len(counts) and min(out) >= 0
+    have = sum(counts)
+    if have:  # no chunk is more than one token away from its exact share
+        for c, o in zip(counts, out, strict=True):
+            assert abs(o - c * total / have) < 1
+
+
+async def test_ttft_is_the_first_content_chunk_not_the_role_chunk() -> None:
+    role, *rest = openai_chunks(["Hi", " there"], usage={"prompt_tokens": 1,
+                                                          "completion_tokens": 2,
+                                                          "total_tokens": 3})
+    async with scripted_upstream() as up:
+        # role-only chunk at once, first content 150 ms later
+        up.script = Script(chunks=[role, b": keep-alive\n\n", *rest], headers=SSE, gap_s=0.075)
+        async with running_proxy(up.url) as (_, url, recs), aiohttp.ClientSession() as s:
+            t0 = time.perf_counter()
+            async with s.post(url + CHAT, json=WANTS_USAGE) as r:
+                stamps = []
+                async for data in r.content.iter_any():
+                    stamps.append((time.perf_counter() - t0, data))
+            (rec,) = await recs.wait(1)
+    first_content = next(t for t, d in stamps if b'"content":"Hi"' in d)
+    assert rec.ttft_s is not None and rec.ttft_s >= 0.14
+    assert abs(rec.ttft_s - first_content) < 0.05
+    assert rec.chunk_offsets_s[0] == rec.ttft_s and len(rec.chunk_offsets_s) == 2
+    gaps = rec.chunk_gaps_s()
+    assert len(gaps) == 1 and 0.06 < gaps[0] < 0.2
+    assert rec.e2e_s >= rec.chunk_offsets_s[-1]
+    assert rec.tpot_s() is not None
+
+
+async def test_multi_token_chunks_itl_mean_equals_tpot() -> None:
+    """An engine that packs 4 tokens a chunk (continuous usage counts them exactly)."""
+    base = {"id": "c", "object": "chat.completion.chunk", "model": "m1"}
+    chunks = []
+    for i in range(1, 7):
+        chunks.append(sse({**base, "choices": [{"index": 0, "delta": {"content": "abcd"}}],
+                           "usage": {"prompt_tokens": 5, "completion_tokens": 4 * i,
+                                     "total_tokens": 5 + 4 * i}}))
+    chunks.append(b"data: [DONE]\n\n")
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=chunks, headers=SSE, gap_s=0.02)
+        async with running_proxy(up.url) as (_, url, recs), aiohttp.ClientSession() as s:
+            async with s.post(url + CHAT, json=WANTS_USAGE) as r:
+                await read_chunks(r)
+            (rec,) = await recs.wait(1)
+    assert rec.chunk_tokens == (4, 4, 4, 4, 4, 4) and rec.completion_tokens == 24
+    itl = rec.itl_samples_s()
+    assert len(itl) == 20  # 5 gaps after the first chunk, 4 tokens each
+    tpot = rec.tpot_s()
+    assert tpot is not None
+    mean = sum(itl) / len(itl)
+    # TPOT spreads (E2E - TTFT) over n-1 tokens; ITL spreads the same gaps over 4 tokens
+    # each: they agree up to the first chunk's extra tokens and the tail after the last
+    assert abs(mean - tpot) / tpot < 0.25, (mean, tpot)
+
+
+async def test_active_request_visible_while_streaming() -> None:
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=openai_chunks(["a", "b", "c", "d"]), headers=SSE,
+                           gap_s=0.05)
+        async with running_proxy(up.url) as (proxy, url, recs), aiohttp.ClientSession() as s:
+            body = {**WANTS_USAGE, "user": "carol", "model": "big-model"}
+            async with s.post(url + CHAT, json=body) as r:
+                await r.content.readany()  # the role chunk
+                (a,) = proxy.active.values()
+                assert a.user == "carol" and a.model == "big-model" and a.stream
+                assert a.state == "waiting" and a.chunks == 0
+                while a.chunks < 2:
+                    await r.content.readany()
+                assert a.state == "streaming" and a.tokens >= 2
+                live = a.to_json_dict(time.perf_counter_ns())
+                assert live["state"] == "streaming" and live["ttft_s"] > 0
+                await r.read()
+            (rec,) = await recs.wait(1)
+            assert proxy.active == {}
+    assert rec.id == a.id and rec.user == "carol"
+
+
+async def test_concurrency_at_start_counts_requests_open_including_itself() -> None:
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=openai_chunks(["a", "b"]), headers=SSE, gap_s=0.1)
+        async with running_proxy(up.url) as (_, url, recs), aiohttp.ClientSession() as s:
+            async def one(delay: float) -> None:
+                await asyncio.sleep(delay)
+                async with s.post(url + CHAT, json=WANTS_USAGE) as r:
+                    await r.read()
+
+            await asyncio.gather(one(0), one(0.05), one(0.1))
+            recs_ = await recs.wait(3)
+    by_start = sorted(recs_, key=lambda r: r.t_start)
+    assert [r.concurrency_at_start for r in by_start] == [1, 2, 3]
+    assert len({r.id for r in recs_}) == 3
+
+
+async def test_record_is_json_ready_and_private() -> None:
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=openai_chunks(["x"]), headers=SSE)
+        async with running_proxy(up.url) as (_, url, recs), aiohttp.ClientSession() as s:
+            async with s.post(url + CHAT + "?api_key=sk-in-query", json=WANTS_USAGE,
+                              headers={"Authorization": "Bearer sk-very-secret"}) as r:
+                await r.read()
+            (rec,) = await recs.wait(1)
+    line = json.dumps(rec.to_json_dict())
+    assert "sk-very-secret" not in line and "sk-in-query" not in line
+    assert rec.path == CHAT
+    assert abs(rec.t_start - time.time()) < 60
