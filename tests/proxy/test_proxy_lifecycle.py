@@ -122,10 +122,7 @@ async def test_shutdown_cancels_streams_after_the_grace() -> None:
             with pytest.raises(aiohttp.ClientPayloadError):
                 await r.read()
             (rec,) = await recs.wait(1)
-            for _ in range(100):
-                if up.disconnects:
-                    break
-                await asyncio.sleep(0.01)
+            await up.wait_disconnect()
     assert summary.cancelled == 1 and summary.finished_in_grace == 0
     assert 0.2 <= took < 3.0
     assert rec.outcome == "cancelled" and rec.error == "proxy shut down"

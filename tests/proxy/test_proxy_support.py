@@ -63,6 +63,8 @@ class ScriptedUpstream:
         self.sent: list[list[bytes]] = []
         self.send_times: list[list[float]] = []
         self.disconnects: list[float] = []
+        self.disconnected = asyncio.Event()
+        self.received = asyncio.Event()
         self.url = ""
         self._runner: web.AppRunner | None = None
         self.responder: Callable[[Seen], Script] | None = None
@@ -77,6 +79,7 @@ class ScriptedUpstream:
         seen = Seen(request.method, request.raw_path, list(request.headers.items()), body,
                     time.perf_counter())
         self.seen.append(seen)
+        self.received.set()
         sc = self.script_for(seen)
         sent: list[bytes] = []
         times: list[float] = []
@@ -107,6 +110,7 @@ class ScriptedUpstream:
             await resp.write_eof()
         except (asyncio.CancelledError, ConnectionError):
             self.disconnects.append(time.perf_counter())
+            self.disconnected.set()
             raise
         return resp
 
@@ -120,6 +124,12 @@ class ScriptedUpstream:
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
         return self.url
+
+    async def wait_disconnect(self, within_s: float = 2.0) -> float:
+        """When the upstream saw its client (the proxy) leave (perf_counter seconds)."""
+        async with asyncio.timeout(within_s):
+            await self.disconnected.wait()
+        return self.disconnects[0]
 
     async def close(self) -> None:
         if self._runner is not None:

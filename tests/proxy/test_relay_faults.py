@@ -81,22 +81,21 @@ async def test_proxy_keeps_serving_after_upstream_comes_back() -> None:
 
 
 async def test_oversize_body_413_without_contacting_upstream() -> None:
-    async with scripted_upstream() as up:
-        async with running_proxy(up.url, max_body_bytes=1000) as (_, url, recs), \
-                aiohttp.ClientSession() as s:
-            async with s.post(url + CHAT, data=b"x" * 1001) as r:  # Content-Length
-                assert r.status == 413
-                assert (await r.json())["error"]["code"] == "request_too_large"
+    async def upload() -> AsyncIterator[bytes]:  # chunked: counted as it comes
+        for _ in range(5):
+            yield b"y" * 300
 
-            async def upload() -> AsyncIterator[bytes]:  # chunked: counted as it comes
-                for _ in range(5):
-                    yield b"y" * 300
-
-            async with s.post(url + CHAT, data=upload()) as r:
-                assert r.status == 413
-            async with s.post(url + CHAT, data=b"z" * 1000) as r:  # at the limit: fine
-                assert r.status == 200
-            recs_ = await recs.wait(3)
+    async with scripted_upstream() as up, \
+            running_proxy(up.url, max_body_bytes=1000) as (_, url, recs), \
+            aiohttp.ClientSession() as s:
+        async with s.post(url + CHAT, data=b"x" * 1001) as r:  # Content-Length
+            assert r.status == 413
+            assert (await r.json())["error"]["code"] == "request_too_large"
+        async with s.post(url + CHAT, data=upload()) as r:
+            assert r.status == 413
+        async with s.post(url + CHAT, data=b"z" * 1000) as r:  # at the limit: fine
+            assert r.status == 200
+        recs_ = await recs.wait(3)
     assert [x.body for x in up.seen] == [b"z" * 1000]
     assert [r.status for r in recs_] == [413, 413, 200]
     assert recs_[0].outcome == "error" and "max_body_bytes" in (recs_[0].error or "")
@@ -177,10 +176,7 @@ async def test_first_byte_timeout_is_504_and_closes_upstream() -> None:
                 err = await r.json()
             took = time.perf_counter() - t
             (rec,) = await recs.wait(1)
-            for _ in range(100):
-                if up.disconnects:
-                    break
-                await asyncio.sleep(0.01)
+            await up.wait_disconnect()
     assert 0.25 < took < 2.0
     assert err["type"] == "error" and err["error"]["type"] == "timeout_error"
     assert rec.outcome == "timeout" and rec.status == 504 and "first byte" in (rec.error or "")
@@ -237,14 +233,6 @@ async def test_connect_timeout_is_504() -> None:
     assert rec.outcome == "timeout" and rec.status == 504
 
 
-async def _wait_disconnect(up: ScriptedUpstream, within_s: float = 2.0) -> float:
-    deadline = time.perf_counter() + within_s
-    while not up.disconnects and time.perf_counter() < deadline:
-        await asyncio.sleep(0.002)
-    assert up.disconnects, "upstream never saw the client leave"
-    return up.disconnects[0]
-
-
 async def test_client_leaving_mid_stream_closes_upstream_at_once() -> None:
     async with scripted_upstream() as up:
         up.script = Script(chunks=openai_chunks([str(i) for i in range(200)]), headers=SSE,
@@ -257,7 +245,7 @@ async def test_client_leaving_mid_stream_closes_upstream_at_once() -> None:
             assert len(proxy.active) == 1
             left = time.perf_counter()
             r.close()  # drops the connection
-            seen = await _wait_disconnect(up)
+            seen = await up.wait_disconnect()
             (rec,) = await recs.wait(1)
             assert not proxy.active
     print(f"upstream saw the client leave after {(seen - left) * 1e3:.1f} ms")
@@ -271,14 +259,13 @@ async def test_client_leaving_while_upstream_is_silent_closes_upstream() -> None
         up.script = Script(chunks=[b"{}"], first_delay_s=10)
         async with running_proxy(up.url) as (proxy, url, recs), aiohttp.ClientSession() as s:
             task = asyncio.create_task(s.post(url + CHAT, json={"model": "m", "stream": True}))
-            while not up.seen:
-                await asyncio.sleep(0.005)
+            await up.received.wait()
             await asyncio.sleep(0.05)
             left = time.perf_counter()
             task.cancel()  # the client gives up waiting and closes its connection
             with pytest.raises(asyncio.CancelledError):
                 await task
-            seen = await _wait_disconnect(up)
+            seen = await up.wait_disconnect()
             (rec,) = await recs.wait(1)
             assert not proxy.active
     print(f"upstream saw the waiting client leave after {(seen - left) * 1e3:.1f} ms")
