@@ -127,6 +127,7 @@ class FakeNvml:
         devices: Sequence[FakeDevice] = (),
         *,
         init_error: int | None = None,
+        driver_version: str = "570.00 (fake)",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         real = load_pynvml()
@@ -138,6 +139,7 @@ class FakeNvml:
                 setattr(self, name, getattr(real, name))
         self.devices: list[FakeDevice] = list(devices)
         self.init_error = init_error
+        self.driver_version = driver_version
         self.clock = clock
         self.initialised = 0
         self.calls: list[str] = []
@@ -206,6 +208,10 @@ class FakeNvml:
     def nvmlShutdown(self) -> None:
         self._enter("nvmlShutdown")
         self.initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        return self.driver_version
 
     def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount")

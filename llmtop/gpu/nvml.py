@@ -224,6 +224,14 @@ class NvmlBackend:
         """The last NVML error seen on this device (other than NOT_SUPPORTED), for status."""
         return self._devices[index].last_error
 
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver version (``nvidia-smi --query-gpu=driver_version``)."""
+        try:
+            v = self._nvml.nvmlSystemGetDriverVersion()
+        except (self._nvml.NVMLError, AttributeError):
+            return None
+        return v.decode() if isinstance(v, bytes) else str(v)
+
     def gpm_supported(self, index: int) -> bool:
         """Whether GPM metrics (DRAM bandwidth, SM activity) are available on this device."""
         return self._devices[index].gpm

@@ -42,6 +42,7 @@ def test_every_field_with_units() -> None:
     )
     _, b, _ = make(dev)
     assert b.device_count() == 1
+    assert b.driver_version() == "570.00 (fake)"
     assert b.name(0) == "NVIDIA H200"
     assert b.memory(0) == (37 * GIB, 141 * GIB)
     assert b.util_gpu(0) == 88.0
