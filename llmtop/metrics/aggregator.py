@@ -1,0 +1,287 @@
+"""The aggregator: events in, windows of histograms and counters, snapshots out.
+
+It subscribes to the bus (``bus.subscribe(aggregator.on_events)``) and is ticked by its
+owner every 0.5–1 s (``tick``): each tick samples the proxy's live registry of active
+requests — in flight, waiting (no first token yet), streaming — and the output tokens
+each active stream has produced since the last tick, so system and per-user TPS follow
+the tokens as they stream rather than jumping when a long request ends. When a request's
+record arrives, whatever of its output tokens was not yet attributed is added then (its
+final count from the engine's usage wins; the correction may be negative).
+Both sides are keyed by the request id, which the proxy uses for both.
+
+Series: ``0`` is the system; users and models get bounded label sets (see
+:mod:`llmtop.metrics.labels`); every latency sample is recorded to the system, its user
+and its model. Windows are described in :mod:`llmtop.metrics.windows`, SLOs in
+:mod:`llmtop.metrics.slo`, capacity in :mod:`llmtop.metrics.capacity`, the snapshot in
+:mod:`llmtop.metrics.snapshot`.
+
+Not thread-safe: call everything from the event loop that owns the proxy.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from llmtop.config import Config
+from llmtop.events import (
+    ActiveRequest,
+    EngineReading,
+    Event,
+    GpuReading,
+    RequestRecord,
+    WarningEvent,
+)
+from llmtop.metrics.capacity import CapacityBins
+from llmtop.metrics.hdr import sparse_percentiles
+from llmtop.metrics.ingest import (
+    C_ERR,
+    C_GOOD,
+    C_IN,
+    C_MET,
+    C_OUT,
+    C_REQ,
+    COUNTERS,
+    M_ITL,
+    M_TTFT,
+    ingest,
+    output_tokens,
+)
+from llmtop.metrics.labels import LabelSlots
+from llmtop.metrics.slo import Slo
+from llmtop.metrics.table import CountTable
+from llmtop.metrics.windows import COARSE_S, FINE_S, Interval, Windows, WindowView
+
+MODEL_SLOTS: Final = 16
+"""Models tracked one by one; the rest count as "other"."""
+RECENT_MAX: Final = 500
+"""Finished requests kept for ``/llmtop/v1/requests?state=recent``."""
+SERIES_POINTS: Final = 150
+"""Time-series points kept: one per 2 s, 5 minutes."""
+ENGINE_HISTORY_S: Final = 320.0
+_LIVE_FORGET_S: Final = 600.0
+
+
+class Aggregator:
+    """Aggregates request records and readings into windows; builds snapshots.
+
+    ``active`` is the proxy's live registry (read, never mutated). ``clock`` gives unix
+    seconds (inject a fake one in tests and replays); ``upstream`` is shown in snapshots.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        active: Mapping[str, ActiveRequest] | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        upstream: str = "",
+    ) -> None:
+        self.cfg = cfg
+        self.slo = Slo.from_config(cfg)
+        self.active: Mapping[str, ActiveRequest] = active if active is not None else {}
+        self.clock = clock
+        self.upstream = upstream
+        self.host = socket.gethostname()
+        self.started_at = clock()
+        n_users = cfg.top_users
+        self.users = LabelSlots(n_users, base=2, other_id=1)
+        self.models = LabelSlots(MODEL_SLOTS, base=n_users + 3, other_id=n_users + 2)
+        self.shape = (n_users + 3 + MODEL_SLOTS, len(COUNTERS))
+        self.windows = Windows(self.shape, self.started_at, on_fine_closed=self._on_fine_closed)
+        self.capacity = CapacityBins()
+        self.series: deque[dict[str, Any]] = deque(maxlen=SERIES_POINTS)
+        self.recent: deque[RequestRecord] = deque(maxlen=RECENT_MAX)
+        self.gpus: dict[int, GpuReading] = {}
+        self.engine: EngineReading | None = None
+        self.engine_history: deque[EngineReading] = deque()
+        self.warnings: dict[str, WarningEvent] = {}
+        """Currently raised warnings by code (the raising event, so ``t`` is "since")."""
+        self.clamped = 0
+        """Latency values out of the histograms' range (clamped) or NaN (dropped)."""
+        self.records_seen = 0
+        self._live: dict[str, int] = {}
+        self._live_seen: dict[str, float] = {}
+        self._coarse_start = self.windows.coarse_cur.start
+        self._last_conc = (0, 0, 0)
+
+    # -- input ---------------------------------------------------------------------------
+
+    def on_events(self, batch: Sequence[Event]) -> None:
+        """Bus subscriber: file a batch of events (records, readings, warnings)."""
+        self._advance(self.clock())
+        records: list[RequestRecord] = []
+        for e in batch:
+            if isinstance(e, RequestRecord):
+                records.append(e)
+            elif isinstance(e, GpuReading):
+                self.gpus[e.index] = e
+            elif isinstance(e, EngineReading):
+                self._on_engine(e)
+            elif isinstance(e, WarningEvent):
+                if e.state == "raised":
+                    if e.code not in self.warnings:
+                        self.warnings[e.code] = e
+                    else:  # keep the original "since", refresh the text
+                        old = self.warnings[e.code]
+                        self.warnings[e.code] = WarningEvent(old.t, e.code, e.severity,
+                                                             e.message, "raised")
+                else:
+                    self.warnings.pop(e.code, None)
+        if records:
+            self._ingest(records)
+
+    def _on_engine(self, e: EngineReading) -> None:
+        self.engine = e
+        h = self.engine_history
+        h.append(e)
+        while len(h) > 2 and h[1].t < e.t - ENGINE_HISTORY_S:
+            h.popleft()
+
+    def _ingest(self, records: list[RequestRecord]) -> None:
+        users, models = [], []
+        remainder = []
+        for r in records:
+            seen = r.id in self._live
+            w = 0.0 if seen else 1.0
+            users.append(self.users.series_for(r.user, w))
+            models.append(self.models.series_for(r.model or "unknown", w))
+            remainder.append(output_tokens(r) - self._live.pop(r.id, 0))
+            self._live_seen.pop(r.id, None)
+        b = ingest(records, users, models, remainder, self.slo, self.shape)
+        self.windows.add(b.table, b.counters)
+        self.capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s)
+        self.clamped += b.clamped
+        self.records_seen += len(records)
+        self.recent.extend(records)
+
+    def tick(self, now: float | None = None) -> None:
+        """Sample concurrency and live tokens from the active registry; rotate intervals."""
+        t = self.clock() if now is None else now
+        self._advance(t)
+        waiting = 0
+        delta: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        live, seen = self._live, self._live_seen
+        actives = list(self.active.values())
+        for a in actives:
+            if a.first_token_ns is None:
+                waiting += 1
+            prev = live.get(a.id)
+            if prev is None:
+                prev = live[a.id] = 0
+                self.users.series_for(a.user)
+                self.models.series_for(a.model or "unknown")
+            seen[a.id] = t
+            d = a.tokens - prev
+            if d:
+                live[a.id] = a.tokens
+                if delta is None:
+                    delta = np.zeros(self.shape, dtype=np.int64)
+                delta[0, C_OUT] += d
+                delta[self.users.peek(a.user), C_OUT] += d
+                delta[self.models.peek(a.model or "unknown"), C_OUT] += d
+        if delta is not None:
+            self.windows.add(CountTable.empty(), delta)
+        n = len(actives)
+        self._last_conc = (n, waiting, n - waiting)
+        self.windows.sample(self._last_conc)
+        if len(seen) > n:
+            for rid in [r for r, ts in seen.items() if t - ts > _LIVE_FORGET_S]:
+                seen.pop(rid, None)
+                live.pop(rid, None)
+
+    def _advance(self, now: float) -> None:
+        w = self.windows
+        w.advance(now)
+        if w.coarse_cur.start != self._coarse_start:
+            elapsed = w.coarse_cur.start - self._coarse_start
+            self._coarse_start = w.coarse_cur.start
+            remap = self.users.rebalance(elapsed) | self.models.rebalance(elapsed)
+            w.remap_series(remap)
+
+    def _on_fine_closed(self, iv: Interval) -> None:
+        span = iv.end - max(iv.start, self.started_at)
+        if span <= 0:
+            return
+        c = iv.counters[0]
+        samples = iv.conc_sum[-1]
+
+        def p95(metric: int) -> float | None:
+            idx, cnt = iv.table.group_slice(metric, 0)
+            return sparse_percentiles(idx, cnt, (95,))[0] / 1e6 if len(idx) else None
+
+        def mean(i: int) -> float | None:
+            return float(iv.conc_sum[i] / samples) if samples else None
+
+        self.series.append({
+            "t": iv.end,
+            "rps": float(c[C_REQ]) / span,
+            "output_tps": float(c[C_OUT]) / span,
+            "input_tps": float(c[C_IN]) / span,
+            "goodput_tps": float(c[C_GOOD]) / span,
+            "errors": int(c[C_ERR]),
+            "requests": int(c[C_REQ]),
+            "slo_met": int(c[C_MET]),
+            "in_flight": mean(0),
+            "waiting": mean(1),
+            "streaming": mean(2),
+            "ttft_p95": p95(M_TTFT),
+            "itl_p95": p95(M_ITL),
+        })
+
+    # -- output --------------------------------------------------------------------------
+
+    def view(self, window_s: int | None, now: float | None = None) -> WindowView:
+        """The raw window data (tables and counters) — for the snapshot and Prometheus."""
+        t = self.clock() if now is None else now
+        self._advance(t)
+        return self.windows.view(window_s, t)
+
+    def live_counts(self) -> tuple[dict[int, list[int]], tuple[int, int, int]]:
+        """In flight now from the registry: per user series ``[in_flight, waiting,
+        streaming]`` and the system totals."""
+        per: dict[int, list[int]] = {}
+        waiting = n = 0
+        for a in list(self.active.values()):
+            n += 1
+            row = per.setdefault(self.users.peek(a.user), [0, 0, 0])
+            row[0] += 1
+            if a.first_token_ns is None:
+                waiting += 1
+                row[1] += 1
+            else:
+                row[2] += 1
+        return per, (n, waiting, n - waiting)
+
+    def snapshot(
+        self, window_s: int | None = 60, *, user_histograms: bool = False
+    ) -> dict[str, Any]:
+        """The admin API's snapshot over the last ``window_s`` seconds (``None`` = all).
+
+        ``user_histograms`` adds each user's encoded histograms (for exact merges of
+        per-user percentiles across proxies; costs ~0.1 ms per user).
+        """
+        from llmtop.metrics.snapshot import build_snapshot
+
+        return build_snapshot(self, window_s, user_histograms=user_histograms)
+
+    def recent_requests(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The last ``limit`` finished requests, oldest first, in the recording's shape."""
+        rs = list(self.recent)[-limit:] if limit > 0 else []
+        return [r.to_json_dict() for r in rs]
+
+    def active_requests(self, now_ns: int | None = None) -> list[dict[str, Any]]:
+        """Requests open now (fields so far), oldest first."""
+        t = time.perf_counter_ns() if now_ns is None else now_ns
+        acts = sorted(self.active.values(), key=lambda a: a.t0_ns)
+        return [a.to_json_dict(t) for a in acts]
+
+    @property
+    def interval_s(self) -> tuple[float, float]:
+        """(fine, coarse) interval lengths in seconds."""
+        return FINE_S, COARSE_S

@@ -1,0 +1,135 @@
+"""Capacity at SLO, estimated live from production traffic.
+
+Every finished request is binned by ``concurrency_at_start`` (how many requests the proxy
+had in flight when it started, itself included). A bin *qualifies* once it holds at least
+:data:`MIN_REQUESTS_PER_BIN` requests; a qualified bin *holds* the SLOs when its share of
+requests meeting every SLO is at least the target.
+
+**Rule.** Walk the qualified bins from the lowest concurrency up; the capacity is the
+highest concurrency reached before the first qualified bin that misses the target
+("the largest concurrency that still holds the target at every lower observed level" —
+so a lucky high bin past the knee cannot inflate it). Bins with too little data neither
+count nor stop the walk.
+
+- ``max_concurrency_at_slo`` is ``None`` until some bin qualifies; ``0`` when the lowest
+  qualified bin already misses the target (the SLOs are not met at any observed load).
+- ``goodput_tps_at_slo`` at concurrency c, by Little's law: with c requests always in
+  flight, throughput = c × (work per request ÷ time per request), so
+  ``c × Σ output tokens of SLO-meeting requests ÷ Σ E2E of all requests`` in that bin
+  (``goodput_rps_at_slo`` likewise with request counts).
+
+The estimate uses every request since the aggregator started (the bins need many
+requests per level); bins are carried in the snapshot so proxies merge exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+MIN_REQUESTS_PER_BIN: Final = 20
+MAX_CONCURRENCY_BIN: Final = 65_536
+"""Concurrency values above this share the last bin."""
+
+_REQ, _MET, _GOOD_TOK, _E2E = range(4)
+
+
+class CapacityBins:
+    """Per-concurrency sums: requests, met, good output tokens, E2E seconds."""
+
+    def __init__(self) -> None:
+        self.data = np.zeros((64, 4), dtype=np.float64)
+
+    def add(
+        self,
+        concurrency: npt.NDArray[np.int64],
+        met: npt.NDArray[np.bool_],
+        good_tokens: npt.NDArray[np.float64],
+        e2e_s: npt.NDArray[np.float64],
+    ) -> None:
+        if len(concurrency) == 0:
+            return
+        c = np.clip(concurrency, 0, MAX_CONCURRENCY_BIN)
+        top = int(c.max())
+        if top >= len(self.data):
+            grown = np.zeros((max(top + 1, 2 * len(self.data)), 4))
+            grown[: len(self.data)] = self.data
+            self.data = grown
+        vals = np.stack([np.ones(len(c)), met.astype(np.float64), good_tokens, e2e_s], axis=1)
+        np.add.at(self.data, c, vals)
+
+    def bins(self) -> list[dict[str, Any]]:
+        """Non-empty bins, ascending: ``{"concurrency", "requests", "met", "good_tokens",
+        "e2e_sum_s"}``."""
+        rows = np.flatnonzero(self.data[:, _REQ] > 0)
+        return [
+            {
+                "concurrency": int(c),
+                "requests": int(self.data[c, _REQ]),
+                "met": int(self.data[c, _MET]),
+                "good_tokens": float(self.data[c, _GOOD_TOK]),
+                "e2e_sum_s": float(self.data[c, _E2E]),
+            }
+            for c in rows
+        ]
+
+
+def merge_bins(bin_lists: Iterable[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Sum bins from several sources by concurrency."""
+    acc: dict[int, dict[str, Any]] = {}
+    for bins in bin_lists:
+        for b in bins:
+            c = int(b["concurrency"])
+            a = acc.setdefault(c, {"concurrency": c, "requests": 0, "met": 0,
+                                   "good_tokens": 0.0, "e2e_sum_s": 0.0})
+            a["requests"] += int(b.get("requests", 0))
+            a["met"] += int(b.get("met", 0))
+            a["good_tokens"] += float(b.get("good_tokens", 0.0))
+            a["e2e_sum_s"] += float(b.get("e2e_sum_s", 0.0))
+    return [acc[c] for c in sorted(acc)]
+
+
+def estimate(
+    bins: Sequence[Mapping[str, Any]],
+    target: float,
+    min_requests: int = MIN_REQUESTS_PER_BIN,
+) -> dict[str, Any]:
+    """The capacity section of a snapshot from ascending ``bins`` (see the module rule)."""
+    cap: int | None = None
+    at: Mapping[str, Any] | None = None
+    first_fail: int | None = None
+    for b in sorted(bins, key=lambda b: int(b["concurrency"])):
+        n = int(b["requests"])
+        if n < min_requests:
+            continue
+        if int(b["met"]) / n >= target:
+            cap, at = int(b["concurrency"]), b
+        else:
+            first_fail = int(b["concurrency"])
+            if cap is None:
+                cap = 0
+            break
+    out: dict[str, Any] = {
+        "max_concurrency_at_slo": cap,
+        "goodput_tps_at_slo": None,
+        "goodput_rps_at_slo": None,
+        "attainment_at_slo": None,
+        "first_failing_concurrency": first_fail,
+        "target": target,
+        "min_requests_per_bin": min_requests,
+        "bins": [dict(b) for b in bins],
+    }
+    if cap == 0:
+        out["goodput_tps_at_slo"] = 0.0
+        out["goodput_rps_at_slo"] = 0.0
+    elif at is not None:
+        e2e = float(at["e2e_sum_s"])
+        c = int(at["concurrency"])
+        if e2e > 0:
+            out["goodput_tps_at_slo"] = c * float(at["good_tokens"]) / e2e
+            out["goodput_rps_at_slo"] = c * int(at["met"]) / e2e
+        out["attainment_at_slo"] = int(at["met"]) / int(at["requests"])
+    return out

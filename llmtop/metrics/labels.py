@@ -1,0 +1,98 @@
+"""Bounded label sets: the top N users (or models) by traffic get their own series.
+
+Every label value has a *score*: the requests it sent, decayed with a 60 s half-life, so
+"top by traffic" means recent traffic. Scores are kept for at most ``8 × N`` untracked
+values (the lowest are forgotten), so a flood of one-off users cannot grow memory.
+
+- A new value takes a free slot at once.
+- With every slot taken, it is counted in ``other`` while its score grows.
+- :meth:`LabelSlots.rebalance` (every 10 s) promotes an untracked value whose score is
+  more than twice the weakest tracked value's (plus one): the weakest is demoted — its
+  whole history is folded into ``other`` (totals stay exact) — and the newcomer starts a
+  fresh series in the freed slot. Its traffic from before promotion stays in ``other``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+OTHER: Final = "other"
+HALF_LIFE_S: Final = 60.0
+
+
+class LabelSlots:
+    """Series ids ``base .. base + capacity - 1`` for tracked values, ``other_id`` for the
+    rest."""
+
+    def __init__(self, capacity: int, base: int, other_id: int) -> None:
+        self.capacity = capacity
+        self.other_id = other_id
+        self._free = list(range(base + capacity - 1, base - 1, -1))
+        self.ids: dict[str, int] = {}
+        """Tracked value → series id."""
+        self.names: dict[int, str] = {other_id: OTHER}
+        """Series id → value (``other`` included)."""
+        self.scores: dict[str, float] = {}
+        self.demotions = 0
+
+    def series_for(self, name: str, weight: float = 1.0) -> int:
+        """The series of ``name``, admitting it if a slot is free; adds ``weight`` to its
+        score."""
+        if weight:
+            self.scores[name] = self.scores.get(name, 0.0) + weight
+        sid = self.ids.get(name)
+        if sid is not None:
+            return sid
+        if name == OTHER:
+            return self.other_id
+        if self._free:
+            sid = self._free.pop()
+            self.ids[name] = sid
+            self.names[sid] = name
+            return sid
+        if len(self.scores) > 8 * self.capacity + len(self.ids):
+            self._prune()
+        return self.other_id
+
+    def peek(self, name: str) -> int:
+        """The series ``name`` is counted in now, without admitting or scoring it."""
+        return self.ids.get(name, self.other_id)
+
+    def _prune(self) -> None:
+        untracked = sorted((s, n) for n, s in self.scores.items() if n not in self.ids)
+        for _, n in untracked[: len(untracked) // 2]:
+            del self.scores[n]
+
+    def rebalance(self, elapsed_s: float) -> dict[int, int]:
+        """Decay scores by ``elapsed_s`` and swap in heavier untracked values.
+
+        Returns ``{demoted series id: other_id}``: the caller must fold those series into
+        ``other`` before recording anything new (their ids now belong to newcomers).
+        """
+        if elapsed_s > 0:
+            f = math.pow(0.5, elapsed_s / HALF_LIFE_S)
+            self.scores = {
+                n: s * f for n, s in self.scores.items() if s * f > 1e-3 or n in self.ids
+            }
+        remap: dict[int, int] = {}
+        if self._free or not self.ids:
+            return remap
+        untracked = sorted(
+            ((s, n) for n, s in self.scores.items() if n not in self.ids and n != OTHER),
+            reverse=True,
+        )
+        for score, name in untracked[:4]:
+            weakest = min(self.ids, key=lambda n: self.scores.get(n, 0.0))
+            if score <= 2 * self.scores.get(weakest, 0.0) + 1:
+                break
+            sid = self.ids.pop(weakest)
+            remap[sid] = self.other_id
+            self.ids[name] = sid
+            self.names[sid] = name
+            self.demotions += 1
+        return remap
+
+    def tracked(self) -> dict[int, str]:
+        """Series id → name of every series in use, ``other`` included."""
+        return {sid: n for n, sid in self.ids.items()} | {self.other_id: OTHER}

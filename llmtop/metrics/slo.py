@@ -1,0 +1,129 @@
+"""Service-level objectives: per-request pass/fail, attainment and goodput.
+
+A finished request **meets the SLOs** when its outcome is ``ok`` and every configured
+objective holds (``≤``, any subset may be configured):
+
+- ``ttft_s``: TTFT ≤ the limit. A request that never produced a first token fails it.
+- ``itl_p95_s``: the request's own P95 inter-token latency ≤ the limit. The P95 is taken
+  over the request's ITL samples (a chunk of k tokens after a gap g gives k samples of
+  g/k) by the HDR rule on exact values: the ``max(int(0.95·n + 0.5), 1)``-th smallest
+  sample. A request with no ITL sample (fewer than two content chunks) has nothing that
+  can violate it and passes.
+- ``tpot_s``: TPOT ≤ the limit, when TPOT is defined (more than one output token);
+  otherwise it passes.
+- ``e2e_s``: E2E ≤ the limit.
+
+With no objective configured a request meets the SLOs exactly when its outcome is ok.
+*Attainment* is met ÷ finished requests in the window (``None`` with no request);
+*goodput* is met requests per second and their output tokens per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from llmtop.config import Config, SloConfig
+from llmtop.events import RequestRecord
+
+ITL_PERCENTILE = 95.0
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """The configured objectives (``None`` = not configured) and the attainment target."""
+
+    ttft_s: float | None = None
+    itl_p95_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    target: float = 0.95
+
+    @staticmethod
+    def from_config(cfg: Config | SloConfig) -> Slo:
+        s = cfg.slo if isinstance(cfg, Config) else cfg
+        return Slo(s.ttft_s, s.itl_p95_s, s.tpot_s, s.e2e_s, s.target)
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> Slo:
+        def num(k: str) -> float | None:
+            v = d.get(k)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+        target = num("target")
+        return Slo(num("ttft_s"), num("itl_p95_s"), num("tpot_s"), num("e2e_s"),
+                   0.95 if target is None else target)
+
+    def as_dict(self) -> dict[str, float]:
+        """The configured objectives and the target (unset ones left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def rank_of_percentile(n: int, p: float = ITL_PERCENTILE) -> int:
+    """1-based rank of percentile ``p`` among ``n`` samples (hdrh's target-count rule)."""
+    return max(int(p * n / 100 + 0.5), 1)
+
+
+def request_itl_p95(r: RequestRecord) -> float | None:
+    """The request's own P95 ITL (seconds), ``None`` without ITL samples."""
+    samples = sorted(r.itl_samples_s())
+    if not samples:
+        return None
+    return samples[rank_of_percentile(len(samples)) - 1]
+
+
+def meets_slo(r: RequestRecord, slo: Slo, itl_p95: float | None = None,
+              *, itl_known: bool = False) -> bool:
+    """Whether one request meets every configured objective (see the module docstring).
+
+    ``itl_p95`` may be passed when already computed (``itl_known=True``).
+    """
+    if r.outcome != "ok":
+        return False
+    if slo.ttft_s is not None and (r.ttft_s is None or r.ttft_s > slo.ttft_s):
+        return False
+    if slo.e2e_s is not None and r.e2e_s > slo.e2e_s:
+        return False
+    if slo.tpot_s is not None:
+        tpot = r.tpot_s()
+        if tpot is not None and tpot > slo.tpot_s:
+            return False
+    if slo.itl_p95_s is not None:
+        p95 = itl_p95 if itl_known else request_itl_p95(r)
+        if p95 is not None and p95 > slo.itl_p95_s:
+            return False
+    return True
+
+
+def grouped_itl_p95(
+    rec: npt.NDArray[np.int64],
+    itl: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.int64],
+    n_records: int,
+) -> npt.NDArray[np.float64]:
+    """Per-record P95 of weighted ITL samples, vectorised over a batch.
+
+    ``rec[i]`` is the record a sample value belongs to, ``itl[i]`` its value and
+    ``weight[i]`` how many samples it stands for. Returns NaN for records without samples.
+    Same rule as :func:`request_itl_p95`.
+    """
+    out = np.full(n_records, np.nan)
+    keep = weight > 0
+    if not keep.any():
+        return out
+    rec, itl, weight = rec[keep], itl[keep], weight[keep]
+    order = np.lexsort((itl, rec))
+    rec, itl, weight = rec[order], itl[order], weight[order]
+    cum = np.cumsum(weight)
+    starts = np.flatnonzero(np.diff(rec, prepend=np.int64(-1)) != 0)
+    ends = np.append(starts[1:], len(rec))
+    before = np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0)
+    n = cum[ends - 1] - before
+    target = np.maximum(np.floor(ITL_PERCENTILE * n.astype(np.float64) / 100 + 0.5), 1)
+    pos = np.searchsorted(cum, before + target.astype(np.int64), side="left")
+    out[rec[starts]] = itl[np.minimum(pos, ends - 1)]
+    return out

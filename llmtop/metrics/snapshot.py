@@ -1,0 +1,272 @@
+"""Building the admin API's snapshot JSON (``shared/docs/interfaces.md``) from an aggregator.
+
+Fields beyond the documented ones (extensions; the documented ones never change meaning):
+
+- top level: ``host``, ``upstream``, ``started_at``, ``uptime_s``, ``slo`` (the objectives
+  and target), ``top_users``, ``clamped_values``, ``models`` (per-model rows like users),
+  ``series`` (one point per 2 s over the last 5 min for the time plots: ``t``, ``rps``,
+  ``output_tps``, ``input_tps``, ``goodput_tps``, ``errors``, ``requests``, ``slo_met``,
+  ``in_flight``/``waiting``/``streaming`` (means of the samples), ``ttft_p95``,
+  ``itl_p95``);
+- ``system``: ``timeouts``, ``ok``, ``slo_met``, ``output_tokens``, ``input_tokens``,
+  ``span_s`` (the seconds the rates are divided by: the window's real coverage, at least
+  1), ``in_flight_mean``/``_max``, ``waiting_mean``/``_max``, ``streaming_mean``;
+- ``latency.*``: ``mean``; ``users[*]``: ``waiting``, ``streaming``, ``rps``,
+  ``input_tps``, ``errors``, ``cancelled``, ``timeouts``, ``slo_met``, ``goodput_rps``,
+  ``goodput_tps``, ``output_tokens``, ``ttft_p50``/``p99``, ``itl_p50``/``p99``,
+  ``tpot_p95``, ``e2e_p95``, ``tracked`` (false for ``other``) and, on request,
+  ``histograms`` (ttft, itl, chunk_gap, tpot, e2e) for exact merging;
+- ``gpus[*]``: every GpuReading field, ``host``, ``age_s``;
+- ``engine``: ``preemptions``, ``t``, ``age_s``, ``ttft_p95`` (seconds, from the engine's
+  own TTFT histogram over the window, interpolated within buckets as Prometheus does);
+- ``capacity``: see :mod:`llmtop.metrics.capacity` (``bins`` make it mergeable);
+- ``warnings[*]``: as documented.
+
+Latency values are seconds; ``None`` where there is no data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from llmtop.events import EngineReading, GpuReading, finite_or_none
+from llmtop.metrics import capacity
+from llmtop.metrics.hdr import encode_sparse
+from llmtop.metrics.ingest import (
+    C_CANC,
+    C_ERR,
+    C_GOOD,
+    C_IN,
+    C_MET,
+    C_OK,
+    C_OUT,
+    C_REQ,
+    C_TMO,
+    M_E2E,
+    M_ITL,
+    M_TPOT,
+    M_TTFT,
+    METRICS,
+)
+from llmtop.metrics.table import CountTable, GroupStats, group_stats
+from llmtop.metrics.windows import WINDOWS
+
+if TYPE_CHECKING:
+    from llmtop.metrics.aggregator import Aggregator
+
+VERSION: Final = 1
+PS: Final = (50.0, 90.0, 95.0, 99.0)
+_NULL_SUMMARY: Final = {"count": 0, "p50": None, "p90": None, "p95": None, "p99": None,
+                        "max": None, "mean": None}
+
+
+def latency_summary(stats: GroupStats, metric: int, series: int) -> dict[str, Any]:
+    """``{"count", "p50", "p90", "p95", "p99", "max", "mean"}`` in seconds."""
+    i = stats.lookup(metric, series)
+    if i is None:
+        return dict(_NULL_SUMMARY)
+    v = stats.values[i]
+    return {"count": int(stats.totals[i]), "p50": v[0] / 1e6, "p90": v[1] / 1e6,
+            "p95": v[2] / 1e6, "p99": v[3] / 1e6, "max": int(stats.maxes[i]) / 1e6,
+            "mean": float(stats.means[i]) / 1e6}
+
+
+def _p(stats: GroupStats, metric: int, series: int, j: int) -> float | None:
+    i = stats.lookup(metric, series)
+    return None if i is None else int(stats.values[i, j]) / 1e6
+
+
+def encode_group(table: CountTable, metric: int, series: int) -> str:
+    idx, cnt = table.group_slice(metric, series)
+    return encode_sparse(idx, cnt)
+
+
+def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
+    """Quantile from cumulative ``(upper bound, count)`` buckets, as PromQL's
+    ``histogram_quantile`` (linear within a bucket; the +Inf bucket gives its lower bound)."""
+    bs = sorted((float(le), float(c)) for le, c in buckets)
+    if not bs or bs[-1][1] <= 0:
+        return None
+    rank = q * bs[-1][1]
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in bs:
+        if c >= rank:
+            if math.isinf(le):
+                return prev_le
+            if c == prev_c:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
+        prev_le, prev_c = le, c
+    return None
+
+
+def _engine_ttft_p95(history: Sequence[EngineReading], window_s: int | None,
+                     now: float) -> float | None:
+    if not history or not history[-1].ttft_buckets:
+        return None
+    last = history[-1]
+    cur = dict(last.ttft_buckets)
+    if window_s is not None:
+        base = None
+        for e in history:
+            if e.t <= now - window_s:
+                base = e
+        if base is None:
+            base = history[0] if history[0] is not last else None
+        if base is not None and base.ttft_buckets:
+            old = dict(base.ttft_buckets)
+            if all(cur.get(le, 0.0) >= c for le, c in old.items()):  # no engine restart
+                cur = {le: c - old.get(le, 0.0) for le, c in cur.items()}
+    return bucket_quantile(list(cur.items()), 0.95)
+
+
+def gpu_row(g: GpuReading, host: str, now: float) -> dict[str, Any]:
+    d = g.to_json_dict()
+    d.pop("type", None)
+    for k, v in d.items():
+        if isinstance(v, float):
+            d[k] = finite_or_none(v)
+    d["host"] = host
+    d["age_s"] = max(0.0, now - g.t)
+    return d
+
+
+def engine_section(agg: Aggregator, window_s: int | None, now: float) -> dict[str, Any]:
+    e = agg.engine
+    if e is None:
+        return {"kind": None, "running": None, "waiting": None, "kv_cache_usage": None,
+                "preemptions": None, "ttft_p95": None, "t": None, "age_s": None}
+    return {
+        "kind": e.kind,
+        "running": finite_or_none(e.running),
+        "waiting": finite_or_none(e.waiting),
+        "kv_cache_usage": finite_or_none(e.kv_cache_usage),
+        "preemptions": finite_or_none(e.preemptions),
+        "ttft_p95": _engine_ttft_p95(agg.engine_history, window_s, now),
+        "t": e.t,
+        "age_s": max(0.0, now - e.t),
+    }
+
+
+def _rates(c: Any, span: float) -> dict[str, Any]:
+    req = int(c[C_REQ])
+    return {
+        "requests": req,
+        "rps": req / span,
+        "output_tps": float(c[C_OUT]) / span,
+        "input_tps": float(c[C_IN]) / span,
+        "errors": int(c[C_ERR]),
+        "cancelled": int(c[C_CANC]),
+        "timeouts": int(c[C_TMO]),
+        "slo_met": int(c[C_MET]),
+        "goodput_rps": int(c[C_MET]) / span,
+        "goodput_tps": float(c[C_GOOD]) / span,
+        "slo_attainment": (int(c[C_MET]) / req) if req else None,
+        "output_tokens": int(c[C_OUT]),
+    }
+
+
+def build_snapshot(agg: Aggregator, window_s: int | None,
+                   *, user_histograms: bool = False) -> dict[str, Any]:
+    """The snapshot dict of ``agg`` over ``window_s`` (10, 60, 300 or ``None`` = all)."""
+    if window_s is not None and window_s not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS} or None, got {window_s!r}")
+    now = agg.clock()
+    view = agg.view(window_s, now)
+    span = max(view.span_s, 1.0)
+    table = view.table
+    stats = group_stats(table, PS)
+    per_user_live, (in_flight, waiting, streaming) = agg.live_counts()
+    counters = view.counters
+    samples = view.conc_sum[-1]
+
+    def mean(i: int) -> float | None:
+        return float(view.conc_sum[i] / samples) if samples else None
+
+    system = {
+        **_rates(counters[0], span),
+        "in_flight": in_flight,
+        "waiting": waiting,
+        "streaming": streaming,
+        "ok": int(counters[0][C_OK]),
+        "input_tokens": int(counters[0][C_IN]),
+        "span_s": span,
+        "in_flight_mean": mean(0),
+        "in_flight_max": int(view.conc_max[0]) if samples else None,
+        "waiting_mean": mean(1),
+        "waiting_max": int(view.conc_max[1]) if samples else None,
+        "streaming_mean": mean(2),
+    }
+    latency = {name: latency_summary(stats, m, 0) for m, name in enumerate(METRICS)}
+    histograms = {name: encode_group(table, m, 0) for m, name in enumerate(METRICS)}
+
+    users: list[dict[str, Any]] = []
+    for sid, name in agg.users.tracked().items():
+        c = counters[sid]
+        live = per_user_live.get(sid, [0, 0, 0])
+        if not (c[C_REQ] or c[C_OUT] or live[0]):
+            continue
+        row: dict[str, Any] = {
+            "user": name,
+            "in_flight": live[0],
+            "waiting": live[1],
+            "streaming": live[2],
+            **_rates(c, span),
+            "ttft_p50": _p(stats, M_TTFT, sid, 0),
+            "ttft_p95": _p(stats, M_TTFT, sid, 2),
+            "ttft_p99": _p(stats, M_TTFT, sid, 3),
+            "itl_p50": _p(stats, M_ITL, sid, 0),
+            "itl_p95": _p(stats, M_ITL, sid, 2),
+            "itl_p99": _p(stats, M_ITL, sid, 3),
+            "tpot_p95": _p(stats, M_TPOT, sid, 2),
+            "e2e_p95": _p(stats, M_E2E, sid, 2),
+            "tracked": sid != agg.users.other_id,
+        }
+        if user_histograms:
+            row["histograms"] = {n: encode_group(table, m, sid) for m, n in enumerate(METRICS)}
+        users.append(row)
+    users.sort(key=lambda u: (-u["output_tps"], -u["requests"], u["user"]))
+
+    models: list[dict[str, Any]] = []
+    for sid, name in agg.models.tracked().items():
+        c = counters[sid]
+        if not (c[C_REQ] or c[C_OUT]):
+            continue
+        models.append({
+            "model": name,
+            **_rates(c, span),
+            "ttft_p95": _p(stats, M_TTFT, sid, 2),
+            "itl_p95": _p(stats, M_ITL, sid, 2),
+            "e2e_p95": _p(stats, M_E2E, sid, 2),
+        })
+    models.sort(key=lambda m: (-m["output_tps"], -m["requests"], m["model"]))
+
+    warnings = [
+        {"code": w.code, "severity": w.severity, "since": w.t, "message": w.message}
+        for w in sorted(agg.warnings.values(), key=lambda w: (w.t, w.code))
+    ]
+    return {
+        "version": VERSION,
+        "time": now,
+        "window_s": window_s,
+        "system": system,
+        "latency": latency,
+        "users": users,
+        "gpus": [gpu_row(agg.gpus[i], agg.host, now) for i in sorted(agg.gpus)],
+        "engine": engine_section(agg, window_s, now),
+        "capacity": capacity.estimate(agg.capacity.bins(), agg.slo.target),
+        "warnings": warnings,
+        "histograms": histograms,
+        "models": models,
+        "series": list(agg.series),
+        "slo": agg.slo.as_dict(),
+        "upstream": agg.upstream,
+        "host": agg.host,
+        "started_at": agg.started_at,
+        "uptime_s": max(0.0, now - agg.started_at),
+        "top_users": agg.users.capacity,
+        "clamped_values": agg.clamped,
+    }
+
