@@ -32,7 +32,7 @@ back as they appeared in the text.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -87,6 +87,8 @@ LLAMACPP = EngineNames(
     kv_cache=("llamacpp:kv_cache_usage_ratio",),
 )
 ENGINES = (VLLM, SGLANG, TGI, LLAMACPP)
+TTFT_HISTOGRAMS = frozenset(n for e in ENGINES for n in e.ttft_histogram)
+"""The only histograms whose buckets are read; other ``_bucket`` lines are skipped."""
 SIM_MARKER = "llmtop_sim"
 """A metric name prefix only llmtop's simulator exports (it otherwise speaks vLLM)."""
 
@@ -110,28 +112,42 @@ class Samples:
         return None
 
 
-def _line_names(text: str) -> set[str]:
-    """The sample names as written in the text (to undo the parser's ``_total``)."""
+def _prefilter(text: str, keep_buckets: Collection[str] | None) -> tuple[str, set[str]]:
+    """The sample names as written (to undo the parser's ``_total``), and the text without
+    the ``_bucket`` lines of histograms not in ``keep_buckets`` (None: keep all).
+
+    Bucket lines are most of a vLLM exposition and label parsing is most of the parser's
+    time; dropping the ones nobody reads makes a scrape several times cheaper.
+    """
     names: set[str] = set()
+    kept: list[str] = []
     for line in text.splitlines():
         s = line.lstrip()
         if not s or s[0] == "#":
+            kept.append(line)
             continue
         end = len(s)
         for stop in ("{", " ", "\t"):
             i = s.find(stop)
             if 0 <= i < end:
                 end = i
-        names.add(s[:end])
-    return names
+        name = s[:end]
+        if keep_buckets is not None and name.endswith("_bucket") and (
+            name[:-7] not in keep_buckets
+        ):
+            continue
+        names.add(name)
+        kept.append(line)
+    return "\n".join(kept) + "\n", names
 
 
-def parse_samples(text: str) -> Samples:
-    """Every sample in the exposition ``text``; raises ValueError if it does not parse."""
-    written = _line_names(text)
+def parse_samples(text: str, keep_buckets: Collection[str] | None = None) -> Samples:
+    """The samples in the exposition ``text`` — all of them, or with only the histogram
+    buckets of ``keep_buckets`` (base names); raises ValueError if it does not parse."""
+    filtered, written = _prefilter(text, keep_buckets)
     out = Samples()
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(filtered):
             for s in family.samples:
                 name = s.name
                 if name not in written and name.endswith("_total") and name[:-6] in written:
@@ -232,4 +248,4 @@ def recognise(text: str, t: float) -> EngineReading:
 
     Raises ValueError when the text is not Prometheus exposition at all.
     """
-    return reading_from_samples(parse_samples(text), t)
+    return reading_from_samples(parse_samples(text, TTFT_HISTOGRAMS), t)

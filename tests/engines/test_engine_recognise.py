@@ -158,3 +158,16 @@ def test_reading_round_trips_through_json_dict() -> None:
 def test_parse_samples_restores_written_counter_names() -> None:
     s = parse_samples("# TYPE a counter\na 3\n# TYPE b counter\nb_total 4\n")
     assert set(s.by_name) == {"a", "b_total"}
+
+
+def test_only_ttft_buckets_are_parsed() -> None:
+    """Buckets of other histograms are skipped before parsing (the parser's cost is per
+    sample); their _sum and _count stay."""
+    from llmtop.engines.recognise import TTFT_HISTOGRAMS
+
+    s = parse_samples(fixture("vllm_v1_metrics.txt"), TTFT_HISTOGRAMS)
+    assert "vllm:time_to_first_token_seconds_bucket" in s.by_name
+    assert "vllm:e2e_request_latency_seconds_bucket" not in s.by_name
+    assert "vllm:e2e_request_latency_seconds_count" in s.by_name
+    everything = parse_samples(fixture("vllm_v1_metrics.txt"))
+    assert "vllm:e2e_request_latency_seconds_bucket" in everything.by_name
