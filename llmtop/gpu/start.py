@@ -1,8 +1,9 @@
 """Choosing and running the GPU source named by ``gpu.source``: auto, nvml, sim or none.
 
 ``auto`` uses NVML when it initialises and otherwise carries on without GPU readings; the
-handle's :attr:`GpuSourceHandle.message` then holds the one line to show the user, once
-(the caller prints it — this module never writes to the terminal).
+handle's :attr:`GpuSourceHandle.message` (also returned by ``start()``) then holds the one
+line to show the user, once, as ``"llmtop: " + message`` — the caller prints it; this
+module never writes to the terminal.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def sim_gpu_url(upstream: str, configured: str = "") -> str:
 
 
 class GpuSourceHandle:
-    """A started-or-not GPU source. ``start()``/``stop()`` are coroutines (safe to call
-    from the event loop: the NVML thread is joined in a worker thread)."""
+    """A GPU source, started or not. Call ``start()`` (plain, non-blocking) from the event
+    loop and ``await stop()`` (the NVML thread is joined in a worker thread)."""
 
     def __init__(
         self,
@@ -49,7 +50,8 @@ class GpuSourceHandle:
     ) -> None:
         self.kind: SourceKind = kind
         self.message = message
-        """One line for the user when GPU readings are off for a reason (else None)."""
+        """One line for the user when GPU readings are off for a reason (else None), e.g.
+        ``"no NVIDIA GPU found (NVML: ...); GPU panel disabled"`` — no "llmtop: " prefix."""
         self._sampler = sampler
         self._backend = backend
         self._sim = sim
@@ -73,12 +75,16 @@ class GpuSourceHandle:
             return self._sim.latest()
         return []
 
-    async def start(self) -> None:
-        """Start sampling (idempotent)."""
-        if self._sampler is not None and not self._sampler.is_alive() and not self._stopped:
+    def start(self) -> str | None:
+        """Start sampling (idempotent; the sim source needs a running event loop).
+        Returns :attr:`message` — the line to show the user once — or None."""
+        if self._sampler is not None and self._sampler.ident is None and not self._stopped:
             self._sampler.start()
-        if self._sim is not None and self._task is None:
-            self._task = asyncio.create_task(self._sim.run(), name="llmtop-sim-gpu")
+        if self._sim is not None and self._task is None and not self._stopped:
+            self._task = asyncio.get_running_loop().create_task(
+                self._sim.run(), name="llmtop-sim-gpu"
+            )
+        return self.message
 
     async def stop(self, join_s: float = 5.0) -> None:
         """Stop sampling and release NVML / the HTTP session; idempotent."""
@@ -107,7 +113,7 @@ def open_gpu_source(
     """The GPU source ``cfg.gpu.source`` asks for, not yet started.
 
     - ``auto``: NVML if it initialises, else no source and ``message`` =
-      ``"llmtop: no NVIDIA GPU found (NVML: <reason>); GPU panel disabled"``.
+      ``"no NVIDIA GPU found (NVML: <reason>); GPU panel disabled"``.
     - ``nvml``: NVML or :class:`~llmtop.config.ConfigError` naming the reason (exit 2).
     - ``sim``: polls ``cfg.gpu.sim_url`` or the upstream's origin + ``/sim/gpu``.
     - ``none``: no source.
@@ -136,7 +142,7 @@ def open_gpu_source(
             raise ConfigError(
                 f"gpu.source is 'nvml' but NVML is unavailable: {exc.reason}"
             ) from None
-        msg = f"llmtop: no NVIDIA GPU found (NVML: {exc.reason}); GPU panel disabled"
+        msg = f"no NVIDIA GPU found (NVML: {exc.reason}); GPU panel disabled"
         return GpuSourceHandle("none", message=msg)
     count = backend.device_count()
     missing = [i for i in cfg.gpu.devices if not 0 <= i < count]

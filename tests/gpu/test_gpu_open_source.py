@@ -39,11 +39,11 @@ async def test_auto_without_nvml_library_gives_one_message() -> None:
     h = open_gpu_source(cfg_with("auto"), out.append, upstream="http://127.0.0.1:9", nvml=fake)
     assert h.kind == "none"
     assert h.message == (
-        "llmtop: no NVIDIA GPU found (NVML: no NVML library (libnvidia-ml.so.1 not found: "
+        "no NVIDIA GPU found (NVML: no NVML library (libnvidia-ml.so.1 not found: "
         "is the NVIDIA driver installed?)); GPU panel disabled"
     )
     assert h.status == h.message
-    await h.start()
+    assert h.start() == h.message  # the caller prints "llmtop: " + this, once
     await h.stop()
     assert out == [] and h.latest() == []
 
@@ -53,8 +53,8 @@ async def test_auto_with_gpus_samples_until_stopped() -> None:
     out: list[Event] = []
     h = open_gpu_source(cfg_with("auto"), out.append, upstream="", nvml=fake)
     assert h.kind == "nvml" and h.message is None
-    await h.start()
-    await h.start()  # idempotent
+    assert h.start() is None
+    h.start()  # idempotent
     await until(lambda: len(out) >= 2)
     assert h.status == "1 GPU"
     assert h.latest()[0].util_gpu == 33.0
@@ -91,7 +91,7 @@ async def test_none() -> None:
     h = open_gpu_source(cfg_with("none"), lambda e: None, upstream="http://x:1")
     assert h.kind == "none" and h.message is None
     assert "off" in h.status
-    await h.start()
+    h.start()
     await h.stop()
 
 
@@ -111,7 +111,7 @@ async def test_sim_source_from_upstream_against_llmtop_sim() -> None:
     async with running_sim("tiny") as sim:
         h = open_gpu_source(cfg_with("sim"), out.append, upstream=sim.url + "/v1")
         assert h.kind == "sim"
-        await h.start()
+        h.start()
         await until(lambda: bool(h.latest()))
         assert h.status == "1 simulated GPU"
         await h.stop()
@@ -125,12 +125,12 @@ async def test_real_nvml_auto_on_this_machine() -> None:
     h = open_gpu_source(cfg_with("auto"), lambda e: None, upstream="")
     try:
         if h.kind == "nvml":
-            await h.start()
+            h.start()
             await until(lambda: bool(h.latest()))
             assert h.latest()[0].mem_total_bytes
         else:
             assert h.kind == "none" and h.message is not None
-            assert h.message.startswith("llmtop: no NVIDIA GPU found (NVML: ")
+            assert h.message.startswith("no NVIDIA GPU found (NVML: ")
             assert h.message.endswith("; GPU panel disabled") and "\n" not in h.message
     finally:
         await h.stop()
