@@ -37,6 +37,7 @@ _CONSTANTS = (
     "NVML_DEVICE_MIG_ENABLE",
     "NVML_DEVICE_MIG_DISABLE",
     "NVML_GPM_METRICS_GET_VERSION",
+    "nvmlMemory_v2",
     "NVML_GPM_METRIC_DRAM_BW_UTIL",
     "NVML_GPM_METRIC_SM_UTIL",
     "NVML_GPM_METRIC_SM_OCCUPANCY",
@@ -64,6 +65,8 @@ class FakeDevice:
     name: str = "NVIDIA H200"
     mem_total: int = 141 * GIB
     mem_used: int = 20 * GIB
+    """Used by processes; NVML's v1 query adds ``mem_reserved`` to it, v2 does not."""
+    mem_reserved: int = GIB // 2
     util_gpu: int = 0
     util_mem: int = 0
     power_mw: int = 120_000
@@ -89,6 +92,7 @@ class _Mem:
     total: int
     used: int
     free: int
+    reserved: int = 0
 
 
 @dataclass
@@ -226,12 +230,20 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: Any) -> str:
         return self._dev("nvmlDeviceGetName", handle).name
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> _Mem:
-        d = self._dev("nvmlDeviceGetMemoryInfo", handle)
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> _Mem:
+        if version:
+            d = self._dev("nvmlDeviceGetMemoryInfo_v2", handle)
+            if version != self._real.nvmlMemory_v2:
+                raise self._err(self._real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        else:
+            d = self._dev("nvmlDeviceGetMemoryInfo", handle)
         if isinstance(handle, _MigHandle):
             total = d.mig[handle.slot].mem_total
             return _Mem(total=total, used=0, free=total)
-        return _Mem(total=d.mem_total, used=d.mem_used, free=d.mem_total - d.mem_used)
+        free = d.mem_total - d.mem_used - d.mem_reserved
+        if version:
+            return _Mem(total=d.mem_total, used=d.mem_used, free=free, reserved=d.mem_reserved)
+        return _Mem(total=d.mem_total, used=d.mem_total - free, free=free)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> _Util:
         d = self._dev("nvmlDeviceGetUtilizationRates", handle)

@@ -279,9 +279,22 @@ class NvmlBackend:
         return self._devices[index].name
 
     def memory(self, index: int) -> tuple[int, int] | None:
-        """(used, total) bytes of device memory (``memory.used``, ``memory.total``)."""
+        """(used, total) bytes of device memory (``memory.used``, ``memory.total``).
+
+        Uses the v2 query, whose ``used`` leaves out driver-reserved memory as nvidia-smi
+        does; drivers without it fall back to v1 (where used = total − free)."""
         dev = self._devices[index]
-        info = self._query(dev, "memory", lambda: self._nvml.nvmlDeviceGetMemoryInfo(dev.handle))
+        nv = self._nvml
+        v2 = getattr(nv, "nvmlMemory_v2", None)
+        info = None
+        if v2 is not None and "memory_v2" not in dev.unsupported:
+            info = self._query(
+                dev, "memory_v2", lambda: nv.nvmlDeviceGetMemoryInfo(dev.handle, version=v2)
+            )
+            if info is None and "memory_v2" not in dev.unsupported:
+                return None  # a real error (or the GPU is lost), not an old driver
+        if info is None:
+            info = self._query(dev, "memory", lambda: nv.nvmlDeviceGetMemoryInfo(dev.handle))
         if info is None:
             return None
         return int(info.used), int(info.total)

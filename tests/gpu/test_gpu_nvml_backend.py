@@ -62,6 +62,25 @@ def test_every_field_with_units() -> None:
     assert (r.pcie_rx_bytes_s, r.pcie_tx_bytes_s) == (2_048_000.0, 3_072_000.0)
 
 
+def test_memory_v2_excludes_reserved_and_v1_fallback() -> None:
+    """used as nvidia-smi shows it (v2: reserved left out); an old driver without the v2
+    query falls back to v1 (used = total − free) and does not ask v2 again."""
+    dev = FakeDevice(mem_total=100 * GIB, mem_used=30 * GIB, mem_reserved=GIB)
+    fake, b, _ = make(dev)
+    assert b.memory(0) == (30 * GIB, 100 * GIB)
+    fake.fail(0, "nvmlDeviceGetMemoryInfo_v2", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    assert b.memory(0) == (31 * GIB, 100 * GIB)
+    assert b.memory(0) == (31 * GIB, 100 * GIB)
+    assert fake.count("nvmlDeviceGetMemoryInfo_v2") == 2
+
+
+def test_memory_error_is_none_without_fallback() -> None:
+    fake, b, _ = make(FakeDevice())
+    fake.fail(0, "nvmlDeviceGetMemoryInfo_v2", pynvml.NVML_ERROR_UNKNOWN)
+    assert b.memory(0) is None
+    assert fake.count("nvmlDeviceGetMemoryInfo") == 0
+
+
 def test_gpm_two_samples_chained_and_100ms_apart() -> None:
     """GPM: first read primes, later reads compute over windows ≥ 100 ms whose later sample
     is the next window's first; reads closer than 100 ms reuse the last window."""
