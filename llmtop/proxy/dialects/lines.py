@@ -40,6 +40,12 @@ class LineSplitter:
         """Bytes of the unfinished line held now (never more than ``max_line``)."""
         return len(self._buf)
 
+    @property
+    def at_line_start(self) -> bool:
+        """Nothing is pending: the next byte starts a new line (no partial line, no line
+        being discarded, no ``\r`` whose ``\n`` may follow)."""
+        return not self._buf and not self._discarding and not self._prev_cr
+
     def feed(self, data: bytes) -> list[bytes]:
         """The lines completed by ``data``, in order."""
         if not data:

@@ -19,6 +19,7 @@ The usage-injection helpers (``add_include_usage``, ``UsageChunkStripper``,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from llmtop.proxy.dialects._common import (
@@ -48,6 +49,18 @@ __all__ = [
 ]
 
 _DONE = b"[DONE]"
+
+# Fast path: most chunks are decided without json.loads. A non-empty string under one of
+# these keys, or a non-empty tool_calls/function_call, marks content. Keys match only as
+# keys: inside a JSON string every quote is escaped. Chunks that carry a usage object or an
+# error, that do not look like one whole JSON object, and the chunks before the model is
+# known, are decoded in full. tests/proxy/test_dialect_openai.py checks that both paths
+# agree on generated chunks.
+_CONTENT_KEY = re.compile(
+    rb'"(?:content|reasoning_content|reasoning|refusal|text)"\s*:\s*"[^"]'
+    rb'|"(?:tool_calls|function_call)"\s*:\s*[\[{]\s*[^\s\]}]'
+)
+_USAGE_OBJ = re.compile(rb'"usage"\s*:\s*\{')
 
 
 def _delta_has_content(d: dict[str, Any]) -> bool:
@@ -115,8 +128,24 @@ class OpenAIStreamParser(ParserState):
         n = tokens = 0
         for ev in events:
             data = ev.data
-            if data == _DONE or data.strip() == _DONE:
+            if data == _DONE or (len(data) < 16 and data.strip() == _DONE):
                 self.done = True
+                continue
+            if (
+                self.model is not None
+                and data[:1] == b"{"
+                and data[-1:] == b"}"
+                and ev.event != "error"
+                and b'"error"' not in data
+                and (b'"usage"' not in data or _USAGE_OBJ.search(data) is None)
+            ):
+                i = data.find(b'"content":"')  # compact JSON, the common case
+                if (i >= 0 and data[i + 11 : i + 12] != b'"') or _CONTENT_KEY.search(
+                    data
+                ) is not None:
+                    n += 1
+                    tokens += 1
+                    self._counted += 1
                 continue
             obj = loads(data)
             if obj is BAD or not isinstance(obj, dict):

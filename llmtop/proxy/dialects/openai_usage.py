@@ -92,6 +92,18 @@ class UsageChunkStripper:
         cr, self._cr = self._cr, _CR_NONE
         if self._done:
             return data[1:] if cr == _CR_DROPPED and data[0] == _LF else data
+        if (
+            data[-2:] == b"\n\n"
+            and cr == _CR_NONE
+            and not self._held
+            and not self._passing
+            and not self._line_open
+            and b"\r" not in data
+            and (_USAGE_KEY not in data or _CHOICES_EMPTY.search(data) is None)
+        ):
+            # Fast path: whole "\n"-framed events from an event boundary, none of which can
+            # be the usage event: all of it goes out, and the next read starts a new event.
+            return data
         out: list[bytes] = []
         pos = 0  # data[:pos] is dealt with
         line_start = 0

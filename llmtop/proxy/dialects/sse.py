@@ -52,6 +52,24 @@ class SSEFramer:
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """The events completed by ``data``."""
+        if (
+            self._first
+            and data
+            and self._lines.at_line_start
+            and not data.startswith(_BOM[: len(data)])
+        ):
+            self._first = False  # no byte-order mark to drop
+        if (
+            data[-2:] == b"\n\n"
+            and not self._first
+            and not self._data
+            and not self._event
+            and not self._skip
+            and len(data) <= self._max
+            and self._lines.at_line_start
+            and b"\r" not in data
+        ):
+            return self._whole_events(data)
         lines = self._lines.feed(data)
         if self._lines.error is not None and self.error is None:
             self.error = self._lines.error
@@ -65,6 +83,22 @@ class SSEFramer:
         if self._data and not self._skip:
             out.append(SSEEvent(self._event, b"\n".join(self._data)))
         self._reset()
+        return out
+
+    def _whole_events(self, data: bytes) -> list[SSEEvent]:
+        """Fast path: a read of whole ``\n``-framed events starting at an event boundary
+        (the common case on the forwarding path). A one-line ``data:`` block becomes an
+        event directly; any other block goes through the line rules."""
+        blocks = data.split(b"\n\n")
+        blocks.pop()  # b"" after the final blank line
+        out: list[SSEEvent] = []
+        for block in blocks:
+            if block[:5] == b"data:" and b"\n" not in block:
+                out.append(SSEEvent("", block[6:] if block[5:6] == b" " else block[5:]))
+            else:
+                lines = block.split(b"\n")
+                lines.append(b"")
+                out.extend(self._process(lines))
         return out
 
     def _reset(self) -> None:

@@ -1,0 +1,88 @@
+"""Throughput of the OpenAI stream parser (and the usage stripper) on the forwarding path.
+
+Feeds the real llama.cpp capture (tests/fixtures/dialects/llamacpp_chat_stream_usage.sse)
+the way the relay sees it — one read per SSE event — and also as one read per body, then
+prints events/s, MB/s and µs per read (fastest of many ~10 ms batches, CPU time). Single-threaded, no I/O.
+
+    .venv/bin/python benchmarks/parser_throughput.py [--seconds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from llmtop.proxy.dialects.openai import OpenAIStreamParser, UsageChunkStripper
+from llmtop.proxy.dialects.sse import SSEFramer
+
+FIXTURE = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "dialects"
+           / "llamacpp_chat_stream_usage.sse")
+
+
+def measure(label: str, reads: list[bytes], run_once: Callable[[list[bytes]], None],
+            seconds: float) -> None:
+    """The fastest of many short batches (as ``timeit`` does), in CPU time: on a shared
+    machine other processes only ever make a batch slower, so the minimum is the figure
+    closest to the code's own cost."""
+    n_events = sum(r.count(b"\n\n") for r in reads)
+    n_bytes = sum(len(r) for r in reads)
+    run_once(reads)  # warm-up
+    t0 = time.process_time()
+    rounds = 0
+    while time.process_time() - t0 < 0.01:  # a batch of about 10 ms
+        run_once(reads)
+        rounds += 1
+    best = float("inf")
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.process_time()
+        for _ in range(rounds):
+            run_once(reads)
+        best = min(best, time.process_time() - t0)
+    ev_s = rounds * n_events / best
+    mb_s = rounds * n_bytes / best / 1e6
+    us_read = best / (rounds * len(reads)) * 1e6
+    print(f"{label:<42} {ev_s:>10,.0f} events/s {mb_s:>7.1f} MB/s {us_read:>7.2f} µs/read")
+
+
+def parse(reads: list[bytes]) -> None:
+    p = OpenAIStreamParser()
+    for r in reads:
+        p.feed(r)
+    p.finish()
+
+
+def frame(reads: list[bytes]) -> None:
+    f = SSEFramer()
+    for r in reads:
+        f.feed(r)
+    f.finish()
+
+
+def strip(reads: list[bytes]) -> None:
+    s = UsageChunkStripper()
+    for r in reads:
+        s.filter(r)
+    s.flush()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    args = ap.parse_args()
+    raw = FIXTURE.read_bytes()
+    per_event = [e + b"\n\n" for e in raw.split(b"\n\n") if e]
+    whole = [raw]
+    print(f"fixture: {FIXTURE.name}: {len(raw)} bytes, {len(per_event)} events "
+          f"(mean {len(raw) / len(per_event):.0f} B/event)")
+    measure("OpenAIStreamParser, one read per event", per_event, parse, args.seconds)
+    measure("OpenAIStreamParser, one read per body", whole, parse, args.seconds)
+    measure("SSEFramer alone, one read per event", per_event, frame, args.seconds)
+    measure("UsageChunkStripper, one read per event", per_event, strip, args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
