@@ -2,7 +2,8 @@
 
 Feeds the real llama.cpp capture (tests/fixtures/dialects/llamacpp_chat_stream_usage.sse)
 the way the relay sees it — one read per SSE event — and also as one read per body, then
-prints events/s, MB/s and µs per read (fastest of many ~10 ms batches, CPU time). Single-threaded, no I/O.
+prints events/s, MB/s and µs per read (fastest of many ~10 ms batches, CPU time).
+Single-threaded, no I/O.
 
     .venv/bin/python benchmarks/parser_throughput.py [--seconds S]
 """
