@@ -48,6 +48,10 @@ class GpuBackend(Protocol):
         """True once device ``index`` has disappeared (fallen off the bus, reset, ...)."""
         ...
 
+    def last_error(self, index: int) -> str | None:
+        """What went wrong reading device ``index`` last time (None: nothing), for status."""
+        ...
+
     def shutdown(self) -> None:
         """Release the library; idempotent, never raises."""
         ...

@@ -269,6 +269,12 @@ class FakeNvml:
             raise self._err(self._real.NVML_ERROR_INVALID_ARGUMENT)
         return d.temperature
 
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        d = self._dev("nvmlDeviceGetTemperature", handle)
+        if sensor != self._real.NVML_TEMPERATURE_GPU:
+            raise self._err(self._real.NVML_ERROR_INVALID_ARGUMENT)
+        return d.temperature
+
     def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
         d = self._dev("nvmlDeviceGetPcieThroughput", handle)
         if counter == self._real.NVML_PCIE_UTIL_RX_BYTES:

@@ -5,8 +5,9 @@
 
 Rules (after nvitop): "no NVML at all" is decided once, in :meth:`NvmlBackend.init`; after
 that every getter returns ``None`` for a reading it cannot get instead of raising. A field
-that answers ``NOT_SUPPORTED`` once is not asked again. ``GPU_IS_LOST`` / ``GPU_NOT_FOUND``
-mark the whole device lost; it is not asked anything again.
+that answers ``NOT_SUPPORTED`` (or ``NO_PERMISSION``) once is not asked again.
+``GPU_IS_LOST`` / ``GPU_NOT_FOUND`` mark the whole device lost; it is not asked anything
+again.
 
 Units: bytes, percent (0–100), watts, MHz, °C, bytes per second.
 
@@ -221,7 +222,8 @@ class NvmlBackend:
         return self._devices[index].lost
 
     def last_error(self, index: int) -> str | None:
-        """The last NVML error seen on this device (other than NOT_SUPPORTED), for status."""
+        """The NVML error of the latest :meth:`read` of this device (NOT_SUPPORTED and
+        NO_PERMISSION are not errors: those fields are simply n/a), for status lines."""
         return self._devices[index].last_error
 
     def driver_version(self) -> str | None:
@@ -260,10 +262,29 @@ class NvmlBackend:
             dev.unsupported.add(fld)
         return None
 
+    def _either(
+        self,
+        dev: _Device,
+        newer: tuple[str, Callable[[], T]] | None,
+        older: tuple[str, Callable[[], T]],
+    ) -> T | None:
+        """The newer query; the older one only when the newer is unsupported (an older
+        driver), not when it failed for another reason."""
+        if newer is not None and newer[0] not in dev.unsupported:
+            value = self._query(dev, *newer)
+            if value is not None or newer[0] not in dev.unsupported:
+                return value
+        return self._query(dev, *older)
+
     def _note_error(self, dev: _Device, fld: str, exc: Any) -> None:
         nv = self._nvml
         code = getattr(exc, "value", None)
-        if code in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+        permanent = (
+            nv.NVML_ERROR_NOT_SUPPORTED,
+            nv.NVML_ERROR_FUNCTION_NOT_FOUND,
+            nv.NVML_ERROR_NO_PERMISSION,  # e.g. profiling counters locked down in a container
+        )
+        if code in permanent:
             dev.unsupported.add(fld)
             if fld == "gpm":
                 dev.gpm = False
@@ -286,15 +307,13 @@ class NvmlBackend:
         dev = self._devices[index]
         nv = self._nvml
         v2 = getattr(nv, "nvmlMemory_v2", None)
-        info = None
-        if v2 is not None and "memory_v2" not in dev.unsupported:
-            info = self._query(
-                dev, "memory_v2", lambda: nv.nvmlDeviceGetMemoryInfo(dev.handle, version=v2)
-            )
-            if info is None and "memory_v2" not in dev.unsupported:
-                return None  # a real error (or the GPU is lost), not an old driver
-        if info is None:
-            info = self._query(dev, "memory", lambda: nv.nvmlDeviceGetMemoryInfo(dev.handle))
+        info = self._either(
+            dev,
+            None if v2 is None else (
+                "memory_v2", lambda: nv.nvmlDeviceGetMemoryInfo(dev.handle, version=v2)
+            ),
+            ("memory", lambda: nv.nvmlDeviceGetMemoryInfo(dev.handle)),
+        )
         if info is None:
             return None
         return int(info.used), int(info.total)
@@ -355,9 +374,14 @@ class NvmlBackend:
         """GPU core temperature in °C (``nvidia-smi --query-gpu=temperature.gpu``)."""
         dev = self._devices[index]
         nv = self._nvml
-        # nvmlDeviceGetTemperature is deprecated in NVML 13; the V form replaces it.
-        getter = getattr(nv, "nvmlDeviceGetTemperatureV", None) or nv.nvmlDeviceGetTemperature
-        c = self._query(dev, "temperature", lambda: getter(dev.handle, nv.NVML_TEMPERATURE_GPU))
+        sensor = nv.NVML_TEMPERATURE_GPU
+        # nvmlDeviceGetTemperature is deprecated in NVML 13; older drivers lack the V form.
+        newer = getattr(nv, "nvmlDeviceGetTemperatureV", None)
+        c = self._either(
+            dev,
+            None if newer is None else ("temperature_v", lambda: newer(dev.handle, sensor)),
+            ("temperature", lambda: nv.nvmlDeviceGetTemperature(dev.handle, sensor)),
+        )
         return _finite(c)
 
     def pcie_rx_bytes_s(self, index: int) -> float | None:
@@ -450,6 +474,8 @@ class NvmlBackend:
     def read(self, index: int, t: float) -> GpuReading:
         """Every field of device ``index`` (one NVML call per field), stamped ``t``."""
         dev = self._devices[index]
+        if not dev.lost:
+            dev.last_error = None
         mem = self.memory(index)
         util = self.utilization(index)
         gpm = self.gpm(index)

@@ -147,6 +147,10 @@ class GpuSampler(threading.Thread):
         if lost:
             parts.append(f"GPU {','.join(map(str, lost))} lost")
         parts.extend(msg for key, msg in sorted(self._errors.items()) if key not in lost)
+        for i in indices:
+            err = None if i in lost or i in self._errors else self._backend.last_error(i)
+            if err:
+                parts.append(f"GPU {i} {err}")
         return "; ".join(parts)
 
     def _set_status(self, status: str) -> None:

@@ -74,6 +74,27 @@ def test_memory_v2_excludes_reserved_and_v1_fallback() -> None:
     assert fake.count("nvmlDeviceGetMemoryInfo_v2") == 2
 
 
+def test_temperature_falls_back_on_drivers_without_the_v_query() -> None:
+    fake, b, _ = make(FakeDevice(temperature=44))
+    fake.fail(0, "nvmlDeviceGetTemperatureV", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    assert b.temperature_c(0) == 44.0
+    assert b.temperature_c(0) == 44.0
+    assert fake.count("nvmlDeviceGetTemperatureV") == 1
+    assert fake.count("nvmlDeviceGetTemperature") == 2
+
+
+def test_no_permission_is_na_not_an_error() -> None:
+    """Profiling counters locked down (NO_PERMISSION): GPM n/a, not retried, no error."""
+    fake, b, clock = make(FakeDevice(dram_bw_util=50.0))
+    fake.fail(0, "nvmlGpmSampleGet", pynvml.NVML_ERROR_NO_PERMISSION)
+    b.read(0, 0.0)
+    clock.t += 0.2
+    r = b.read(0, 0.2)
+    assert r.dram_bw_util is None and not b.gpm_supported(0)
+    assert b.last_error(0) is None
+    assert fake.count("nvmlGpmSampleGet") == 1
+
+
 def test_memory_error_is_none_without_fallback() -> None:
     fake, b, _ = make(FakeDevice())
     fake.fail(0, "nvmlDeviceGetMemoryInfo_v2", pynvml.NVML_ERROR_UNKNOWN)
@@ -184,6 +205,7 @@ def test_transient_error_mid_run_is_none_then_recovers() -> None:
     assert "utilization" in (b.last_error(0) or "")
     fake.heal(0, "nvmlDeviceGetUtilizationRates")
     assert b.read(0, 2.0).util_gpu == 70.0
+    assert b.last_error(0) is None
     assert not b.lost(0)
 
 

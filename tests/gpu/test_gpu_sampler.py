@@ -125,8 +125,10 @@ def test_nvml_errors_mid_run_give_none_fields(started: list[GpuSampler]) -> None
     fake.fail(0, "nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_UNKNOWN)
     wait_for(lambda: s.latest()[0].power_w is None)
     assert s.latest()[0].mem_total_bytes is not None
+    wait_for(lambda: s.status == "1 GPU; GPU 0 power: Unknown Error")
     fake.heal(0, "nvmlDeviceGetPowerUsage")
     wait_for(lambda: s.latest()[0].power_w == 250.0)
+    wait_for(lambda: s.status == "1 GPU")
     assert s.is_alive()
 
 
