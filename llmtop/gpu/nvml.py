@@ -15,9 +15,10 @@ DRAM bandwidth and SM activity come from GPM (GPU Performance Monitoring, Hopper
 support is checked once per device with ``nvmlGpmQueryDeviceSupport``; each reading takes a
 new sample and computes the metrics over the window since the previous one (at least
 ``gpm_min_window_s``, default 100 ms, apart), so the later sample is the next window's
-first. A device in MIG mode is sampled per GPU instance (``nvmlGpmMigSampleGet``) and the
-instances are combined weighted by their memory size (bandwidth is partitioned with the
-memory slices); the instance list is read once, at :meth:`NvmlBackend.init`.
+first (see :mod:`llmtop.gpu.gpm`). A device in MIG mode is sampled per GPU instance
+(``nvmlGpmMigSampleGet``) and the instances are combined weighted by their memory size
+(bandwidth is partitioned with the memory slices); the instance list is read once, at
+:meth:`NvmlBackend.init`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 
 from llmtop.events import GpuReading
 from llmtop.gpu.backend import GpuUnavailable
+from llmtop.gpu.gpm import GpmChain, GpmValues, combine
 
 T = TypeVar("T")
 
@@ -56,26 +58,6 @@ def nvml_error(code: int) -> Exception:
     return err
 
 
-@dataclass(frozen=True, slots=True)
-class GpmValues:
-    """GPM metrics over one window; ``None`` where unsupported or not yet two samples."""
-
-    dram_bw_util: float | None = None
-    sm_activity: float | None = None
-
-
-@dataclass(slots=True)
-class _Chain:
-    """One GPM sample chain: the whole GPU (``gi is None``) or one MIG GPU instance."""
-
-    gi: int | None
-    weight: float = 1.0
-    bufs: tuple[Any, Any] | None = None
-    primed: bool = False
-    prev_t: float = 0.0
-    values: GpmValues = field(default_factory=GpmValues)
-
-
 @dataclass(slots=True)
 class _Device:
     index: int
@@ -84,7 +66,7 @@ class _Device:
     lost: bool = False
     gpm: bool = False
     mig: bool = False
-    chains: list[_Chain] = field(default_factory=list)
+    chains: list[GpmChain] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     last_error: str | None = None
 
@@ -152,12 +134,7 @@ class NvmlBackend:
         nv = self._nvml
         for dev in self._devices:
             for chain in dev.chains:
-                for buf in chain.bufs or ():
-                    try:
-                        nv.nvmlGpmSampleFree(buf)
-                    except Exception:  # freeing on the way out: nothing useful to do
-                        pass
-                chain.bufs = None
+                chain.free(nv)
         self._quiet_shutdown()
         self._initialised = False
 
@@ -184,13 +161,13 @@ class NvmlBackend:
         if dev.mig:
             dev.chains = self._mig_chains(dev)
         else:
-            dev.chains = [_Chain(gi=None)]
+            dev.chains = [GpmChain()]
         return dev
 
-    def _mig_chains(self, dev: _Device) -> list[_Chain]:
+    def _mig_chains(self, dev: _Device) -> list[GpmChain]:
         """One chain per GPU instance, weighted by the instance's memory size."""
         nv = self._nvml
-        chains: dict[int, _Chain] = {}
+        chains: dict[int, GpmChain] = {}
         count = self._query(dev, "mig", lambda: nv.nvmlDeviceGetMaxMigDeviceCount(dev.handle))
         for i in range(_as_int(count or 0)):
             try:
@@ -204,7 +181,7 @@ class NvmlBackend:
                 weight = float(nv.nvmlDeviceGetMemoryInfo(mig).total)
             except nv.NVMLError:
                 weight = 1.0
-            chains[gi] = _Chain(gi=gi, weight=weight if weight > 0 else 1.0)
+            chains[gi] = GpmChain(gi=gi, weight=weight if weight > 0 else 1.0)
         return list(chains.values())
 
     # -- the device list -------------------------------------------------------------------
@@ -406,68 +383,24 @@ class NvmlBackend:
         """DRAM bandwidth (% of peak) and SM activity (% of SMs busy) over the window since
         the previous call (``nvidia-smi dmon --gpm-metrics 10,2``). The first call only takes
         a sample and returns Nones; calls closer than ``gpm_min_window_s`` to the previous
-        sample return the last window's values."""
+        sample return the last window's values. MIG: instances weighted by memory size."""
         dev = self._devices[index]
         if not _gpm_live(dev):
             return GpmValues()
+        nv = self._nvml
         now = self._monotonic()
         for chain in dev.chains:
             if not _gpm_live(dev):
                 break
-            self._advance(dev, chain, now)
+            try:
+                chain.advance(nv, dev.handle, now, self._gpm_min_window_s)
+            except nv.NVMLError as exc:
+                self._note_error(dev, "gpm", exc)
+            except (AttributeError, ctypes.ArgumentError, TypeError):
+                dev.gpm = False  # bindings without GPM, or a handle they cannot pass
         if not _gpm_live(dev):
             return GpmValues()
-        return GpmValues(
-            dram_bw_util=_weighted(dev.chains, "dram_bw_util"),
-            sm_activity=_weighted(dev.chains, "sm_activity"),
-        )
-
-    def _advance(self, dev: _Device, chain: _Chain, now: float) -> None:
-        nv = self._nvml
-        try:
-            if chain.bufs is None:
-                chain.bufs = (nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc())
-            first, second = chain.bufs
-            if not chain.primed:
-                self._sample(dev, chain, first)
-                chain.primed, chain.prev_t = True, now
-                return
-            if now - chain.prev_t < self._gpm_min_window_s:
-                return
-            self._sample(dev, chain, second)
-            mg = nv.c_nvmlGpmMetricsGet_t()
-            mg.version = nv.NVML_GPM_METRICS_GET_VERSION
-            mg.numMetrics = 2
-            mg.sample1 = first
-            mg.sample2 = second
-            mg.metrics[0].metricId = nv.NVML_GPM_METRIC_DRAM_BW_UTIL
-            mg.metrics[1].metricId = nv.NVML_GPM_METRIC_SM_UTIL
-            nv.nvmlGpmMetricsGet(mg)
-            ok = nv.NVML_SUCCESS
-            m0, m1 = mg.metrics[0], mg.metrics[1]
-            chain.values = GpmValues(
-                dram_bw_util=_finite(m0.value) if m0.nvmlReturn == ok else None,
-                sm_activity=_finite(m1.value) if m1.nvmlReturn == ok else None,
-            )
-            # the later sample becomes the next window's first
-            chain.bufs = (second, first)
-            chain.prev_t = now
-        except nv.NVMLError as exc:
-            chain.primed = False
-            chain.values = GpmValues()
-            self._note_error(dev, "gpm", exc)
-        except (AttributeError, ctypes.ArgumentError, TypeError):
-            # bindings without GPM, or a handle they cannot pass
-            chain.primed = False
-            chain.values = GpmValues()
-            dev.gpm = False
-
-    def _sample(self, dev: _Device, chain: _Chain, buf: Any) -> None:
-        nv = self._nvml
-        if chain.gi is None:
-            nv.nvmlGpmSampleGet(dev.handle, buf)
-        else:
-            nv.nvmlGpmMigSampleGet(dev.handle, chain.gi, buf)
+        return combine(dev.chains)
 
     # -- everything at once ----------------------------------------------------------------
 
@@ -502,16 +435,6 @@ class NvmlBackend:
 
 def _gpm_live(dev: _Device) -> bool:
     return dev.gpm and not dev.lost
-
-
-def _weighted(chains: list[_Chain], attr: str) -> float | None:
-    num = den = 0.0
-    for c in chains:
-        v = getattr(c.values, attr)
-        if v is not None:
-            num += c.weight * v
-            den += c.weight
-    return num / den if den > 0 else None
 
 
 def _init_reason(nv: Any, exc: Any) -> str:
