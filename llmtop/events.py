@@ -212,7 +212,8 @@ class EngineReading:
 
     def to_json_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["ttft_buckets"] = [list(b) for b in self.ttft_buckets]
+        # JSON has no infinity: the +Inf bucket bound is written as Prometheus spells it
+        d["ttft_buckets"] = [["+Inf" if math.isinf(le) else le, n] for le, n in self.ttft_buckets]
         return {"type": "engine", **d}
 
     @classmethod

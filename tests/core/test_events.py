@@ -55,7 +55,8 @@ def test_other_events_round_trip() -> None:
     assert GpuReading.from_json_dict(json.loads(json.dumps(g.to_json_dict()))) == g
     e = EngineReading(t=1.0, kind="vllm", running=3, waiting=1, kv_cache_usage=0.5,
                       ttft_buckets=((0.1, 2.0), (float("inf"), 3.0)), raw={"a": 1.0})
-    back = EngineReading.from_json_dict(json.loads(json.dumps(e.to_json_dict())))
+    text = json.dumps(e.to_json_dict(), allow_nan=False)  # strict JSON: +Inf as a string
+    back = EngineReading.from_json_dict(json.loads(text))
     assert back == e
     w = WarningEvent(t=1.0, code="QUEUEING", severity="warning", message="x", state="cleared")
     assert WarningEvent.from_json_dict(w.to_json_dict()) == w
