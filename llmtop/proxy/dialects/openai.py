@@ -63,15 +63,26 @@ _CONTENT_KEY = re.compile(
 _USAGE_OBJ = re.compile(rb'"usage"\s*:\s*\{')
 
 
+def _text_like(v: object) -> bool:
+    """A non-empty string, or content parts (list or object) with a non-empty ``text``."""
+    if isinstance(v, str):
+        return v != ""
+    if isinstance(v, list):
+        return any(isinstance(p, dict) and _text_like(p.get("text")) for p in v)
+    if isinstance(v, dict):
+        return _text_like(v.get("text"))
+    return False
+
+
 def _delta_has_content(d: dict[str, Any]) -> bool:
-    return bool(
-        d.get("content")
-        or d.get("tool_calls")
-        or d.get("reasoning_content")
-        or d.get("reasoning")
-        or d.get("refusal")
-        or d.get("function_call")
-    )
+    for key in ("content", "reasoning_content", "reasoning", "refusal"):
+        if _text_like(d.get(key)):
+            return True
+    for key in ("tool_calls", "function_call"):
+        v = d.get(key)
+        if v and isinstance(v, list | dict):
+            return True
+    return False
 
 
 def _choices_have_content(choices: object, key: str) -> bool:
@@ -84,7 +95,7 @@ def _choices_have_content(choices: object, key: str) -> bool:
         d = ch.get(key)
         if isinstance(d, dict) and _delta_has_content(d):
             return True
-        if ch.get("text"):  # legacy completions
+        if _text_like(ch.get("text")):  # legacy completions
             return True
     return False
 
