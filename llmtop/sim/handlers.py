@@ -113,12 +113,21 @@ async def _stream(request: web.Request, req: SimRequest, enc: Encoder,
         "X-Sim-Request-Id": req.id,
     })
     await resp.prepare(request)
+    try:
+        await _pump(request, resp, req, enc, faults)
+    except ConnectionError:  # the client went away mid-write; aiohttp copes with the rest
+        pass
+    return resp
+
+
+async def _pump(request: web.Request, resp: web.StreamResponse, req: SimRequest,
+                enc: Encoder, faults: Faults) -> None:
     checked = faults.any_mid_stream
     out = req.out
     sent = chunks = 0
     first = True
     if checked and faults.hits(0) and await _fault(request, resp, enc, faults, 0):
-        return resp
+        return
     while True:
         if not out:
             if req.done:
@@ -141,13 +150,12 @@ async def _stream(request: web.Request, req: SimRequest, enc: Encoder,
         await resp.write(b"".join(parts))
         req.chunks.extend([t] * (chunks - before))
         if checked and faults.hits(chunks) and await _fault(request, resp, enc, faults, chunks):
-            return resp
+            return
     if req.state != FINISHED:  # the server is shutting down: drop the connection
         _abort(request)
-        return resp
+        return
     await resp.write(enc.end())
     await resp.write_eof()
-    return resp
 
 
 async def _fault(request: web.Request, resp: web.StreamResponse, enc: Encoder,

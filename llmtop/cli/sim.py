@@ -1,0 +1,78 @@
+"""``llmtop sim``: run the simulated inference engine until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+from llmtop.cli.common import UsageError
+from llmtop.sim.profiles import OVERRIDABLE, PROFILES
+
+NAME = "sim"
+HELP = "the built-in simulated inference engine (OpenAI-compatible)"
+DESCRIPTION = (
+    "Run a simulated continuous-batching inference engine (vLLM-like: queueing, prefill "
+    "stalls, memory-bound decode, KV-cache preemption) behind OpenAI, Anthropic, Ollama "
+    "and TGI endpoints, with /metrics in vLLM's names and a simulated GPU at /sim/gpu.\n\n"
+    "profiles:\n"
+    + "\n".join(f"  {p.name:<14} {p.model} on {p.gpu_name}, max_num_seqs={p.max_num_seqs}, "
+                f"KV {p.kv_cache_tokens:,} tokens" for p in PROFILES.values())
+    + "\n\noverridable keys (--set KEY=VALUE):\n"
+    + textwrap.fill(", ".join(OVERRIDABLE), width=88, initial_indent="  ",
+                    subsequent_indent="  ")
+    + "\n\nper-request faults: header X-Sim-Fault: status:500 | status:429 | "
+    "disconnect-after:N |\n  malformed-after:N | stall:MS[@N] | slow-headers:MS "
+    "(comma-separated)"
+)
+
+DEFAULT_LISTEN = "127.0.0.1:8000"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
+                   help=f"address to serve on; port 0 picks a free one (default {DEFAULT_LISTEN})")
+    p.add_argument("--profile", metavar="NAME", default="tiny",
+                   help=f"engine profile: {', '.join(PROFILES)} (default tiny)")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="set",
+                   help="override a profile parameter (repeatable), e.g. --set max_num_seqs=8")
+    p.add_argument("--firehose", action="store_true",
+                   help="no pacing and no limits: emit tokens as fast as possible")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed for ids, output lengths and text (default 0)")
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host:
+        raise UsageError(f"--listen '{listen}' must look like HOST:PORT")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UsageError(f"--listen '{listen}': port '{port_text}' is not a number") from None
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--listen '{listen}': port must be 0–65535")
+    return host.strip("[]"), port
+
+
+def main(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from llmtop.sim.profiles import get_profile, parse_set_options
+    from llmtop.sim.run import ListenError, serve_forever
+
+    host, port = _split_listen(args.listen)
+    try:
+        profile = get_profile(args.profile, **parse_set_options(args.set))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    coro = serve_forever(profile, host, port, firehose=args.firehose, seed=args.seed)
+    try:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+            asyncio.run(coro)
+        else:
+            uvloop.run(coro)
+    except ListenError as exc:
+        raise UsageError(f"cannot listen on {args.listen}: {exc}") from None
+    return 0

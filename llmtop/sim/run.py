@@ -1,0 +1,44 @@
+"""Serving the simulator until SIGINT/SIGTERM (what ``llmtop sim`` calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from llmtop.sim.profiles import SimProfile
+from llmtop.sim.server import make_sim_app, start_sim
+
+
+class ListenError(Exception):
+    """The address could not be bound (in use, not local, no permission)."""
+
+
+async def serve_forever(profile: SimProfile, host: str, port: int, *, firehose: bool = False,
+                        seed: int = 0) -> None:
+    """Serve the simulator on host:port until SIGINT or SIGTERM, then shut down cleanly
+    (open streams are dropped after the engine stops). Prints
+    ``llmtop: sim listening on http://HOST:PORT`` (flushed) once bound.
+
+    Raises :class:`ListenError` when the address cannot be bound.
+    """
+    app = make_sim_app(profile, firehose=firehose, seed=seed)
+    try:
+        runner, bound = await start_sim(app, host, port)
+    except OSError as exc:
+        raise ListenError(exc.strerror or str(exc)) from None
+    url_host = f"[{host}]" if ":" in host else host
+    print(f"llmtop: sim listening on http://{url_host}:{bound}", flush=True)
+    print(f"llmtop sim: profile {profile.name} ({profile.model} on {profile.gpu_name})"
+          + (", firehose" if firehose else ""), file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()

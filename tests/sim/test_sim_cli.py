@@ -1,0 +1,88 @@
+"""``llmtop sim`` as a user runs it: a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+
+CMD = [sys.executable, "-m", "llmtop", "sim"]
+
+
+async def _start(*args: str) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *CMD, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+    prefix = "llmtop: sim listening on "
+    assert line.startswith(prefix), line
+    return proc, line.removeprefix(prefix)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_starts_answers_and_exits_cleanly(sig: signal.Signals) -> None:
+    proc, url = await _start("--listen", "127.0.0.1:0", "--set", "max_num_seqs=2",
+                             "--set", "time_scale=0.5")
+    try:
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/health") as r:
+                assert r.status == 200
+            async with s.get(url + "/sim/state") as r:
+                assert (await r.json())["running"] == 0
+            # an open stream must not hold up shutdown
+            stream = await s.post(url + "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000,
+                "stream": True})
+            await stream.content.readline()
+            proc.send_signal(sig)
+            rc = await asyncio.wait_for(proc.wait(), 20)
+            stream.close()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert rc == 0
+    assert proc.stderr is not None
+    err = (await proc.stderr.read()).decode()
+    assert "Traceback" not in err
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def test_bad_profile_is_one_line_exit_2() -> None:
+    res = _run("--profile", "h100-nope")
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert "unknown sim profile 'h100-nope'" in res.stderr
+    res = _run("--set", "max_num_seqs=lots")
+    assert res.returncode == 2
+    assert "max_num_seqs" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_port_in_use_is_one_line_exit_2() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = _run("--listen", f"127.0.0.1:{port}")
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert f"cannot listen on 127.0.0.1:{port}" in res.stderr
+    assert "in use" in res.stderr
+
+
+def test_help_lists_profiles_and_keys() -> None:
+    res = _run("--help")
+    assert res.returncode == 0
+    for word in ("tiny", "h200-llama8b", "max_num_seqs", "time_scale", "tokens_per_chunk",
+                 "X-Sim-Fault", "--firehose"):
+        assert word in res.stdout
