@@ -102,6 +102,8 @@ class Aggregator:
         self.engine_history: deque[EngineReading] = deque()
         self.warnings: dict[str, WarningEvent] = {}
         """Currently raised warnings by code (the raising event, so ``t`` is "since")."""
+        self.warning_codes: set[str] = set()
+        """Every warning code seen (raised or cleared) — for the Prometheus gauges."""
         self.clamped = 0
         """Latency values out of the histograms' range (clamped) or NaN (dropped)."""
         self.records_seen = 0
@@ -124,6 +126,7 @@ class Aggregator:
             elif isinstance(e, EngineReading):
                 self._on_engine(e)
             elif isinstance(e, WarningEvent):
+                self.warning_codes.add(e.code)
                 if e.state == "raised":
                     if e.code not in self.warnings:
                         self.warnings[e.code] = e

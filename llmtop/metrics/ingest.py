@@ -6,7 +6,9 @@ What each request contributes (definitions in ``shared/docs/domain.md``):
   broken stream's first token is still what its client saw);
 - TPOT and E2E only from requests whose outcome is ``ok`` (an aborted request's E2E is
   not a completion time);
-- each latency sample to three series: the system, the request's user and its model.
+- each latency sample to three series: the system, the request's user and its model —
+  except chunk gaps, which go to the system only (per-user rows show TTFT, ITL, TPOT and
+  E2E; chunk gaps per user would double the per-token data kept for nothing shown).
 
 Per-record Python work is a handful of attribute reads; bucketing, per-request ITL P95,
 SLO checks and table building are numpy calls over the whole batch.
@@ -159,6 +161,7 @@ def ingest(
     base_parts: list[I64] = []
     w_parts: list[I64] = []
     r_parts: list[I64] = []
+    fan_parts: list[npt.NDArray[np.bool_]] = []
     for metric, vals, w, rec in parts:
         if len(vals) == 0:
             continue
@@ -172,14 +175,18 @@ def ingest(
         base_parts.append(bucket_index(us) + metric * SERIES_SPAN * COUNTS_LEN)
         w_parts.append(np.ones(len(vals), dtype=np.int64) if w is None else w)
         r_parts.append(rec)
+        fan_parts.append(np.full(len(vals), metric != M_GAP))
     if base_parts:
         base = np.concatenate(base_parts)
         w_all = np.concatenate(w_parts)
-        r_all = np.concatenate(r_parts)
-        us_series = np.asarray(user_series, dtype=np.int64)[r_all]
-        md_series = np.asarray(model_series, dtype=np.int64)[r_all]
-        keys = np.concatenate([base, base + us_series * COUNTS_LEN, base + md_series * COUNTS_LEN])
-        table = CountTable.from_keys(keys, np.concatenate([w_all, w_all, w_all]))
+        fan = np.concatenate(fan_parts)
+        r_fan = np.concatenate(r_parts)[fan]
+        b_fan, w_fan = base[fan], w_all[fan]
+        us_series = np.asarray(user_series, dtype=np.int64)[r_fan]
+        md_series = np.asarray(model_series, dtype=np.int64)[r_fan]
+        keys = np.concatenate([base, b_fan + us_series * COUNTS_LEN,
+                               b_fan + md_series * COUNTS_LEN])
+        table = CountTable.from_keys(keys, np.concatenate([w_all, w_fan, w_fan]))
     else:
         table = CountTable.empty()
 

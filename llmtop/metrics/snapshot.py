@@ -31,9 +31,11 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
+
 from llmtop.events import EngineReading, GpuReading, finite_or_none
 from llmtop.metrics import capacity
-from llmtop.metrics.hdr import encode_sparse
+from llmtop.metrics.hdr import encode_sparse, summary_seconds
 from llmtop.metrics.ingest import (
     C_CANC,
     C_ERR,
@@ -50,37 +52,38 @@ from llmtop.metrics.ingest import (
     M_TTFT,
     METRICS,
 )
-from llmtop.metrics.table import CountTable, GroupStats, group_stats
+from llmtop.metrics.table import SERIES_SPAN, SplitTable
 from llmtop.metrics.windows import WINDOWS
 
 if TYPE_CHECKING:
     from llmtop.metrics.aggregator import Aggregator
 
 VERSION: Final = 1
-PS: Final = (50.0, 90.0, 95.0, 99.0)
-_NULL_SUMMARY: Final = {"count": 0, "p50": None, "p90": None, "p95": None, "p99": None,
-                        "max": None, "mean": None}
+ROW_PS: Final = (50.0, 95.0, 99.0)
+"""Percentiles computed for user and model rows."""
+_ROW_METRICS: Final = (M_TTFT, M_ITL, M_TPOT, M_E2E)
+"""Metrics with per-user and per-model histograms (chunk gaps: system only)."""
 
 
-def latency_summary(stats: GroupStats, metric: int, series: int) -> dict[str, Any]:
-    """``{"count", "p50", "p90", "p95", "p99", "max", "mean"}`` in seconds."""
-    i = stats.lookup(metric, series)
-    if i is None:
-        return dict(_NULL_SUMMARY)
-    v = stats.values[i]
-    return {"count": int(stats.totals[i]), "p50": v[0] / 1e6, "p90": v[1] / 1e6,
-            "p95": v[2] / 1e6, "p99": v[3] / 1e6, "max": int(stats.maxes[i]) / 1e6,
-            "mean": float(stats.means[i]) / 1e6}
-
-
-def _p(stats: GroupStats, metric: int, series: int, j: int) -> float | None:
-    i = stats.lookup(metric, series)
-    return None if i is None else int(stats.values[i, j]) / 1e6
-
-
-def encode_group(table: CountTable, metric: int, series: int) -> str:
-    idx, cnt = table.group_slice(metric, series)
-    return encode_sparse(idx, cnt)
+def _series_percentiles(split: SplitTable, series: Sequence[int]
+                        ) -> dict[tuple[int, int], list[float | None]]:
+    """``{(metric, series): [p50, p95, p99] seconds or None}`` for the row metrics of many
+    series at once (TPOT and E2E: P95 only, at index 1)."""
+    out: dict[tuple[int, int], list[float | None]] = {}
+    if not series:
+        return out
+    sids = np.asarray(series, dtype=np.int64)
+    for metrics, ps in (((M_TTFT, M_ITL), ROW_PS), ((M_TPOT, M_E2E), (95.0,))):
+        groups = np.concatenate([m * SERIES_SPAN + sids for m in metrics])
+        totals, values, _ = split.group_percentiles(groups, ps)
+        keys = [(m, sid) for m in metrics for sid in series]
+        rows: list[list[float | None]] = (values / 1e6).tolist()
+        if len(ps) == 1:
+            rows = [[None, r[0], None] for r in rows]
+        empty: list[float | None] = [None, None, None]
+        for k, tot, row in zip(keys, totals.tolist(), rows, strict=True):
+            out[k] = row if tot else empty
+    return out
 
 
 def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
@@ -150,21 +153,22 @@ def engine_section(agg: Aggregator, window_s: int | None, now: float) -> dict[st
     }
 
 
-def _rates(c: Any, span: float) -> dict[str, Any]:
-    req = int(c[C_REQ])
+def _rates(c: Sequence[int], span: float) -> dict[str, Any]:
+    """Counts and per-second rates of one series' counter row (a list of ints)."""
+    req, met = c[C_REQ], c[C_MET]
     return {
         "requests": req,
         "rps": req / span,
-        "output_tps": float(c[C_OUT]) / span,
-        "input_tps": float(c[C_IN]) / span,
-        "errors": int(c[C_ERR]),
-        "cancelled": int(c[C_CANC]),
-        "timeouts": int(c[C_TMO]),
-        "slo_met": int(c[C_MET]),
-        "goodput_rps": int(c[C_MET]) / span,
-        "goodput_tps": float(c[C_GOOD]) / span,
-        "slo_attainment": (int(c[C_MET]) / req) if req else None,
-        "output_tokens": int(c[C_OUT]),
+        "output_tps": c[C_OUT] / span,
+        "input_tps": c[C_IN] / span,
+        "errors": c[C_ERR],
+        "cancelled": c[C_CANC],
+        "timeouts": c[C_TMO],
+        "slo_met": met,
+        "goodput_rps": met / span,
+        "goodput_tps": c[C_GOOD] / span,
+        "slo_attainment": (met / req) if req else None,
+        "output_tokens": c[C_OUT],
     }
 
 
@@ -176,10 +180,9 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
     now = agg.clock()
     view = agg.view(window_s, now)
     span = max(view.span_s, 1.0)
-    table = view.table
-    stats = group_stats(table, PS)
+    split = view.split
     per_user_live, (in_flight, waiting, streaming) = agg.live_counts()
-    counters = view.counters
+    counters: list[list[int]] = view.counters.tolist()
     samples = view.conc_sum[-1]
 
     def mean(i: int) -> float | None:
@@ -190,8 +193,8 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "in_flight": in_flight,
         "waiting": waiting,
         "streaming": streaming,
-        "ok": int(counters[0][C_OK]),
-        "input_tokens": int(counters[0][C_IN]),
+        "ok": counters[0][C_OK],
+        "input_tokens": counters[0][C_IN],
         "span_s": span,
         "in_flight_mean": mean(0),
         "in_flight_max": int(view.conc_max[0]) if samples else None,
@@ -199,48 +202,55 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "waiting_max": int(view.conc_max[1]) if samples else None,
         "streaming_mean": mean(2),
     }
-    latency = {name: latency_summary(stats, m, 0) for m, name in enumerate(METRICS)}
-    histograms = {name: encode_group(table, m, 0) for m, name in enumerate(METRICS)}
+    latency: dict[str, Any] = {}
+    histograms: dict[str, str] = {}
+    for m, name in enumerate(METRICS):
+        idx, cnt = split.group_hist(m, 0)
+        latency[name] = summary_seconds(idx, cnt)
+        histograms[name] = encode_sparse(idx, cnt)
 
+    user_ids = [sid for sid in agg.users.tracked()
+                if counters[sid][C_REQ] or counters[sid][C_OUT] or sid in per_user_live]
+    model_ids = [sid for sid in agg.models.tracked()
+                 if counters[sid][C_REQ] or counters[sid][C_OUT]]
+    pv = _series_percentiles(split, user_ids + model_ids)
     users: list[dict[str, Any]] = []
-    for sid, name in agg.users.tracked().items():
-        c = counters[sid]
+    for sid in user_ids:
         live = per_user_live.get(sid, [0, 0, 0])
-        if not (c[C_REQ] or c[C_OUT] or live[0]):
-            continue
+        ttft, itl = pv[(M_TTFT, sid)], pv[(M_ITL, sid)]
         row: dict[str, Any] = {
-            "user": name,
+            "user": agg.users.names[sid],
             "in_flight": live[0],
             "waiting": live[1],
             "streaming": live[2],
-            **_rates(c, span),
-            "ttft_p50": _p(stats, M_TTFT, sid, 0),
-            "ttft_p95": _p(stats, M_TTFT, sid, 2),
-            "ttft_p99": _p(stats, M_TTFT, sid, 3),
-            "itl_p50": _p(stats, M_ITL, sid, 0),
-            "itl_p95": _p(stats, M_ITL, sid, 2),
-            "itl_p99": _p(stats, M_ITL, sid, 3),
-            "tpot_p95": _p(stats, M_TPOT, sid, 2),
-            "e2e_p95": _p(stats, M_E2E, sid, 2),
+            **_rates(counters[sid], span),
+            "ttft_p50": ttft[0],
+            "ttft_p95": ttft[1],
+            "ttft_p99": ttft[2],
+            "itl_p50": itl[0],
+            "itl_p95": itl[1],
+            "itl_p99": itl[2],
+            "tpot_p95": pv[(M_TPOT, sid)][1],
+            "e2e_p95": pv[(M_E2E, sid)][1],
             "tracked": sid != agg.users.other_id,
         }
         if user_histograms:
-            row["histograms"] = {n: encode_group(table, m, sid) for m, n in enumerate(METRICS)}
+            row["histograms"] = {
+                METRICS[m]: encode_sparse(*split.group_hist(m, sid)) for m in _ROW_METRICS
+            }
         users.append(row)
     users.sort(key=lambda u: (-u["output_tps"], -u["requests"], u["user"]))
 
-    models: list[dict[str, Any]] = []
-    for sid, name in agg.models.tracked().items():
-        c = counters[sid]
-        if not (c[C_REQ] or c[C_OUT]):
-            continue
-        models.append({
-            "model": name,
-            **_rates(c, span),
-            "ttft_p95": _p(stats, M_TTFT, sid, 2),
-            "itl_p95": _p(stats, M_ITL, sid, 2),
-            "e2e_p95": _p(stats, M_E2E, sid, 2),
-        })
+    models = [
+        {
+            "model": agg.models.names[sid],
+            **_rates(counters[sid], span),
+            "ttft_p95": pv[(M_TTFT, sid)][1],
+            "itl_p95": pv[(M_ITL, sid)][1],
+            "e2e_p95": pv[(M_E2E, sid)][1],
+        }
+        for sid in model_ids
+    ]
     models.sort(key=lambda m: (-m["output_tps"], -m["requests"], m["model"]))
 
     warnings = [

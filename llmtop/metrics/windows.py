@@ -31,7 +31,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from llmtop.metrics.table import CountTable
+from llmtop.metrics.table import CountTable, SplitTable
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -82,7 +82,8 @@ class WindowView:
 
     start: float
     end: float
-    table: CountTable
+    split: SplitTable
+    """The window's histograms: the running sum plus the open intervals."""
     counters: I64
     conc_sum: F64
     conc_max: F64
@@ -90,6 +91,11 @@ class WindowView:
     @property
     def span_s(self) -> float:
         return max(self.end - self.start, 0.0)
+
+    @property
+    def table(self) -> CountTable:
+        """The window's histograms as one table (built on demand: O(size))."""
+        return self.split.merged()
 
 
 @dataclass(slots=True)
@@ -233,9 +239,8 @@ class Windows:
             start = self.started_at
         else:
             raise ValueError(f"window must be one of {WINDOWS} or None, got {window_s!r}")
-        table = run.table
         small = CountTable.merge([p.table for p in partial if p is not self.all])
-        table = table.plus(small) if len(table) >= len(small) else small.plus(table)
+        split = SplitTable(run.table, small)
         assert run.counters is not None
         counters = run.counters.copy()
         conc_sum = np.zeros(len(CONC_FIELDS) + 1)
@@ -246,7 +251,7 @@ class Windows:
         for p in [*ring, *partial]:
             conc_sum += p.conc_sum
             np.maximum(conc_max, p.conc_max, out=conc_max)
-        return WindowView(max(start, self.started_at), max(now, self.started_at), table,
+        return WindowView(max(start, self.started_at), max(now, self.started_at), split,
                           counters, conc_sum, conc_max)
 
     # -- label folding -------------------------------------------------------------------

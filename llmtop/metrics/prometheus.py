@@ -1,0 +1,283 @@
+"""``GET /metrics``: a prometheus_client collector reading the aggregator at scrape time.
+
+Nothing is counted twice: :class:`LlmtopCollector.collect` builds every family from the
+aggregator's cumulative ("all") window, its live registry and its latest readings. It is
+registered in a private ``CollectorRegistry`` (never the global one), so several
+aggregators can live in one process (tests, workers).
+
+Families (all prefixed ``llmtop_``):
+
+- counters: ``requests_total{outcome}``, ``output_tokens_total`` (of finished requests),
+  ``input_tokens_total``, ``slo_met_requests_total``, ``goodput_output_tokens_total``,
+  ``histogram_clamped_values_total``; per user ``user_requests_total{user,outcome}``,
+  ``user_output_tokens_total{user}``; per model ``model_requests_total{model,outcome}``,
+  ``model_output_tokens_total{model}``;
+- gauges: ``in_flight``, ``waiting``, ``streaming``, ``user_in_flight{user}``;
+  ``slo_attainment``, ``goodput_rps``, ``goodput_tps``, ``output_tps``, ``rps`` over the
+  last 60 s (label ``window="60"``), ``user_slo_attainment{user}`` and
+  ``user_output_tps{user}`` likewise; ``capacity_max_concurrency_at_slo``,
+  ``capacity_goodput_tps_at_slo`` (absent until estimated); GPU and engine readings
+  (absent when unavailable); ``warning_active{code}`` (1 raised, 0 once cleared);
+- histograms (seconds): ``ttft_seconds``, ``itl_seconds``, ``chunk_gap_seconds``,
+  ``tpot_seconds``, ``e2e_seconds``; ``user_ttft_seconds{user}``, ``user_itl_seconds{user}``.
+  Buckets come from the cumulative HDR counts: ``le=b`` counts every HDR bucket whose
+  lowest value is ≤ b (within the histogram's 0.1% precision); ``_sum`` uses bucket
+  midpoints.
+
+The ``user`` label only takes the bounded top-N set plus ``other``; ``model`` likewise.
+Label values are data: the exposition format escapes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from llmtop.metrics import capacity
+from llmtop.metrics.hdr import COUNTS_LEN, bucket_index
+from llmtop.metrics.ingest import (
+    C_CANC,
+    C_ERR,
+    C_GOOD,
+    C_IN,
+    C_MET,
+    C_OK,
+    C_OUT,
+    C_OUT_DONE,
+    C_REQ,
+    C_TMO,
+    M_ITL,
+    M_TTFT,
+    METRICS,
+)
+from llmtop.metrics.table import SplitTable, group_id
+
+if TYPE_CHECKING:
+    from llmtop.metrics.aggregator import Aggregator
+
+TTFT_BUCKETS_S: Final = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
+                         1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+"""TTFT: milliseconds (cache hits, short prompts) to minutes (queues, long prefill)."""
+ITL_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
+                        0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""ITL, chunk gap, TPOT: sub-millisecond (speculative decoding) to seconds (stalls)."""
+E2E_BUCKETS_S: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0,
+                        60.0, 120.0, 300.0, 600.0, 1800.0)
+BUCKETS: Final = {"ttft": TTFT_BUCKETS_S, "itl": ITL_BUCKETS_S, "chunk_gap": ITL_BUCKETS_S,
+                  "tpot": ITL_BUCKETS_S, "e2e": E2E_BUCKETS_S}
+_OUTCOMES: Final = (("ok", C_OK), ("error", C_ERR), ("cancelled", C_CANC), ("timeout", C_TMO))
+_BOUND_IDX: Final = {name: bucket_index(np.rint(np.array(b) * 1e6).astype(np.int64))
+                     for name, b in BUCKETS.items()}
+_P = "llmtop_"
+
+
+def _le(b: float) -> str:
+    return repr(float(b))
+
+
+def hdr_buckets(
+    split: SplitTable, metric: int, series: Sequence[int], name: str
+) -> list[tuple[list[tuple[str, float]], float]]:
+    """Cumulative Prometheus buckets and the sum (seconds) of HDR histograms, one per
+    series, vectorised over the series."""
+    groups = np.array([group_id(metric, s) for s in series], dtype=np.int64)
+    if len(groups) == 0:
+        return []
+    before, totals = split.group_totals(groups)
+    keys = groups[:, None] * COUNTS_LEN + _BOUND_IDX[name][None, :]
+    cum = split.count_le(keys.ravel()).reshape(keys.shape) - before[:, None]
+    sums = split.group_sums_us(groups) / 1e6
+    les = [_le(b) for b in BUCKETS[name]]
+    out = []
+    for row, tot, sm in zip(cum.tolist(), totals.tolist(), sums.tolist(), strict=True):
+        buckets = [(le, float(c)) for le, c in zip(les, row, strict=True)]
+        buckets.append(("+Inf", float(tot)))
+        out.append((buckets, float(sm)))
+    return out
+
+
+class LlmtopCollector(Collector):
+    """Builds llmtop's metric families from an :class:`Aggregator` at scrape time."""
+
+    def __init__(self, aggregator: Aggregator) -> None:
+        self.agg = aggregator
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        agg = self.agg
+        now = agg.clock()
+        allv = agg.view(None, now)
+        recent = agg.view(60, now)
+        c = allv.counters
+        users = agg.users.tracked()
+        models = agg.models.tracked()
+        out: list[Metric] = []
+
+        req = CounterMetricFamily(_P + "requests", "Finished requests by outcome",
+                                  labels=["outcome"])
+        for outcome, col in _OUTCOMES:
+            req.add_metric([outcome], float(c[0, col]))
+        out.append(req)
+        for name, col, doc in (
+            ("output_tokens", C_OUT_DONE, "Output tokens of finished requests"),
+            ("input_tokens", C_IN, "Prompt tokens of finished requests"),
+            ("slo_met_requests", C_MET, "Finished requests that met every SLO"),
+            ("goodput_output_tokens", C_GOOD, "Output tokens of requests that met every SLO"),
+        ):
+            out.append(CounterMetricFamily(_P + name, doc, value=float(c[0, col])))
+        out.append(CounterMetricFamily(_P + "histogram_clamped_values",
+                                       "Latency values outside 0 us..1 h, clamped (or NaN)",
+                                       value=float(agg.clamped)))
+
+        for label, slots, pre in (("user", users, "user_"), ("model", models, "model_")):
+            fam = CounterMetricFamily(_P + pre + "requests", f"Finished requests by {label}",
+                                      labels=[label, "outcome"])
+            tok = CounterMetricFamily(_P + pre + "output_tokens",
+                                      f"Output tokens of finished requests by {label}",
+                                      labels=[label])
+            for sid, name in slots.items():
+                if not c[sid, C_REQ]:
+                    continue
+                for outcome, col in _OUTCOMES:
+                    fam.add_metric([name, outcome], float(c[sid, col]))
+                tok.add_metric([name], float(c[sid, C_OUT_DONE]))
+            out += [fam, tok]
+
+        per_user, (n, waiting, streaming) = agg.live_counts()
+        out.append(GaugeMetricFamily(_P + "in_flight", "Requests open at the proxy", value=n))
+        out.append(GaugeMetricFamily(_P + "waiting", "Open requests without a first token yet",
+                                     value=waiting))
+        out.append(GaugeMetricFamily(_P + "streaming", "Open requests streaming output",
+                                     value=streaming))
+        uif = GaugeMetricFamily(_P + "user_in_flight", "Open requests by user", labels=["user"])
+        for sid, name in users.items():
+            uif.add_metric([name], float(per_user.get(sid, [0])[0]))
+        out.append(uif)
+
+        out += self._window_gauges(recent.counters, max(recent.span_s, 1.0), users)
+        out += self._histograms(allv.split, users)
+        out += self._capacity()
+        out += self._readings(now)
+        return out
+
+    def _window_gauges(self, c: np.ndarray, span: float,
+                       users: dict[int, str]) -> list[Metric]:
+        out: list[Metric] = []
+        req = float(c[0, C_REQ])
+        att = GaugeMetricFamily(_P + "slo_attainment",
+                                "Share of finished requests meeting every SLO", labels=["window"])
+        if req:
+            att.add_metric(["60"], float(c[0, C_MET]) / req)
+        out.append(att)
+        for name, col, doc in (
+            ("goodput_rps", C_MET, "Requests per second meeting every SLO"),
+            ("goodput_tps", C_GOOD, "Output tokens per second of requests meeting every SLO"),
+            ("output_tps", C_OUT, "Output tokens per second, all requests"),
+            ("rps", C_REQ, "Finished requests per second"),
+        ):
+            g = GaugeMetricFamily(_P + name, doc, labels=["window"])
+            g.add_metric(["60"], float(c[0, col]) / span)
+            out.append(g)
+        uatt = GaugeMetricFamily(_P + "user_slo_attainment", "SLO attainment by user (60 s)",
+                                 labels=["user"])
+        utps = GaugeMetricFamily(_P + "user_output_tps", "Output tokens per second by user (60 s)",
+                                 labels=["user"])
+        for sid, name in users.items():
+            if c[sid, C_REQ]:
+                uatt.add_metric([name], float(c[sid, C_MET]) / float(c[sid, C_REQ]))
+            utps.add_metric([name], float(c[sid, C_OUT]) / span)
+        return [*out, uatt, utps]
+
+    def _histograms(self, split: SplitTable, users: dict[int, str]) -> list[Metric]:
+        out: list[Metric] = []
+        for m, name in enumerate(METRICS):
+            fam = HistogramMetricFamily(_P + name + "_seconds",
+                                        f"{name.upper()} seconds as clients saw them")
+            [(buckets, total)] = hdr_buckets(split, m, [0], name)
+            fam.add_metric([], buckets, total)
+            out.append(fam)
+        sids = list(users)
+        for m, name in ((M_TTFT, "ttft"), (M_ITL, "itl")):
+            fam = HistogramMetricFamily(_P + "user_" + name + "_seconds",
+                                        f"{name.upper()} seconds by user", labels=["user"])
+            for sid, (buckets, total) in zip(sids, hdr_buckets(split, m, sids, name),
+                                             strict=True):
+                if buckets[-1][1]:
+                    fam.add_metric([users[sid]], buckets, total)
+            out.append(fam)
+        return out
+
+    def _capacity(self) -> list[Metric]:
+        agg = self.agg
+        est = capacity.estimate(agg.capacity.bins(), agg.slo.target)
+        out: list[Metric] = []
+        cap = GaugeMetricFamily(_P + "capacity_max_concurrency_at_slo",
+                                "Largest concurrency holding the SLO attainment target")
+        good = GaugeMetricFamily(_P + "capacity_goodput_tps_at_slo",
+                                 "Goodput (output tokens/s) at that concurrency")
+        if est["max_concurrency_at_slo"] is not None:
+            cap.add_metric([], float(est["max_concurrency_at_slo"]))
+        if est["goodput_tps_at_slo"] is not None:
+            good.add_metric([], float(est["goodput_tps_at_slo"]))
+        out += [cap, good]
+        return out
+
+    def _readings(self, now: float) -> list[Metric]:
+        agg = self.agg
+        out: list[Metric] = []
+        gauges: Sequence[tuple[str, str, str]] = (
+            ("gpu_memory_used_bytes", "mem_used_bytes", "GPU memory used"),
+            ("gpu_memory_total_bytes", "mem_total_bytes", "GPU memory total"),
+            ("gpu_utilization_percent", "util_gpu", "Share of time a kernel ran (%)"),
+            ("gpu_memory_busy_percent", "mem_busy",
+             "Share of time memory was read or written (%), not bandwidth"),
+            ("gpu_dram_bandwidth_percent", "dram_bw_util", "DRAM bandwidth, % of peak (GPM)"),
+            ("gpu_power_watts", "power_w", "GPU power draw"),
+            ("gpu_temperature_celsius", "temperature_c", "GPU temperature"),
+        )
+        for name, field, doc in gauges:
+            fam = GaugeMetricFamily(_P + name, doc, labels=["gpu", "name"])
+            for i in sorted(agg.gpus):
+                g = agg.gpus[i]
+                v = getattr(g, field)
+                if v is not None and np.isfinite(v):
+                    fam.add_metric([str(i), g.name], float(v))
+            out.append(fam)
+        e = agg.engine
+        for name, field, doc in (
+            ("engine_running", "running", "Requests the engine reports running"),
+            ("engine_waiting", "waiting", "Requests the engine reports queued"),
+            ("engine_kv_cache_usage_ratio", "kv_cache_usage", "Engine KV-cache usage (0-1)"),
+            ("engine_preemptions", "preemptions", "Engine preemptions so far (its counter)"),
+        ):
+            fam = GaugeMetricFamily(_P + name, doc, labels=["kind"])
+            v = None if e is None else getattr(e, field)
+            if e is not None and v is not None and np.isfinite(v):
+                fam.add_metric([e.kind], float(v))
+            out.append(fam)
+        warn = GaugeMetricFamily(_P + "warning_active", "1 while a saturation warning is raised",
+                                 labels=["code"])
+        for code in sorted(agg.warning_codes):
+            warn.add_metric([code], 1.0 if code in agg.warnings else 0.0)
+        out.append(warn)
+        out.append(GaugeMetricFamily(_P + "uptime_seconds", "Seconds since the aggregator started",
+                                     value=max(0.0, now - agg.started_at)))
+        return out
+
+
+def make_registry(aggregator: Aggregator) -> CollectorRegistry:
+    """A private registry holding only llmtop's collector for ``aggregator``."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(LlmtopCollector(aggregator))
+    return reg
