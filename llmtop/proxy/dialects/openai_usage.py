@@ -122,7 +122,7 @@ class UsageChunkStripper:
                 else:
                     block = bytes(held) + data[pos:e] if held else data[pos:e]
                     held.clear()
-                    if self._has_line and is_usage_event(block):
+                    if self._has_line and self._strippable(block):
                         self.stripped = self._done = True
                         if e == len(data) and data[e - 1] == _CR:
                             self._cr = _CR_DROPPED
@@ -155,6 +155,16 @@ class UsageChunkStripper:
                     self._passing = True
         return b"".join(out)
 
+    def _strippable(self, block: bytes) -> bool:
+        # The same limits as for a held partial event, so that the result never depends on
+        # where the reads were split: an event that would have been released early (it
+        # shows a non-empty "choices": [{, or it is too big to hold) is never removed.
+        return (
+            len(block) <= self._max
+            and is_usage_event(block)
+            and _CHOICES_NONEMPTY.search(block) is None
+        )
+
     def flush(self) -> bytes:
         """End of body: the held bytes, unless they are a usage event without its blank line."""
         self._cr = _CR_NONE
@@ -163,7 +173,7 @@ class UsageChunkStripper:
             return b""
         block = bytes(self._held)
         self._held.clear()
-        if not self._done and is_usage_event(block):
+        if not self._done and self._strippable(block):
             self.stripped = self._done = True
             return b""
         return block
