@@ -1,0 +1,1 @@
+"""The admin API: snapshot, requests, recording control and ``/metrics`` (aiohttp)."""

@@ -1,0 +1,236 @@
+"""The admin API (``shared/docs/interfaces.md``), served on the admin address only.
+
+=====================================  =================================================
+``GET  /llmtop/v1/snapshot``            ``?window=10|60|300|all`` (default 60); add
+                                        ``user_histograms=1`` for per-user histograms
+``GET  /llmtop/v1/requests``            ``?state=active|recent`` (default active),
+                                        ``&limit=N`` (recent: the last N, default 100)
+``GET  /metrics``                       Prometheus text exposition
+``POST /llmtop/v1/recording``           ``{"action": "start", "path": "..."}`` or
+                                        ``{"action": "stop"}``
+``GET  /llmtop/v1/recording``           the current recording's status (or null)
+``GET  /llmtop/v1/health``              liveness and a few totals
+=====================================  =================================================
+
+Errors are JSON ``{"error": "<one line>"}`` with a fitting status: 400 bad input, 401
+missing or wrong token, 404 unknown route or missing directory, 409 recording state
+conflict, 501 no recorder in this process. When ``admin_token`` is set every route —
+``/metrics`` and health included — requires ``Authorization: Bearer <token>`` (compared
+in constant time).
+
+The snapshot is built on the event loop (it shares the proxy's loop; the aggregator is
+not thread-safe); ``benchmarks/metrics_cost.py`` measures what that costs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from llmtop import __version__
+from llmtop.events import ActiveRequest
+from llmtop.metrics.aggregator import RECENT_MAX, Aggregator
+from llmtop.metrics.prometheus import make_registry
+
+PREFIX: Final = "/llmtop/v1"
+WINDOW_PARAMS: Final = {"10": 10, "60": 60, "300": 300, "all": None}
+DEFAULT_RECENT: Final = 100
+
+
+class RecordingControl(Protocol):
+    """What the admin API needs from a recorder (``llmtop.recording`` implements it).
+
+    ``start`` and ``stop`` return the recording's status. Errors, by type: ``ValueError``
+    for a request that cannot be honoured (400; the message is shown to the user),
+    ``FileNotFoundError`` (404), ``PermissionError`` (403), other ``OSError`` (400).
+    Starting while recording or stopping while not is answered 409 before the call.
+    """
+
+    def start(self, path: str) -> dict[str, Any]: ...
+
+    def stop(self) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any] | None:
+        """The running recording's status, ``None`` when not recording."""
+        ...
+
+
+@dataclass
+class AdminContext:
+    """Everything the routes read. ``extra_info`` is merged into each snapshot's top level
+    (e.g. ``upstream``, ``llmtop_version``)."""
+
+    aggregator: Aggregator
+    active: Mapping[str, ActiveRequest]
+    recording: RecordingControl | None = None
+    admin_token: str = ""
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+
+CTX: Final = web.AppKey("llmtop_admin_ctx", AdminContext)
+REGISTRY: Final = web.AppKey("llmtop_admin_registry", CollectorRegistry)
+
+
+def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
+                  ) -> web.Response:
+    """A JSON response that is always valid JSON (non-finite floats become null)."""
+    try:
+        text = json.dumps(data, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(data), allow_nan=False)
+    return web.Response(text=text, status=status, content_type="application/json",
+                        headers=headers)
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    return x
+
+
+def json_error(status: int, message: str, headers: Mapping[str, str] | None = None
+               ) -> web.Response:
+    return json_response({"error": message}, status=status, headers=headers)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Token check on every route, and JSON bodies for aiohttp's own HTTP errors."""
+    token = request.app[CTX].admin_token
+    if token:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        ok = scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), token.encode("utf-8")
+        )
+        if not ok:
+            return json_error(401, "admin token required: send 'Authorization: Bearer <token>'",
+                              headers={"WWW-Authenticate": 'Bearer realm="llmtop"'})
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        hdrs = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return json_error(exc.status, exc.reason, headers=hdrs)
+
+
+async def snapshot(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    raw = request.query.get("window", "60").strip().lower()
+    if raw not in WINDOW_PARAMS:
+        return json_error(400, f"window must be one of 10, 60, 300, all (got {raw!r})")
+    flag = request.query.get("user_histograms", "").lower()
+    snap = ctx.aggregator.snapshot(WINDOW_PARAMS[raw],
+                                   user_histograms=flag in ("1", "true", "yes"))
+    snap.update(ctx.extra_info)
+    snap["recording"] = ctx.recording.status() if ctx.recording is not None else None
+    return json_response(snap)
+
+
+async def requests_(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    state = request.query.get("state", "active").strip().lower()
+    try:
+        limit = int(request.query.get("limit", str(DEFAULT_RECENT)))
+    except ValueError:
+        return json_error(400, "limit must be an integer")
+    if not 0 <= limit <= RECENT_MAX:
+        return json_error(400, f"limit must be between 0 and {RECENT_MAX}")
+    if state == "active":
+        now_ns = time.perf_counter_ns()
+        acts = sorted(ctx.active.values(), key=lambda a: a.t0_ns)
+        return json_response([a.to_json_dict(now_ns) for a in acts])
+    if state == "recent":
+        return json_response(ctx.aggregator.recent_requests(limit))
+    return json_error(400, f"state must be active or recent (got {state!r})")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def recording_status(request: web.Request) -> web.Response:
+    rec = request.app[CTX].recording
+    return json_response({"available": rec is not None,
+                          "recording": rec.status() if rec is not None else None})
+
+
+async def recording_control(request: web.Request) -> web.Response:
+    rec = request.app[CTX].recording
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        return json_error(400, "body must be a JSON object: {\"action\": \"start\"|\"stop\", "
+                               "\"path\": \"...\"}")
+    if not isinstance(body, dict):
+        return json_error(400, "body must be a JSON object")
+    action = body.get("action")
+    if action not in ("start", "stop"):
+        return json_error(400, "action must be \"start\" or \"stop\"")
+    if rec is None:
+        return json_error(501, "recording is not available in this process")
+    current = rec.status()
+    try:
+        if action == "start":
+            path = body.get("path")
+            if not isinstance(path, str) or not path.strip():
+                return json_error(400, "start needs a non-empty \"path\"")
+            if current is not None:
+                return json_error(409, f"already recording to {current.get('path', '?')}; "
+                                       "stop it first")
+            return json_response(rec.start(path))
+        if current is None:
+            return json_error(409, "not recording")
+        return json_response(rec.stop())
+    except FileNotFoundError as exc:
+        return json_error(404, f"no such directory for {exc.filename or 'the path'}")
+    except PermissionError as exc:
+        return json_error(403, f"permission denied: {exc.filename or exc}")
+    except (ValueError, OSError) as exc:
+        return json_error(400, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+async def health(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    agg = ctx.aggregator
+    rec = ctx.recording
+    return json_response({
+        "status": "ok",
+        "version": __version__,
+        "time": agg.clock(),
+        "uptime_s": max(0.0, agg.clock() - agg.started_at),
+        "in_flight": len(ctx.active),
+        "requests": agg.records_seen,
+        "recording": rec is not None and rec.status() is not None,
+    })
+
+
+def make_admin_app(ctx: AdminContext) -> web.Application:
+    """The admin API as an aiohttp application (serve it on the admin address)."""
+    app = web.Application(middlewares=[_guard])
+    app[CTX] = ctx
+    app[REGISTRY] = make_registry(ctx.aggregator)
+    app.router.add_get(PREFIX + "/snapshot", snapshot)
+    app.router.add_get(PREFIX + "/requests", requests_)
+    app.router.add_get(PREFIX + "/recording", recording_status)
+    app.router.add_post(PREFIX + "/recording", recording_control)
+    app.router.add_get(PREFIX + "/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app
