@@ -79,6 +79,9 @@ def main() -> int:
     print(f"fixture: {FIXTURE.name}: {len(raw)} bytes, {len(per_event)} events "
           f"(mean {len(raw) / len(per_event):.0f} B/event)")
     measure("OpenAIStreamParser, one read per event", per_event, parse, args.seconds)
+    content = [e for e in per_event if b'"content":"' in e and b'"content":""' not in e]
+    steady = per_event[:1] + content * 20  # a long answer: role chunk, then text chunks
+    measure("OpenAIStreamParser, long answer, per event", steady, parse, args.seconds)
     measure("OpenAIStreamParser, one read per body", whole, parse, args.seconds)
     measure("SSEFramer alone, one read per event", per_event, frame, args.seconds)
     measure("UsageChunkStripper, one read per event", per_event, strip, args.seconds)

@@ -20,6 +20,15 @@ class StreamParser(Protocol):
     — exact when the stream says so (continuous usage, Ollama/TGI per-token events), else
     one per content event. The relay timestamps the read and records one chunk when
     ``content_events > 0``.
+
+    Notes on the implementations in this package (``registry.make_parser`` builds them):
+    an event is reported by the ``feed`` call whose bytes complete it, never later; a
+    non-streaming (JSON) body is reported by ``finish()`` as one content event carrying the
+    usage's completion tokens; ``finish()`` may be called twice (the second call returns
+    ``(0, 0)``); each also has a ``buffered_bytes`` property (what it holds now, bounded by
+    its limit whatever the upstream sends). ``error`` is the upstream's own message for an
+    error event (e.g. ``Overloaded``), or a short description of malformed data (e.g.
+    ``malformed JSON in stream event``, ``line longer than 16777216 bytes discarded``).
     """
 
     usage_prompt_tokens: int | None
@@ -30,7 +39,8 @@ class StreamParser(Protocol):
     error: str | None
     """Set on an error event mid-stream or malformed data (first one wins)."""
     usage_seen: bool
-    """True once a usage object (final or continuous) has been read."""
+    """True once a usage object (final or continuous) has been read — in this package,
+    exactly when ``usage_completion_tokens`` is not None."""
 
     def feed(self, data: bytes) -> tuple[int, int]: ...
 

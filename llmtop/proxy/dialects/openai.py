@@ -144,8 +144,8 @@ class OpenAIStreamParser(ParserState):
                 continue
             if (
                 self.model is not None
-                and data[:1] == b"{"
-                and data[-1:] == b"}"
+                and data.startswith(b"{")
+                and data.endswith(b"}")
                 and ev.event != "error"
                 and b'"error"' not in data
                 and (b'"usage"' not in data or _USAGE_OBJ.search(data) is None)

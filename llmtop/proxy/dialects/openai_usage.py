@@ -93,7 +93,7 @@ class UsageChunkStripper:
         if self._done:
             return data[1:] if cr == _CR_DROPPED and data[0] == _LF else data
         if (
-            data[-2:] == b"\n\n"
+            data.endswith(b"\n\n")
             and cr == _CR_NONE
             and not self._held
             and not self._passing

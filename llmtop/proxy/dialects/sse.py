@@ -60,7 +60,7 @@ class SSEFramer:
         ):
             self._first = False  # no byte-order mark to drop
         if (
-            data[-2:] == b"\n\n"
+            data.endswith(b"\n\n")
             and not self._first
             and not self._data
             and not self._event
@@ -93,7 +93,7 @@ class SSEFramer:
         blocks.pop()  # b"" after the final blank line
         out: list[SSEEvent] = []
         for block in blocks:
-            if block[:5] == b"data:" and b"\n" not in block:
+            if block.startswith(b"data:") and b"\n" not in block:
                 out.append(SSEEvent("", block[6:] if block[5:6] == b" " else block[5:]))
             else:
                 lines = block.split(b"\n")
