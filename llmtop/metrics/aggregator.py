@@ -247,12 +247,12 @@ class Aggregator:
 
     def live_counts(self) -> tuple[dict[int, list[int]], tuple[int, int, int]]:
         """In flight now from the registry: per user series ``[in_flight, waiting,
-        streaming]`` and the system totals."""
+        streaming]`` and the system totals. A user first seen here takes a free slot."""
         per: dict[int, list[int]] = {}
         waiting = n = 0
         for a in list(self.active.values()):
             n += 1
-            row = per.setdefault(self.users.peek(a.user), [0, 0, 0])
+            row = per.setdefault(self.users.series_for(a.user, 0.0), [0, 0, 0])
             row[0] += 1
             if a.first_token_ns is None:
                 waiting += 1

@@ -1,0 +1,93 @@
+"""Capacity at SLO from requests binned by their concurrency at start."""
+
+from __future__ import annotations
+
+import pytest
+from metrics_records import Clock, record
+
+from llmtop.config import Config, SloConfig
+from llmtop.events import RequestRecord
+from llmtop.metrics import capacity
+from llmtop.metrics.aggregator import Aggregator
+
+
+def feed(agg: Aggregator, clock: Clock, recs: list[RequestRecord]) -> None:
+    clock.advance(1.0)
+    agg.on_events(recs)
+
+
+def knee_traffic(levels: range, n: int, fail_share: dict[int, float]) -> list[RequestRecord]:
+    """``n`` requests per concurrency level; TTFT grows with concurrency past 5."""
+    out = []
+    for c in levels:
+        bad = round(n * fail_share.get(c, 0.0))
+        for i in range(n):
+            ttft = 0.9 if (c > 5 or i < bad) else 0.05 * c
+            out.append(record(ttft=ttft, gaps=[0.02] * 9, concurrency=c))
+    return out
+
+
+def test_null_until_a_bin_has_enough_requests() -> None:
+    clock = Clock()
+    agg = Aggregator(Config(), clock=clock)
+    feed(agg, clock, knee_traffic(range(1, 4), capacity.MIN_REQUESTS_PER_BIN - 1, {}))
+    cap = agg.snapshot(60)["capacity"]
+    assert cap["max_concurrency_at_slo"] is None
+    assert cap["goodput_tps_at_slo"] is None
+    assert cap["min_requests_per_bin"] == 20
+    feed(agg, clock, [record(ttft=0.05, concurrency=2)])
+    assert agg.snapshot(60)["capacity"]["max_concurrency_at_slo"] == 2
+
+
+def test_known_knee_is_found_and_goodput_there_follows_littles_law() -> None:
+    clock = Clock()
+    agg = Aggregator(Config(slo=SloConfig(ttft_s=0.5, itl_p95_s=0.05, target=0.95)),
+                     clock=clock)
+    # level 5 misses 2 of 50 (96% ≥ 95%), level 6 and up miss everything
+    recs = knee_traffic(range(1, 13), 50, {5: 0.04})
+    feed(agg, clock, recs)
+    cap = agg.snapshot(None)["capacity"]
+    assert cap["max_concurrency_at_slo"] == 5
+    assert cap["first_failing_concurrency"] == 6
+    at5 = [r for r in recs if r.concurrency_at_start == 5]
+    good = [r for r in at5 if r.ttft_s is not None and r.ttft_s <= 0.5]
+    tokens = sum(r.completion_tokens or 0 for r in good)
+    e2e = sum(r.e2e_s for r in at5)
+    assert cap["goodput_tps_at_slo"] == pytest.approx(5 * tokens / e2e)
+    assert cap["goodput_rps_at_slo"] == pytest.approx(5 * len(good) / e2e)
+    assert cap["attainment_at_slo"] == pytest.approx(48 / 50)
+    assert [b["concurrency"] for b in cap["bins"]] == list(range(1, 13))
+
+
+def test_a_lucky_bin_past_the_knee_does_not_raise_capacity() -> None:
+    bins = [
+        {"concurrency": c, "requests": 40, "met": 40 if c in (1, 2, 3, 9) else 10,
+         "good_tokens": 400.0, "e2e_sum_s": 40.0}
+        for c in range(1, 11)
+    ]
+    bins.append({"concurrency": 0, "requests": 5, "met": 0, "good_tokens": 0.0,
+                 "e2e_sum_s": 5.0})  # too few to count or to stop the walk
+    est = capacity.estimate(bins, 0.95)
+    assert est["max_concurrency_at_slo"] == 3
+    assert est["first_failing_concurrency"] == 4
+    assert est["goodput_tps_at_slo"] == pytest.approx(3 * 400 / 40)
+
+
+def test_zero_when_even_the_lowest_level_misses() -> None:
+    bins = [{"concurrency": 1, "requests": 30, "met": 3, "good_tokens": 30.0,
+             "e2e_sum_s": 30.0}]
+    est = capacity.estimate(bins, 0.95)
+    assert est["max_concurrency_at_slo"] == 0
+    assert est["goodput_tps_at_slo"] == 0.0
+
+
+def test_bins_merge_by_concurrency() -> None:
+    a = [{"concurrency": 1, "requests": 10, "met": 10, "good_tokens": 100.0, "e2e_sum_s": 5.0}]
+    b = [{"concurrency": 1, "requests": 15, "met": 14, "good_tokens": 90.0, "e2e_sum_s": 7.0},
+         {"concurrency": 2, "requests": 3, "met": 0, "good_tokens": 0.0, "e2e_sum_s": 3.0}]
+    m = capacity.merge_bins([a, b])
+    assert m == [
+        {"concurrency": 1, "requests": 25, "met": 24, "good_tokens": 190.0, "e2e_sum_s": 12.0},
+        {"concurrency": 2, "requests": 3, "met": 0, "good_tokens": 0.0, "e2e_sum_s": 3.0},
+    ]
+    assert capacity.estimate(m, 0.95)["max_concurrency_at_slo"] == 1
