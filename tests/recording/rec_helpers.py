@@ -11,8 +11,14 @@ from typing import Any
 from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.writer import Recorder
 
-T0 = float(int(time.time())) + 10.0
-"""Synthetic sessions start just after the recorder does (time.time() at import + 10 s)."""
+T0 = 1_796_000_000.0
+"""A fixed instant for events whose time does not matter."""
+
+
+def soon() -> float:
+    """A whole second shortly after now: sessions start just after the recorder does (a
+    recording's events come after its header's started_at, as in real life)."""
+    return float(int(time.time())) + 10.0
 
 
 def request(i: int, t_start: float, *, user: str = "alice", model: str = "m-8b",
@@ -34,14 +40,15 @@ def request(i: int, t_start: float, *, user: str = "alice", model: str = "m-8b",
 def session(n: int = 200, *, seed: int = 1, duration_s: float = 60.0, model: str = "m-8b",
             users: tuple[str, ...] = ("alice", "bob", "carol"), max_conc: int = 8,
             errors_every: int = 37, timeouts_every: int = 53, prompt_mean: int = 100,
-            gpus: int = 1) -> list[Event]:
+            gpus: int = 1, t0: float | None = None) -> list[Event]:
     """A session whose latency rises with concurrency (a knee around max_conc/2), with GPU
     and engine readings every second and a warning raised then cleared; time ordered by
     when each event happened (requests at their end)."""
     rnd = random.Random(seed)
+    start = soon() if t0 is None else t0
     out: list[tuple[float, Event]] = []
     for i in range(n):
-        t = T0 + duration_s * i / n
+        t = start + duration_s * i / n
         conc = 1 + int((max_conc - 1) * i / max(1, n - 1))
         load = max(0.0, conc - max_conc / 2)
         ttft = 0.05 + 0.01 * conc + 0.15 * load + rnd.random() * 0.02
@@ -56,7 +63,7 @@ def session(n: int = 200, *, seed: int = 1, duration_s: float = 60.0, model: str
                       concurrency=conc, prompt=max(1, int(rnd.gauss(prompt_mean, 10))))
         out.append((t + rec.e2e_s, rec))
     for s in range(int(duration_s) + 1):
-        t = T0 + s
+        t = start + s
         for g in range(gpus):
             out.append((t, GpuReading(t=t, index=g, name="Sim H200", mem_used_bytes=(60 + s % 40)
                                       * 2**30, mem_total_bytes=141 * 2**30, util_gpu=50.0 + s % 50,
@@ -66,10 +73,10 @@ def session(n: int = 200, *, seed: int = 1, duration_s: float = 60.0, model: str
                                      kv_cache_usage=(s % 100) / 100, preemptions=0.0,
                                      ttft_buckets=((0.1, 1.0), (1.0, 2.0)),
                                      raw={"vllm:num_requests_running": float(s % 8)})))
-    out.append((T0 + duration_s * 0.6, WarningEvent(t=T0 + duration_s * 0.6, code="QUEUEING",
+    out.append((start + duration_s * 0.6, WarningEvent(t=start + duration_s * 0.6, code="QUEUEING",
                                                      severity="warning", message="queue grows",
                                                      state="raised")))
-    out.append((T0 + duration_s * 0.9, WarningEvent(t=T0 + duration_s * 0.9, code="QUEUEING",
+    out.append((start + duration_s * 0.9, WarningEvent(t=start + duration_s * 0.9, code="QUEUEING",
                                                      severity="warning", message="queue drained",
                                                      state="cleared")))
     out.sort(key=lambda p: p[0])

@@ -1,0 +1,75 @@
+"""``llmtop replay FILE [--speed X]``: the TUI driven by a recording, as if live."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmtop.cli.common import UsageError
+
+if TYPE_CHECKING:
+    from llmtop.recording.replay import ReplaySource
+
+NAME = "replay"
+HELP = "the TUI driven by a recording, as if live"
+DESCRIPTION = """\
+Play a recording (.jsonl or .jsonl.gz) through the same aggregation code as live traffic
+and show it in the TUI: space pauses, ←/→ seek 10 s, +/- change the speed.
+
+examples:
+  llmtop replay today.jsonl.gz
+  llmtop replay today.jsonl.gz --speed 10 --start 3600
+"""
+
+WINDOW_CHOICES = {"10": 10, "60": 60, "300": 300, "all": None}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a recording (.jsonl or .jsonl.gz)")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X",
+                   help="playback speed (default 1 = real time; 10 = ten times faster)")
+    p.add_argument("--start", type=float, default=0.0, metavar="S",
+                   help="start S seconds into the recording")
+    p.add_argument("--window", default="60", choices=tuple(WINDOW_CHOICES),
+                   help="initial window in seconds, or all (default 60; w cycles it)")
+    p.add_argument("--refresh-hz", type=float, default=4.0, metavar="HZ",
+                   help="screen refreshes per second (default 4)")
+
+
+def tui_source(path: str | Path, *, speed: float = 1.0) -> ReplaySource:
+    """A ReplaySource whose refusals are the TUI's ``SourceUnavailable`` (the recording
+    package does not import the TUI)."""
+    from llmtop.recording.errors import RecordingError
+    from llmtop.recording.replay import ReplaySource
+    from llmtop.tui.source import SourceUnavailable
+
+    class TuiReplaySource(ReplaySource):
+        async def recording(self, action: str, path: str | None) -> dict[str, Any]:
+            try:
+                return await super().recording(action, path)
+            except RecordingError as exc:
+                raise SourceUnavailable(str(exc)) from None
+
+    return TuiReplaySource(path, speed=speed)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.speed > 0:
+        raise UsageError(f"--speed must be positive, got {args.speed:g}")
+    if args.start < 0:
+        raise UsageError(f"--start must be ≥ 0, got {args.start:g}")
+    if not 0 < args.refresh_hz <= 60:
+        raise UsageError(f"--refresh-hz {args.refresh_hz:g} must be in (0, 60]")
+    from llmtop.recording.errors import RecordingError
+
+    try:
+        source = tui_source(args.file, speed=args.speed)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    if args.start:
+        source.seek(args.start)
+    from llmtop.tui import run_tui
+
+    return run_tui(source, refresh_hz=args.refresh_hz, window_s=WINDOW_CHOICES[args.window],
+                   title=f"llmtop replay {Path(args.file).name}")

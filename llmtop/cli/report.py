@@ -1,0 +1,134 @@
+"""``llmtop report FILE [FILE2] [--format text|json|html] [-o OUT]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmtop.cli.common import UsageError
+
+NAME = "report"
+HELP = "offline analysis of a recording (text, JSON or an HTML page with plots)"
+DESCRIPTION = """\
+Analyse a recording (.jsonl or .jsonl.gz): the conditions it was made under (upstream,
+models, SLOs, duration, input/output lengths, concurrency, arrival rate), then TTFT, ITL,
+chunk gap, TPOT and E2E percentiles, system and per-user tokens/s, errors and timeouts,
+SLO attainment, goodput, capacity at SLO, the warnings that fired, GPU peaks. The figures
+come from the same aggregation code as the live view.
+
+With two files: a side-by-side comparison that warns (and withholds the ratios) when the
+recordings' conditions differ.
+
+examples:
+  llmtop report today.jsonl.gz
+  llmtop report today.jsonl.gz --format html -o today.html
+  llmtop report before.jsonl.gz after.jsonl.gz
+  llmtop report today.jsonl.gz --slo-ttft 0.3 --format json -o today.json
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a recording (.jsonl or .jsonl.gz)")
+    p.add_argument("file2", metavar="FILE2", nargs="?", help="a second recording to compare")
+    p.add_argument("--format", choices=("text", "json", "html"), default="text",
+                   help="output format (default text)")
+    p.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    p.add_argument("--slo-ttft", type=float, metavar="S",
+                   help="judge against this TTFT SLO instead of the recording's")
+    p.add_argument("--slo-itl-p95", type=float, metavar="S", help="per-request ITL p95 SLO")
+    p.add_argument("--slo-tpot", type=float, metavar="S", help="TPOT SLO in seconds")
+    p.add_argument("--slo-e2e", type=float, metavar="S", help="end-to-end SLO in seconds")
+    p.add_argument("--slo-target", type=float, metavar="F", help="attainment target (0-1]")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def slo_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag, key in (("slo_ttft", "ttft_s"), ("slo_itl_p95", "itl_p95_s"),
+                      ("slo_tpot", "tpot_s"), ("slo_e2e", "e2e_s"), ("slo_target", "target")):
+        v = getattr(args, flag, None)
+        if v is None:
+            continue
+        name = "--" + flag.replace("_", "-")
+        if key == "target" and not 0 < v <= 1:
+            raise UsageError(f"{name} must be in (0, 1], got {v}")
+        if key != "target" and v <= 0:
+            raise UsageError(f"{name} must be positive, got {v}")
+        out[key] = v
+    return out
+
+
+def check_output(path: str) -> Path:
+    """Fail early (before a long analysis) when OUT cannot be written."""
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UsageError(f"{out}: permission denied")
+    return out
+
+
+def write_output(out: Path, text: str) -> None:
+    tmp = out.with_name(f".{out.name}.part")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{out}: cannot write: {exc.strerror or exc}") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    from llmtop.recording.errors import RecordingError
+    from llmtop.recording.progress import stderr_progress
+    from llmtop.recording.report.analyse import analyse
+
+    slo = slo_overrides(args)
+    out = check_output(args.output) if args.output else None
+    if args.format == "html" and out is None and sys.stdout.isatty():
+        raise UsageError("--format html writes a page: give -o FILE (or redirect stdout)")
+    files = [args.file] + ([args.file2] if args.file2 else [])
+    reports = []
+    try:
+        for f in files:
+            progress = None if args.quiet else stderr_progress(f"llmtop report: {Path(f).name}")
+            reports.append(analyse(f, slo=slo or None, progress=progress))
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+
+    if args.format == "json":
+        from llmtop.recording.report.compare import comparison
+        from llmtop.recording.report.jsonfmt import render_json
+
+        doc = reports[0] if len(reports) == 1 else {
+            **comparison(reports[0], reports[1]), "reports": reports}
+        text = render_json(doc)
+    elif args.format == "html":
+        try:
+            from llmtop.recording.report.html import render_compare_html, render_html
+        except ImportError:
+            raise UsageError("--format html needs matplotlib: pip install 'llmtop[report]'") \
+                from None
+        text = (render_html(reports[0]) if len(reports) == 1
+                else render_compare_html(reports[0], reports[1]))
+    else:
+        from llmtop.recording.report.compare import render_compare_text
+        from llmtop.recording.report.text import render_text
+
+        text = (render_text(reports[0]) if len(reports) == 1
+                else render_compare_text(reports[0], reports[1]))
+
+    if out is not None:
+        write_output(out, text)
+        if not args.quiet:
+            print(f"llmtop report: wrote {out}", file=sys.stderr, flush=True)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0

@@ -1,0 +1,431 @@
+"""Replaying a recording through the live aggregation code on a virtual clock.
+
+:class:`ReplayEngine` reads a recording (streaming, with a bounded read-ahead) and plays it
+into :class:`llmtop.metrics.aggregator.Aggregator` exactly as a proxy would have: request
+records are delivered when they *finished* (``t_start + e2e_s``), readings and warnings at
+their ``t``, in batches that never cross a tick; every ``tick_s`` of virtual time the
+aggregator is ticked. Between start and finish each request sits in a synthesized active
+registry (``ActiveRequest``: waiting until its first chunk, then streaming, with its tokens
+so far from its chunk offsets), so in-flight, waiting/streaming, live TPS and the active
+requests table come out as they did live. Snapshots therefore come from the same code as
+live ones — never from a second percentile engine.
+
+Read-ahead: a request only becomes known when its record is read, which is when it
+finished. The engine reads ``lookahead_s`` of recording time ahead of the clock (bounded by
+``max_buffered`` events), so a request longer than that shows as in flight only for its
+last ``lookahead_s`` seconds. Seeking backwards restarts from the beginning of the file.
+
+:class:`ReplaySource` wraps an engine as the TUI's ``SnapshotSource`` + ``ReplayControl``
+(pause, resume, seek, speed), driven by the wall clock times ``speed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+import itertools
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from llmtop.config import Config, SloConfig
+from llmtop.events import ActiveRequest, Event, RequestRecord
+from llmtop.metrics.aggregator import Aggregator
+from llmtop.metrics.slo import Slo
+from llmtop.recording.errors import RecordingError
+from llmtop.recording.reader import Progress, RecordingReader
+
+_START, _EVENT = 0, 1
+DEFAULT_LOOKAHEAD_S: Final = 600.0
+
+
+def event_time(e: Event) -> float:
+    """When the live aggregator saw the event: a request when it finished."""
+    if isinstance(e, RequestRecord):
+        return e.t_start + e.e2e_s
+    return e.t
+
+
+def config_for(header: Mapping[str, Any], slo: Mapping[str, Any] | None = None,
+               *, top_users: int = 20) -> Config:
+    """A Config carrying the recording's SLOs (objectives absent from the header are unset,
+    not the defaults), optionally overridden by ``slo`` (same keys)."""
+    raw = dict(header.get("slo") or {}) if isinstance(header.get("slo"), dict) else {}
+    if slo:
+        raw.update(slo)  # a None value unsets an objective
+    s = Slo.from_dict(raw)
+    cfg = Config()
+    cfg.upstream = str(header.get("upstream") or "")
+    cfg.top_users = top_users
+    cfg.slo = SloConfig(ttft_s=s.ttft_s, itl_p95_s=s.itl_p95_s, tpot_s=s.tpot_s,
+                        e2e_s=s.e2e_s, target=s.target)
+    return cfg
+
+
+@dataclass(slots=True)
+class _Live:
+    """A request in flight in the replay: its record and where its stream has got to."""
+
+    rec: RequestRecord
+    active: ActiveRequest
+    cum_tokens: list[int]
+
+
+class ReplayEngine:
+    """Plays one recording into an Aggregator. ``advance_to(t)`` moves the virtual clock.
+
+    ``observer`` (optional) sees every event once, in file order, as it is read — the
+    report uses it for what the aggregator does not keep (conditions, readings over time).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        slo: Mapping[str, Any] | None = None,
+        tick_s: float = 0.5,
+        lookahead_s: float = DEFAULT_LOOKAHEAD_S,
+        max_buffered: int = 200_000,
+        top_users: int = 20,
+        progress: Progress | None = None,
+        observer: Callable[[Event], None] | None = None,
+    ) -> None:
+        if tick_s <= 0:
+            raise ValueError("tick_s must be positive")
+        self.path = Path(path)
+        self.tick_s = tick_s
+        self.lookahead_s = lookahead_s
+        self.max_buffered = max_buffered
+        self.observer = observer
+        self.reader = RecordingReader(path, progress=progress)
+        self.header = self.reader.header
+        self.cfg = config_for(self.header, slo, top_users=top_users)
+        self._events: Iterator[Event] = iter(self.reader)
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+        self._read_to = -math.inf  # event time of the latest event read
+        self.exhausted = False
+        self.last_event_t: float | None = None
+        self.first_event_t: float | None = None
+        self.events_delivered = 0
+        self._live: dict[str, _Live] = {}
+        self.active: dict[str, ActiveRequest] = {}
+        self._fill(-math.inf, want_one=True)
+        started = self.header.get("started_at")
+        begin = float(started) if isinstance(started, int | float) else None
+        first = self._heap[0][0] if self._heap else None
+        if begin is None or (first is not None and first < begin):
+            begin = first if first is not None else time.time()
+        self.begin: float = begin
+        self.now: float = begin
+        self.aggregator = Aggregator(self.cfg, self.active, clock=self._clock,
+                                     upstream=self.cfg.upstream)
+        self._next_tick = math.floor(begin / tick_s) * tick_s + tick_s
+
+    def _clock(self) -> float:
+        return self.now
+
+    def close(self) -> None:
+        self.reader.close()
+
+    # -- reading ahead ---------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, item: Any) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, item))
+
+    def _fill(self, horizon: float, *, want_one: bool = False) -> None:
+        """Read events until the file is ``lookahead_s`` past ``horizon`` (or the buffer is
+        full, or the file ends)."""
+        limit = horizon + self.lookahead_s
+        while not self.exhausted and (
+            (want_one and not self._heap)
+            or (self._read_to <= limit and len(self._heap) < self.max_buffered)
+        ):
+            try:
+                ev = next(self._events)
+            except StopIteration:
+                self.exhausted = True
+                break
+            if self.observer is not None:
+                self.observer(ev)
+            t = event_time(ev)
+            if self.first_event_t is None or t < self.first_event_t:
+                self.first_event_t = t
+            self._read_to = max(self._read_to, t)
+            self.last_event_t = self._read_to
+            if isinstance(ev, RequestRecord):
+                self._push(ev.t_start, _START, ev)
+            self._push(t, _EVENT, ev)
+            want_one = False
+
+    @property
+    def finished(self) -> bool:
+        """Everything in the file has been delivered."""
+        return self.exhausted and not self._heap
+
+    @property
+    def end_time(self) -> float | None:
+        """The recording's last event time once the whole file has been read, else None."""
+        return self.last_event_t if self.exhausted else None
+
+    # -- the clock ---------------------------------------------------------------------------
+
+    def _start(self, rec: RequestRecord) -> None:
+        base_ns = round((rec.t_start - self.begin) * 1e9)
+        a = ActiveRequest(
+            id=rec.id, user=rec.user, model=rec.model, dialect=rec.dialect, path=rec.path,
+            stream=rec.stream, t_start=rec.t_start, t0_ns=base_ns,
+            concurrency_at_start=rec.concurrency_at_start,
+        )
+        cum = list(itertools.accumulate(rec.chunk_tokens))
+        self._live[rec.id] = _Live(rec, a, cum)
+        self.active[rec.id] = a
+
+    def _progress_streams(self) -> None:
+        """Bring every active request's first token / chunks / tokens up to ``now``."""
+        for lv in self._live.values():
+            rec, a = lv.rec, lv.active
+            offs = rec.chunk_offsets_s
+            k = bisect.bisect_right(offs, self.now - rec.t_start)
+            if k == a.chunks:
+                continue
+            a.chunks = k
+            if k:
+                a.first_token_ns = a.t0_ns + round(offs[0] * 1e9)
+                a.last_chunk_ns = a.t0_ns + round(offs[k - 1] * 1e9)
+                a.tokens = lv.cum_tokens[k - 1] if k <= len(lv.cum_tokens) else k
+
+    def now_ns(self) -> int:
+        """The virtual clock on the ``ActiveRequest`` nanosecond scale."""
+        return round((self.now - self.begin) * 1e9)
+
+    def advance_to(self, target: float, *, max_ticks: int | None = None) -> bool:
+        """Play everything up to virtual time ``target``. With ``max_ticks``, stop early
+        after that many ticks (returns False: call again) so a UI stays responsive."""
+        ticks = 0
+        agg = self.aggregator
+        while True:
+            tick_at = self._next_tick
+            if tick_at > target:
+                break
+            self._fill(tick_at)
+            batch: list[Event] = []
+            last_t = self.now
+            heap = self._heap
+            while heap and heap[0][0] <= tick_at:
+                t, _, kind, item = heapq.heappop(heap)
+                if kind == _START:
+                    self._start(item)
+                    continue
+                if isinstance(item, RequestRecord):
+                    self._live.pop(item.id, None)
+                    self.active.pop(item.id, None)
+                batch.append(item)
+                last_t = max(last_t, t)
+            if batch:
+                self.now = last_t
+                agg.on_events(batch)
+                self.events_delivered += len(batch)
+            self.now = tick_at
+            self._progress_streams()
+            agg.tick(tick_at)
+            self._next_tick = tick_at + self.tick_s
+            ticks += 1
+            if max_ticks is not None and ticks >= max_ticks:
+                return self._next_tick > target
+        self.now = max(self.now, target)
+        return True
+
+    def run_to_end(self, on_tick: Callable[[float], None] | None = None) -> None:
+        """Play the whole file; ``on_tick(now)`` after every tick (for periodic snapshots)."""
+        while not self.finished:
+            target = self._next_tick
+            self.advance_to(target)
+            if on_tick is not None:
+                on_tick(self.now)
+        # one more tick so the last interval's data is in every window
+        self.advance_to(self._next_tick)
+        if on_tick is not None:
+            on_tick(self.now)
+
+    # -- views -----------------------------------------------------------------------------
+
+    def snapshot(self, window_s: int | None) -> dict[str, Any]:
+        return self.aggregator.snapshot(window_s)
+
+    def active_requests(self) -> list[dict[str, Any]]:
+        return self.aggregator.active_requests(self.now_ns())
+
+
+class ReplaySource:
+    """A recording as the TUI's snapshot source, with replay controls.
+
+    Time runs at ``speed`` × the wall clock while playing; ``seek`` moves it (backwards
+    restarts the engine and fast-forwards); at the end of the recording the picture holds
+    (position stops at the duration). ``fetch`` adds a ``replay`` section to the snapshot
+    (file, position_s, duration_s, speed, paused, at_end).
+    """
+
+    def __init__(self, path: str | Path, *, speed: float = 1.0, tick_s: float = 0.5,
+                 slo: Mapping[str, Any] | None = None,
+                 wall: Callable[[], float] = time.monotonic) -> None:
+        if not speed > 0:
+            raise RecordingError(f"replay speed must be positive, got {speed}")
+        self.path = Path(path)
+        self._slo = slo
+        self._tick_s = tick_s
+        self._wall = wall
+        self.engine = ReplayEngine(self.path, slo=slo, tick_s=tick_s)
+        self._speed = float(speed)
+        self._paused = False
+        self._anchor_wall = wall()
+        self._anchor_pos = 0.0
+        self._duration = self._peek_duration()
+
+    # -- position ----------------------------------------------------------------------------
+
+    def _peek_duration(self) -> float | None:
+        """For an uncompressed file, the footer or last line gives the length cheaply."""
+        if self.path.name.endswith(".gz"):
+            return None
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(0, 2)
+                size = fh.tell()
+                fh.seek(max(0, size - 65536))
+                tail = fh.read().splitlines()
+        except OSError:
+            return None
+        for line in reversed(tail):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            t: Any
+            if obj.get("type") == "request":
+                t = float(obj.get("t_start", 0)) + float(obj.get("e2e_s", 0))
+            elif obj.get("type") == "footer":
+                continue  # ended_at may be long after the last event; prefer events
+            else:
+                t = obj.get("t")
+            if isinstance(t, int | float):
+                return max(0.0, float(t) - self.engine.begin)
+        return None
+
+    @property
+    def speed(self) -> float:
+        return self._speed
+
+    @speed.setter
+    def speed(self, value: float) -> None:
+        if value > 0:
+            self._rebase()
+            self._speed = float(value)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def _target_pos(self) -> float:
+        if self._paused:
+            return self._anchor_pos
+        return self._anchor_pos + (self._wall() - self._anchor_wall) * self._speed
+
+    def _rebase(self) -> None:
+        self._anchor_pos = self._clamp(self._target_pos())
+        self._anchor_wall = self._wall()
+
+    def _clamp(self, pos: float) -> float:
+        end = self.duration_s
+        pos = max(0.0, pos)
+        # one tick past the last event, so the tick that delivers it happens
+        return min(pos, end + self._tick_s) if end is not None else pos
+
+    @property
+    def position_s(self) -> float:
+        pos = max(0.0, self.engine.now - self.engine.begin)
+        end = self.duration_s
+        return min(pos, end) if end is not None else pos
+
+    @property
+    def duration_s(self) -> float | None:
+        end = self.engine.end_time
+        if end is not None:
+            return max(0.0, end - self.engine.begin)
+        return self._duration
+
+    @property
+    def at_end(self) -> bool:
+        return self.engine.finished
+
+    # -- ReplayControl ---------------------------------------------------------------------
+
+    def pause(self) -> None:
+        self._rebase()
+        self._paused = True
+
+    def resume(self) -> None:
+        self._anchor_wall = self._wall()
+        self._paused = False
+
+    def seek(self, delta_s: float) -> None:
+        self._rebase()
+        self._anchor_pos = self._clamp(self._anchor_pos + delta_s)
+        if self._anchor_pos < self.position_s - self._tick_s:
+            self.engine.close()
+            self.engine = ReplayEngine(self.path, slo=self._slo, tick_s=self._tick_s)
+
+    async def _catch_up(self) -> None:
+        target_pos = self._clamp(self._target_pos())
+        target = self.engine.begin + target_pos
+        while True:
+            if self.engine.advance_to(target, max_ticks=400):
+                break
+            await asyncio.sleep(0)  # a long fast-forward: let the UI breathe
+        if self.engine.finished:  # the end: hold the last picture (position stops there)
+            self._rebase()
+
+    # -- SnapshotSource ---------------------------------------------------------------------
+
+    async def fetch(self, window_s: int | None) -> dict[str, Any]:
+        await self._catch_up()
+        snap = self.engine.snapshot(window_s)
+        snap["replay"] = {
+            "file": self.path.name,
+            "position_s": self.position_s,
+            "duration_s": self.duration_s,
+            "speed": self._speed,
+            "paused": self._paused,
+            "at_end": self.at_end,
+        }
+        return snap
+
+    async def active_requests(self) -> list[dict[str, Any]]:
+        return self.engine.active_requests()
+
+    async def recording(self, action: str, path: str | None) -> dict[str, Any]:
+        raise RecordingError("recording is not available while replaying a recording")
+
+    def describe(self) -> str:
+        pos = _clock(self.position_s)
+        dur = self.duration_s
+        state = " paused" if self._paused else ""
+        total = f"/{_clock(dur)}" if dur is not None else ""
+        return f"replay {self.path.name} {pos}{total} ×{self._speed:g}{state}"
+
+    async def close(self) -> None:
+        self.engine.close()
+
+
+def _clock(s: float) -> str:
+    s = int(s)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"

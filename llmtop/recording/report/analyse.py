@@ -1,0 +1,491 @@
+"""A recording → the report: conditions first, then the figures (a JSON-ready dict).
+
+Every latency figure, rate, SLO attainment, goodput, per-user TPS and the capacity estimate
+comes from :class:`llmtop.metrics.aggregator.Aggregator` fed by
+:class:`~llmtop.recording.replay.ReplayEngine` — the code that produced the live numbers.
+Latency by concurrency goes through :func:`llmtop.metrics.ingest.ingest` and
+:func:`llmtop.metrics.table.group_stats` with the concurrency level as the series. Token
+length and concurrency distributions use :class:`llmtop.metrics.hdr.Histogram` (integers
+below 2048 are exact). What is counted here directly is only counting: outcomes, models,
+arrivals per second, reading peaks.
+
+The dict (``REPORT_VERSION`` 1) has these sections: ``report_version``, ``source``
+(file, header, completeness), ``conditions``, ``latency``, ``throughput``, ``outcomes``,
+``slo``, ``capacity``, ``users``, ``models``, ``by_concurrency``, ``warnings``, ``gpus``,
+``engine``, ``series`` (time series for plots), ``gpu_series``, ``distributions``.
+Latencies are seconds, ``None`` where there is no data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
+from llmtop.metrics.hdr import HIGHEST_EQ, Histogram, decode_sparse
+from llmtop.metrics.ingest import C_GOOD, C_MET, C_OUT_DONE, C_REQ, COUNTERS, METRICS, ingest
+from llmtop.metrics.slo import Slo
+from llmtop.metrics.table import CountTable, group_stats
+from llmtop.recording.reader import Progress, read_header
+from llmtop.recording.replay import ReplayEngine, config_for
+
+REPORT_VERSION: Final = 1
+PCTS: Final = (50.0, 90.0, 95.0, 99.0)
+MAX_SERIES_POINTS: Final = 600
+_STEPS: Final = (10, 60, 300)  # snapshot windows the aggregator offers
+_BATCH: Final = 5000
+_MAX_CONC_SERIES: Final = 60_000  # concurrency levels above share the last series
+_CONC_BASE: Final = 2  # series 0: system, 1: a dummy "model" series
+
+
+def _dist(h: Histogram) -> dict[str, Any]:
+    """count/min/mean/p50/p90/p99/max of an integer histogram (None when empty)."""
+    n = h.total
+    if n == 0:
+        return {"count": 0, "min": None, "mean": None, "p50": None, "p90": None, "p99": None,
+                "max": None}
+    p50, p90, p99 = h.percentiles([50, 90, 99])
+    return {"count": n, "min": h.min(), "mean": h.mean(), "p50": p50, "p90": p90, "p99": p99,
+            "max": h.max()}
+
+
+class _Collector:
+    """What the aggregator does not keep, gathered in one pass as events are read."""
+
+    def __init__(self, slo: Slo) -> None:
+        self.slo = slo
+        self.models: Counter[str] = Counter()
+        self.dialects: Counter[str] = Counter()
+        self.paths: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.error_messages: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()
+        self.token_sources: Counter[str] = Counter()
+        self.streaming = 0
+        self.requests = 0
+        self.prompt = Histogram()
+        self.completion = Histogram()
+        self.conc = Histogram()
+        self.arrivals: Counter[int] = Counter()
+        self.first_start: float | None = None
+        self.last_end: float | None = None
+        self.first_t: float | None = None
+        self.last_t: float | None = None
+        self._pending: list[RequestRecord] = []
+        # latency and counts by concurrency at start (metrics code, concurrency as series)
+        self.conc_table = CountTable.empty()
+        self.conc_counters = np.zeros((64, len(COUNTERS)), dtype=np.int64)
+        self.conc_e2e = np.zeros(64)
+        self.gpus: dict[int, dict[str, Any]] = {}
+        self.gpu_buckets: dict[int, dict[int, list[float | None]]] = {}
+        self.engine: dict[str, Any] = {"kind": None, "readings": 0, "running_max": None,
+                                       "waiting_max": None, "kv_cache_usage_max": None,
+                                       "preemptions_first": None, "preemptions_last": None}
+        self.engine_buckets: dict[int, list[float | None]] = {}
+        self.warnings: list[dict[str, Any]] = []
+        self._open_warnings: dict[str, dict[str, Any]] = {}
+
+    # -- events ------------------------------------------------------------------------
+
+    def __call__(self, e: Event) -> None:
+        t = e.t_start + e.e2e_s if isinstance(e, RequestRecord) else e.t
+        if self.first_t is None or t < self.first_t:
+            self.first_t = t
+        if self.last_t is None or t > self.last_t:
+            self.last_t = t
+        if isinstance(e, RequestRecord):
+            self._request(e)
+        elif isinstance(e, GpuReading):
+            self._gpu(e)
+        elif isinstance(e, EngineReading):
+            self._engine(e)
+        elif isinstance(e, WarningEvent):
+            self._warning(e)
+
+    def _request(self, r: RequestRecord) -> None:
+        self.requests += 1
+        self.models[r.model or "unknown"] += 1
+        self.dialects[r.dialect] += 1
+        self.paths[r.path] += 1
+        self.outcomes[r.outcome] += 1
+        self.statuses[r.status] += 1
+        self.token_sources[r.token_source] += 1
+        if r.error:
+            self.error_messages[r.error[:120]] += 1
+        if r.stream:
+            self.streaming += 1
+        self.arrivals[math.floor(r.t_start)] += 1
+        if self.first_start is None or r.t_start < self.first_start:
+            self.first_start = r.t_start
+        end = r.t_start + r.e2e_s
+        if self.last_end is None or end > self.last_end:
+            self.last_end = end
+        self._pending.append(r)
+        if len(self._pending) >= _BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        recs, self._pending = self._pending, []
+        if not recs:
+            return
+        self.prompt.record_us([r.prompt_tokens for r in recs if r.prompt_tokens is not None])
+        self.completion.record_us(
+            [r.completion_tokens for r in recs if r.completion_tokens is not None]
+        )
+        conc = np.array([max(0, r.concurrency_at_start) for r in recs], dtype=np.int64)
+        self.conc.record_us(conc)
+        series = np.minimum(conc, _MAX_CONC_SERIES) + _CONC_BASE
+        top = int(series.max()) + 1
+        if top > len(self.conc_counters):
+            size = max(top, 2 * len(self.conc_counters))
+            grown = np.zeros((size, len(COUNTERS)), dtype=np.int64)
+            grown[: len(self.conc_counters)] = self.conc_counters
+            self.conc_counters = grown
+            e2e = np.zeros(size)
+            e2e[: len(self.conc_e2e)] = self.conc_e2e
+            self.conc_e2e = e2e
+        shape = (len(self.conc_counters), len(COUNTERS))
+        b = ingest(recs, series.tolist(), [1] * len(recs), [0] * len(recs), self.slo, shape)
+        self.conc_table = CountTable.merge([self.conc_table, b.table])
+        self.conc_counters += b.counters
+        np.add.at(self.conc_e2e, series, b.e2e_s)
+
+    def _gpu(self, g: GpuReading) -> None:
+        d = self.gpus.get(g.index)
+        if d is None:
+            d = self.gpus[g.index] = {
+                "index": g.index, "name": g.name, "simulated": g.simulated, "readings": 0,
+                "mem_total_bytes": g.mem_total_bytes, "mem_used_peak_bytes": None,
+                "mem_used_peak_at": None, "dram_bw_util_peak": None,
+                "dram_bw_util_peak_at": None, "mem_busy_peak": None, "util_gpu_peak": None,
+                "power_w_peak": None,
+            }
+        d["readings"] += 1
+        if g.mem_total_bytes:
+            d["mem_total_bytes"] = g.mem_total_bytes
+        for key, peak, at in (("mem_used_bytes", "mem_used_peak_bytes", "mem_used_peak_at"),
+                              ("dram_bw_util", "dram_bw_util_peak", "dram_bw_util_peak_at"),
+                              ("mem_busy", "mem_busy_peak", None),
+                              ("util_gpu", "util_gpu_peak", None),
+                              ("power_w", "power_w_peak", None)):
+            v = getattr(g, key)
+            if v is None or (isinstance(v, float) and not math.isfinite(v)):
+                continue
+            if d[peak] is None or v > d[peak]:
+                d[peak] = v
+                if at:
+                    d[at] = g.t
+        b = self.gpu_buckets.setdefault(g.index, {})
+        row = b.setdefault(math.floor(g.t), [None, None, None])
+        for i, v in enumerate((g.mem_used_bytes, g.dram_bw_util, g.mem_busy)):
+            if v is not None and math.isfinite(v):
+                cur = row[i]
+                row[i] = v if cur is None else max(cur, v)
+
+    def _engine(self, e: EngineReading) -> None:
+        d = self.engine
+        d["kind"] = e.kind
+        d["readings"] += 1
+        for key, peak in (("running", "running_max"), ("waiting", "waiting_max"),
+                          ("kv_cache_usage", "kv_cache_usage_max")):
+            v = getattr(e, key)
+            if v is not None and math.isfinite(v) and (d[peak] is None or v > d[peak]):
+                d[peak] = v
+        if e.preemptions is not None and math.isfinite(e.preemptions):
+            if d["preemptions_first"] is None:
+                d["preemptions_first"] = e.preemptions
+            d["preemptions_last"] = e.preemptions
+        row = self.engine_buckets.setdefault(math.floor(e.t), [None, None, None])
+        for i, v in enumerate((e.running, e.waiting, e.kv_cache_usage)):
+            if v is not None and math.isfinite(v):
+                cur = row[i]
+                row[i] = v if cur is None else max(cur, v)
+
+    def _warning(self, w: WarningEvent) -> None:
+        if w.state == "raised":
+            if w.code in self._open_warnings:
+                return
+            ep = {"code": w.code, "severity": w.severity, "message": w.message,
+                  "raised_at": w.t, "cleared_at": None, "duration_s": None}
+            self._open_warnings[w.code] = ep
+            self.warnings.append(ep)
+        else:
+            ep2 = self._open_warnings.pop(w.code, None)
+            if ep2 is not None:
+                ep2["cleared_at"] = w.t
+                ep2["duration_s"] = w.t - ep2["raised_at"]
+                if w.message and w.message != ep2["message"]:
+                    ep2["clear_message"] = w.message
+
+
+def _arrival(c: _Collector) -> dict[str, Any]:
+    if not c.arrivals or c.first_start is None:
+        return {"rps_mean": None, "rps_peak_1s": None, "rps_peak_10s": None,
+                "dispersion_index": None}
+    secs = sorted(c.arrivals)
+    lo, hi = secs[0], secs[-1]
+    span = max(1, hi - lo + 1)
+    dense = np.zeros(span)
+    for s, n in c.arrivals.items():
+        dense[s - lo] = n
+    mean = float(dense.mean())
+    tens = np.add.reduceat(dense, np.arange(0, span, 10)) / 10.0
+    return {
+        "rps_mean": c.requests / span,
+        "rps_peak_1s": float(dense.max()),
+        "rps_peak_10s": float(tens.max()),
+        # variance/mean of arrivals per second: ≈1 Poisson, ≫1 bursty, ≈0 constant rate
+        "dispersion_index": float(dense.var() / mean) if mean > 0 and span > 1 else None,
+    }
+
+
+def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
+    stats = group_stats(c.conc_table, PCTS)
+    m_ttft, m_itl, m_e2e = METRICS.index("ttft"), METRICS.index("itl"), METRICS.index("e2e")
+
+    def p(metric: int, series: int, j: int) -> float | None:
+        i = stats.lookup(metric, series)
+        return None if i is None else int(stats.values[i, j]) / 1e6
+
+    rows = []
+    for s in np.flatnonzero(c.conc_counters[:, C_REQ]):
+        if s < _CONC_BASE:
+            continue
+        conc = int(s) - _CONC_BASE
+        cnt = c.conc_counters[s]
+        n = int(cnt[C_REQ])
+        e2e = float(c.conc_e2e[s])
+        # Little's law, as the capacity estimate: c in flight × tokens per request-second
+        tps = conc * float(cnt[C_OUT_DONE]) / e2e if e2e > 0 and conc > 0 else None
+        good = conc * float(cnt[C_GOOD]) / e2e if e2e > 0 and conc > 0 else None
+        rows.append({
+            "concurrency": conc,
+            "requests": n,
+            "errors": n - int(cnt[COUNTERS.index("ok")]),
+            "slo_attainment": int(cnt[C_MET]) / n if n else None,
+            "meets_target": (int(cnt[C_MET]) / n >= slo.target) if n else None,
+            "ttft_p50": p(m_ttft, int(s), 0),
+            "ttft_p95": p(m_ttft, int(s), 2),
+            "itl_p50": p(m_itl, int(s), 0),
+            "itl_p95": p(m_itl, int(s), 2),
+            "e2e_p95": p(m_e2e, int(s), 2),
+            "output_tps": tps,
+            "goodput_tps": good,
+        })
+    return rows
+
+
+def _distributions(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """Log-binned histograms of each latency over the session, from the snapshot's HDR
+    histograms (for the distribution plots)."""
+    out: dict[str, Any] = {}
+    for name, text in (snapshot.get("histograms") or {}).items():
+        idx, counts = decode_sparse(text) if text else (np.empty(0, np.int64),) * 2
+        if len(idx) == 0:
+            out[name] = {"edges_s": [], "counts": []}
+            continue
+        values = np.maximum(HIGHEST_EQ[idx], 1) / 1e6
+        lo, hi = float(values.min()), float(values.max())
+        if hi <= lo:
+            hi = lo * 1.01 + 1e-6
+        edges = np.geomspace(lo * 0.999, hi * 1.001, 41)
+        hist, _ = np.histogram(values, bins=edges, weights=counts)
+        out[name] = {"edges_s": edges.tolist(), "counts": hist.astype(int).tolist()}
+    return out
+
+
+def _series_point(s: Mapping[str, Any], begin: float, window_s: int) -> dict[str, Any]:
+    sy, lat = s["system"], s["latency"]
+    return {
+        "t": float(s["time"]) - begin,
+        "window_s": window_s,
+        "rps": sy["rps"], "output_tps": sy["output_tps"], "input_tps": sy["input_tps"],
+        "goodput_tps": sy["goodput_tps"], "slo_attainment": sy["slo_attainment"],
+        "requests": sy["requests"], "errors": sy["errors"] + sy.get("timeouts", 0),
+        "in_flight_mean": sy.get("in_flight_mean"), "in_flight_max": sy.get("in_flight_max"),
+        "waiting_mean": sy.get("waiting_mean"),
+        **{f"{m}_{q}": lat[m][q] for m in METRICS for q in ("p50", "p95", "p99")},
+    }
+
+
+def _bucketed(buckets: Mapping[int, list[float | None]], begin: float, step: float,
+              names: tuple[str, ...]) -> dict[str, list[Any]]:
+    """Per-second maxima → per-step maxima (bounded points for the plots)."""
+    rows: dict[int, list[float | None]] = {}
+    for sec, vals in buckets.items():
+        k = math.floor((sec - begin) / step)
+        row = rows.setdefault(k, [None] * len(names))
+        for i, v in enumerate(vals):
+            if v is not None and (row[i] is None or v > row[i]):  # type: ignore[operator]
+                row[i] = v
+    ks = sorted(rows)
+    out: dict[str, list[Any]] = {"t": [k * step for k in ks]}
+    for i, n in enumerate(names):
+        out[n] = [rows[k][i] for k in ks]
+    return out
+
+
+def analyse(
+    path: str | Path,
+    *,
+    slo: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    tick_s: float = 1.0,
+    top_users: int = 50,
+) -> dict[str, Any]:
+    """Read the recording once and build the report dict (see the module docstring).
+
+    ``slo`` overrides the recording's objectives (keys ``ttft_s``, ``itl_p95_s``,
+    ``tpot_s``, ``e2e_s``, ``target``; ``None`` unsets one).
+    """
+    eff_slo = Slo.from_config(config_for(read_header(path), slo))
+    c = _Collector(eff_slo)
+    eng = ReplayEngine(path, slo=slo, tick_s=tick_s, top_users=top_users, progress=progress,
+                       observer=c)
+    header = eng.header
+    started = header.get("started_at")
+    begin = eng.begin
+
+    # time-series snapshots every `step` s of recording time; the step grows (10 → 60 →
+    # 300 s, thinning the points so far) so a long recording stays ≤ MAX_SERIES_POINTS
+    series: list[dict[str, Any]] = []
+    steps = iter(_STEPS[1:])
+    step = _STEPS[0]
+    next_snap = begin + step
+
+    def on_tick(now: float) -> None:
+        nonlocal step, next_snap, series
+        while now >= next_snap:
+            series.append(_series_point(eng.snapshot(step), begin, step))
+            if len(series) >= MAX_SERIES_POINTS:
+                new_step = next(steps, None)
+                if new_step is not None:
+                    series = series[:: new_step // step]
+                    step = new_step
+                    next_snap = math.floor((now - begin) / step) * step + begin
+            next_snap += step
+
+    eng.run_to_end(on_tick)
+    c.flush()
+
+    final = eng.snapshot(None)
+    reader = eng.reader
+    footer = reader.footer
+    duration = max(0.0, (c.last_t if c.last_t is not None else begin) - begin)
+    sysf = final["system"]
+    lat = final["latency"]
+    series_tps = [p["output_tps"] for p in series if p["output_tps"] is not None]
+    plot_step = max(1.0, duration / MAX_SERIES_POINTS)
+
+    conditions = {
+        "upstream": header.get("upstream"),
+        "models": dict(c.models.most_common()),
+        "dialects": dict(c.dialects.most_common()),
+        "paths": dict(c.paths.most_common(10)),
+        "slo": eff_slo.as_dict(),
+        "slo_from_recording": dict(header.get("slo") or {}),
+        "started_at": started,
+        "ended_at": footer.get("ended_at") if footer else None,
+        "first_event_at": c.first_t,
+        "last_event_at": c.last_t,
+        "duration_s": duration,
+        "requests": c.requests,
+        "streaming_share": c.streaming / c.requests if c.requests else None,
+        "prompt_tokens": _dist(c.prompt),
+        "completion_tokens": _dist(c.completion),
+        "token_source": dict(c.token_sources),
+        "concurrency_at_start": _dist(c.conc),
+        "in_flight": {"mean": sysf.get("in_flight_mean"), "max": sysf.get("in_flight_max")},
+        "arrival": _arrival(c),
+        "gpus": [f"{g['index']}: {g['name']}" + (" (simulated)" if g["simulated"] else "")
+                 for g in sorted(c.gpus.values(), key=lambda g: g["index"])],
+        "engine_kind": c.engine["kind"],
+        "llmtop_version": header.get("llmtop_version"),
+        "extra": {k: v for k, v in header.items()
+                  if k not in ("type", "format", "version", "started_at", "upstream", "slo",
+                               "llmtop_version")},
+    }
+    errors = c.outcomes.get("error", 0)
+    timeouts = c.outcomes.get("timeout", 0)
+    cancelled = c.outcomes.get("cancelled", 0)
+    report: dict[str, Any] = {
+        "report_version": REPORT_VERSION,
+        "source": {
+            "file": Path(path).name,
+            "path": str(path),
+            "format_version": header.get("version"),
+            "complete": reader.complete,
+            "truncated_lines": reader.truncated_lines,
+            "bad_lines": reader.bad_lines,
+            "unknown_lines": reader.unknown_lines,
+            "dropped_by_recorder": footer.get("dropped") if footer else None,
+            "events": reader.events_read,
+        },
+        "conditions": conditions,
+        "latency": {m: dict(lat[m]) for m in METRICS},
+        "throughput": {
+            "output_tps": sysf["output_tps"],
+            "input_tps": sysf["input_tps"],
+            "rps": sysf["rps"],
+            "output_tps_peak": max(series_tps) if series_tps else None,
+            "output_tokens": sysf.get("output_tokens"),
+            "input_tokens": sysf.get("input_tokens"),
+            "span_s": sysf.get("span_s"),
+            "series_step_s": step,
+        },
+        "outcomes": {
+            "requests": c.requests,
+            "ok": c.outcomes.get("ok", 0),
+            "errors": errors,
+            "timeouts": timeouts,
+            "cancelled": cancelled,
+            "error_rate": errors / c.requests if c.requests else None,
+            "timeout_rate": timeouts / c.requests if c.requests else None,
+            "statuses": {str(k): v for k, v in sorted(c.statuses.items())},
+            "top_errors": [{"error": m, "count": n} for m, n in c.error_messages.most_common(5)],
+        },
+        "slo": {
+            **eff_slo.as_dict(),
+            "attainment": sysf["slo_attainment"],
+            "met": sysf.get("slo_met"),
+            "goodput_rps": sysf["goodput_rps"],
+            "goodput_tps": sysf["goodput_tps"],
+            "target_met": (sysf["slo_attainment"] >= eff_slo.target
+                           if sysf["slo_attainment"] is not None else None),
+        },
+        "capacity": dict(final["capacity"]),
+        "users": final["users"],
+        "models": final.get("models", []),
+        "by_concurrency": _by_concurrency(c, eff_slo),
+        "warnings": c.warnings,
+        "gpus": [c.gpus[i] for i in sorted(c.gpus)],
+        "engine": {**c.engine, "ttft_p95": (final.get("engine") or {}).get("ttft_p95")},
+        "series": series,
+        "gpu_series": {str(i): _bucketed(b, begin, plot_step,
+                                         ("mem_used_bytes", "dram_bw_util", "mem_busy"))
+                       for i, b in sorted(c.gpu_buckets.items())},
+        "engine_series": _bucketed(c.engine_buckets, begin, plot_step,
+                                   ("running", "waiting", "kv_cache_usage")),
+        "distributions": _distributions(final),
+    }
+    eng.close()
+    out: dict[str, Any] = _plain(report)
+    return out
+
+
+def _plain(obj: Any) -> Any:
+    """numpy scalars → Python numbers, NaN/inf → None (JSON-safe)."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

@@ -1,0 +1,213 @@
+"""Two recordings side by side — and a warning, not a quiet ratio, when their conditions
+differ.
+
+A figure without its conditions is meaningless (``shared/docs/domain.md``): before any
+ratio is shown, :func:`condition_warnings` compares the models, SLOs, input and output
+length distributions, concurrency ranges, arrival rates, streaming share, token counting,
+GPUs and engine. When any differ, the ratio column is withheld and the differences are
+printed first; the two columns of figures are still shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from llmtop.recording.report.fmt import NA, dist, num, pct, secs, slo_text
+from llmtop.recording.report.text import table
+
+TOLERANCE: Final = 0.20
+"""Relative difference above which two length distributions / loads count as different."""
+
+
+def _rel_diff(a: Any, b: Any) -> float | None:
+    if not isinstance(a, int | float) or not isinstance(b, int | float):
+        return None
+    hi = max(abs(a), abs(b))
+    return 0.0 if hi == 0 else abs(a - b) / hi
+
+
+def _dominant(counts: dict[str, int]) -> str | None:
+    return max(counts, key=lambda k: counts[k]) if counts else None
+
+
+def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Every way the two recordings' conditions differ enough to make ratios misleading."""
+    ca, cb = a["conditions"], b["conditions"]
+    out: list[str] = []
+    ma, mb = set(ca["models"]), set(cb["models"])
+    if ma != mb:
+        out.append(f"different models: A {', '.join(sorted(ma)) or NA}; "
+                   f"B {', '.join(sorted(mb)) or NA}")
+    if ca["slo"] != cb["slo"]:
+        out.append(f"different SLOs: A {slo_text(ca['slo'])}; B {slo_text(cb['slo'])} — "
+                   "attainment, goodput and capacity are judged against different targets")
+    for key, label in (("prompt_tokens", "input"), ("completion_tokens", "output")):
+        da, db = ca[key], cb[key]
+        diffs = [_rel_diff(da.get(q), db.get(q)) for q in ("p50", "p90")]
+        if any(d is not None and d > TOLERANCE for d in diffs):
+            out.append(f"different {label} length distributions: A {dist(da)}; B {dist(db)}")
+    qa, qb = ca["concurrency_at_start"], cb["concurrency_at_start"]
+    if any((_rel_diff(qa.get(k), qb.get(k)) or 0) > TOLERANCE for k in ("min", "max", "p50")):
+        out.append(f"different concurrency ranges: A {num(qa.get('min'), 0)}–"
+                   f"{num(qa.get('max'), 0)} (p50 {num(qa.get('p50'), 0)}); B "
+                   f"{num(qb.get('min'), 0)}–{num(qb.get('max'), 0)} "
+                   f"(p50 {num(qb.get('p50'), 0)})")
+    ra, rb = ca["arrival"].get("rps_mean"), cb["arrival"].get("rps_mean")
+    if (_rel_diff(ra, rb) or 0) > TOLERANCE:
+        out.append(f"different arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s")
+    sa, sb = ca.get("streaming_share"), cb.get("streaming_share")
+    if (_rel_diff(sa, sb) or 0) > TOLERANCE:
+        out.append(f"different streaming share: A {pct(sa)}; B {pct(sb)}")
+    ta, tb = _dominant(ca["token_source"]), _dominant(cb["token_source"])
+    if ta and tb and ta != tb:
+        out.append(f"output tokens counted differently: A from {ta}, B from {tb}")
+    ga = sorted(g.split(": ", 1)[-1] for g in ca["gpus"])
+    gb = sorted(g.split(": ", 1)[-1] for g in cb["gpus"])
+    if ga and gb and ga != gb:
+        out.append(f"different GPUs: A {', '.join(ga)}; B {', '.join(gb)}")
+    ea, eb = ca.get("engine_kind"), cb.get("engine_kind")
+    if ea and eb and ea != eb:
+        out.append(f"different engines: A {ea}; B {eb}")
+    return out
+
+
+def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Things worth knowing that do not invalidate a comparison."""
+    out = []
+    if a["conditions"]["upstream"] != b["conditions"]["upstream"]:
+        out.append(f"upstreams: A {a['conditions']['upstream'] or NA}; "
+                   f"B {b['conditions']['upstream'] or NA}")
+    for tag, r in (("A", a), ("B", b)):
+        n = r["conditions"]["requests"]
+        if n < 100:
+            out.append(f"{tag} has only {n} requests: its tail percentiles are noisy")
+        if not r["source"]["complete"]:
+            out.append(f"{tag} has no footer (the recorder was killed or is still running)")
+    return out
+
+
+def _get(path: str) -> Callable[[dict[str, Any]], Any]:
+    def get(r: dict[str, Any]) -> Any:
+        cur: Any = r
+        for p in path.split("."):
+            if not isinstance(cur, dict):
+                return None
+            cur = cur.get(p)
+        return cur
+
+    return get
+
+
+def _gpu_peak(key: str) -> Callable[[dict[str, Any]], Any]:
+    def get(r: dict[str, Any]) -> Any:
+        vals = [g.get(key) for g in r["gpus"] if isinstance(g.get(key), int | float)]
+        return max(vals) if vals else None
+
+    return get
+
+
+def _gib(v: Any) -> float | None:
+    return v / 2**30 if isinstance(v, int | float) else None
+
+
+FIGURES: Final[list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str], bool]]] = [
+    # (label, getter, formatter, lower is better)
+    *[(f"{name} {q}", _get(f"latency.{key}.{q}"), secs, True)
+      for key, name in (("ttft", "TTFT"), ("itl", "ITL"), ("chunk_gap", "chunk gap"),
+                        ("tpot", "TPOT"), ("e2e", "E2E"))
+      for q in ("p50", "p95", "p99")],
+    ("system output tok/s", _get("throughput.output_tps"), num, False),
+    ("peak output tok/s", _get("throughput.output_tps_peak"), num, False),
+    ("requests/s", _get("throughput.rps"), lambda v: num(v, 2), False),
+    ("SLO attainment", _get("slo.attainment"), pct, False),
+    ("goodput tok/s", _get("slo.goodput_tps"), num, False),
+    ("error rate", _get("outcomes.error_rate"), pct, True),
+    ("timeout rate", _get("outcomes.timeout_rate"), pct, True),
+    ("max concurrency at SLO", _get("capacity.max_concurrency_at_slo"), lambda v: num(v, 0),
+     False),
+    ("goodput tok/s at SLO", _get("capacity.goodput_tps_at_slo"), num, False),
+    ("GPU memory peak (GiB)", lambda r: _gib(_gpu_peak("mem_used_peak_bytes")(r)), num, True),
+    ("DRAM bandwidth peak %", _gpu_peak("dram_bw_util_peak"), num, True),
+]
+
+
+def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The comparison as data: warnings, notes, and each figure for A and B with B/A
+    (``ratio`` is None when the conditions differ: see ``warnings``)."""
+    warnings = condition_warnings(a, b)
+    rows = []
+    for label, get, _fmt, lower_better in FIGURES:
+        va, vb = get(a), get(b)
+        ratio = None
+        if not warnings and isinstance(va, int | float) and isinstance(vb, int | float) and va:
+            ratio = vb / va
+        rows.append({"figure": label, "a": va, "b": vb, "ratio_b_over_a": ratio,
+                     "lower_is_better": lower_better})
+    return {
+        "comparison_version": 1,
+        "a": a["source"]["file"],
+        "b": b["source"]["file"],
+        "conditions_match": not warnings,
+        "warnings": warnings,
+        "notes": notes(a, b),
+        "figures": rows,
+    }
+
+
+def condition_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    ca, cb = a["conditions"], b["conditions"]
+
+    def models(c: dict[str, Any]) -> str:
+        return ", ".join(c["models"]) or NA
+
+    def conc(c: dict[str, Any]) -> str:
+        q = c["concurrency_at_start"]
+        return f"{num(q.get('min'), 0)}–{num(q.get('max'), 0)} (p50 {num(q.get('p50'), 0)})"
+
+    return [
+        ("upstream", ca["upstream"] or NA, cb["upstream"] or NA),
+        ("models", models(ca), models(cb)),
+        ("SLOs", slo_text(ca["slo"]), slo_text(cb["slo"])),
+        ("requests", num(ca["requests"], 0), num(cb["requests"], 0)),
+        ("input tokens", dist(ca["prompt_tokens"]), dist(cb["prompt_tokens"])),
+        ("output tokens", dist(ca["completion_tokens"]), dist(cb["completion_tokens"])),
+        ("concurrency at start", conc(ca), conc(cb)),
+        ("arrivals (req/s)", num(ca["arrival"].get("rps_mean"), 2),
+         num(cb["arrival"].get("rps_mean"), 2)),
+        ("GPUs", "; ".join(ca["gpus"]) or NA, "; ".join(cb["gpus"]) or NA),
+        ("engine", ca.get("engine_kind") or NA, cb.get("engine_kind") or NA),
+    ]
+
+
+def figure_rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    fmts = {label: fmt for label, _g, fmt, _l in FIGURES}
+    out = []
+    for row in cmp["figures"]:
+        fmt = fmts[row["figure"]]
+        ratio = row["ratio_b_over_a"]
+        shown = (f"{ratio:.2f}×" if ratio is not None
+                 else ("withheld" if not cmp["conditions_match"] else NA))
+        out.append((row["figure"], fmt(row["a"]), fmt(row["b"]), shown))
+    return out
+
+
+def render_compare_text(a: dict[str, Any], b: dict[str, Any]) -> str:
+    cmp = comparison(a, b)
+    out = ["llmtop report — comparison", f"  A: {cmp['a']}", f"  B: {cmp['b']}", ""]
+    if cmp["warnings"]:
+        out.append("WARNING: the recordings were made under different conditions; the B/A "
+                   "ratios are withheld (they would compare different workloads):")
+        out += [f"  ! {w}" for w in cmp["warnings"]]
+        out.append("")
+    if cmp["notes"]:
+        out.append("NOTES")
+        out += [f"  - {n}" for n in cmp["notes"]]
+        out.append("")
+    out.append("CONDITIONS")
+    out += table(condition_rows(a, b), ("", "A", "B"), left=True)
+    out.append("")
+    out.append("FIGURES")
+    out += table(figure_rows(cmp), ("", "A", "B", "B/A"))
+    out.append("")
+    return "\n".join(out)

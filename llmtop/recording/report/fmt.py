@@ -1,0 +1,95 @@
+"""Number formatting shared by the text and HTML reports ("n/a" for missing values)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+NA = "n/a"
+
+
+def secs(v: Any) -> str:
+    """A latency: µs / ms / s with three significant figures."""
+    if not isinstance(v, int | float):
+        return NA
+    if v < 1e-3:
+        return f"{v * 1e6:.0f} µs"
+    if v < 1:
+        return f"{v * 1e3:.3g} ms"
+    if v < 100:
+        return f"{v:.3g} s"
+    return f"{v:.0f} s"
+
+
+def num(v: Any, digits: int = 1) -> str:
+    if not isinstance(v, int | float):
+        return NA
+    if isinstance(v, int) or (float(v).is_integer() and abs(v) >= 1000):
+        return f"{int(v):,}"
+    return f"{v:,.{digits}f}"
+
+
+def pct(v: Any) -> str:
+    """A 0–1 fraction as a percentage."""
+    return NA if not isinstance(v, int | float) else f"{100 * v:.1f}%"
+
+
+def pct100(v: Any) -> str:
+    """A value already in percent (GPU utilisations)."""
+    return NA if not isinstance(v, int | float) else f"{v:.0f}%"
+
+
+def gib(v: Any) -> str:
+    return NA if not isinstance(v, int | float) else f"{v / 2**30:.1f} GiB"
+
+
+def duration(v: Any) -> str:
+    if not isinstance(v, int | float):
+        return NA
+    s = round(v)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m{sec:02d}s"
+    if m:
+        return f"{m}m{sec:02d}s"
+    return f"{v:.1f}s"
+
+
+def when(t: Any) -> str:
+    """Unix seconds → ``YYYY-MM-DD HH:MM:SS UTC``."""
+    if not isinstance(t, int | float):
+        return NA
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def offset(t: Any, begin: Any) -> str:
+    """A moment as ``+MM:SS`` from the session start."""
+    if not isinstance(t, int | float) or not isinstance(begin, int | float):
+        return NA
+    d = max(0.0, t - begin)
+    m, s = divmod(int(d), 60)
+    h, m = divmod(m, 60)
+    return f"+{h}:{m:02d}:{s:02d}" if h else f"+{m:02d}:{s:02d}"
+
+
+def dist(d: Any) -> str:
+    """A token-length distribution: ``p50 100 · p90 112 · p99 123 (68–134)``."""
+    if not isinstance(d, dict) or not d.get("count"):
+        return NA
+    return (f"p50 {num(d['p50'])} · p90 {num(d['p90'])} · p99 {num(d['p99'])} "
+            f"(min {num(d['min'])}, max {num(d['max'])}, mean {num(d['mean'])})")
+
+
+def slo_text(slo: Any) -> str:
+    if not isinstance(slo, dict):
+        return NA
+    parts = []
+    names = {"ttft_s": "TTFT", "itl_p95_s": "ITL p95 per request", "tpot_s": "TPOT",
+             "e2e_s": "E2E"}
+    for k, label in names.items():
+        if isinstance(slo.get(k), int | float):
+            parts.append(f"{label} ≤ {secs(slo[k])}")
+    objectives = " and ".join(parts) if parts else "none configured (ok = no error)"
+    target = slo.get("target")
+    return objectives + (f"; target {pct(target)} of requests" if target is not None else "")

@@ -1,0 +1,207 @@
+"""The report as plain text: conditions first, then the figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmtop.recording.report.fmt import (
+    NA,
+    dist,
+    duration,
+    gib,
+    num,
+    offset,
+    pct,
+    pct100,
+    secs,
+    slo_text,
+    when,
+)
+
+LATENCY_ROWS = (("ttft", "TTFT"), ("itl", "ITL"), ("chunk_gap", "chunk gap"),
+                ("tpot", "TPOT"), ("e2e", "E2E"))
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str], indent: str = "  ",
+          *, left: bool = False) -> list[str]:
+    """Columns padded to width: first column left-aligned, the rest right-aligned (all
+    left-aligned with ``left``)."""
+    cols = len(header)
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(cols)]
+
+    def line(r: Sequence[str]) -> str:
+        cells = [str(r[0]).ljust(widths[0])]
+        cells += [str(r[i]).ljust(widths[i]) if left else str(r[i]).rjust(widths[i])
+                  for i in range(1, cols)]
+        return (indent + "  ".join(cells)).rstrip()
+
+    return [line(header), *[line(r) for r in rows]]
+
+
+def latency_rows(lat: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for key, label in LATENCY_ROWS:
+        d = lat.get(key) or {}
+        out.append([label, num(d.get("count"), 0), secs(d.get("p50")), secs(d.get("p90")),
+                    secs(d.get("p95")), secs(d.get("p99")), secs(d.get("max"))])
+    return out
+
+
+LATENCY_HEADER = ("", "samples", "p50", "p90", "p95", "p99", "max")
+
+
+def conditions_lines(r: dict[str, Any]) -> list[str]:
+    c = r["conditions"]
+    src = r["source"]
+    models = ", ".join(f"{m} ({n})" for m, n in c["models"].items()) or NA
+    arr = c["arrival"]
+    conc = c["concurrency_at_start"]
+    infl = c["in_flight"]
+    lines = [
+        f"  upstream        {c['upstream'] or NA}",
+        f"  models          {models}",
+        f"  SLOs            {slo_text(c['slo'])}",
+        f"  recorded        {when(c['started_at'])} for {duration(c['duration_s'])}"
+        + ("" if src["complete"] else "  (no footer: the recorder was killed or is still "
+           "running)"),
+        f"  requests        {num(c['requests'], 0)}"
+        + (f" ({pct(c['streaming_share'])} streaming)" if c["streaming_share"] is not None
+           else ""),
+        f"  input tokens    {dist(c['prompt_tokens'])}",
+        f"  output tokens   {dist(c['completion_tokens'])}"
+        + (f"  [counted from: {', '.join(f'{k} {v}' for k, v in c['token_source'].items())}]"
+           if c["token_source"] else ""),
+        f"  concurrency     at start {num(conc.get('min'), 0)}–{num(conc.get('max'), 0)}"
+        f" (p50 {num(conc.get('p50'), 0)}); in flight mean {num(infl.get('mean'))},"
+        f" max {num(infl.get('max'), 0)}",
+        f"  arrivals        {num(arr.get('rps_mean'), 2)} req/s mean, peak "
+        f"{num(arr.get('rps_peak_10s'), 1)} req/s (10 s)"
+        + (f", dispersion {num(arr['dispersion_index'], 2)} (1 ≈ Poisson)"
+           if arr.get("dispersion_index") is not None else ""),
+    ]
+    if c["gpus"]:
+        lines.append(f"  GPUs            {'; '.join(c['gpus'])}")
+    if c["engine_kind"]:
+        lines.append(f"  engine          {c['engine_kind']}")
+    for k, v in (c.get("extra") or {}).items():
+        lines.append(f"  {k:<15} {v}")
+    if src["truncated_lines"] or src["bad_lines"] or src.get("dropped_by_recorder"):
+        lines.append(
+            f"  file            {src['truncated_lines']} cut-off line, {src['bad_lines']} bad "
+            f"lines skipped; {src.get('dropped_by_recorder') or 0} lines dropped by the "
+            "recorder"
+        )
+    return lines
+
+
+def render_text(r: dict[str, Any]) -> str:
+    """The whole report as text (ends with a newline)."""
+    out: list[str] = [f"llmtop report — {r['source']['file']}", ""]
+    out += ["CONDITIONS", *conditions_lines(r), ""]
+
+    out += ["LATENCY (as the client saw it, at the proxy)"]
+    out += table(latency_rows(r["latency"]), LATENCY_HEADER)
+    out.append("")
+
+    th = r["throughput"]
+    out += [
+        "THROUGHPUT",
+        f"  system output   {num(th['output_tps'])} tok/s mean, "
+        f"{num(th['output_tps_peak'])} tok/s peak ({th['series_step_s']} s windows)",
+        f"  system input    {num(th['input_tps'])} tok/s",
+        f"  requests        {num(th['rps'], 2)} req/s",
+        "",
+    ]
+
+    users = r["users"]
+    if users:
+        out.append("PER USER (output tok/s over the session)")
+        rows = [[u["user"], num(u["requests"], 0), num(u["output_tps"]),
+                 secs(u.get("ttft_p95")), secs(u.get("itl_p95")), pct(u.get("slo_attainment")),
+                 num(u.get("errors", 0) + u.get("timeouts", 0), 0)]
+                for u in users[:25]]
+        out += table(rows, ("user", "requests", "tok/s", "TTFT p95", "ITL p95", "SLO met",
+                            "err+tmo"))
+        if len(users) > 25:
+            out.append(f"  … and {len(users) - 25} more")
+        out.append("")
+
+    o = r["outcomes"]
+    out += [
+        "ERRORS AND TIMEOUTS",
+        f"  ok {num(o['ok'], 0)} · errors {num(o['errors'], 0)} ({pct(o['error_rate'])}) · "
+        f"timeouts {num(o['timeouts'], 0)} ({pct(o['timeout_rate'])}) · "
+        f"cancelled {num(o['cancelled'], 0)}",
+    ]
+    for e in o["top_errors"]:
+        out.append(f"  {e['count']:>6} × {e['error']}")
+    out.append("")
+
+    s = r["slo"]
+    out += [
+        "SLO AND GOODPUT",
+        f"  objectives      {slo_text(r['conditions']['slo'])}",
+        f"  attainment      {pct(s['attainment'])}"
+        + ("" if s["target_met"] is None else
+           ("  (meets the target)" if s["target_met"] else "  (BELOW the target)")),
+        f"  goodput         {num(s['goodput_rps'], 2)} req/s, {num(s['goodput_tps'])} tok/s",
+        "",
+    ]
+
+    cap = r["capacity"]
+    out.append("CAPACITY AT SLO (requests binned by concurrency at their start)")
+    if cap.get("max_concurrency_at_slo") is None:
+        out.append(f"  not enough data: needs {cap.get('min_requests_per_bin')} requests at a "
+                   "concurrency level")
+    else:
+        out.append(f"  max concurrency meeting the SLOs ≈ {cap['max_concurrency_at_slo']}, "
+                   f"goodput there ≈ {num(cap.get('goodput_tps_at_slo'))} tok/s"
+                   + (f"; first failing level {cap['first_failing_concurrency']}"
+                      if cap.get("first_failing_concurrency") is not None else ""))
+    bc = [b for b in r["by_concurrency"] if b["requests"]]
+    if bc:
+        step = max(1, len(bc) // 20)
+        shown = bc[::step]
+        if bc[-1] is not shown[-1]:
+            shown.append(bc[-1])
+        rows = [[str(b["concurrency"]), num(b["requests"], 0), secs(b["ttft_p95"]),
+                 secs(b["itl_p95"]), num(b["output_tps"]), pct(b["slo_attainment"])]
+                for b in shown]
+        out += table(rows, ("concurrency", "requests", "TTFT p95", "ITL p95", "tok/s",
+                            "SLO met"))
+    out.append("")
+
+    begin = r["conditions"]["started_at"]
+    out.append("WARNINGS")
+    if not r["warnings"]:
+        out.append("  none fired")
+    for w in r["warnings"]:
+        span = (f"cleared {offset(w['cleared_at'], begin)} after {duration(w['duration_s'])}"
+                if w["cleared_at"] is not None else "still raised at the end")
+        out.append(f"  {offset(w['raised_at'], begin)}  {w['code']} ({w['severity']}): "
+                   f"{w['message']} — {span}")
+    out.append("")
+
+    out.append("GPU (peaks)")
+    if not r["gpus"]:
+        out.append("  no GPU readings in the recording")
+    for g in r["gpus"]:
+        total = g.get("mem_total_bytes")
+        used = g.get("mem_used_peak_bytes")
+        share = f" ({pct(used / total)})" if isinstance(used, int | float) and total else ""
+        out.append(
+            f"  GPU {g['index']} {g['name']}{' (simulated)' if g['simulated'] else ''}: "
+            f"memory {gib(used)} of {gib(total)}{share} at "
+            f"{offset(g.get('mem_used_peak_at'), begin)}; DRAM bandwidth "
+            f"{pct100(g.get('dram_bw_util_peak'))} of peak; memory busy "
+            f"{pct100(g.get('mem_busy_peak'))}; GPU util {pct100(g.get('util_gpu_peak'))}; "
+            f"power {num(g.get('power_w_peak'), 0)} W"
+        )
+    e = r["engine"]
+    if e.get("kind"):
+        out.append(f"  engine ({e['kind']}): running max {num(e.get('running_max'), 0)}, "
+                   f"waiting max {num(e.get('waiting_max'), 0)}, KV cache max "
+                   f"{pct(e.get('kv_cache_usage_max'))}")
+    out.append("")
+    return "\n".join(out)

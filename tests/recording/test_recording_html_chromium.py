@@ -1,0 +1,72 @@
+"""The HTML report opened in headless Chromium (Debian's `chromium`): a screenshot is saved
+as screenshots/report.png and the rendered page has every plot.
+
+Chromium is installed by `make test` when missing; under CI (CI=true) a missing chromium
+fails this test, elsewhere it is skipped with the command that installs it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from rec_helpers import session, write_recording
+
+from llmtop.recording.report.analyse import analyse
+from llmtop.recording.report.html import render_html
+from llmtop.recording.report.plots import PLOTS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "screenshots" / "report.png"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars")
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    msg = "chromium is not installed (Debian: apt-get install -y chromium)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(msg + " — CI must have it: `make test` installs it")
+    pytest.skip(msg)
+
+
+def run_chromium(exe: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp / f"profile-{len(list(tmp.iterdir()))}"
+    profile.mkdir()
+    return subprocess.run([exe, *FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
+    exe = chromium()
+    rec = tmp_path / "session.jsonl.gz"
+    write_recording(rec, session(400, duration_s=150, gpus=2,
+                                 users=("alice", "bob", "carol", "<i>dave</i>")))
+    page = tmp_path / "report.html"
+    page.write_text(render_html(analyse(rec)), encoding="utf-8")
+
+    dom = run_chromium(exe, tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    for plot_id in PLOTS:
+        assert f'id="{plot_id}"' in html, f"{plot_id} missing from the rendered page"
+    assert html.count("<svg") == len(PLOTS)
+    assert "&lt;i&gt;dave&lt;/i&gt;" in html  # escaped text, not markup
+
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    SCREENSHOT.unlink(missing_ok=True)
+    shot = run_chromium(exe, tmp_path, f"--screenshot={SCREENSHOT}", "--window-size=1400,4000",
+                        page.as_uri())
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    data = SCREENSHOT.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1400, 4000)
+    assert len(data) > 100_000  # a page of tables and plots, not a blank screen
