@@ -1,0 +1,203 @@
+"""The admin API over a real aiohttp server on 127.0.0.1 (port 0)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtop.admin.routes import AdminContext, make_admin_app
+from llmtop.bus import EventBus
+from llmtop.config import Config
+from llmtop.events import ActiveRequest, RequestRecord
+from llmtop.metrics.aggregator import Aggregator
+from llmtop.recording.writer import RecordingController
+
+T0 = 1_796_000_000.0
+
+
+def rec(i: int, user: str) -> RequestRecord:
+    offs = tuple(0.2 + 0.02 * k for k in range(10))
+    return RequestRecord(f"r{i}", user, "m", "openai", "/v1/chat/completions", True, 200, "ok",
+                         T0, 0.2, offs[-1], 10, 10, "usage", offs, (1,) * 10, 1)
+
+
+class Server:
+    def __init__(self, url: str, ctx: AdminContext, bus: EventBus) -> None:
+        self.url = url
+        self.ctx = ctx
+        self.bus = bus
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[Callable[..., Any]]:
+    runners: list[web.AppRunner] = []
+    controllers: list[RecordingController] = []
+
+    async def start(token: str = "", recorder: bool = True) -> Server:
+        clock = [T0]
+        bus = EventBus()
+        active: dict[str, ActiveRequest] = {}
+        agg = Aggregator(Config(), active, clock=lambda: clock[0], upstream="http://up:1")
+        bus.subscribe(agg.on_events)
+        ctl = RecordingController(bus, header={"upstream": "http://up:1", "slo": {}})
+        controllers.append(ctl)
+        ctx = AdminContext(aggregator=agg, active=active,
+                           recording=ctl if recorder else None, admin_token=token,
+                           extra_info={"llmtop_version": "test", "upstream": "http://up:1"})
+        runner = web.AppRunner(make_admin_app(ctx), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        for i in range(6):
+            clock[0] += 1.0
+            bus.publish(rec(i, "alice" if i % 2 else "bob"))
+            bus.drain()
+        now = time.perf_counter_ns()
+        active["live"] = ActiveRequest("live", "carol", "m", "openai", "/v1/chat/completions",
+                                       True, clock[0], now - 2 * 10**9)
+        return Server(f"http://127.0.0.1:{port}", ctx, bus)
+
+    yield start
+    for c in controllers:
+        if c.status() is not None:
+            c.stop()
+    for r in runners:
+        await r.cleanup()
+
+
+async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    async with aiohttp.ClientSession() as s, s.get(url, headers=headers) as r:
+        body = await r.text()
+        ctype = r.headers.get("Content-Type", "")
+        data = json.loads(body) if ctype.startswith("application/json") else body
+        return r.status, data, r.headers
+
+
+async def post(url: str, payload: Any, raw: bytes | None = None) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s:
+        data = raw if raw is not None else json.dumps(payload).encode()
+        async with s.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
+            return r.status, await r.json()
+
+
+async def test_snapshot_windows_and_extras(make_server: Callable[..., Any]) -> None:
+    srv = await make_server()
+    status, snap, _ = await get(srv.url + "/llmtop/v1/snapshot")
+    assert status == 200 and snap["window_s"] == 60
+    assert snap["system"]["requests"] == 6 and snap["system"]["in_flight"] == 1
+    assert snap["llmtop_version"] == "test" and snap["upstream"] == "http://up:1"
+    assert snap["recording"] is None
+    for w, want in (("10", 10), ("300", 300), ("all", None)):
+        status, snap, _ = await get(srv.url + f"/llmtop/v1/snapshot?window={w}")
+        assert status == 200 and snap["window_s"] == want
+    status, snap, _ = await get(srv.url + "/llmtop/v1/snapshot?window=all&user_histograms=1")
+    assert all("histograms" in u for u in snap["users"] if u["requests"])
+
+
+@pytest.mark.parametrize("bad", ["30", "abc", "-1", "60s"])
+async def test_bad_window_is_a_400_json_error(make_server: Callable[..., Any], bad: str) -> None:
+    srv = await make_server()
+    status, body, _ = await get(srv.url + f"/llmtop/v1/snapshot?window={bad}")
+    assert status == 400 and "window" in body["error"]
+
+
+async def test_requests_active_and_recent(make_server: Callable[..., Any]) -> None:
+    srv = await make_server()
+    status, active, _ = await get(srv.url + "/llmtop/v1/requests?state=active")
+    assert status == 200 and [a["id"] for a in active] == ["live"]
+    assert active[0]["state"] == "waiting" and active[0]["age_s"] >= 2
+    status, recent, _ = await get(srv.url + "/llmtop/v1/requests?state=recent&limit=4")
+    assert status == 200 and [r["id"] for r in recent] == ["r2", "r3", "r4", "r5"]
+    status, default, _ = await get(srv.url + "/llmtop/v1/requests")
+    assert status == 200 and [a["id"] for a in default] == ["live"]
+    for q in ("state=old", "state=recent&limit=x", "state=recent&limit=-1"):
+        status, body, _ = await get(srv.url + "/llmtop/v1/requests?" + q)
+        assert status == 400 and body["error"]
+
+
+async def test_metrics_is_prometheus_text(make_server: Callable[..., Any]) -> None:
+    srv = await make_server()
+    status, text, headers = await get(srv.url + "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    ok = [s for s in fams["llmtop_requests"].samples if s.labels.get("outcome") == "ok"]
+    assert ok[0].value == 6
+    assert fams["llmtop_in_flight"].samples[0].value == 1
+
+
+async def test_recording_control(make_server: Callable[..., Any], tmp_path: Path) -> None:
+    srv = await make_server()
+    url = srv.url + "/llmtop/v1/recording"
+    assert (await post(url, None, raw=b"{not json"))[0] == 400
+    assert (await post(url, ["start"]))[0] == 400
+    assert (await post(url, {"action": "pause"}))[0] == 400
+    assert (await post(url, {"action": "start"}))[0] == 400
+    assert (await post(url, {"action": "stop"}))[0] == 409
+    status, body = await post(url, {"action": "start", "path": str(tmp_path / "no/dir/x.jsonl")})
+    assert status in (400, 404) and "director" in body["error"]
+    path = tmp_path / "session.jsonl"
+    status, body = await post(url, {"action": "start", "path": str(path)})
+    assert status == 200, body
+    status, snap, _ = await get(srv.url + "/llmtop/v1/snapshot")
+    assert snap["recording"] is not None and str(path) in json.dumps(snap["recording"])
+    status, body = await post(url, {"action": "start", "path": str(tmp_path / "other.jsonl")})
+    assert status == 409 and "already" in body["error"]
+    srv.bus.publish(rec(99, "dave"))
+    srv.bus.drain()
+    status, body = await post(url, {"action": "stop"})
+    assert status == 200
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines[0]["type"] == "header" and any(x.get("id") == "r99" for x in lines)
+    status, state, _ = await get(url)
+    assert status == 200 and state == {"available": True, "recording": None}
+
+
+async def test_no_recorder_is_a_501(make_server: Callable[..., Any]) -> None:
+    srv = await make_server(recorder=False)
+    status, body = await post(srv.url + "/llmtop/v1/recording",
+                              {"action": "start", "path": "/tmp/x.jsonl"})
+    assert status == 501 and "not available" in body["error"]
+
+
+async def test_health(make_server: Callable[..., Any]) -> None:
+    srv = await make_server()
+    status, body, _ = await get(srv.url + "/llmtop/v1/health")
+    assert status == 200 and body["status"] == "ok"
+    assert body["requests"] == 6 and body["in_flight"] == 1 and body["recording"] is False
+
+
+ROUTES = ["/llmtop/v1/snapshot", "/llmtop/v1/requests", "/metrics", "/llmtop/v1/health",
+          "/llmtop/v1/recording", "/nope"]
+
+
+@pytest.mark.parametrize("path", ROUTES)
+async def test_token_is_required_on_every_route(make_server: Callable[..., Any],
+                                                path: str) -> None:
+    srv = await make_server(token="s3cret-token")
+    for headers in (None, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"},
+                    {"Authorization": "Basic s3cret-token"}):
+        status, body, hdrs = await get(srv.url + path, headers)
+        assert status == 401, headers
+        assert "token" in body["error"] and hdrs["WWW-Authenticate"].startswith("Bearer")
+    status, body, _ = await get(srv.url + path, {"Authorization": "Bearer s3cret-token"})
+    assert status == (404 if path == "/nope" else 200)
+    if path == "/nope":
+        assert body["error"]
+
+
+async def test_unknown_routes_and_methods_answer_json(make_server: Callable[..., Any]) -> None:
+    srv = await make_server()
+    status, body, _ = await get(srv.url + "/llmtop/v1/nothing")
+    assert status == 404 and body["error"]
+    async with aiohttp.ClientSession() as s, s.delete(srv.url + "/llmtop/v1/snapshot") as r:
+        assert r.status == 405 and (await r.json())["error"]
