@@ -53,8 +53,8 @@ _DONE = b"[DONE]"
 # Fast path: most chunks are decided without json.loads. A non-empty string under one of
 # these keys, or a non-empty tool_calls/function_call, marks content. Keys match only as
 # keys: inside a JSON string every quote is escaped. Chunks that carry a usage object or an
-# error, that do not look like one whole JSON object, and the chunks before the model is
-# known, are decoded in full. tests/proxy/test_dialect_openai.py checks that both paths
+# error, that do not look like one whole JSON object, and the first chunk (which names the
+# model), are decoded in full. tests/proxy/test_dialect_openai.py checks that both paths
 # agree on generated chunks.
 _CONTENT_KEY = re.compile(
     rb'"(?:content|reasoning_content|reasoning|refusal|text)"\s*:\s*"[^"]'
@@ -112,12 +112,13 @@ def _error_of(obj: dict[str, Any]) -> str | None:
 class OpenAIStreamParser(ParserState):
     """An OpenAI-style SSE stream (see the module docstring for what counts)."""
 
-    __slots__ = ("_counted", "_sse", "done")
+    __slots__ = ("_counted", "_sse", "_warm", "done")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__()
         self._sse = SSEFramer(max_event_bytes)
         self._counted = 0  # tokens attributed to content events so far
+        self._warm = False  # one event was decoded in full (the model is read from it)
         self.done = False
         """``data: [DONE]`` was seen."""
 
@@ -143,7 +144,7 @@ class OpenAIStreamParser(ParserState):
                 self.done = True
                 continue
             if (
-                self.model is not None
+                self._warm
                 and data.startswith(b"{")
                 and data.endswith(b"}")
                 and ev.event != "error"
@@ -169,6 +170,7 @@ class OpenAIStreamParser(ParserState):
             if err is not None or ev.event == "error":
                 self._fail(err if err is not None else error_text(obj))
                 continue
+            self._warm = True
             self._set_model(obj.get("model"))
             cum: int | None = None
             usage = obj.get("usage")
