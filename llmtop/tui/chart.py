@@ -79,15 +79,22 @@ def render_chart(
     if threshold is not None and threshold > 0:
         line_row = min(height - 1, int(threshold / top * height))
     for row in range(height - 1, -1, -1):
+        run, run_style = "", ""
         for v, lvl in zip(vals, levels, strict=True):
             cell = max(0, min(8, lvl - row * 8))
             if cell > 0:
                 over = threshold is not None and v is not None and v > threshold
-                out.append(BLOCKS[cell], style.over if over else style.bar)
+                ch, st = BLOCKS[cell], style.over if over else style.bar
             elif row == line_row:
-                out.append(LINE, style.line)
+                ch, st = LINE, style.line
             else:
-                out.append(" ")
+                ch, st = " ", ""
+            if st != run_style and run:
+                out.append(run, run_style)
+                run = ""
+            run, run_style = run + ch, st
+        if run:
+            out.append(run, run_style)
         if row:
             out.append("\n")
     return out

@@ -18,6 +18,11 @@ WINDOWS: tuple[int | None, ...] = (10, 60, 300, None)
 
 def as_num(x: object) -> float | None:
     """A finite number, else ``None`` (booleans are not numbers here)."""
+    t = type(x)
+    if t is float:
+        return x if math.isfinite(x) else None  # type: ignore[arg-type,return-value]
+    if t is int:
+        return float(x)  # type: ignore[arg-type]
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
     v = float(x)
@@ -37,7 +42,8 @@ def dig(d: object, *path: str) -> object:
     """``d[path[0]][path[1]]...`` or ``None`` as soon as a level is missing or not a dict."""
     cur = d
     for key in path:
-        if not isinstance(cur, Mapping):
+        # JSON objects are dicts: the exact check is much cheaper than an ABC isinstance.
+        if type(cur) is not dict and not isinstance(cur, Mapping):
             return None
         cur = cur.get(key)
     return cur
@@ -45,9 +51,9 @@ def dig(d: object, *path: str) -> object:
 
 def dicts(x: object) -> list[Mapping[str, Any]]:
     """The dict items of a list; anything else gives an empty list."""
-    if not isinstance(x, Sequence) or isinstance(x, str | bytes):
+    if type(x) is not list and (not isinstance(x, Sequence) or isinstance(x, str | bytes)):
         return []
-    return [i for i in x if isinstance(i, Mapping)]
+    return [i for i in x if type(i) is dict or isinstance(i, Mapping)]
 
 
 @dataclass(frozen=True, slots=True)

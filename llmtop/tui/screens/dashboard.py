@@ -65,11 +65,11 @@ class Dashboard(Screen[None]):
         yield self.warnings
         yield self.capacity
         with Horizontal(id="top"):
-            yield self.latency
+            with Vertical(id="left"):
+                yield self.latency
+                yield self.engine
             yield self.plots
-        with Horizontal(id="mid"):
-            yield self.engine
-            yield self.gpu
+        yield self.gpu
         with Horizontal(id="tables"):
             with self.users_box:
                 yield self.users

@@ -61,6 +61,7 @@ class HelpScreen(ModalScreen[None]):
         width: 90%; max-width: 100; height: auto; max-height: 90%;
         border: round $primary; background: $surface; padding: 0 1;
     }
+    #help-notes { margin-top: 1; }
     """
 
     def __init__(self, *, replay: bool = False) -> None:

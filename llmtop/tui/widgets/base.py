@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.console import RenderableType
 from rich.text import Text
 from textual.geometry import Size
@@ -19,16 +21,40 @@ class ViewPanel(Widget):
     ViewPanel { height: auto; }
     """
 
+    READS: ClassVar[tuple[str, ...] | None] = None
+    """The snapshot's top-level keys this panel draws from (``None``: all of them). A new
+    snapshot equal to the last one in these keys is not redrawn: rendering, not
+    fetching, is what costs CPU in a terminal UI."""
+
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.view = SnapView(None)
         self.palette = Palette()
+        self._signature: object = None
+        self._layout_key: object = None
+        self._drawn = False
+
+    def signature(self, view: SnapView) -> object:
+        """What must differ for the panel to look different."""
+        if self.READS is None:
+            return view.raw
+        return tuple(view.raw.get(k) for k in self.READS)
+
+    def layout_key(self, view: SnapView) -> object:
+        """What must differ for the panel's height to change (default: anything)."""
+        return self.signature(view)
 
     def show(self, view: SnapView, palette: Palette) -> None:
-        """Take a new snapshot and redraw (layout too: the height may change)."""
+        """Take a new snapshot; redraw only when it changes what the panel shows, and
+        lay out again only when its height may change."""
+        signature, layout_key = self.signature(view), self.layout_key(view)
         self.view = view
+        if self._drawn and signature == self._signature and palette == self.palette:
+            return
+        relayout = not self._drawn or layout_key != self._layout_key
         self.palette = palette
-        self.refresh(layout=True)
+        self._signature, self._layout_key, self._drawn = signature, layout_key, True
+        self.refresh(layout=relayout)
 
     def build(self, width: int) -> RenderableType:
         """The panel's content for ``width`` cells; a panel with nothing to say is empty."""

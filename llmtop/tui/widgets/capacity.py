@@ -7,11 +7,17 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from llmtop.tui import fmt
+from llmtop.tui.snapview import SnapView
 from llmtop.tui.widgets.base import ViewPanel
 
 
 class CapacityLine(ViewPanel):
     """"max concurrency at SLO ≈ N, goodput ≈ X tok/s", or "collecting data…"."""
+
+    READS = ("capacity", "system")
+
+    def layout_key(self, view: SnapView) -> object:
+        return None  # always the same number of lines
 
     DEFAULT_CSS = """
     CapacityLine { height: auto; padding: 0 1; }

@@ -14,6 +14,8 @@ from llmtop.tui.widgets.gpu import bar
 class EnginePanel(ViewPanel):
     """One or two lines: queue and KV cache; then TTFT p95 engine vs proxy."""
 
+    READS = ("engine", "latency", "slo")
+
     DEFAULT_CSS = """
     EnginePanel { height: auto; }
     """

@@ -75,6 +75,11 @@ def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -
 class GpuPanel(ViewPanel):
     """GPU readings; at narrow widths only the first two GPUs and a "+N more" line."""
 
+    READS = ("gpus", "gpu_source")
+
+    def layout_key(self, view: SnapView) -> object:
+        return len(view.items("gpus"))
+
     DEFAULT_CSS = """
     GpuPanel { height: auto; }
     """

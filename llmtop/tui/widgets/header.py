@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from llmtop.tui import fmt
+from llmtop.tui.snapview import SnapView
 from llmtop.tui.widgets.base import ViewPanel
 
 
@@ -32,6 +33,11 @@ SEP = " │ "
 class HeaderBar(ViewPanel):
     """Line 1: state flags, upstream, window, uptime, source. Line 2: system figures."""
 
+    READS = ("system", "recording", "upstream", "uptime_s", "started_at", "time", "slo")
+
+    def layout_key(self, view: SnapView) -> object:
+        return None  # always the same number of lines
+
     DEFAULT_CSS = """
     HeaderBar { height: auto; background: $panel; padding: 0 1; }
     """
@@ -41,8 +47,9 @@ class HeaderBar(ViewPanel):
         self.status = HeaderStatus()
 
     def set_status(self, status: HeaderStatus) -> None:
-        self.status = status
-        self.refresh(layout=True)
+        if status != self.status:
+            self.status = status
+            self.refresh()
 
     def _line1(self, wide: bool) -> Text:
         st, pal, v = self.status, self.palette, self.view

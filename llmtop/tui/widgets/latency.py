@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmtop.tui import fmt
+from llmtop.tui.snapview import SnapView
 from llmtop.tui.widgets.base import ViewPanel
 
 METRICS: tuple[tuple[str, str], ...] = (
@@ -23,6 +24,11 @@ PERCENTILES: tuple[str, ...] = ("p50", "p90", "p95", "p99", "max")
 class LatencyPanel(ViewPanel):
     """The latency table. A row's SLO (when configured) is shown at narrow widths as the
     cell colours only, at wide widths also as its own column."""
+
+    READS = ("latency", "slo")
+
+    def layout_key(self, view: SnapView) -> object:
+        return None  # always the same number of lines
 
     DEFAULT_CSS = """
     LatencyPanel { height: auto; }

@@ -30,6 +30,9 @@ class PlotSpec:
     unit: Callable[[float | None], str]
     reference: Callable[[SnapView], float | None]
     reference_label: str
+    over_is_bad: bool = True
+    """Colour values above the reference line as bad (latency, in-flight over capacity);
+    not for throughput, where more is better."""
 
 
 def _count(x: float | None) -> str:
@@ -39,7 +42,7 @@ def _count(x: float | None) -> str:
 PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
         "output_tps", "output tok/s", fmt.rate,
-        lambda v: v.num("capacity", "goodput_tps_at_slo"), "goodput",
+        lambda v: v.num("capacity", "goodput_tps_at_slo"), "goodput", over_is_bad=False,
     ),
     PlotSpec("ttft_p95", "TTFT p95", fmt.latency, lambda v: v.slo.ttft_s, "SLO"),
     PlotSpec("itl_p95", "ITL p95", fmt.latency, lambda v: v.slo.itl_p95_s, "SLO"),
@@ -82,6 +85,11 @@ def series_values(points: Sequence[Mapping[str, Any]], key: str) -> list[float |
 class PlotsPanel(ViewPanel):
     """Four charts in a 2×2 grid (one column when narrow)."""
 
+    READS = ("series", "slo", "capacity", "system", "latency", "time")
+
+    def layout_key(self, view: SnapView) -> object:
+        return None  # always the same number of lines
+
     DEFAULT_CSS = """
     PlotsPanel { height: 1fr; }
     """
@@ -110,12 +118,13 @@ class PlotsPanel(ViewPanel):
         title = Text(no_wrap=True, overflow="ellipsis")
         title.append(spec.title, "bold")
         title.append(" ")
-        over = ref is not None and last is not None and last > ref
+        over = spec.over_is_bad and ref is not None and last is not None and last > ref
         title.append(spec.unit(last), pal.bad if over else pal.accent)
-        if finite:
-            title.append(f"  max {spec.unit(max(finite))}", pal.dim)
         if ref is not None:
             title.append(f"  ╌ {spec.reference_label} {spec.unit(ref)}", pal.warn)
+        peak = f"  max {spec.unit(max(finite))}" if finite else ""
+        if peak and title.cell_len + len(peak) <= width:
+            title.append(peak, pal.dim)
         title.truncate(width, overflow="ellipsis")
         lines = [title]
         if height > 1:
@@ -124,7 +133,9 @@ class PlotsPanel(ViewPanel):
                 lines.append(body)
                 lines.extend(Text("") for _ in range(height - 2))
             else:
-                style = ChartStyle(bar=pal.ok, over=pal.bad, line=pal.warn)
+                over_style = pal.bad if spec.over_is_bad else pal.accent
+                style = ChartStyle(bar=pal.accent if not spec.over_is_bad else pal.ok,
+                                   over=over_style, line=pal.warn)
                 chart = render_chart(values, width, height - 1, ref, style)
                 lines.extend(chart.split("\n"))
         return lines[:height]

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
-from llmtop.tui.snapview import as_num, as_str
+from llmtop.tui.snapview import SnapView, as_num, as_str
 from llmtop.tui.widgets.base import ViewPanel
 
 ICONS = {"critical": "✖", "warning": "▲", "info": "●"}
@@ -22,6 +22,11 @@ def severity_style(severity: str, pal: Palette) -> str:
 
 class WarningsBar(ViewPanel):
     """One line per warning, most severe first; a single "no warnings" line otherwise."""
+
+    READS = ("warnings", "time")
+
+    def layout_key(self, view: SnapView) -> object:
+        return len(view.items("warnings"))
 
     DEFAULT_CSS = """
     WarningsBar { height: auto; max-height: 6; padding: 0 1; }

@@ -1,0 +1,192 @@
+"""AdminSource over real sockets: windows, tokens, failures, several proxies, recording."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+from tui_support import AdminServer
+
+from llmtop.tui.source import (
+    AdminSource,
+    MergeUnavailable,
+    ReplayControl,
+    SnapshotSource,
+    SourceUnavailable,
+    load_merge,
+    normalize_admin_url,
+    per_proxy_path,
+)
+
+
+def sum_merge(snaps: list[dict[str, Any]]) -> dict[str, Any]:
+    """A stand-in merge for these tests: sums rps and concatenates users (the exact
+    histogram merge is llmtop.metrics.merge's and is tested there)."""
+    out = dict(snaps[0])
+    out["system"] = {"rps": sum(s["system"]["rps"] for s in snaps)}
+    out["users"] = [u for s in snaps for u in s["users"]]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("given", "normal"),
+    [("127.0.0.1:8081", "http://127.0.0.1:8081"),
+     ("http://h:1/", "http://h:1"),
+     ("https://admin.example/prefix/", "https://admin.example/prefix"),
+     ("http://h:1/llmtop/v1/snapshot", "http://h:1"),
+     (" [::1]:8081 ", "http://[::1]:8081")],
+)
+def test_normalize_admin_url(given: str, normal: str) -> None:
+    """Admin URLs are accepted as HOST:PORT or full URLs and reduced to their base."""
+    assert normalize_admin_url(given) == normal
+
+
+@pytest.mark.parametrize("bad", ["ftp://h:1", "localhost", "h:99999", "http://", ":8081"])
+def test_bad_admin_urls_raise_one_line(bad: str) -> None:
+    """A bad admin URL is a ValueError with a one-line message naming it."""
+    with pytest.raises(ValueError, match="admin URL") as info:
+        normalize_admin_url(bad)
+    assert "\n" not in str(info.value)
+
+
+def test_protocols_are_runtime_checkable() -> None:
+    """AdminSource is a SnapshotSource and not a ReplayControl."""
+    src = AdminSource(["127.0.0.1:1"])
+    assert isinstance(src, SnapshotSource)
+    assert not isinstance(src, ReplayControl)
+
+
+async def test_fetch_passes_the_window_and_returns_the_snapshot() -> None:
+    """fetch(w) asks for ?window=w (all for None) and returns the JSON object."""
+    srv = AdminServer("low_load")
+    await srv.start()
+    src = AdminSource([srv.url])
+    try:
+        snap = await src.fetch(300)
+        assert snap["users"][0]["user"] == "alice"
+        await src.fetch(None)
+        assert srv.windows == ["300", "all"]
+        assert srv.auth == [None, None]  # no token, no header
+        rows = await src.active_requests()
+        assert [r["id"] for r in rows] == ["r-1071", "r-1072", "r-1073"]
+        assert src.describe() == srv.url
+    finally:
+        await src.close()
+        await srv.stop()
+
+
+async def test_unreachable_proxy_raises_source_unavailable() -> None:
+    """Nothing listening: SourceUnavailable naming the URL; describe() says it is down."""
+    srv = AdminServer("low_load")
+    await srv.start()
+    url = srv.url
+    await srv.stop()
+    src = AdminSource([url])
+    with pytest.raises(SourceUnavailable, match="connection refused"):
+        await src.fetch(60)
+    assert "down: connection refused" in src.describe()
+    assert await src.active_requests() == []
+    await src.close()
+
+
+async def test_non_json_and_non_object_replies_are_failures() -> None:
+    """A reply that is not a JSON object reads as unavailable, not as a crash."""
+    srv = AdminServer("low_load")
+    srv.raw_reply = '["not", "an", "object"]'
+    await srv.start()
+    src = AdminSource([srv.url])
+    try:
+        with pytest.raises(SourceUnavailable, match="not a snapshot"):
+            await src.fetch(60)
+        srv.raw_reply = "<html>oops"
+        with pytest.raises(SourceUnavailable, match="not JSON"):
+            await src.fetch(60)
+    finally:
+        await src.close()
+        await srv.stop()
+
+
+async def test_active_requests_accepts_an_object_with_requests() -> None:
+    """/requests may answer {"requests": [...]}; non-dict rows are dropped."""
+    srv = AdminServer("low_load")
+    srv.requests = {"requests": [{"id": "x"}, 5]}
+    await srv.start()
+    src = AdminSource([srv.url])
+    try:
+        assert await src.active_requests() == [{"id": "x"}]
+    finally:
+        await src.close()
+        await srv.stop()
+
+
+async def test_several_proxies_are_merged_and_a_down_one_is_named() -> None:
+    """Two proxies are fetched and merged; when one stops, the other still shows and
+    describe() names the one that is down; none up raises."""
+    a, b = AdminServer("low_load"), AdminServer("saturated")
+    await a.start()
+    await b.start()
+    src = AdminSource([a.url, b.url], merge=sum_merge)
+    try:
+        snap = await src.fetch(60)
+        assert snap["system"]["rps"] == pytest.approx(1.2 + 6.6)
+        assert len(snap["users"]) == 5
+        assert src.describe() == "2 proxies"
+        rows = await src.active_requests()
+        assert len(rows) == 13 and {r["proxy"] for r in rows} == {a.url, b.url}
+        await b.stop()
+        snap = await src.fetch(60)
+        assert snap["system"]["rps"] == pytest.approx(1.2)
+        assert src.describe() == f"1/2 proxies up · down: {b.url}"
+        await a.stop()
+        with pytest.raises(SourceUnavailable, match="none of 2 proxies"):
+            await src.fetch(60)
+    finally:
+        await src.close()
+        await a.stop()
+        await b.stop()
+
+
+def test_several_urls_without_a_merge_module_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without llmtop.metrics.merge, several URLs raise MergeUnavailable (a ValueError)."""
+    monkeypatch.setitem(sys.modules, "llmtop.metrics.merge", None)
+    with pytest.raises(MergeUnavailable, match=r"needs llmtop\.metrics\.merge"):
+        load_merge()
+    with pytest.raises(ValueError, match="several proxies"):
+        AdminSource(["h:1", "h:2"])
+
+
+async def test_recording_posts_action_and_path_and_reports_refusal() -> None:
+    """recording() POSTs {action, path}; a 4xx becomes SourceUnavailable with the reason."""
+    srv = AdminServer("low_load")
+    await srv.start()
+    src = AdminSource([srv.url])
+    try:
+        reply = await src.recording("start", "recordings/x.jsonl")
+        assert reply == {"status": "recording", "path": "recordings/x.jsonl"}
+        await src.recording("stop", None)
+        assert srv.recording_bodies == [
+            {"action": "start", "path": "recordings/x.jsonl"}, {"action": "stop"}]
+        with pytest.raises(SourceUnavailable, match="HTTP 400 path must end"):
+            await src.recording("start", "x.txt")
+    finally:
+        await src.close()
+        await srv.stop()
+
+
+async def test_recording_on_several_proxies_uses_one_file_each() -> None:
+    """With several proxies each records to its own file: x-1.jsonl, x-2.jsonl."""
+    a, b = AdminServer("low_load"), AdminServer("low_load")
+    await a.start()
+    await b.start()
+    src = AdminSource([a.url, b.url], merge=sum_merge)
+    try:
+        reply = await src.recording("start", "x.jsonl.gz")
+        assert [p["path"] for p in reply["proxies"]] == ["x-1.jsonl.gz", "x-2.jsonl.gz"]
+        assert per_proxy_path("x", 3) == "x-3"
+    finally:
+        await src.close()
+        await a.stop()
+        await b.stop()

@@ -1,0 +1,197 @@
+"""Test helpers for the TUI: a fixture-backed source (in memory), a real admin-API
+server on 127.0.0.1 port 0 serving the same fixtures, and screen reading for pilots."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from rich.console import Console
+from textual.app import App
+from textual.pilot import Pilot
+
+from llmtop.tui.source import SourceUnavailable
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXED_NOW = 1796000000.0
+"""The fixtures' snapshot time; the injected clock for tests."""
+
+
+def fixture(name: str) -> dict[str, Any]:
+    """``{"snapshot": ..., "requests": [...]}`` from tests/tui/fixtures/<name>.json."""
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text("utf-8"))
+    return data
+
+
+class FixtureSource:
+    """A SnapshotSource that answers from a fixture file, in memory. Records what the app
+    asked for; ``down`` makes it raise SourceUnavailable like an unreachable proxy."""
+
+    def __init__(self, name: str = "saturated") -> None:
+        data = fixture(name)
+        self.snapshot: dict[str, Any] = data["snapshot"]
+        self.requests: list[dict[str, Any]] = data["requests"]
+        self.windows: list[int | None] = []
+        self.recording_calls: list[tuple[str, str | None]] = []
+        self.down = False
+        self.closed = False
+
+    async def fetch(self, window_s: int | None) -> dict[str, Any]:
+        self.windows.append(window_s)
+        if self.down:
+            raise SourceUnavailable("fixture source is down")
+        snap = copy.deepcopy(self.snapshot)
+        snap["window_s"] = window_s
+        return snap
+
+    async def active_requests(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.requests)
+
+    async def recording(self, action: str, path: str | None) -> dict[str, Any]:
+        self.recording_calls.append((action, path))
+        if action == "start":
+            self.snapshot["recording"] = {"status": "recording", "path": path}
+            return {"status": "recording", "path": path}
+        self.snapshot["recording"] = None
+        return {"status": "stopped"}
+
+    def describe(self) -> str:
+        return "fixture"
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class ReplayFixtureSource(FixtureSource):
+    """A FixtureSource that also implements ReplayControl (pause, seek, speed)."""
+
+    def __init__(self, name: str = "saturated") -> None:
+        super().__init__(name)
+        self.speed = 1.0
+        self.position = 60.0
+        self.paused = False
+        self.seeks: list[float] = []
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def seek(self, delta_s: float) -> None:
+        self.seeks.append(delta_s)
+        self.position = max(0.0, self.position + delta_s)
+
+    @property
+    def position_s(self) -> float:
+        return self.position
+
+    @property
+    def duration_s(self) -> float | None:
+        return 300.0
+
+    def describe(self) -> str:
+        return "demo.jsonl"
+
+
+class AdminServer:
+    """A real aiohttp server with the admin API's snapshot, requests and recording routes,
+    answering from a fixture. It can be stopped and started again on the same port."""
+
+    def __init__(self, name: str = "saturated", token: str = "") -> None:
+        data = fixture(name)
+        self.snapshot: dict[str, Any] = data["snapshot"]
+        self.requests: Any = data["requests"]
+        self.token = token
+        self.windows: list[str | None] = []
+        self.auth: list[str | None] = []
+        self.recording_bodies: list[dict[str, Any]] = []
+        self.raw_reply: str | None = None
+        """When set, the snapshot route answers exactly this text."""
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _authorised(self, request: web.Request) -> bool:
+        self.auth.append(request.headers.get("Authorization"))
+        return not self.token or request.headers.get("Authorization") == f"Bearer {self.token}"
+
+    async def _snapshot(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"error": "unauthorised"}, status=401)
+        window = request.query.get("window")
+        self.windows.append(window)
+        if self.raw_reply is not None:
+            return web.Response(text=self.raw_reply, content_type="application/json")
+        snap = copy.deepcopy(self.snapshot)
+        snap["window_s"] = None if window == "all" else int(window or 60)
+        return web.json_response(snap)
+
+    async def _requests(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"error": "unauthorised"}, status=401)
+        return web.json_response(self.requests)
+
+    async def _recording(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.recording_bodies.append(body)
+        if body.get("action") == "start":
+            if not str(body.get("path", "")).endswith((".jsonl", ".jsonl.gz")):
+                return web.Response(status=400, text="path must end in .jsonl or .jsonl.gz")
+            self.snapshot["recording"] = {"status": "recording", "path": body["path"]}
+            return web.json_response({"status": "recording", "path": body["path"]})
+        self.snapshot["recording"] = None
+        return web.json_response({"status": "stopped"})
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/llmtop/v1/snapshot", self._snapshot)
+        app.router.add_get("/llmtop/v1/requests", self._requests)
+        app.router.add_post("/llmtop/v1/recording", self._recording)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def screen_text(app: App[Any]) -> str:
+    """What the terminal shows now, as plain text (one line per row)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True,
+                      force_terminal=True, color_system="truecolor", legacy_windows=False,
+                      safe_box=False)
+    console.print(app.screen._compositor.render_update(
+        full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+async def until(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 10.0,
+                what: str = "condition") -> None:
+    """Let the app run until ``cond()`` holds; fail after ``limit_s`` seconds."""
+    deadline = time.monotonic() + limit_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.02)
+
+
+async def shows(pilot: Pilot[Any], text: str, limit_s: float = 10.0) -> None:
+    """Wait until ``text`` is on screen."""
+    await until(pilot, lambda: text in screen_text(pilot.app), limit_s, f"{text!r} on screen")
