@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import logging
 import random
 import time
 from collections import deque
@@ -48,9 +49,15 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
 HISTORY = 10_000
 GPU_WINDOW_S = 1.0
 
+log = logging.getLogger("llmtop.sim")
+
 
 class SimRequestError(ValueError):
     """A request the engine refuses (HTTP 400), e.g. longer than ``max_model_len``."""
+
+
+class EngineClosed(RuntimeError):
+    """The engine has been stopped (HTTP 503)."""
 
 
 class Histogram:
@@ -149,6 +156,7 @@ class SimEngine:
         self._records: deque[SimRequest] = deque(maxlen=HISTORY)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
         self._steps: deque[tuple[float, float, float, float]] = deque(maxlen=4096)
         """(monotonic end, wall duration, DRAM bandwidth fraction, memory-busy fraction)."""
         self.last_step_s = 0.0
@@ -169,14 +177,20 @@ class SimEngine:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
-        """Stop stepping; every unfinished request is marked aborted and its handler woken."""
+        """Stop stepping; every unfinished request is marked aborted and its handler woken;
+        later submissions raise :class:`EngineClosed`."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self._abort_all()
+
+    def _abort_all(self) -> None:
         for req in (*self._waiting, *self._running.values()):
             req.state = ABORTED
+            req.kv_held = 0
             req.event.set()
         self._waiting.clear()
         self._running.clear()
@@ -189,8 +203,11 @@ class SimEngine:
         distribution and the request ends with finish_reason ``stop``; otherwise exactly
         ``max_tokens`` tokens are generated (ignore_eos) and it ends with ``length``.
 
-        Raises :class:`SimRequestError` when prompt + output exceed ``max_model_len``.
+        Raises :class:`SimRequestError` when prompt + output exceed ``max_model_len``, and
+        :class:`EngineClosed` after :meth:`stop`.
         """
+        if self._closed:
+            raise EngineClosed("the simulated engine is shutting down")
         p = self.profile
         if max_tokens is not None and max_tokens < 1:
             raise SimRequestError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -238,6 +255,14 @@ class SimEngine:
 
     # -- the scheduler -----------------------------------------------------------------
     async def _run(self) -> None:
+        while True:
+            try:
+                await self._loop()
+            except Exception:  # a bug must not leave every client hanging
+                log.exception("llmtop sim: engine step failed; in-flight requests dropped")
+                self._abort_all()
+
+    async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         next_t = loop.time()
         while True:

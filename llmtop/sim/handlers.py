@@ -29,7 +29,7 @@ from llmtop.sim.bodies import (
     parse_tgi,
     parse_tgi_stream,
 )
-from llmtop.sim.engine import FINISHED, SimEngine, SimRequest, SimRequestError
+from llmtop.sim.engine import FINISHED, EngineClosed, SimEngine, SimRequest, SimRequestError
 from llmtop.sim.faults import HEADER, Faults, parse_faults
 from llmtop.sim.formats import (
     AnthropicEncoder,
@@ -222,6 +222,8 @@ async def serve(request: web.Request, dialect: Dialect) -> web.StreamResponse:
                             id_prefix=dialect.id_prefix)
     except SimRequestError as exc:
         return _error(dialect, 400, str(exc))
+    except EngineClosed as exc:
+        return _error(dialect, 503, str(exc))
     enc = dialect.encoder(req, parsed.model or engine.profile.model,
                           include_usage=parsed.include_usage,
                           continuous_usage=parsed.continuous_usage, details=parsed.details)

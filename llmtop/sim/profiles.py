@@ -105,7 +105,8 @@ class SimProfile:
 # 100 GB/s of DRAM bandwidth:
 #   base step  = 1 GB ÷ 100 GB/s            = 10 ms
 #   per KV tok = 256 KiB ÷ 100 GB/s         ≈ 2.6 µs   (2,048 live tokens → +5.4 ms)
-#   per seq    = 1 ms, deliberately large so the batch size is visible in ITL
+#   per seq    = 2 ms, deliberately large so the batch size is visible in ITL (batch 1 →
+#                ≈12 ms per token, batch 4 → ≈18 ms)
 #   prefill    = ~1 GFLOP/token on an ~8 TFLOPS part at 50 % → ~4,000 tokens/s
 #   KV pool    = 2,048 tokens (512 MiB): four 500-token requests fill it → preemptions
 TINY = SimProfile(
@@ -116,7 +117,7 @@ TINY = SimProfile(
     kv_cache_tokens=2048,
     max_model_len=2048,
     base_step_s=0.010,
-    per_seq_s=0.001,
+    per_seq_s=0.002,
     per_kv_token_s=256 * 1024 / 100e9,
     prefill_tokens_per_s=4000.0,
     weights_bytes=1_000_000_000,

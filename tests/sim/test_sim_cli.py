@@ -11,6 +11,8 @@ import sys
 import aiohttp
 import pytest
 
+from llmtop.cli import main as cli_main
+
 CMD = [sys.executable, "-m", "llmtop", "sim"]
 
 
@@ -63,9 +65,21 @@ def test_bad_profile_is_one_line_exit_2() -> None:
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0
     assert "unknown sim profile 'h100-nope'" in res.stderr
-    res = _run("--set", "max_num_seqs=lots")
-    assert res.returncode == 2
-    assert "max_num_seqs" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--set", "max_num_seqs=lots"], "sim parameter max_num_seqs must be a number"),
+    (["--set", "bogus=1"], "unknown sim parameter 'bogus'"),
+    (["--set", "noequals"], "--set 'noequals' must look like KEY=VALUE"),
+    (["--listen", "nowhere"], "--listen 'nowhere' must look like HOST:PORT"),
+    (["--listen", "127.0.0.1:99999"], "port must be 0–65535"),
+])
+def test_bad_arguments_in_process(args: list[str], message: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["sim", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmtop sim: error: ") and message in err
+    assert err.count("\n") == 1
 
 
 def test_port_in_use_is_one_line_exit_2() -> None:
@@ -80,9 +94,11 @@ def test_port_in_use_is_one_line_exit_2() -> None:
     assert "in use" in res.stderr
 
 
-def test_help_lists_profiles_and_keys() -> None:
-    res = _run("--help")
-    assert res.returncode == 0
+def test_help_lists_profiles_and_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli_main(["sim", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
     for word in ("tiny", "h200-llama8b", "max_num_seqs", "time_scale", "tokens_per_chunk",
-                 "X-Sim-Fault", "--firehose"):
-        assert word in res.stdout
+                 "X-Sim-Fault", "--firehose", "--set KEY=VALUE"):
+        assert word in out

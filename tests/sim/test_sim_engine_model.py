@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from sim_support import chat_body, get_json, metric_values
 
-from llmtop.sim.engine import SimEngine, SimRequestError
+from llmtop.sim.engine import EngineClosed, SimEngine, SimRequestError
 from llmtop.sim.profiles import get_profile
 from llmtop.sim.server import running_sim
 
@@ -47,6 +47,19 @@ async def test_engine_refuses_overlong_requests() -> None:
         engine.submit(path="/x", stream=False, prompt_tokens=100, max_tokens=None)
     r = engine.submit(path="/x", stream=False, prompt_tokens=95, max_tokens=None)
     assert r.target <= 5
+
+
+async def test_stopped_engine_aborts_in_flight_and_refuses_new_work() -> None:
+    engine = SimEngine(get_profile("tiny"))
+    await engine.start()
+    r = engine.submit(path="/x", stream=True, prompt_tokens=5, max_tokens=1000)
+    await asyncio.sleep(0.05)
+    assert r.state == "running" and r.generated > 0
+    await engine.stop()
+    assert r.state == "aborted" and r.event.is_set()
+    assert engine.state()["running"] == engine.state()["kv_tokens_used"] == 0
+    with pytest.raises(EngineClosed):
+        engine.submit(path="/x", stream=True, prompt_tokens=5, max_tokens=10)
 
 
 async def test_sim_gpu_state_and_requests_endpoints() -> None:
