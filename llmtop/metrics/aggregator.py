@@ -109,6 +109,8 @@ class Aggregator:
         self.records_seen = 0
         self._live: dict[str, int] = {}
         self._live_seen: dict[str, float] = {}
+        self._scored: set[str] = set()
+        """Active request ids already counted in their user's traffic score."""
         self._coarse_start = self.windows.coarse_cur.start
         self._last_conc = (0, 0, 0)
 
@@ -150,12 +152,12 @@ class Aggregator:
         users, models = [], []
         remainder = []
         for r in records:
-            seen = r.id in self._live
-            w = 0.0 if seen else 1.0
+            w = 0.0 if r.id in self._scored else 1.0
             users.append(self.users.series_for(r.user, w))
             models.append(self.models.series_for(r.model or "unknown", w))
             remainder.append(output_tokens(r) - self._live.pop(r.id, 0))
             self._live_seen.pop(r.id, None)
+            self._scored.discard(r.id)
         b = ingest(records, users, models, remainder, self.slo, self.shape)
         self.windows.add(b.table, b.counters)
         self.capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s)
@@ -177,6 +179,8 @@ class Aggregator:
             prev = live.get(a.id)
             if prev is None:
                 prev = live[a.id] = 0
+            if a.user and a.id not in self._scored:  # the user is known once the body is read
+                self._scored.add(a.id)
                 self.users.series_for(a.user)
                 self.models.series_for(a.model or "unknown")
             seen[a.id] = t
@@ -197,6 +201,7 @@ class Aggregator:
             for rid in [r for r, ts in seen.items() if t - ts > _LIVE_FORGET_S]:
                 seen.pop(rid, None)
                 live.pop(rid, None)
+                self._scored.discard(rid)
 
     def _advance(self, now: float) -> None:
         w = self.windows
@@ -252,7 +257,8 @@ class Aggregator:
         waiting = n = 0
         for a in list(self.active.values()):
             n += 1
-            row = per.setdefault(self.users.series_for(a.user, 0.0), [0, 0, 0])
+            sid = self.users.series_for(a.user, 0.0) if a.user else self.users.other_id
+            row = per.setdefault(sid, [0, 0, 0])
             row[0] += 1
             if a.first_token_ns is None:
                 waiting += 1
