@@ -134,10 +134,14 @@ async def _pump(request: web.Request, resp: web.StreamResponse, req: SimRequest,
                 break
             await _wait(req)
             continue
-        parts = []
         if first:
-            parts.append(enc.first())
+            # like vLLM: the role chunk / message_start goes out with the first token, in
+            # its own write just before it
             first = False
+            opening = enc.first()
+            if opening:
+                await resp.write(opening)
+        parts = []
         before = chunks
         while out:
             k = out.popleft()
