@@ -51,6 +51,7 @@ from llmtop.proxy.errors import error_response
 from llmtop.proxy.headers import client_response_headers, upstream_request_headers
 from llmtop.proxy.identity import IdentityResolver
 from llmtop.proxy.relay import Exchange, UpstreamBroken, Watchdog, pump
+from llmtop.proxy.stamping import StampingServer, t0_ns_of
 
 _STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "application/ndjson",
                            "application/jsonl", "application/x-jsonlines",
@@ -111,7 +112,10 @@ class ProxyServer:
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=_SKIP_AUTO,
         )
-        server = web.Server(self._handle, handler_cancellation=True, access_log=None)
+        # handler_cancellation: a client that leaves cancels its handler at once, even while
+        # the upstream is still silent; auto_decompress off: request bodies pass unchanged
+        server = StampingServer(self._handle, handler_cancellation=True, access_log=None,
+                                auto_decompress=False)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None,
@@ -162,10 +166,11 @@ class ProxyServer:
     # -- one request -------------------------------------------------------------------
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        # aiohttp's low-level server calls the handler as soon as it has parsed the request
-        # line and headers (the body is still unread): this is t0 of shared/docs/domain.md.
-        t0_ns = perf_counter_ns()
-        t_start = time.time()
+        # t0 (shared/docs/domain.md): when the request line and headers came off the socket,
+        # noted by the server protocol (stamping.py) a few loop turns before this handler
+        # runs; the wall-clock anchor is taken now and moved back to that moment.
+        t0_ns = t0_ns_of(request)
+        t_start = time.time() - (perf_counter_ns() - t0_ns) / 1e9
         task = asyncio.current_task()
         assert task is not None
         rid = f"{self._id_prefix}-{next(self._ids):x}"
