@@ -96,18 +96,21 @@ async def run_closed(
 
     async with _session(concurrency) as session:
         tasks = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
+        stopper = asyncio.create_task(stop.wait())
         try:
-            if duration_s is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), warmup_s + duration_s)
-            else:
-                await stop.wait()
+            limit = None if duration_s is None else warmup_s + duration_s
+            done, _ = await asyncio.wait([stopper, *tasks], timeout=limit,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for t in done:  # a worker that died: its error is the benchmark's error
+                if t is not stopper and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
         except asyncio.CancelledError:
             run.interrupted = True
             raise
         finally:
             stop.set()
             run.ended = time.time()
+            stopper.cancel()
             await _cancel_all(tasks, run)
     return run
 

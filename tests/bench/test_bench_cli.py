@@ -1,0 +1,56 @@
+"""`llmtop bench` as users run it: safety, clear errors, JSON, a recording the reader reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from llmtop.sim.server import running_sim
+
+
+def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "llmtop", "bench", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_refuses_a_remote_target_without_allow_remote() -> None:
+    p = bench("http://10.1.2.3:8000", "--requests", "1")
+    assert p.returncode == 2
+    assert "--allow-remote" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bad_arguments_exit_2_with_one_line() -> None:
+    for args in (["http://127.0.0.1:1", "--concurrency", "1,x"],
+                 ["http://127.0.0.1:1", "--prompt-tokens", "9-3"],
+                 ["ftp://127.0.0.1:1"],
+                 ["http://127.0.0.1:1", "--workload", "/nonexistent.jsonl"],
+                 ["http://127.0.0.1:1", "--duration", "600", "--concurrency", "1,2,4,8,16,32,64"]):
+        p = bench(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert "Traceback" not in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+async def test_json_output_and_recording(tmp_path: Path) -> None:
+    rec = tmp_path / "bench.jsonl"
+    async with running_sim("tiny") as sim:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "bench", sim.url, "--concurrency", "1,2",
+            "--requests", "4", "--max-tokens", "8", "--prompt-tokens", "16", "--json",
+            "--record", str(rec),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, err.decode()
+    data = json.loads(out)
+    assert [s["level"] for s in data["steps"]] == [1.0, 2.0]
+    assert all(s["requests"] >= 4 and s["token_sources"] == {"usage": s["requests"]}
+               for s in data["steps"])
+    assert "max concurrency meeting" in data["verdict"]
+    from llmtop.recording.reader import iter_recording
+
+    lines = list(iter_recording(rec))
+    kinds = [type(x).__name__ for x in lines]
+    assert kinds.count("RequestRecord") == sum(s["requests"] for s in data["steps"])
