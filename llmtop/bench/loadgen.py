@@ -11,7 +11,6 @@ the warm-up are sent but not counted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable
