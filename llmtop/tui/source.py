@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
@@ -123,6 +124,18 @@ def load_merge() -> MergeFn:
     return merge
 
 
+def _error_text(body: str) -> str:
+    """The one-line reason in an error reply: its JSON ``error`` field, or its first line."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+        return str(parsed["error"]).splitlines()[0][:200] if parsed["error"] else ""
+    stripped = body.strip()
+    return stripped.splitlines()[0][:160] if stripped else ""
+
+
 class _Failure(Exception):
     """One proxy did not answer; the message is short."""
 
@@ -189,7 +202,8 @@ class AdminSource:
                 if resp.status in (401, 403):
                     raise _Failure(f"HTTP {resp.status}: the admin token was refused")
                 if resp.status != 200:
-                    raise _Failure(f"HTTP {resp.status}")
+                    reason = _error_text(await resp.text())
+                    raise _Failure(f"HTTP {resp.status} {reason}".strip())
                 return await resp.json(content_type=None)
         except _Failure:
             raise
@@ -198,9 +212,9 @@ class AdminSource:
         except ValueError:
             raise _Failure("reply is not JSON") from None
 
-    async def _snapshot_from(self, url: str, window: str) -> dict[str, Any] | None:
+    async def _snapshot_from(self, url: str, params: dict[str, str]) -> dict[str, Any] | None:
         try:
-            snap = await self._get(url, SNAPSHOT_PATH, {"window": window})
+            snap = await self._get(url, SNAPSHOT_PATH, params)
             if not isinstance(snap, dict):
                 raise _Failure("reply is not a snapshot object")
         except _Failure as exc:
@@ -212,8 +226,10 @@ class AdminSource:
     # -- SnapshotSource ----------------------------------------------------------------------
 
     async def fetch(self, window_s: int | None) -> dict[str, Any]:
-        window = "all" if window_s is None else str(int(window_s))
-        snaps = await asyncio.gather(*(self._snapshot_from(u, window) for u in self.urls))
+        params = {"window": "all" if window_s is None else str(int(window_s))}
+        if len(self.urls) > 1:
+            params["user_histograms"] = "1"  # per-user percentiles then merge exactly
+        snaps = await asyncio.gather(*(self._snapshot_from(u, params) for u in self.urls))
         ok = [s for s in snaps if s is not None]
         if not ok:
             if len(self.urls) == 1:
@@ -221,7 +237,10 @@ class AdminSource:
             raise SourceUnavailable(f"none of {len(self.urls)} proxies answers")
         if len(self.urls) == 1 or self._merge is None:
             return ok[0]
-        return self._merge(ok)
+        try:
+            return self._merge(ok)
+        except ValueError as exc:  # e.g. proxies answering for different windows
+            raise SourceUnavailable(f"cannot merge the proxies' snapshots: {exc}") from None
 
     async def active_requests(self) -> list[dict[str, Any]]:
         async def one(url: str) -> list[dict[str, Any]]:
@@ -252,9 +271,9 @@ class AdminSource:
                 async with self._http().post(url + RECORDING_PATH, json=body) as resp:
                     text = await resp.text()
                     if resp.status >= 400:
-                        first = text.strip().splitlines()[0][:160] if text.strip() else ""
                         raise SourceUnavailable(
-                            f"recording {action} refused by {url}: HTTP {resp.status} {first}"
+                            f"recording {action} refused by {url}: HTTP {resp.status} "
+                            f"{_error_text(text)}"
                         )
                     try:
                         reply = await resp.json(content_type=None)

@@ -110,6 +110,7 @@ class AdminServer:
         self.requests: Any = data["requests"]
         self.token = token
         self.windows: list[str | None] = []
+        self.queries: list[dict[str, str]] = []
         self.auth: list[str | None] = []
         self.recording_bodies: list[dict[str, Any]] = []
         self.raw_reply: str | None = None
@@ -130,6 +131,7 @@ class AdminServer:
             return web.json_response({"error": "unauthorised"}, status=401)
         window = request.query.get("window")
         self.windows.append(window)
+        self.queries.append(dict(request.query))
         if self.raw_reply is not None:
             return web.Response(text=self.raw_reply, content_type="application/json")
         snap = copy.deepcopy(self.snapshot)

@@ -41,6 +41,9 @@ class CapacityLine(ViewPanel):
             if in_flight is not None and in_flight > n:
                 t.append(f"  — now {fmt.count(in_flight)} in flight: over capacity", pal.bad)
         note = v.text("capacity", "note") or v.text("capacity", "reason")
+        need = v.num("capacity", "min_requests_per_bin")
+        if not note and n is None and need is not None:
+            note = f"needs ≥ {fmt.count(need)} finished requests at a concurrency level"
         if note:
             t.append(f"  ({note})", pal.dim)
         return t

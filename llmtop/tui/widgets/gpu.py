@@ -54,7 +54,8 @@ def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -
     if is_simulated(view, gpu):
         t.append("SIM ", f"bold reverse {pal.warn}")
     if width >= 90:
-        t.append(f"{name[:14]:<14} ")
+        n = 28 if width >= 140 else 14
+        t.append(f"{name[:n]:<{n}} ")
     bar_w = 16 if width >= 90 else 8
     t.append("mem ", pal.dim)
     t.append_text(bar(None if mem is None else mem / 100, bar_w, pal.usage(mem), pal.dim))

@@ -73,7 +73,9 @@ def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette) 
     v = as_num(user.get(column.key))
     if column.kind == "latency":
         threshold = view.slo.for_metric(column.slo_metric or "")
-        return Text(fmt.latency(v), style=pal.latency(v, threshold), justify="right")
+        # Merged from proxies without per-user histograms: an upper bound, marked "≤".
+        bound = "≤" if user.get("approximate") is True and v is not None else ""
+        return Text(bound + fmt.latency(v), style=pal.latency(v, threshold), justify="right")
     if column.kind == "attainment":
         return Text(fmt.pct(v, fraction=True), style=pal.attainment(v, view.slo.target),
                     justify="right")
