@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -76,11 +76,11 @@ class EventForwarder:
         self.fleet_in_flight = 0
         """Open requests across all workers, as the coordinator last reported."""
 
-    def on_events(self, batch: list[Event] | tuple[Event, ...]) -> None:
+    def on_events(self, batch: Sequence[Event]) -> None:
         room = self.max_buffer - len(self.buffer)
         if room < len(batch):
             self.dropped += len(batch) - max(room, 0)
-            batch = batch[: max(room, 0)]
+            batch = list(batch)[: max(room, 0)]
         self.buffer.extend(ev.to_json_dict() for ev in batch)
 
     def payload(self) -> bytes:

@@ -11,7 +11,7 @@ reach the snapshot, the recording, Prometheus and the TUI.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llmtop.config import Config
@@ -52,7 +52,7 @@ class SaturationMonitor:
     states: dict[str, _State] = field(default_factory=dict)
 
     # bus subscriber
-    def on_events(self, batch: list[Event] | tuple[Event, ...]) -> None:
+    def on_events(self, batch: Sequence[Event]) -> None:
         self.signals.on_events(batch)
 
     def raised(self) -> dict[str, str]:
