@@ -89,7 +89,8 @@ class Child:
         ]
         for t in self._threads:
             t.start()
-        self._ready.wait(timeout_s)
+        if self._want:  # nothing to wait for when the child announces nothing
+            self._ready.wait(timeout_s)
 
     def _pump(self, stream: IO[str] | None) -> None:
         if stream is None:
@@ -129,3 +130,13 @@ class Child:
 
 def llmtop_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "llmtop", *args]
+
+
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM behave like Ctrl-C in a parent that owns child processes, so its
+    ``finally`` blocks stop them instead of leaving orphans."""
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, raise_interrupt)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 import time
 from pathlib import Path
 
-from llmtop.cli.common import Child, UsageError, llmtop_cmd
+from llmtop.cli.common import Child, UsageError, interrupt_on_sigterm, llmtop_cmd
 
 NAME = "demo"
 HELP = "simulated engine + traffic past saturation + proxy + TUI, on any machine"
@@ -61,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--record: directory {parent} does not exist")
 
     children: list[Child] = []
+    interrupt_on_sigterm()
     try:
         sim = Child(llmtop_cmd("sim", "--profile", args.profile, "--listen", "127.0.0.1:0"),
                     (SIM_PREFIX,))
@@ -106,16 +106,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _wait(duration: float | None) -> None:
-    stop = False
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
     deadline = None if duration is None else time.monotonic() + duration
     with contextlib.suppress(KeyboardInterrupt):
-        while not stop and (deadline is None or time.monotonic() < deadline):
+        while deadline is None or time.monotonic() < deadline:
             time.sleep(0.2)
 
 

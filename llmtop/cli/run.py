@@ -11,6 +11,7 @@ from llmtop.cli.common import (
     UsageError,
     add_config_arguments,
     config_from_args,
+    interrupt_on_sigterm,
     llmtop_cmd,
 )
 
@@ -104,6 +105,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
 
     raw: list[str] = list(getattr(args, "_argv", []))
     argv = [a for a in raw[raw.index(NAME) + 1 :] if a != "--headless"] if NAME in raw else []
+    interrupt_on_sigterm()
     child = Child(child_command(argv), (LISTEN_PREFIX, ADMIN_PREFIX))
     if not child.ready:
         child.stop(5)
