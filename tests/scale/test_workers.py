@@ -1,0 +1,85 @@
+"""`llmtop run --workers N`: N processes share the port; the admin API, /metrics and the
+recording see one proxy (one aggregation of every worker's events)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtop.recording.reader import iter_recording
+from llmtop.sim.server import running_sim
+
+LISTEN = "llmtop: proxy listening on "
+ADMIN = "llmtop: admin listening on "
+
+
+async def start_run(*args: str) -> tuple[asyncio.subprocess.Process, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmtop", "run", "--headless", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    assert proc.stdout is not None
+    proxy = admin = ""
+    while not (proxy and admin):
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert line, "llmtop run exited before announcing its addresses"
+        if line.startswith(LISTEN):
+            proxy = line[len(LISTEN):].strip()
+        elif line.startswith(ADMIN):
+            admin = line[len(ADMIN):].strip()
+    return proc, proxy, admin
+
+
+async def test_two_workers_look_like_one_proxy(tmp_path: Path) -> None:
+    rec = tmp_path / "w.jsonl"
+    async with running_sim("tiny", max_num_seqs=16) as sim:
+        proc, proxy, admin = await start_run(
+            "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+            "--workers", "2", "--record", str(rec), "--gpu-source", "none")
+        try:
+            body = json.dumps({"model": "m", "max_tokens": 8, "stream": True,
+                               "messages": [{"role": "user", "content": "hello"}]})
+            users = ["alice", "bob"]
+            # a new connection per request, so the kernel spreads them over the workers
+            conn = aiohttp.TCPConnector(force_close=True)
+            async with aiohttp.ClientSession(connector=conn) as s:
+
+                async def one(i: int) -> int:
+                    async with s.post(proxy + "/v1/chat/completions", data=body, headers={
+                            "Content-Type": "application/json",
+                            "X-LLMTOP-User": users[i % 2]}) as r:
+                        return len(await r.read())
+
+                sizes = await asyncio.gather(*(one(i) for i in range(40)))
+                assert all(n > 0 for n in sizes)
+                await asyncio.sleep(1.0)  # workers forward every 0.2 s
+                async with s.get(admin + "/llmtop/v1/snapshot?window=all") as r:
+                    snap = await r.json()
+                async with s.get(admin + "/llmtop/v1/requests?state=recent") as r:
+                    recent = await r.json()
+                async with s.get(admin + "/metrics") as r:
+                    metrics = await r.text()
+            assert snap["system"]["requests"] == 40
+            assert snap["latency"]["ttft"]["count"] == 40
+            assert {u["user"]: u["requests"] for u in snap["users"]} == {"alice": 20, "bob": 20}
+            # request ids carry their process's prefix: both workers served traffic
+            rows = recent if isinstance(recent, list) else recent.get("requests", [])
+            prefixes = {str(r["id"]).split("-")[0] for r in rows}
+            assert len(prefixes) == 2, prefixes
+            ok = [s for f in text_string_to_metric_families(metrics)
+                  for s in f.samples if s.name == "llmtop_requests_total"
+                  and s.labels.get("outcome") == "ok"]
+            assert ok and ok[0].value == 40
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, out.decode()
+        assert b"served 40 requests" in out
+    records = [e for e in iter_recording(rec) if type(e).__name__ == "RequestRecord"]
+    assert len(records) == 40
+    assert len({r.id for r in records}) == 40  # type: ignore[union-attr]
