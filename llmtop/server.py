@@ -270,7 +270,11 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str) -> 
     bus = EventBus()
     active: dict[str, ActiveRequest] = {}
     proxy = ProxyServer(cfg, bus, active)
-    forwarder = EventForwarder(ingest_url, token, index, active)
+
+    def set_elsewhere(n: int) -> None:
+        proxy.concurrency_elsewhere = n
+
+    forwarder = EventForwarder(ingest_url, token, index, active, on_fleet=set_elsewhere)
     bus.subscribe(forwarder.on_events)
     try:
         await proxy.start(reuse_port=True)

@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -64,7 +64,8 @@ class EventForwarder:
     """Worker side: a bus subscriber that ships events and open requests to the coordinator."""
 
     def __init__(self, url: str, token: str, worker: int, active: Mapping[str, ActiveRequest],
-                 *, interval_s: float = 0.2, max_buffer: int = 200_000) -> None:
+                 *, interval_s: float = 0.2, max_buffer: int = 200_000,
+                 on_fleet: Callable[[int], None] | None = None) -> None:
         self.url = url
         self.token = token
         self.worker = worker
@@ -75,6 +76,8 @@ class EventForwarder:
         self.dropped = 0
         self.fleet_in_flight = 0
         """Open requests across all workers, as the coordinator last reported."""
+        self.on_fleet = on_fleet
+        """Called with the open requests of the *other* workers after each report."""
 
     def on_events(self, batch: Sequence[Event]) -> None:
         room = self.max_buffer - len(self.buffer)
@@ -109,6 +112,9 @@ class EventForwarder:
                 if resp.status == 200:
                     reply = await resp.json()
                     self.fleet_in_flight = int(reply.get("in_flight", 0))
+                    if self.on_fleet is not None:
+                        mine = int(reply.get("worker_in_flight", 0))
+                        self.on_fleet(max(0, self.fleet_in_flight - mine))
         except (aiohttp.ClientError, TimeoutError, ValueError):
             # the coordinator is gone or busy: keep the events for the next try (bounded)
             old = json.loads(body)["events"]
@@ -155,7 +161,8 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str) -> web.RouteDef:
             fleet.update(worker, list(body.get("active", [])))
         except (ValueError, KeyError, TypeError) as exc:
             return web.json_response({"error": f"bad ingest payload: {exc}"}, status=400)
-        return web.json_response({"in_flight": len(fleet)})
+        return web.json_response({"in_flight": len(fleet),
+                                  "worker_in_flight": len(fleet.by_worker.get(worker, {}))})
 
     return web.post(INGEST_PATH, ingest)
 

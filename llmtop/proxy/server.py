@@ -86,6 +86,9 @@ class ProxyServer:
         self.bus = bus
         self.active: dict[str, ActiveRequest] = active if active is not None else {}
         self.upstream_down = False
+        self.concurrency_elsewhere = 0
+        """Requests open in sibling worker processes (``--workers N``), added to each new
+        request's ``concurrency_at_start`` so capacity bins count the whole proxy."""
         self.usage_rejected = False
         """The upstream refused ``stream_options`` once: injection is off from then on."""
         self._base = cfg.upstream.rstrip("/")
@@ -180,7 +183,8 @@ class ProxyServer:
         )
         active = ActiveRequest(
             id=rid, user="", model=None, dialect=dialect, path=path, stream=False,
-            t_start=t_start, t0_ns=t0_ns, concurrency_at_start=len(self.active) + 1,
+            t_start=t_start, t0_ns=t0_ns,
+            concurrency_at_start=len(self.active) + 1 + self.concurrency_elsewhere,
         )
         self.active[rid] = active
         self._handlers.add(task)
