@@ -1,0 +1,642 @@
+"""What does llmtop's proxy add to a stream? Direct vs through llmtop vs through nginx.
+
+Starts ``llmtop sim`` (paced: one decode step every 20 ms for every running sequence,
+whatever the batch; and ``--firehose``: as fast as it can), ``llmtop run --headless`` in
+front of it (or, with ``--bare``, only the ProxyServer in a small process of its own) and
+Debian's nginx (``proxy_buffering off``, HTTP/1.1 keep-alive upstream, one worker; the
+benchmark installs it with apt-get when it is missing and writes its config in a temp
+dir). Then, for each concurrency level, it runs the same closed-loop load directly against
+the simulator, through llmtop and through nginx, interleaved (the order rotates from level
+to level), and compares what the client saw with the simulator's ground truth
+(``/sim/requests``: when each request arrived and when each content chunk was written):
+
+* added TTFT: per request, (client TTFT) − (engine's arrival → first chunk write); the
+  percentiles through a proxy minus the same percentiles direct;
+* added per-chunk delay: per content chunk, (client read time) − (engine write time); the
+  percentiles through a proxy minus direct;
+* coalesced chunks: content chunks that reached the client in the same read as an
+  earlier content chunk (direct shows what the machine itself merges);
+* proxy CPU µs per content chunk, from ``/proc/<pid>/stat`` of the proxy's process tree;
+* RSS per open stream: (peak RSS during the phase − RSS of the idle, warmed-up proxy) / N.
+
+The load generator is a bare asyncio protocol on uvloop in this process; every process
+shares this machine's cores, so at high concurrency the absolute figures measure the
+machine: the targets are ratios to nginx in the same run.
+
+    python benchmarks/proxy_overhead.py [--duration 5] [--levels 1,64,256]
+        [--modes paced,firehose] [--max-tokens 32] [--bare] [--no-nginx] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+PAT = b'"delta":{"content":"'  # a content chunk of the simulator's OpenAI stream
+END = b"\r\n0\r\n\r\n"  # the end of a chunked HTTP/1.1 body
+TAIL = max(len(PAT), len(END)) - 1
+ID_RE = re.compile(rb'"id":"([^"]+)"')
+PACED = ["--set", "base_step_s=0.02", "--set", "per_seq_s=0", "--set", "per_kv_token_s=0",
+         "--set", "prefill_tokens_per_s=1e9", "--set", "max_num_seqs=2048",
+         "--set", "kv_cache_tokens=10000000", "--set", "max_model_len=100000"]
+
+BARE_PROXY = """
+import asyncio, signal, sys
+from llmtop.bus import EventBus
+from llmtop.config import load_config
+from llmtop.proxy.server import ProxyServer
+
+async def main() -> None:
+    cfg = load_config(env={}, overrides={"upstream": sys.argv[1], "listen": "127.0.0.1:0"})
+    bus = EventBus()
+    pump = asyncio.create_task(bus.pump())
+    proxy = ProxyServer(cfg, bus)
+    print("llmtop: proxy listening on " + await proxy.start(), flush=True)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await proxy.shutdown(1.0)
+    pump.cancel()
+
+import uvloop
+uvloop.run(main())
+"""
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    upstream sim {{
+        server {upstream};
+        keepalive 1024;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://sim;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 3600s;
+        }}
+    }}
+}}
+"""
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants (Linux /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+    return out
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def rss_kib(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+class Proc:
+    """A child process that prints ``PREFIX URL`` once it listens."""
+
+    def __init__(self, cmd: list[str], prefix: str | None, env: dict[str, str] | None = None,
+                 timeout: float = 30.0) -> None:
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env, start_new_session=True)
+        self.url = ""
+        self.lines: list[str] = []
+        if prefix is None:
+            return
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip())
+            if line.startswith(prefix):
+                self.url = line[len(prefix):].strip()
+                threading.Thread(target=self._drain, daemon=True).start()
+                return
+        self.stop()
+        raise RuntimeError(f"{cmd[:4]} did not start: {' | '.join(self.lines[-5:])}")
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    @property
+    def pids(self) -> list[int]:
+        return _tree(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_nginx() -> tuple[str | None, str]:
+    """The nginx binary, installing Debian's package when missing; or None and why."""
+    found = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if found:
+        return found, ""
+    if shutil.which("apt-get") is None:
+        return None, "nginx is not installed and there is no apt-get to install it"
+    if os.geteuid() != 0:
+        return None, "nginx is not installed and installing it needs root (apt-get)"
+    print("installing nginx with apt-get ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "nginx-light"]):
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            return None, f"'{' '.join(cmd)}' failed: {r.stderr.strip()[-200:]}"
+    found = shutil.which("nginx") or "/usr/sbin/nginx"
+    return (found, "") if os.path.exists(found) else (None, "nginx still missing after apt-get")
+
+
+def start_nginx(binary: str, upstream: str, tmp: Path) -> Proc:
+    port = _free_port()
+    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (tmp / sub).mkdir(exist_ok=True)
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream.removeprefix("http://"),
+                                      port=port))
+    proc = Proc([binary, "-c", str(conf), "-p", str(tmp)], None)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            proc.url = f"http://127.0.0.1:{port}"
+            return proc
+        if proc.proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.stop()
+    raise RuntimeError(f"nginx did not start: {(tmp / 'error.log').read_text()[-300:]}")
+
+
+# -- the load generator ------------------------------------------------------------------
+
+
+@dataclass
+class Req:
+    t_send: float
+    rid: str | None = None
+    times: list[float] = field(default_factory=list)
+    coalesced: int = 0
+    ok: bool = True
+
+
+class Phase:
+    def __init__(self, host: str, port: int, request: bytes, n: int, end: float) -> None:
+        self.host, self.port, self.request, self.n, self.end = host, port, request, n, end
+        self.results: list[Req] = []
+        self.errors = 0
+        self.open = 0
+        self.done = asyncio.get_running_loop().create_future()
+
+    def closed(self) -> None:
+        self.open -= 1
+        if self.open == 0 and not self.done.done():
+            self.done.set_result(None)
+
+
+class StreamConn(asyncio.Protocol):
+    """One keep-alive connection sending the same streaming request until the phase ends."""
+
+    def __init__(self, phase: Phase) -> None:
+        self.phase = phase
+        self.transport: asyncio.Transport | None = None
+        self.cur: Req | None = None
+        self.head = b""
+        self.in_body = False
+        self.tail = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.send()
+
+    def send(self) -> None:
+        assert self.transport is not None
+        if time.time() >= self.phase.end:
+            self.transport.close()
+            return
+        self.head, self.in_body, self.tail = b"", False, b""
+        self.cur = Req(time.time())
+        self.transport.write(self.phase.request)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        cur = self.cur
+        assert cur is not None
+        if not self.in_body:
+            self.head += data
+            i = self.head.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            if not self.head.startswith(b"HTTP/1.1 200"):
+                cur.ok = False
+                self.phase.errors += 1
+                assert self.transport is not None
+                self.transport.close()
+                return
+            data = self.head[i + 4:]
+            self.in_body = True
+            if not data:
+                return
+        if cur.rid is None:
+            m = ID_RE.search(data)
+            if m:
+                cur.rid = m.group(1).decode()
+        both = self.tail + data
+        k = both.count(PAT)
+        if k:
+            cur.times.extend([now] * k)
+            cur.coalesced += k - 1
+        self.tail = both[-TAIL:]
+        if both.endswith(END):
+            self.phase.results.append(cur)
+            self.send()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.phase.closed()
+
+
+async def run_load(url: str, n: int, duration: float, max_tokens: int, usage: bool
+                   ) -> Phase:
+    host, port = url.removeprefix("http://").split(":")
+    body: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": max_tokens,
+                            "messages": [{"role": "user", "content": "hi"}]}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    raw = json.dumps(body).encode()
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
+               ).encode() + raw
+    loop = asyncio.get_running_loop()
+    phase = Phase(host, int(port), request, n, time.time() + duration)
+    for _ in range(n):
+        phase.open += 1
+        await loop.create_connection(lambda: StreamConn(phase), host, int(port))
+    await phase.done
+    return phase
+
+
+# -- one measurement ------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, round(q / 100 * (len(v) - 1)))]
+
+
+@dataclass
+class Result:
+    target: str
+    n: int
+    requests: int = 0
+    errors: int = 0
+    chunks: int = 0
+    coalesced: int = 0
+    ttft_over: list[float] = field(default_factory=list)
+    chunk_delay: list[float] = field(default_factory=list)
+    cpu_us_per_chunk: float | None = None
+    rss_kib_per_stream: float | None = None
+    chunks_per_s: float = 0.0
+    unmatched: int = 0
+
+
+async def measure(target: str, url: str, pids: list[int], idle_rss: int, sim_url: str,
+                  n: int, duration: float, max_tokens: int, usage: bool,
+                  session: aiohttp.ClientSession) -> Result:
+    cpu0 = cpu_s(pids)
+    peak = 0
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, rss_kib(pids))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.2)
+
+    sampler = asyncio.create_task(sample())
+    t0 = time.time()
+    phase = await run_load(url, n, duration, max_tokens, usage)
+    took = time.time() - t0
+    stop.set()
+    await sampler
+    cpu1 = cpu_s(pids)
+    async with session.get(sim_url + "/sim/requests") as r:
+        truth = {t["id"]: t for t in await r.json()}
+    res = Result(target, n, errors=phase.errors)
+    warm = t0 + min(0.5, duration / 4)
+    for req in phase.results:
+        res.chunks += len(req.times)
+        res.coalesced += req.coalesced
+        t = truth.get(req.rid or "")
+        if t is None or len(t["chunks"]) != len(req.times) or not req.times:
+            res.unmatched += 1
+            continue
+        res.requests += 1
+        if req.t_send < warm:
+            continue
+        res.ttft_over.append((req.times[0] - req.t_send) - (t["chunks"][0] - t["arrival"]))
+        res.chunk_delay.extend(c - s for c, s in zip(req.times, t["chunks"], strict=True))
+    res.chunks_per_s = res.chunks / took if took > 0 else 0.0
+    if pids and res.chunks:
+        res.cpu_us_per_chunk = (cpu1 - cpu0) / res.chunks * 1e6
+    if pids and peak:
+        res.rss_kib_per_stream = max(0, peak - idle_rss) / n
+    return res
+
+
+def ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.2f}"
+
+
+def added(res: Result, base: Result, attr: str, q: float) -> float | None:
+    a, b = pct(getattr(res, attr), q), pct(getattr(base, attr), q)
+    return None if a is None or b is None else a - b
+
+
+def print_table(mode: str, rows: list[tuple[Result, Result]]) -> None:
+    print(f"\n== {mode} ==")
+    print(f"{'streams':>7} {'via':<7} {'reqs':>5} {'chunks/s':>8} "
+          f"{'+TTFT p50':>9} {'+TTFT p99':>9} {'+chunk p50':>10} {'+chunk p99':>10} "
+          f"{'coalesced':>9} {'CPU us/chunk':>12} {'RSS KiB/stream':>14}")
+    for res, base in rows:
+        if res.target == "direct":
+            extra = (f"  (direct: client-engine TTFT overhead p50 {ms(pct(res.ttft_over, 50))}"
+                     f" p99 {ms(pct(res.ttft_over, 99))} ms, chunk delay p50 "
+                     f"{ms(pct(res.chunk_delay, 50))} p99 {ms(pct(res.chunk_delay, 99))} ms)")
+            print(f"{res.n:>7} {'direct':<7} {res.requests:>5} {res.chunks_per_s:>8.0f} "
+                  f"{'':>9} {'':>9} {'':>10} {'':>10} {res.coalesced:>9}{extra}")
+            continue
+        cpu = "n/a" if res.cpu_us_per_chunk is None else f"{res.cpu_us_per_chunk:.1f}"
+        rss = "n/a" if res.rss_kib_per_stream is None else f"{res.rss_kib_per_stream:.1f}"
+        print(f"{res.n:>7} {res.target:<7} {res.requests:>5} {res.chunks_per_s:>8.0f} "
+              f"{ms(added(res, base, 'ttft_over', 50)):>9} "
+              f"{ms(added(res, base, 'ttft_over', 99)):>9} "
+              f"{ms(added(res, base, 'chunk_delay', 50)):>10} "
+              f"{ms(added(res, base, 'chunk_delay', 99)):>10} {res.coalesced:>9} "
+              f"{cpu:>12} {rss:>14}"
+              + (f"  errors {res.errors}" if res.errors else "")
+              + (f"  unmatched {res.unmatched}" if res.unmatched else ""))
+
+
+def verdict(mode: str, level_rows: dict[int, dict[str, Result]]) -> list[str]:
+    """The issue's targets, as ratios to nginx in the same run."""
+    out: list[str] = []
+
+    def check(name: str, ok: bool | None, detail: str) -> None:
+        mark = "n/a " if ok is None else ("PASS" if ok else "MISS")
+        out.append(f"[{mode}] {mark} {name}: {detail}")
+
+    for n, by in sorted(level_rows.items()):
+        d, ll, ng = by.get("direct"), by.get("llmtop"), by.get("nginx")
+        if d is None or ll is None:
+            continue
+        a50 = added(ll, d, "ttft_over", 50)
+        a99 = added(ll, d, "ttft_over", 99)
+        c99 = added(ll, d, "chunk_delay", 99)
+        n99 = added(ng, d, "ttft_over", 99) if ng else None
+        nc99 = added(ng, d, "chunk_delay", 99) if ng else None
+        if n == 1:
+            check("1 stream: added TTFT p50 <= 0.5 ms", None if a50 is None else a50 <= 5e-4,
+                  f"{ms(a50)} ms")
+            if n99 is not None and a99 is not None:
+                check("1 stream: added TTFT p99 <= nginx p99 + 0.5 ms", a99 <= n99 + 5e-4,
+                      f"{ms(a99)} vs nginx {ms(n99)} ms")
+        elif ng is not None and a99 is not None and n99 is not None and c99 is not None \
+                and nc99 is not None:
+            check(f"{n} streams: added TTFT p99 <= 1.5x nginx",
+                  a99 <= 1.5 * max(n99, 1e-4), f"{ms(a99)} vs nginx {ms(n99)} ms")
+            check(f"{n} streams: added chunk delay p99 <= 1.5x nginx",
+                  c99 <= 1.5 * max(nc99, 1e-4), f"{ms(c99)} vs nginx {ms(nc99)} ms")
+            if ll.cpu_us_per_chunk is not None and ng.cpu_us_per_chunk is not None:
+                check(f"{n} streams: CPU per chunk <= 2x nginx",
+                      ll.cpu_us_per_chunk <= 2 * ng.cpu_us_per_chunk,
+                      f"{ll.cpu_us_per_chunk:.1f} vs nginx {ng.cpu_us_per_chunk:.1f} us")
+        check(f"{n} streams: no coalescing beyond direct", ll.coalesced <= d.coalesced,
+              f"llmtop {ll.coalesced}, direct {d.coalesced}"
+              + (f", nginx {ng.coalesced}" if ng else ""))
+        if n > 1 and ll.rss_kib_per_stream is not None:
+            check(f"{n} streams: RSS per open stream <= 64 KiB", ll.rss_kib_per_stream <= 64,
+                  f"{ll.rss_kib_per_stream:.1f} KiB")
+    return out
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+async def warm_up(url: str, max_tokens: int) -> None:
+    with contextlib.suppress(Exception):
+        await run_load(url, 2, 0.3, max_tokens, False)
+
+
+async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
+                   env: dict[str, str], tmp: Path, report: dict[str, Any]) -> list[str]:
+    py = sys.executable
+    sim_cmd = [py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1"]
+    sim_cmd += ["--firehose"] if mode == "firehose" else PACED
+    procs: list[Proc] = []
+    try:
+        sim = Proc(sim_cmd, "llmtop: sim listening on ", env)
+        procs.append(sim)
+        if args.bare:
+            llm = Proc([py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env)
+        else:
+            llm = Proc([py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
+                        "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+                       "llmtop: proxy listening on ", env)
+        procs.append(llm)
+        targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None),
+                                                        "llmtop": (llm.url, llm)}
+        if nginx_bin:
+            ngx = start_nginx(nginx_bin, sim.url, tmp / mode)
+            procs.append(ngx)
+            targets["nginx"] = (ngx.url, ngx)
+        idle: dict[str, int] = {}
+        for name, (url, proc) in targets.items():
+            await warm_up(url, args.max_tokens)
+            if proc is not None:
+                idle[name] = rss_kib(proc.pids)
+        rows: list[tuple[Result, Result]] = []
+        level_rows: dict[int, dict[str, Result]] = {}
+        order = list(targets)
+        async with aiohttp.ClientSession() as session:
+            for li, n in enumerate(args.levels):
+                by: dict[str, Result] = {}
+                rot = order[li % len(order):] + order[: li % len(order)]
+                for _ in range(args.rounds):
+                    for name in rot:
+                        url, proc = targets[name]
+                        pids = proc.pids if proc is not None else []
+                        res = await measure(name, url, pids, idle.get(name, 0), sim.url, n,
+                                            args.duration, args.max_tokens, args.client_usage,
+                                            session)
+                        prev = by.get(name)
+                        if prev is not None:  # merge rounds
+                            prev.requests += res.requests
+                            prev.errors += res.errors
+                            prev.chunks += res.chunks
+                            prev.coalesced += res.coalesced
+                            prev.unmatched += res.unmatched
+                            prev.ttft_over += res.ttft_over
+                            prev.chunk_delay += res.chunk_delay
+                        else:
+                            by[name] = res
+                        print(f"  {mode} n={n} {name}: {res.requests} requests, "
+                              f"{res.chunks_per_s:.0f} chunks/s", flush=True)
+                        await asyncio.sleep(0.3)
+                level_rows[n] = by
+                rows.extend((by[name], by["direct"]) for name in order)
+        print_table(mode, rows)
+        report[mode] = {
+            str(n): {name: {
+                "requests": r.requests, "errors": r.errors, "chunks": r.chunks,
+                "coalesced": r.coalesced, "chunks_per_s": r.chunks_per_s,
+                "ttft_overhead_p50_s": pct(r.ttft_over, 50),
+                "ttft_overhead_p99_s": pct(r.ttft_over, 99),
+                "chunk_delay_p50_s": pct(r.chunk_delay, 50),
+                "chunk_delay_p99_s": pct(r.chunk_delay, 99),
+                "cpu_us_per_chunk": r.cpu_us_per_chunk,
+                "rss_kib_per_stream": r.rss_kib_per_stream,
+            } for name, r in by.items()} for n, by in level_rows.items()}
+        return verdict(mode, level_rows)
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+async def amain(args: argparse.Namespace) -> int:
+    env = {**os.environ, "LLMTOP_GPU_SOURCE": "none", "PYTHONUNBUFFERED": "1"}
+    nginx_bin, why = (None, "--no-nginx") if args.no_nginx else ensure_nginx()
+    if nginx_bin is None:
+        print(f"nginx: not measured ({why})", flush=True)
+    print(f"llmtop proxy overhead: levels {args.levels}, {args.duration:g} s per phase, "
+          f"{args.max_tokens} tokens per request, modes {args.modes}, "
+          f"{'bare ProxyServer' if args.bare else 'llmtop run --headless'}; "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
+    report: dict[str, Any] = {"levels": args.levels, "duration_s": args.duration,
+                              "max_tokens": args.max_tokens, "bare": args.bare,
+                              "nginx": nginx_bin is not None}
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="llmtop-bench-") as tmpdir:
+        for mode in args.modes:
+            (Path(tmpdir) / mode).mkdir()
+            lines += await run_mode(mode, args, nginx_bin, env, Path(tmpdir), report)
+    print("\nTargets (issue 3; ratios to nginx in the same run):")
+    for line in lines:
+        print("  " + line)
+    if args.json:
+        report["verdict"] = lines
+        await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2))
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per phase (default 5)")
+    p.add_argument("--levels", default="1,64,256",
+                   help="concurrent streams, comma-separated (default 1,64,256)")
+    p.add_argument("--modes", default="paced,firehose", help="paced,firehose (default both)")
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens per request (default 32)")
+    p.add_argument("--rounds", type=int, default=1, help="repeat each phase (default 1)")
+    p.add_argument("--bare", action="store_true",
+                   help="run only the ProxyServer (no metrics side) instead of llmtop run")
+    p.add_argument("--client-usage", action="store_true",
+                   help="clients ask for usage themselves (no injection/stripping)")
+    p.add_argument("--no-nginx", action="store_true", help="skip the nginx comparison")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = p.parse_args()
+    try:
+        args.levels = [int(x) for x in args.levels.split(",") if x]
+        args.modes = [m for m in args.modes.split(",") if m]
+    except ValueError:
+        p.error("--levels must be integers")
+    if not set(args.modes) <= {"paced", "firehose"}:
+        p.error("--modes: paced and/or firehose")
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(amain(args))
+    return uvloop.run(amain(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
