@@ -49,6 +49,7 @@ class LlmtopApp(App[int]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
         Binding("p", "pause", "pause"),
         Binding("w", "cycle_window", "window"),
         Binding("s", "sort", "sort"),
@@ -56,7 +57,6 @@ class LlmtopApp(App[int]):
         Binding("slash", "filter", "filter"),
         Binding("r", "record", "rec"),
         Binding("d", "toggle_dark", "theme"),
-        Binding("question_mark", "help", "help"),
         Binding("space", "replay_pause", "play/pause", priority=True),
         Binding("left", "seek(-1)", "-10 s", priority=True),
         Binding("right", "seek(1)", "+10 s", priority=True),

@@ -162,6 +162,22 @@ async def test_tab_moves_focus_between_panels() -> None:
         assert app.focused is app.dashboard.users
 
 
+async def test_tab_at_80_columns_swaps_users_and_requests() -> None:
+    """At 80×24 only one table fits: `tab` swaps the users table for the active requests
+    and back."""
+    app = make_app(FixtureSource("saturated"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        assert "r-4400" not in screen_text(app)
+        await pilot.press("tab")
+        await shows(pilot, "r-4400")
+        assert app.focused is app.dashboard.requests
+        assert "key:3f9a1c2e          6" not in screen_text(app)
+        await pilot.press("tab")
+        await until(pilot, lambda: app.focused is app.dashboard.users)
+        assert "r-4400" not in screen_text(app)
+
+
 async def test_enter_opens_user_detail_and_escape_returns() -> None:
     """`enter` on a user row opens that user's detail (figures and their active requests);
     escape goes back to the dashboard."""

@@ -36,7 +36,10 @@ class Dashboard(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]  # noqa: RUF012
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("tab", "app.focus_next", "panels", show=True)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("tab", "next_panel", "panels", show=True),
+        Binding("shift+tab", "next_panel", "panels", show=False),
+    ]
 
     class UserSelected(Message):
         """``enter`` on a user row: the app opens that user's detail."""
@@ -75,7 +78,7 @@ class Dashboard(Screen[None]):
                 yield self.users
                 yield self.filter_input
             yield self.requests
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.latency.border_title = "latency"
@@ -105,6 +108,16 @@ class Dashboard(Screen[None]):
         self.users.show(view, palette)
         self.users_box.border_subtitle = self.users.subtitle()
         self.requests.show_requests(active, palette, view.slo.ttft_s)
+
+    def action_next_panel(self) -> None:
+        """Wide: move focus to the next panel. Narrow, where only one table fits: swap
+        the users table and the active requests."""
+        if self.has_class("-narrow"):
+            self.toggle_class("-show-requests")
+            showing = self.requests if self.has_class("-show-requests") else self.users
+            self.call_after_refresh(showing.focus)
+        else:
+            self.focus_next()
 
     # -- filter (``/``) ------------------------------------------------------------------------
 

@@ -120,7 +120,7 @@ class UserDetail(Screen[None]):
         yield self.header
         yield self.summary
         yield self.requests
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.requests.border_title = Text(f"active requests of {self.user or '(empty)'}")
