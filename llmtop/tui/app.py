@@ -99,6 +99,8 @@ class LlmtopApp(App[int]):
         self._fetching = False
         self._last_attempt = float("-inf")
         self._recording: str | None = None
+        self._started = 0
+        self._applied = 0
 
     @property
     def replay(self) -> ReplayControl | None:
@@ -142,18 +144,23 @@ class LlmtopApp(App[int]):
         """Fetch one snapshot (and the active requests) now and show it. Returns whether
         data arrived; a failure switches to the disconnected state instead of raising."""
         self._last_attempt = time.monotonic()
+        self._started += 1
+        ticket, window = self._started, self.window_s
         try:
-            snap = await self.source.fetch(self.window_s)
-        except SourceUnavailable as exc:
-            self._disconnected(str(exc))
-            return False
-        except Exception as exc:  # a source bug must not take the screen down
-            self._disconnected(f"{type(exc).__name__}: {exc}")
+            snap = await self.source.fetch(window)
+        except Exception as exc:  # a source bug must not take the screen down either
+            if ticket > self._applied:
+                why = str(exc) if isinstance(exc, SourceUnavailable) else (
+                    f"{type(exc).__name__}: {exc}")
+                self._disconnected(why)
             return False
         try:
             active: list[Mapping[str, Any]] = list(await self.source.active_requests())
         except Exception:
             active = []
+        if ticket < self._applied or window != self.window_s:
+            return False  # overtaken by a newer fetch (e.g. `w` during a timer fetch)
+        self._applied = ticket
         if not self.connected:
             self.notify("reconnected", severity="information", markup=False)
         self.connected, self.error, self.has_data = True, None, True
@@ -186,7 +193,7 @@ class LlmtopApp(App[int]):
             return None
         pos, dur = fmt.duration(rp.position_s), rp.duration_s
         where = pos if dur is None else f"{pos}/{fmt.duration(dur)}"
-        state = "⏸ " if self.replay_paused else "▶ "
+        state = "⏸ " if self._replay_is_paused(rp) else "▶ "
         return f"{state}replay {where} ×{rp.speed:g}"
 
     def _show(self) -> None:
@@ -282,15 +289,21 @@ class LlmtopApp(App[int]):
 
     # -- replay ----------------------------------------------------------------------------
 
+    def _replay_is_paused(self, rp: ReplayControl) -> bool:
+        """The source's own ``paused`` flag when it has one, else what the keys did."""
+        paused = getattr(rp, "paused", None)
+        return paused if isinstance(paused, bool) else self.replay_paused
+
     def action_replay_pause(self) -> None:
         rp = self.replay
         if rp is None:
             return
-        if self.replay_paused:
+        if self._replay_is_paused(rp):
             rp.resume()
+            self.replay_paused = False
         else:
             rp.pause()
-        self.replay_paused = not self.replay_paused
+            self.replay_paused = True
         self._show()
 
     async def action_seek(self, direction: int) -> None:
