@@ -59,9 +59,22 @@ def _filter(items: Iterable[tuple[str, str]], drop: frozenset[str]) -> CIMultiDi
     return out
 
 
-def upstream_request_headers(items: Iterable[tuple[str, str]]) -> CIMultiDict[str]:
-    """The client's request headers as they go upstream (see the module docstring)."""
-    return _filter(items, _REQUEST_DROP)
+def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's request headers (aiohttp's ``raw_headers``, bytes as received) as they
+    go upstream, in order and byte for byte (see the module docstring)."""
+    pairs = list(raw)
+    extra: set[str] = set()
+    for name, value in pairs:
+        if name.lower() == b"connection":
+            extra.update(t.strip().lower() for t in value.decode("latin-1").split(",")
+                         if t.strip())
+    out: list[tuple[bytes, bytes]] = []
+    for name, value in pairs:
+        low = name.decode("latin-1").lower()
+        if low in _REQUEST_DROP or low in extra or low.startswith("proxy-"):
+            continue
+        out.append((name, value))
+    return out
 
 
 def client_response_headers(items: Iterable[tuple[str, str]]) -> CIMultiDict[str]:

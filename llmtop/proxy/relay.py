@@ -1,13 +1,14 @@
 """The forwarding path: read → write → timestamp → observe, and nothing else.
 
-:func:`pump` moves one response body from the upstream to the client. Each read is written
-to the client as soon as it arrives — the same bytes, never re-encoded, never held back,
-never merged with the next read (chunks out == chunks in) — and only then timestamped with
-``time.perf_counter_ns()`` and fed, as the same immutable ``bytes`` object, to the dialect
-parser. When the parser reports content in that read, the time and the token count are
-appended to two lists on the :class:`Exchange`; the :class:`~llmtop.events.ActiveRequest`
-is updated in place for live views. There is no logging, no percentile and no JSON
-encoding here: :meth:`Exchange.to_record` builds the one
+:class:`RelaySink` moves one response body from the upstream to the client. Each upstream
+read is written to the client from the very callback that delivered it — the same bytes,
+never re-encoded, never held back, never merged with the next read (chunks out == chunks
+in); no task switch, no future, no buffer between the two sockets — and only then
+timestamped with ``time.perf_counter_ns()`` and fed, as the same immutable ``bytes``
+object, to the dialect parser. When the parser reports content in that read, the time and
+the token count are appended to two lists on the :class:`Exchange`; the
+:class:`~llmtop.events.ActiveRequest` is updated in place for live views. There is no
+logging, no percentile and no JSON encoding here: :meth:`Exchange.to_record` builds the one
 :class:`~llmtop.events.RequestRecord` at the end, and the server hands it to the bus.
 
 Times follow ``shared/docs/domain.md``: ``t0_ns`` is when the request headers were read;
@@ -18,17 +19,11 @@ last byte (the end of the body) was written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from time import perf_counter_ns
 from typing import Protocol
 
-from aiohttp import ClientError
-
 from llmtop.events import ActiveRequest, Dialect, Outcome, RequestRecord, TokenSource
 from llmtop.proxy.dialects.base import StreamParser
-
-ReadFn = Callable[[], Awaitable[bytes]]
-WriteFn = Callable[[bytes], Awaitable[None]]
 
 
 class ChunkFilter(Protocol):
@@ -38,6 +33,27 @@ class ChunkFilter(Protocol):
     def filter(self, data: bytes) -> bytes: ...
 
     def flush(self) -> bytes: ...
+
+
+class FlowControlled(Protocol):
+    """The client connection's protocol (aiohttp's ``RequestHandler``)."""
+
+    @property
+    def writing_paused(self) -> bool: ...
+
+
+class Drainable(Protocol):
+    """The client's stream writer: ``drain()`` waits until its transport wants more."""
+
+    async def drain(self) -> None: ...
+
+
+class Pausable(Protocol):
+    """The upstream connection: reading can pause while the client catches up."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
 
 
 class UpstreamBroken(Exception):
@@ -200,65 +216,132 @@ def scale_tokens(counts: list[int], total: int) -> list[int]:
     return base
 
 
-async def pump(
-    read: ReadFn,
-    write: WriteFn,
-    write_eof: Callable[[], Awaitable[None]],
-    parser: StreamParser,
-    ex: Exchange,
-    wd: Watchdog,
-    strip: ChunkFilter | None = None,
-) -> None:
-    """Relay one response body (see the module docstring).
+class ClientGone(ConnectionError):
+    """The client's connection closed while its response was being relayed."""
 
-    Raises :class:`UpstreamBroken` when the upstream read fails, ``ConnectionError`` when
-    the client is gone, ``CancelledError`` on cancellation (client left, timeout,
-    shutdown). ``ex.end_ns`` is set once the end of the body has been written.
+
+class RelaySink:
+    """The forwarding path for one response body (see the module docstring).
+
+    The upstream connection calls :meth:`on_data` from its ``data_received`` with the body
+    bytes of each network read; they are written to the client's transport in the same
+    callback — framed as an HTTP chunk when the response to the client is chunked, as is
+    otherwise — then timestamped and fed to the parser. When the client reads slower than
+    the upstream writes (its transport's buffer passes the high-water mark), reading from
+    the upstream pauses until the client has drained: nothing piles up in the proxy.
+    :attr:`done` resolves at the end of the body, or with :class:`UpstreamBroken` /
+    :class:`ClientGone`.
     """
-    active = ex.active
-    add_offset = ex.offsets.append
-    add_tokens = ex.tokens.append
-    feed = parser.feed
-    clock = perf_counter_ns
-    last = clock()
-    while True:
-        try:
-            data = await read()
-        except ClientError as exc:
-            raise UpstreamBroken(f"upstream stream broke: {type(exc).__name__}: {exc}") from exc
-        if not data:
-            break
-        if strip is None:
-            await write(data)
+
+    __slots__ = ("_chunked", "_client", "_drainer", "_ex", "_feed", "_parser", "_strip",
+                 "_transport", "_upstream", "_wd", "_writer", "done", "last_ns")
+
+    def __init__(
+        self,
+        ex: Exchange,
+        parser: StreamParser,
+        strip: ChunkFilter | None,
+        transport: asyncio.Transport,
+        chunked: bool,
+        client_protocol: FlowControlled,
+        writer: Drainable,
+        upstream: Pausable,
+        wd: Watchdog,
+    ) -> None:
+        self._ex = ex
+        self._parser = parser
+        self._feed = parser.feed
+        self._strip = strip
+        self._transport = transport
+        self._chunked = chunked
+        self._client = client_protocol
+        self._writer = writer
+        self._upstream = upstream
+        self._wd = wd
+        self._drainer: asyncio.Task[None] | None = None
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.last_ns = perf_counter_ns()
+
+    def _write(self, data: bytes) -> bool:
+        t = self._transport
+        if t.is_closing():
+            self._settle(ClientGone("client disconnected"))
+            return False
+        if self._chunked:
+            t.write(b"%x\r\n%b\r\n" % (len(data), data))
         else:
-            kept = strip.filter(data)
-            if kept:
-                await write(kept)
-        last = clock()
-        wd.last_ns = last
-        events, toks = feed(data)
+            t.write(data)
+        if self._client.writing_paused and self._drainer is None:
+            self._upstream.pause_reading()
+            self._drainer = asyncio.ensure_future(self._drain())
+        return True
+
+    async def _drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except ConnectionError:
+            self._settle(ClientGone("client disconnected"))
+            return
+        finally:
+            self._drainer = None
+        self._upstream.resume_reading()
+
+    def on_data(self, data: bytes) -> None:
+        if self.done.done():
+            return
+        strip = self._strip
+        out = data if strip is None else strip.filter(data)
+        if out and not self._write(out):
+            return
+        now = perf_counter_ns()
+        self.last_ns = now
+        self._wd.last_ns = now
+        events, toks = self._feed(data)
         if events:
-            if active.first_token_ns is None:
-                active.first_token_ns = last
-            active.last_chunk_ns = last
-            active.chunks += 1
-            active.tokens += toks
-            add_offset(last)
-            add_tokens(toks)
-    if strip is not None:
-        tail = strip.flush()
-        if tail:
-            await write(tail)
-            last = clock()
-    await write_eof()
-    ex.end_ns = clock()
-    # A last event without its trailing blank line/newline was written with the last read.
-    events, toks = parser.finish()
-    if events:
+            self._chunk(now, toks)
+
+    def _chunk(self, now: int, toks: int) -> None:
+        ex = self._ex
+        active = ex.active
         if active.first_token_ns is None:
-            active.first_token_ns = last
-        active.last_chunk_ns = last
+            active.first_token_ns = now
+        active.last_chunk_ns = now
         active.chunks += 1
         active.tokens += toks
-        add_offset(last)
-        add_tokens(toks)
+        ex.offsets.append(now)
+        ex.tokens.append(toks)
+
+    def on_end(self) -> None:
+        if self.done.done():
+            return
+        if self._strip is not None:
+            tail = self._strip.flush()
+            if tail:
+                if not self._write(tail):
+                    return
+                self.last_ns = perf_counter_ns()
+        self._settle(None)
+
+    def on_error(self, exc: Exception) -> None:
+        self._settle(UpstreamBroken(f"upstream stream broke: {exc}"))
+
+    def _settle(self, exc: BaseException | None) -> None:
+        if self.done.done():
+            return
+        if exc is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(exc)
+
+    def finish(self) -> None:
+        """After the end of the body was written: a last event that had no trailing blank
+        line/newline was written with the last read, so it counts at that time."""
+        events, toks = self._parser.finish()
+        if events:
+            self._chunk(self.last_ns, toks)
+
+    def cancel(self) -> None:
+        """Stop: no more writes (the relay is being torn down)."""
+        self._settle(ClientGone("relay cancelled"))
+        if self._drainer is not None:
+            self._drainer.cancel()

@@ -29,13 +29,13 @@ import contextlib
 import itertools
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
+from typing import cast
 
-import aiohttp
 from aiohttp import web
-from yarl import URL
+from aiohttp.http_writer import StreamWriter
+from aiohttp.streams import StreamReader
 
 from llmtop.bus import EventBus
 from llmtop.config import Config, ConfigError, parse_hostport
@@ -50,16 +50,25 @@ from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make
 from llmtop.proxy.errors import error_response
 from llmtop.proxy.headers import client_response_headers, upstream_request_headers
 from llmtop.proxy.identity import IdentityResolver
-from llmtop.proxy.relay import Exchange, UpstreamBroken, Watchdog, pump
+from llmtop.proxy.relay import ClientGone, Exchange, RelaySink, UpstreamBroken, Watchdog
 from llmtop.proxy.stamping import StampingServer, t0_ns_of
+from llmtop.proxy.upstream import (
+    BufferSink,
+    ConnectFailed,
+    ConnectTimeout,
+    ResponseHead,
+    UpstreamClosed,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamPool,
+)
 
 _STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "application/ndjson",
                            "application/jsonl", "application/x-jsonlines",
                            "application/jsonlines"})
-_SKIP_AUTO = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _CLIENT_GONE = 499
 """Status recorded for a request whose client left before any response (nginx's 499)."""
-_MAX_REJECTION_BODY = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +102,7 @@ class ProxyServer:
         """The upstream refused ``stream_options`` once: injection is off from then on."""
         self._base = cfg.upstream.rstrip("/")
         self._identity = IdentityResolver(cfg.user_header, cfg.user_salt)
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: UpstreamPool | None = None
         self._runner: web.ServerRunner | None = None
         self._handlers: set[asyncio.Task[object]] = set()
         self._closing = False
@@ -107,14 +116,7 @@ class ProxyServer:
         if not self._base:
             raise ConfigError("upstream is not set (--upstream URL)")
         host, port = parse_hostport(self.cfg.listen, "listen")
-        t = self.cfg.timeouts
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60.0),
-            timeout=aiohttp.ClientTimeout(total=None, connect=t.connect_s),
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=_SKIP_AUTO,
-        )
+        self._pool = UpstreamPool(self._base, self.cfg.timeouts.connect_s)
         # handler_cancellation: a client that leaves cancels its handler at once, even while
         # the upstream is still silent; auto_decompress off: request bodies pass unchanged
         server = StampingServer(self._handle, handler_cancellation=True, access_log=None,
@@ -127,7 +129,7 @@ class ProxyServer:
             await site.start()
         except OSError:
             await self._runner.cleanup()
-            await self._session.close()
+            self._pool.close()
             raise
         bound = port
         for addr in self._runner.addresses:
@@ -161,9 +163,9 @@ class ProxyServer:
             self._closing = True
             await runner.cleanup()
             self._runner = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         return ShutdownSummary(finished_in_grace=finished, cancelled=cancelled)
 
     # -- one request -------------------------------------------------------------------
@@ -241,10 +243,13 @@ class ProxyServer:
     ) -> web.StreamResponse:
         cfg = self.cfg
         dialect = ex.active.dialect
-        session = self._session
-        assert session is not None
-        url = URL(self._base + _target(request), encoded=True)
-        headers = upstream_request_headers(request.headers.items())
+        pool = self._pool
+        assert pool is not None
+        method = request.method
+        headers = upstream_request_headers(request.raw_headers)
+        with_length = bool(body) or method in _BODY_METHODS or (
+            request.content_length is not None)
+        target = _target(request)
         inject = (
             dialect == "openai" and cfg.inject_usage and info.stream
             and not info.wants_usage and not self.usage_rejected
@@ -254,40 +259,46 @@ class ProxyServer:
             inject = False
             sent = body
         wd = Watchdog(task)
-        upstream: aiohttp.ClientResponse | None = None
-        read: Callable[[], Awaitable[bytes]] | None = None
+        conn: UpstreamConnection | None = None
+        early: bytes | None = None
         try:
             try:
                 wd.arm(cfg.timeouts.first_byte_s, "first byte")
-                upstream = await self._send(session, request.method, url, headers, sent)
-                if inject and upstream.status in (400, 422):
-                    early = await upstream.content.read(_MAX_REJECTION_BODY)
-                    if is_usage_rejection(upstream.status, early):
-                        upstream.close()
+                conn, head = await self._exchange(
+                    pool, pool.request_bytes(method, target, headers, sent, with_length),
+                    method == "HEAD")
+                if inject and head.status in (400, 422):
+                    buffered = BufferSink(asyncio.get_running_loop())
+                    conn.attach(buffered)
+                    early = await buffered.done
+                    if is_usage_rejection(head.status, early):
+                        pool.release(conn)
+                        conn, early = None, None
                         self.usage_rejected = True
                         inject = False
                         wd.arm(cfg.timeouts.first_byte_s, "first byte")
-                        upstream = await self._send(session, request.method, url, headers, body)
+                        conn, head = await self._exchange(
+                            pool, pool.request_bytes(method, target, headers, body, with_length),
+                            method == "HEAD")
                     else:
                         inject = False
-                        read = _replay(early, upstream.content.readany)
                 self.upstream_down = False
-            except aiohttp.ConnectionTimeoutError:
+            except ConnectTimeout as exc:
                 return self._proxy_error(ex, dialect, 504, "timeout",
-                                         f"upstream connect timed out after "
-                                         f"{cfg.timeouts.connect_s:g} s", "upstream_timeout")
-            except aiohttp.ClientConnectorError as exc:
+                                         f"upstream connect timed out: {exc}", "upstream_timeout")
+            except ConnectFailed as exc:
                 self.upstream_down = True
                 return self._proxy_error(ex, dialect, 502, "error",
-                                         f"upstream unreachable: {exc.os_error or exc}",
-                                         "upstream_unreachable")
-            except aiohttp.ClientError as exc:
+                                         f"upstream unreachable: {exc}", "upstream_unreachable")
+            except UpstreamError as exc:
+                if conn is not None:
+                    conn.abort()
                 return self._proxy_error(ex, dialect, 502, "error",
-                                         f"upstream failed before responding: "
-                                         f"{type(exc).__name__}: {exc}", "upstream_error")
+                                         f"upstream failed before responding: {exc}",
+                                         "upstream_error")
             except asyncio.CancelledError:
-                if upstream is not None:
-                    upstream.close()
+                if conn is not None:
+                    conn.abort()  # the engine sees the disconnect now and stops generating
                 if not wd.fired:
                     ex.status = _CLIENT_GONE
                     ex.fail("cancelled", self._cancel_reason())
@@ -296,43 +307,52 @@ class ProxyServer:
                 return self._proxy_error(ex, dialect, 504, "timeout",
                                          f"upstream {wd.phase} timed out after "
                                          f"{wd.limit_ns / 1e9:g} s", "upstream_timeout")
-            return await self._relay(request, ex, wd, upstream, inject,
-                                     read or upstream.content.readany)
+            return await self._relay(request, ex, wd, pool, conn, head, inject, early)
         finally:
             wd.stop()
 
-    async def _send(
-        self,
-        session: aiohttp.ClientSession,
-        method: str,
-        url: URL,
-        headers: object,
-        body: bytes,
-    ) -> aiohttp.ClientResponse:
-        return await session.request(
-            method, url, headers=headers, data=body or None, allow_redirects=False,  # type: ignore[arg-type]
-        )
+    async def _exchange(
+        self, pool: UpstreamPool, raw: bytes, head_request: bool
+    ) -> tuple[UpstreamConnection, ResponseHead]:
+        """Send one request and wait for the response head; once more on a fresh connection
+        when a reused keep-alive connection turns out to have been closed by the upstream."""
+        conn = await pool.acquire()
+        try:
+            return conn, await conn.send(raw, head_request)
+        except UpstreamClosed as exc:
+            conn.abort()
+            if not exc.retryable:
+                raise
+        except BaseException:
+            conn.abort()
+            raise
+        conn = await pool.acquire(fresh=True)
+        try:
+            return conn, await conn.send(raw, head_request)
+        except BaseException:
+            conn.abort()
+            raise
 
     async def _relay(
         self,
         request: web.BaseRequest,
         ex: Exchange,
         wd: Watchdog,
-        upstream: aiohttp.ClientResponse,
+        pool: UpstreamPool,
+        conn: UpstreamConnection,
+        head: ResponseHead,
         inject: bool,
-        read: Callable[[], Awaitable[bytes]],
+        early: bytes | None,
     ) -> web.StreamResponse:
         """Send status and headers at once, then the body as it comes."""
-        status = upstream.status
+        status = head.status
         ex.status = status
-        uh = upstream.headers
-        ctype = uh.get("Content-Type", "")
+        ctype = head.get("Content-Type")
         strip = UsageChunkStripper() if inject and status < 300 else None
-        out = web.StreamResponse(status=status, reason=upstream.reason)
-        out.headers.extend(client_response_headers(uh.items()))
-        length = uh.get("Content-Length")
-        if length is not None and strip is None and length.isdigit():
-            out.content_length = int(length)
+        out = web.StreamResponse(status=status, reason=head.reason or None)
+        out.headers.extend(client_response_headers(head.headers))
+        if head.length is not None and strip is None:
+            out.content_length = head.length
         media = ctype.split(";", 1)[0].strip().lower()
         if media in _STREAM_TYPES:
             is_stream = True
@@ -343,34 +363,51 @@ class ProxyServer:
         ex.stream = ex.active.stream = is_stream
         if is_stream:
             out.headers["X-Accel-Buffering"] = "no"
-        encoding = uh.get("Content-Encoding", "").strip().lower()
+        encoding = head.get("Content-Encoding").strip().lower()
         parser_dialect: Dialect = ex.active.dialect
         if encoding not in ("", "identity"):
             parser_dialect = "other"  # compressed bytes pass through; not parsed
         parser = make_parser(parser_dialect, ex.stream, ctype or None)
         ex.parser = parser
-        wd.arm(self.cfg.timeouts.idle_s, "idle")
+        sink: RelaySink | None = None
         try:
             await out.prepare(request)
             ex.headers_sent = True
-            await pump(read, out.write, out.write_eof, parser, ex, wd, strip)
+            wd.arm(self.cfg.timeouts.idle_s, "idle")
+            transport = request.transport
+            if transport is None:
+                raise ClientGone("client disconnected")
+            writer = cast(StreamWriter, request.writer)
+            sink = RelaySink(ex, parser, strip, transport, writer.chunked,
+                             request.protocol, writer, conn, wd)
+            if early is not None:
+                sink.on_data(early)
+                sink.on_end()
+            else:
+                conn.attach(sink)
+            await sink.done
+            await out.write_eof()
+            ex.end_ns = perf_counter_ns()
+            sink.finish()
         except UpstreamBroken as exc:
-            upstream.close()
+            conn.abort()
             ex.fail("error", str(exc))
             return _abort(request, out)
         except ConnectionError:
-            upstream.close()
+            conn.abort()
             ex.fail("cancelled", "client disconnected")
             return out
         except asyncio.CancelledError:
-            upstream.close()  # the engine sees the disconnect now and stops generating
+            conn.abort()  # the engine sees the disconnect now and stops generating
+            if sink is not None:
+                sink.cancel()
             if not wd.fired:
                 ex.fail("cancelled", self._cancel_reason())
                 raise
             wd.absorb()
             ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
             return _abort(request, out)
-        upstream.release()
+        pool.release(conn)
         if status >= 400:
             ex.fail("error", f"upstream answered HTTP {status}")
         elif parser.error:
@@ -401,7 +438,7 @@ async def _continue_if_expected(request: web.BaseRequest) -> None:
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
-async def _read_body(content: aiohttp.StreamReader, limit: int) -> bytes | None:
+async def _read_body(content: StreamReader, limit: int) -> bytes | None:
     """The whole request body, or None once it exceeds ``limit`` bytes."""
     parts: list[bytes] = []
     size = 0
@@ -416,18 +453,6 @@ async def _read_body(content: aiohttp.StreamReader, limit: int) -> bytes | None:
     if len(parts) == 1:
         return parts[0]
     return b"".join(parts)
-
-
-def _replay(first: bytes, rest: Callable[[], Awaitable[bytes]]) -> Callable[[], Awaitable[bytes]]:
-    """A reader that yields ``first`` and then whatever ``rest`` reads."""
-    pending = [first] if first else []
-
-    async def read() -> bytes:
-        if pending:
-            return pending.pop()
-        return await rest()
-
-    return read
 
 
 def _abort(request: web.BaseRequest, out: web.StreamResponse | None) -> web.StreamResponse:

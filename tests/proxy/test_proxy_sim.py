@@ -279,7 +279,7 @@ async def _fault(url: str, fault: str, s: aiohttp.ClientSession, recs: Records,
 
 async def test_sim_faults_become_the_right_outcomes() -> None:
     async with running_sim("tiny", seed=6, time_scale=0.3) as sim, \
-            running_proxy(sim.url, timeouts__idle_s=0.25, timeouts__first_byte_s=0.4) as (
+            running_proxy(sim.url, timeouts__idle_s=0.6, timeouts__first_byte_s=1.2) as (
                 _, url, recs), aiohttp.ClientSession() as s:
         status, data, rec, _ = await _fault(url, "status:503", s, recs, 1)
         assert status == 503 and b"error" in data
@@ -297,11 +297,11 @@ async def test_sim_faults_become_the_right_outcomes() -> None:
         assert status == 200 and data.endswith(b"data: [DONE]\n\n")
         assert rec.outcome == "error" and "malformed" in (rec.error or "").lower()
 
-        status, data, rec, exc = await _fault(url, "stall:1500@2", s, recs, 5)
+        status, data, rec, exc = await _fault(url, "stall:2500@2", s, recs, 5)
         assert status == 200 and isinstance(exc, aiohttp.ClientPayloadError)
         assert rec.outcome == "timeout" and "idle" in (rec.error or "")
 
-        status, data, rec, _ = await _fault(url, "slow-headers:1500", s, recs, 6)
+        status, data, rec, _ = await _fault(url, "slow-headers:3000", s, recs, 6)
         assert status == 504 and b"timed out" in data
         assert rec.outcome == "timeout" and rec.status == 504
 

@@ -1,0 +1,553 @@
+"""A lean HTTP/1.1 client for the forwarding path: keep-alive connections to one upstream.
+
+Why not aiohttp's client: it delivers a response body through a ``StreamReader`` that a
+task must wake up to read, so every chunk costs a future, a task switch and a dozen
+Python calls before it can be written out. Here the body is handed to a
+:class:`BodySink` synchronously from the connection's ``data_received`` — the relay writes
+it to the client inside the same callback, like an event-driven C proxy does. The
+request line and headers are parsed once per response in Python; the body is only
+de-framed (``Content-Length``, ``chunked``, or until close), never decoded.
+
+One :class:`UpstreamPool` per proxy keeps idle keep-alive connections (LIFO, capped); an
+idle connection the upstream closes is dropped from the pool as soon as the close
+arrives. A request that finds its reused connection closed before any byte of a response
+may be resent once on a fresh connection (``UpstreamClosed.retryable``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Protocol
+from urllib.parse import urlsplit
+
+MAX_HEAD_BYTES: Final = 256 * 1024
+"""A response's status line and headers may not be longer (then it is malformed)."""
+MAX_CHUNK_LINE: Final = 4096
+IDLE_MAX: Final = 4096
+"""Idle keep-alive connections kept at most."""
+_NO_BODY_STATUS: Final = frozenset({204, 304})
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached or did not answer properly."""
+
+
+class ConnectFailed(UpstreamError):
+    """Connecting failed (refused, unreachable, DNS, TLS); ``os_error`` says why."""
+
+    def __init__(self, message: str, os_error: OSError | None = None) -> None:
+        super().__init__(message)
+        self.os_error = os_error
+
+
+class ConnectTimeout(UpstreamError):
+    """Connecting took longer than the connect timeout."""
+
+
+class UpstreamClosed(UpstreamError):
+    """The connection closed or broke before the response was complete.
+
+    ``retryable``: nothing of a response had arrived on a reused keep-alive connection —
+    the upstream closed it while idle, so sending again on a fresh one is safe.
+    """
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class MalformedResponse(UpstreamError):
+    """The response was not valid HTTP/1.x."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHead:
+    """Status line and headers of one response, and how its body is framed."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    length: int | None
+    """Content-Length when the body is framed by it."""
+    chunked: bool
+    no_body: bool
+    """HEAD request, 204 or 304: nothing follows the headers."""
+    keep_alive: bool
+
+    def get(self, name: str, default: str = "") -> str:
+        low = name.lower()
+        for k, v in self.headers:
+            if k.lower() == low:
+                return v
+        return default
+
+
+class BodySink(Protocol):
+    """Receives a response body as it arrives (called from ``data_received``)."""
+
+    def on_data(self, data: bytes) -> None:
+        """Body bytes of one network read (de-framed, so without chunk headers)."""
+
+    def on_end(self) -> None:
+        """The body is complete."""
+
+    def on_error(self, exc: UpstreamError) -> None:
+        """The body broke off (connection closed or malformed framing)."""
+
+
+class BufferSink:
+    """A sink that keeps the whole body (small error bodies the proxy must look at)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.parts: list[bytes] = []
+        self.done: asyncio.Future[bytes] = loop.create_future()
+
+    def on_data(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    def on_end(self) -> None:
+        if not self.done.done():
+            self.done.set_result(b"".join(self.parts))
+
+    def on_error(self, exc: UpstreamError) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc)
+
+
+_HEAD, _BODY, _IDLE, _CLOSED = 0, 1, 2, 3
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection; one request at a time."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self._pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.reused = False
+        self._state = _IDLE
+        self._buf = b""
+        self._head_fut: asyncio.Future[ResponseHead] | None = None
+        self._is_head_request = False
+        self._sink: BodySink | None = None
+        self._pending: list[bytes] = []
+        self._pending_eof = False
+        self._received = False
+        self._reusable = False
+        # body framing
+        self._mode = 0  # 1 length, 2 chunked, 3 until close
+        self._left = 0  # length mode: bytes to come; chunked: payload bytes of this chunk
+        self._crlf = 0  # chunked: bytes of the CRLF after a chunk still to skip
+        self._line = b""  # chunked: partial chunk-size or trailer line
+        self._trailers = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @property
+    def usable(self) -> bool:
+        t = self.transport
+        return self._state == _IDLE and t is not None and not t.is_closing()
+
+    @property
+    def reusable(self) -> bool:
+        """The last response ended cleanly and the connection may carry another."""
+        return self._reusable and self.usable
+
+    def abort(self) -> None:
+        """Drop the connection now (the upstream sees it closed at once)."""
+        self._state = _CLOSED
+        self._reusable = False
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        self._state = _CLOSED
+        self._reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    # -- one exchange ----------------------------------------------------------------
+
+    def send(self, request: bytes, head_request: bool) -> asyncio.Future[ResponseHead]:
+        """Write one request; the future resolves with the response head."""
+        assert self.transport is not None and self._state == _IDLE
+        loop = asyncio.get_running_loop()
+        self._head_fut = loop.create_future()
+        self._state = _HEAD
+        self._is_head_request = head_request
+        self._buf = b""
+        self._sink = None
+        self._pending = []
+        self._pending_eof = False
+        self._received = False
+        self._reusable = False
+        self.transport.write(request)
+        return self._head_fut
+
+    def attach(self, sink: BodySink) -> None:
+        """Start delivering the body to ``sink`` (what arrived so far first)."""
+        self._sink = sink
+        pending, self._pending = self._pending, []
+        for data in pending:
+            if self._state != _BODY:
+                break
+            self._body(data)
+        if self._state == _BODY:
+            if self._pending_eof:
+                self._eof()
+            else:
+                self.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._state == _BODY:
+            if self._sink is not None:
+                self._body(data)
+            else:
+                self._pending.append(data)
+                self.pause_reading()
+            return
+        if self._state == _HEAD:
+            self._received = True
+            self._head(data)
+            return
+        # bytes while idle: the upstream is out of step; this connection is done for
+        self.abort()
+
+    def eof_received(self) -> bool | None:
+        if self._state == _BODY and self._sink is None:
+            self._pending_eof = True
+            return True  # keep the transport until the pending bytes are delivered
+        self._eof()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        state = self._state
+        self._state = _CLOSED
+        self._reusable = False
+        self._pool.forget(self)
+        if state == _HEAD:
+            self._fail_head(UpstreamClosed(
+                "upstream closed the connection before responding"
+                + (f" ({exc})" if exc else ""),
+                retryable=self.reused and not self._received))
+        elif state == _BODY:
+            if self._mode == 3 and exc is None:
+                self._finish(reusable=False)
+            elif self._sink is not None:
+                self._sink.on_error(UpstreamClosed(
+                    "upstream closed the connection mid-response"
+                    + (f" ({exc})" if exc else "")))
+
+    def _eof(self) -> None:
+        if self._state == _BODY:
+            if self._mode == 3:
+                self._finish(reusable=False)
+            elif self._sink is not None:
+                self._state = _CLOSED
+                self._sink.on_error(UpstreamClosed("upstream closed the connection "
+                                                   "mid-response"))
+        elif self._state == _HEAD:
+            self._state = _CLOSED
+            self._fail_head(UpstreamClosed("upstream closed the connection before responding",
+                                           retryable=self.reused and not self._received))
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail_head(self, exc: UpstreamError) -> None:
+        fut = self._head_fut
+        if fut is not None and not fut.done():
+            fut.set_exception(exc)
+
+    # -- parsing ---------------------------------------------------------------------
+
+    def _head(self, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    self._malformed_head("response head too large")
+                    return
+                self._buf = buf
+                return
+            try:
+                head = _parse_head(buf[:end], self._is_head_request)
+            except MalformedResponse as exc:
+                self._malformed_head(str(exc))
+                return
+            buf = buf[end + 4:]
+            if 100 <= head.status < 200:  # interim (100 Continue, 103 Early Hints): skip
+                continue
+            break
+        self._buf = b""
+        self._state = _BODY
+        if head.no_body:
+            self._mode = 0
+        elif head.chunked:
+            self._mode, self._left, self._crlf, self._line = 2, 0, 0, b""
+            self._trailers = False
+        elif head.length is not None:
+            self._mode, self._left = 1, head.length
+        else:
+            self._mode = 3
+        self._reusable = head.keep_alive and self._mode != 3
+        fut = self._head_fut
+        if fut is not None and not fut.done():
+            fut.set_result(head)
+        if buf:
+            self._pending.append(buf)
+        if self._mode == 0 or (self._mode == 1 and self._left == 0):
+            self._pending.append(b"")  # nothing to wait for: attach() completes at once
+        self.pause_reading()  # until the relay has sent the head on and attaches
+
+    def _malformed_head(self, why: str) -> None:
+        self._state = _CLOSED
+        self._fail_head(MalformedResponse(why))
+        self.abort()
+
+    def _body(self, data: bytes) -> None:
+        mode = self._mode
+        sink = self._sink
+        assert sink is not None
+        if mode == 1:
+            n = len(data)
+            if n >= self._left:
+                if n > self._left:  # more than announced: deliver what was, drop the rest
+                    data = data[: self._left]
+                    self._reusable = False
+                self._left = 0
+                if data:
+                    sink.on_data(data)
+                self._finish(self._reusable)
+                return
+            self._left -= n
+            sink.on_data(data)
+            return
+        if mode == 2:
+            try:
+                payload, done = self._dechunk(data)
+            except MalformedResponse as exc:
+                self._state = _CLOSED
+                self.abort()
+                sink.on_error(exc)
+                return
+            if payload:
+                sink.on_data(payload)
+            if done:
+                self._finish(self._reusable)
+            return
+        if mode == 3:
+            if data:
+                sink.on_data(data)
+            return
+        self._finish(self._reusable)  # no body
+
+    def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
+        """The payload bytes in ``data`` and whether the last chunk (and trailers) ended."""
+        n = len(data)
+        left = self._left
+        if left >= n and not self._crlf:  # all of it inside one chunk: no copy
+            self._left = left - n
+            if self._left == 0:
+                self._crlf = 2
+            return data, False
+        out: list[bytes] = []
+        pos = 0
+        while pos < n:
+            if self._left:
+                take = min(self._left, n - pos)
+                out.append(data[pos:pos + take])
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self._crlf = 2
+            elif self._crlf:
+                skip = min(self._crlf, n - pos)
+                if data[pos:pos + skip] != b"\r\n"[2 - self._crlf:2 - self._crlf + skip]:
+                    raise MalformedResponse("bad chunked encoding (missing CRLF after chunk)")
+                pos += skip
+                self._crlf -= skip
+            else:
+                nl = data.find(b"\n", pos)
+                if nl < 0:
+                    self._line += data[pos:]
+                    if len(self._line) > MAX_CHUNK_LINE:
+                        raise MalformedResponse("bad chunked encoding (line too long)")
+                    break
+                line = (self._line + data[pos:nl]).rstrip(b"\r")
+                self._line = b""
+                pos = nl + 1
+                if self._trailers:
+                    if not line:  # the blank line after the trailers: done
+                        if pos < n:
+                            self._reusable = False  # bytes after the response
+                        return b"".join(out), True
+                    continue
+                size_text = line.split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise MalformedResponse(
+                        f"bad chunked encoding (chunk size {size_text[:20]!r})") from None
+                if size < 0:
+                    raise MalformedResponse("bad chunked encoding (negative size)")
+                if size == 0:
+                    self._trailers = True
+                else:
+                    self._left = size
+        return (out[0] if len(out) == 1 else b"".join(out)), False
+
+    def _finish(self, reusable: bool) -> None:
+        self._state = _IDLE if reusable else _CLOSED
+        self._reusable = reusable
+        if reusable:
+            self.resume_reading()  # an idle connection must notice the upstream closing it
+        sink = self._sink
+        if sink is not None:
+            sink.on_end()
+
+
+def _parse_head(raw: bytes, head_request: bool) -> ResponseHead:
+    lines = raw.split(b"\r\n")
+    status_line = lines[0]
+    version, _, rest = status_line.partition(b" ")
+    code, _, reason = rest.partition(b" ")
+    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+        raise MalformedResponse(f"bad status line {status_line[:60]!r}")
+    status = int(code)
+    headers: list[tuple[str, str]] = []
+    length: int | None = None
+    chunked = False
+    conn_close = version == b"HTTP/1.0"
+    for line in lines[1:]:
+        if not line:
+            continue
+        if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
+            name, value = headers[-1]
+            headers[-1] = (name, value + " " + line.strip().decode("utf-8", "replace"))
+            continue
+        name_b, sep, value_b = line.partition(b":")
+        if not sep or not name_b or name_b != name_b.strip():
+            raise MalformedResponse(f"bad header line {line[:60]!r}")
+        name = name_b.decode("latin-1")
+        value = value_b.strip().decode("utf-8", "replace")
+        headers.append((name, value))
+        low = name.lower()
+        if low == "content-length":
+            if not value.isdigit():
+                raise MalformedResponse(f"bad Content-Length {value[:30]!r}")
+            n = int(value)
+            if length is not None and length != n:
+                raise MalformedResponse("conflicting Content-Length headers")
+            length = n
+        elif low == "transfer-encoding":
+            chunked = value.lower().rsplit(",", 1)[-1].strip() == "chunked"
+        elif low == "connection":
+            tokens = {t.strip().lower() for t in value.split(",")}
+            if "close" in tokens:
+                conn_close = True
+            elif "keep-alive" in tokens and version == b"HTTP/1.0":
+                conn_close = False
+    no_body = head_request or status in _NO_BODY_STATUS or 100 <= status < 200
+    if chunked:
+        length = None
+    return ResponseHead(status=status, reason=reason.decode("latin-1"), headers=headers,
+                        length=length, chunked=chunked and not no_body, no_body=no_body,
+                        keep_alive=not conn_close)
+
+
+class UpstreamPool:
+    """Keep-alive connections to one upstream origin (``http://`` or ``https://``)."""
+
+    def __init__(self, base_url: str, connect_timeout_s: float) -> None:
+        u = urlsplit(base_url)
+        self.https = u.scheme == "https"
+        self.host = u.hostname or "localhost"
+        self.port = u.port or (443 if self.https else 80)
+        default = 443 if self.https else 80
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = shown if self.port == default else f"{shown}:{self.port}"
+        self.prefix = u.path.rstrip("/")
+        self.connect_timeout_s = connect_timeout_s
+        self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.https else None
+        self._idle: deque[UpstreamConnection] = deque()
+        self._all: set[UpstreamConnection] = set()
+
+    async def acquire(self, fresh: bool = False) -> UpstreamConnection:
+        """An idle keep-alive connection, or a new one. Raises ConnectFailed/ConnectTimeout."""
+        idle = self._idle
+        while idle and not fresh:
+            conn = idle.pop()
+            if conn.usable:
+                conn.reused = True
+                return conn
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, proto = await loop.create_connection(
+                    lambda: UpstreamConnection(self), self.host, self.port, ssl=self._ssl,
+                    server_hostname=self.host if self._ssl else None)
+        except TimeoutError:
+            raise ConnectTimeout(
+                f"connecting to {self.host_header} took over {self.connect_timeout_s:g} s"
+            ) from None
+        except OSError as exc:
+            raise ConnectFailed(f"cannot connect to {self.host_header}: "
+                                f"{exc.strerror or exc}", exc) from exc
+        self._all.add(proto)
+        return proto
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Back to the pool when it can carry another request; closed otherwise."""
+        if conn.reusable and len(self._idle) < IDLE_MAX:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        self._all.discard(conn)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
+
+    def close(self) -> None:
+        for conn in list(self._all):
+            conn.close()
+        self._idle.clear()
+
+    def request_bytes(self, method: str, target: str,
+                      headers: Iterable[tuple[bytes, bytes]], body: bytes,
+                      with_length: bool) -> bytes:
+        """The request as it goes upstream: ``target`` (path and query as the client sent
+        them) under the upstream's path prefix, ``Host`` rewritten, the client's other
+        headers byte for byte, ``Content-Length`` for the body actually sent."""
+        parts = [f"{method} {self.prefix}{target} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+                 .encode("utf-8", "surrogateescape")]
+        for name, value in headers:
+            parts.append(name + b": " + value + b"\r\n")
+        if with_length:
+            parts.append(b"Content-Length: %d\r\n" % len(body))
+        parts.append(b"\r\n")
+        if body:
+            parts.append(body)
+        return b"".join(parts)
