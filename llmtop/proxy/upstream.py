@@ -23,7 +23,7 @@ import ssl
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES: Final = 256 * 1024
@@ -149,8 +149,8 @@ class UpstreamConnection(asyncio.Protocol):
     # -- lifecycle -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # (uvloop's transports are not asyncio.Transport subclasses, but behave as one)
+        self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
