@@ -12,6 +12,7 @@ version does not know is skipped and counted (``unknown_lines``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,10 +30,19 @@ _CHUNK = 1 << 20
 Progress = Callable[[int, int], None]
 """``progress(bytes_read, total_bytes)`` — bytes of the file on disk (compressed for gz)."""
 
+def _engine(d: dict[str, Any]) -> EngineReading:
+    """JSON has no infinity: the writer maps the ``+Inf`` bucket's bound to null; read it
+    back as ``inf``."""
+    buckets = d.get("ttft_buckets")
+    if buckets:
+        d = {**d, "ttft_buckets": [(math.inf if le is None else le, c) for le, c in buckets]}
+    return EngineReading.from_json_dict(d)
+
+
 _DECODERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
     "request": RequestRecord.from_json_dict,
     "gpu": GpuReading.from_json_dict,
-    "engine": EngineReading.from_json_dict,
+    "engine": _engine,
     "warning": WarningEvent.from_json_dict,
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Iterator
@@ -71,7 +72,7 @@ def session(n: int = 200, *, seed: int = 1, duration_s: float = 60.0, model: str
                                       simulated=True)))
         out.append((t, EngineReading(t=t, kind="sim", running=float(s % 8), waiting=float(s % 3),
                                      kv_cache_usage=(s % 100) / 100, preemptions=0.0,
-                                     ttft_buckets=((0.1, 1.0), (1.0, 2.0)),
+                                     ttft_buckets=((0.1, 1.0), (1.0, 2.0), (math.inf, 3.0)),
                                      raw={"vllm:num_requests_running": float(s % 8)})))
     out.append((start + duration_s * 0.6, WarningEvent(t=start + duration_s * 0.6, code="QUEUEING",
                                                      severity="warning", message="queue grows",

@@ -52,7 +52,8 @@ def test_parquet_tables_have_the_right_rows(tmp_path: Path, recording: tuple) ->
     assert sum(r["outcome"] != "ok" for r in req) == errors > 0
     eng = pq.read_table(tmp_path / "pq" / "engine.parquet").to_pylist()
     assert dict(eng[3]["raw"]) == {"vllm:num_requests_running": 3.0}
-    assert eng[0]["ttft_buckets"] == [{"le": 0.1, "count": 1.0}, {"le": 1.0, "count": 2.0}]
+    assert eng[0]["ttft_buckets"] == [{"le": 0.1, "count": 1.0}, {"le": 1.0, "count": 2.0},
+                                      {"le": float("inf"), "count": 3.0}]
     assert not list((tmp_path / "pq").glob(".*.part"))
 
 

@@ -217,3 +217,16 @@ def test_controller_subscribes_and_unsubscribes(tmp_path: Path) -> None:
         ctl.start(str(path))
     assert ctl.start(str(path), overwrite=True)["recording"] is True
     ctl.stop()
+
+
+def test_fast_serialisation_equals_to_json_dict() -> None:
+    """The writer's event_dict (no deep copies) writes exactly what to_json_dict would."""
+    from llmtop.recording.writer import dumps_line, event_dict
+
+    for ev in session(40, duration_s=5):
+        assert dumps_line(event_dict(ev)) == dumps_line(ev.to_json_dict())
+    full = GpuReading(t=T0, index=1, name="g", mem_used_bytes=1, mem_total_bytes=2,
+                      util_gpu=1.0, mem_busy=2.0, dram_bw_util=3.0, power_w=4.0, simulated=True,
+                      sm_activity=5.0, power_limit_w=6.0, sm_clock_mhz=7.0, mem_clock_mhz=8.0,
+                      temperature_c=9.0, pcie_rx_bytes_s=10.0, pcie_tx_bytes_s=11.0)
+    assert dumps_line(event_dict(full)) == dumps_line(full.to_json_dict())
