@@ -167,3 +167,72 @@ def test_write_error_is_reported_not_raised(tmp_path: Path) -> None:
     st = rec.stop()
     assert st["error"] and "No space left" in st["error"]
     assert st["dropped"] == 10 and st["requests"] == 0
+
+
+async def test_kill_9_of_a_recording_proxy_mid_session(tmp_path: Path) -> None:
+    """`llmtop run --headless --record` in front of the simulator, steady traffic from the
+    openai SDK, then kill -9: every request the client saw finish more than a second before
+    the kill is in the recording."""
+    import asyncio
+    import re
+
+    import openai
+
+    from llmtop.sim.server import running_sim
+
+    path = tmp_path / "proxy.jsonl.gz"
+    async with running_sim("tiny", seed=5) as sim:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
+            "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--gpu-source", "none",
+            "--record", str(path), stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        assert proc.stdout is not None
+        proxy_url = ""
+        try:
+            while not proxy_url:
+                line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+                assert line, "llmtop run exited before listening"
+                m = re.search(r"proxy listening on (http://\S+)", line)
+                proxy_url = m.group(1) if m else ""
+            finished: dict[str, float] = {}
+            stop = asyncio.Event()
+            async with openai.AsyncOpenAI(base_url=proxy_url + "/v1", api_key="sk-x",
+                                          max_retries=0) as client:
+
+                async def worker(w: int) -> None:
+                    i = 0
+                    while not stop.is_set():
+                        user = f"w{w}-{i}"
+                        i += 1
+                        try:
+                            stream = await client.chat.completions.create(
+                                model="sim-tiny", max_tokens=8, stream=True,
+                                messages=[{"role": "user", "content": "hi"}],
+                                extra_headers={"X-LLMTOP-User": user})
+                            async for _ in stream:
+                                pass
+                        except openai.APIError:
+                            return  # the proxy was killed under us
+                        finished[user] = time.time()
+
+                workers = [asyncio.create_task(worker(w)) for w in range(3)]
+                await asyncio.sleep(3.0)
+                kill_t = time.time()
+                proc.kill()  # SIGKILL
+                await proc.wait()
+                stop.set()
+                await asyncio.gather(*workers, return_exceptions=True)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    must_have = {u for u, t in finished.items() if t < kill_t - 1.0}
+    assert len(must_have) >= 10
+    with RecordingReader(path) as r:
+        got = {e.user for e in r if isinstance(e, RequestRecord)}
+        assert r.footer is None
+    missing = must_have - got
+    assert not missing, f"{len(missing)} of {len(must_have)} requests finished >1 s before " \
+                        "the kill are missing from the recording"
