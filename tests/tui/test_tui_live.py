@@ -3,6 +3,7 @@ live data, a proxy that goes away and comes back, recording control, tokens."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -55,19 +56,23 @@ async def test_disconnected_proxy_shows_disconnected_then_recovers(server: Admin
 
 async def test_starting_with_the_proxy_down_waits_then_connects() -> None:
     """A proxy that is not up yet: the app says disconnected and connects once it is."""
+    # Hold a free port with a bound, non-listening socket: connections are refused and
+    # no other process can take the port before the server starts on it.
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
     srv = AdminServer("low_load")
-    await srv.start()
-    url = srv.url
-    await srv.stop()
-    app = LlmtopApp(AdminSource([url], timeout_s=1.0), refresh_hz=20, retry_s=0.1)
-    async with app.run_test(size=WIDE) as pilot:
-        await shows(pilot, "DISCONNECTED")
-        assert "waiting for the first snapshot" in screen_text(app)
-        await srv.start()
-        try:
+    srv.port = holder.getsockname()[1]
+    app = LlmtopApp(AdminSource([srv.url], timeout_s=1.0), refresh_hz=20, retry_s=0.1)
+    try:
+        async with app.run_test(size=WIDE) as pilot:
+            await shows(pilot, "DISCONNECTED")
+            assert "waiting for the first snapshot" in screen_text(app)
+            holder.close()
+            await srv.start()
             await shows(pilot, "alice")
-        finally:
-            await srv.stop()
+    finally:
+        holder.close()
+        await srv.stop()
 
 
 async def test_recording_key_posts_start_and_stop(server: AdminServer) -> None:

@@ -184,7 +184,7 @@ def screen_text(app: App[Any]) -> str:
     return console.export_text()
 
 
-async def until(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 10.0,
+async def until(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 20.0,
                 what: str = "condition") -> None:
     """Let the app run until ``cond()`` holds; fail after ``limit_s`` seconds."""
     deadline = time.monotonic() + limit_s
@@ -194,6 +194,6 @@ async def until(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 10
         await pilot.pause(0.02)
 
 
-async def shows(pilot: Pilot[Any], text: str, limit_s: float = 10.0) -> None:
+async def shows(pilot: Pilot[Any], text: str, limit_s: float = 20.0) -> None:
     """Wait until ``text`` is on screen."""
     await until(pilot, lambda: text in screen_text(pilot.app), limit_s, f"{text!r} on screen")
