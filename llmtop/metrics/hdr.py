@@ -154,9 +154,18 @@ def sparse_percentiles(idx: I64, counts: I64, ps: Sequence[float]) -> list[int]:
 
 def _zigzag_leb128(tokens: I64) -> bytes:
     """HdrHistogram's ZigZag LEB128 (64b9B) of each int64, for |v| < 2**55."""
+    return _leb128_parts(tokens)[0].tobytes()
+
+
+def _leb128_parts(tokens: I64) -> tuple[npt.NDArray[np.uint8], I64]:
+    """The encoded bytes and where each token's bytes start.
+
+    Byte plane by byte plane: byte k of every value that has one is written at its
+    position in one pass, so the cost is O(n × bytes of the largest value).
+    """
     n = len(tokens)
     if n == 0:
-        return b""
+        return np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int64)
     z = ((tokens << 1) ^ (tokens >> 63)).view(np.uint64)
     zmax = int(z.max())
     if zmax >= 1 << 56:
@@ -165,15 +174,57 @@ def _zigzag_leb128(tokens: I64) -> bytes:
     nb = np.ones(n, dtype=np.int64)
     for k in range(1, maxb):
         nb += z >= np.uint64(1 << (7 * k))
-    out = np.empty((n, maxb), dtype=np.uint8)
+    ends = np.cumsum(nb)
+    pos = ends - nb
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
     seven, low7 = np.uint64(7), np.uint64(0x7F)
-    zz = z.copy()
+    zz = z
+    sel = np.arange(n)
     for k in range(maxb):
-        col = (zz & low7).astype(np.uint8)
-        col[nb > k + 1] |= 0x80
-        out[:, k] = col
-        zz >>= seven
-    return out[np.arange(maxb)[None, :] < nb[:, None]].tobytes()
+        if k:
+            keep = nb[sel] > k
+            sel = sel[keep]
+            zz = zz[keep] >> seven
+        byte = (zz & low7).astype(np.uint8)
+        byte |= (nb[sel] > k + 1).astype(np.uint8) << 7
+        out[pos[sel] + k] = byte
+    return out, pos
+
+
+def _wrap(body: bytes) -> str:
+    header = _PAYLOAD_HEADER.pack(_ENCODING_COOKIE, len(body), 0, SIGNIFICANT, LOWEST, HIGHEST, 1.0)
+    cpayload = zlib.compress(header + body)
+    blob = _EXTERNAL_HEADER.pack(_COMPRESSION_COOKIE, len(cpayload)) + cpayload
+    return base64.b64encode(blob).decode("ascii")
+
+
+def encode_many(keys: I64, counts: I64, n: int) -> list[str]:
+    """Encode ``n`` histograms packed in one sorted array (``key = j * COUNTS_LEN + index``
+    for histogram ``j``) in one vectorised pass; equals ``encode_sparse`` of each."""
+    keep = counts != 0
+    if not keep.all():
+        keys, counts = keys[keep], counts[keep]
+    m = len(keys)
+    if m == 0:
+        return [_wrap(b"") for _ in range(n)]
+    hist = keys // COUNTS_LEN
+    idx = keys - hist * COUNTS_LEN
+    prev = np.empty(m, dtype=np.int64)
+    prev[0] = -1
+    prev[1:] = idx[:-1]
+    prev[1:][hist[1:] != hist[:-1]] = -1
+    gaps = idx - prev - 1
+    has_gap = gaps > 0
+    count_pos = np.arange(m) + np.cumsum(has_gap)
+    tokens = np.empty(m + int(has_gap.sum()), dtype=np.int64)
+    tokens[count_pos] = counts
+    tokens[count_pos[has_gap] - 1] = -gaps[has_gap]
+    data, pos = _leb128_parts(tokens)
+    first_entry = np.searchsorted(hist, np.arange(n + 1))
+    first_token = np.append(count_pos - has_gap, len(tokens))[first_entry]
+    byte_at = np.append(pos, len(data))[first_token].tolist()
+    raw = data.tobytes()
+    return [_wrap(raw[byte_at[j]:byte_at[j + 1]]) for j in range(n)]
 
 
 def encode_sparse(idx: I64, counts: I64) -> str:
@@ -199,10 +250,7 @@ def encode_sparse(idx: I64, counts: I64) -> str:
         body = _zigzag_leb128(tokens)
     else:
         body = b""
-    header = _PAYLOAD_HEADER.pack(_ENCODING_COOKIE, len(body), 0, SIGNIFICANT, LOWEST, HIGHEST, 1.0)
-    cpayload = zlib.compress(header + body)
-    blob = _EXTERNAL_HEADER.pack(_COMPRESSION_COOKIE, len(cpayload)) + cpayload
-    return base64.b64encode(blob).decode("ascii")
+    return _wrap(body)
 
 
 def decode_sparse(text: str) -> tuple[I64, I64]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from llmtop.events import EngineReading, GpuReading, finite_or_none
 from llmtop.metrics import capacity
-from llmtop.metrics.hdr import encode_sparse, summary_seconds
+from llmtop.metrics.hdr import encode_many
 from llmtop.metrics.ingest import (
     C_CANC,
     C_ERR,
@@ -52,7 +52,7 @@ from llmtop.metrics.ingest import (
     M_TTFT,
     METRICS,
 )
-from llmtop.metrics.table import SERIES_SPAN, SplitTable
+from llmtop.metrics.table import SERIES_SPAN, CountTable, SplitTable, group_id, group_stats
 from llmtop.metrics.windows import WINDOWS
 
 if TYPE_CHECKING:
@@ -68,21 +68,38 @@ _ROW_METRICS: Final = (M_TTFT, M_ITL, M_TPOT, M_E2E)
 def _series_percentiles(split: SplitTable, series: Sequence[int]
                         ) -> dict[tuple[int, int], list[float | None]]:
     """``{(metric, series): [p50, p95, p99] seconds or None}`` for the row metrics of many
-    series at once (TPOT and E2E: P95 only, at index 1)."""
+    series at once."""
     out: dict[tuple[int, int], list[float | None]] = {}
     if not series:
         return out
     sids = np.asarray(series, dtype=np.int64)
-    for metrics, ps in (((M_TTFT, M_ITL), ROW_PS), ((M_TPOT, M_E2E), (95.0,))):
-        groups = np.concatenate([m * SERIES_SPAN + sids for m in metrics])
-        totals, values, _ = split.group_percentiles(groups, ps)
-        keys = [(m, sid) for m in metrics for sid in series]
-        rows: list[list[float | None]] = (values / 1e6).tolist()
-        if len(ps) == 1:
-            rows = [[None, r[0], None] for r in rows]
-        empty: list[float | None] = [None, None, None]
-        for k, tot, row in zip(keys, totals.tolist(), rows, strict=True):
-            out[k] = row if tot else empty
+    groups = np.concatenate([m * SERIES_SPAN + sids for m in _ROW_METRICS])
+    totals, values, _ = split.group_percentiles(groups, ROW_PS)
+    keys = [(m, sid) for m in _ROW_METRICS for sid in series]
+    rows: list[list[float | None]] = (values / 1e6).tolist()
+    empty: list[float | None] = [None, None, None]
+    for k, tot, row in zip(keys, totals.tolist(), rows, strict=True):
+        out[k] = row if tot else empty
+    return out
+
+
+def summaries(table: CountTable, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``{name: {"count", "p50", "p90", "p95", "p99", "max", "mean"}}`` (seconds) for the
+    histograms packed in ``table`` (group ``j`` is ``names[j]``), in one vectorised pass."""
+    stats = group_stats(table, (50.0, 90.0, 95.0, 99.0))
+    out: dict[str, dict[str, Any]] = {}
+    rows = (stats.values / 1e6).tolist()
+    found = dict(zip(stats.groups.tolist(), range(len(stats.groups)), strict=True))
+    for j, name in enumerate(names):
+        i = found.get(j)
+        if i is None:
+            out[name] = {"count": 0, "p50": None, "p90": None, "p95": None, "p99": None,
+                         "max": None, "mean": None}
+            continue
+        p50, p90, p95, p99 = rows[i]
+        out[name] = {"count": int(stats.totals[i]), "p50": p50, "p90": p90, "p95": p95,
+                     "p99": p99, "max": int(stats.maxes[i]) / 1e6,
+                     "mean": float(stats.means[i]) / 1e6}
     return out
 
 
@@ -202,12 +219,10 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "waiting_max": int(view.conc_max[1]) if samples else None,
         "streaming_mean": mean(2),
     }
-    latency: dict[str, Any] = {}
-    histograms: dict[str, str] = {}
-    for m, name in enumerate(METRICS):
-        idx, cnt = split.group_hist(m, 0)
-        latency[name] = summary_seconds(idx, cnt)
-        histograms[name] = encode_sparse(idx, cnt)
+    sys_table = split.extract([group_id(m, 0) for m in range(len(METRICS))])
+    latency = summaries(sys_table, METRICS)
+    histograms = dict(zip(METRICS, encode_many(sys_table.keys, sys_table.counts,
+                                               len(METRICS)), strict=True))
 
     user_ids = [sid for sid in agg.users.tracked()
                 if counters[sid][C_REQ] or counters[sid][C_OUT] or sid in per_user_live]
@@ -234,11 +249,15 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
             "e2e_p95": pv[(M_E2E, sid)][1],
             "tracked": sid != agg.users.other_id,
         }
-        if user_histograms:
-            row["histograms"] = {
-                METRICS[m]: encode_sparse(*split.group_hist(m, sid)) for m in _ROW_METRICS
-            }
         users.append(row)
+    if user_histograms and user_ids:
+        groups = [group_id(m, sid) for sid in user_ids for m in _ROW_METRICS]
+        ut = split.extract(groups)
+        texts = encode_many(ut.keys, ut.counts, len(groups))
+        names = [METRICS[m] for m in _ROW_METRICS]
+        for i, row in enumerate(users):
+            k = i * len(names)
+            row["histograms"] = dict(zip(names, texts[k:k + len(names)], strict=True))
     users.sort(key=lambda u: (-u["output_tps"], -u["requests"], u["user"]))
 
     models = [

@@ -251,6 +251,26 @@ class SplitTable:
         t = CountTable(bi, bc).plus(CountTable(si, sc))
         return t.keys, t.counts
 
+    def extract(self, groups: Sequence[int]) -> CountTable:
+        """The summed histograms of ``groups`` packed as one table whose group ``j`` is the
+        ``j``-th requested group (``key = j * COUNTS_LEN + index``). O(their size)."""
+        bounds = np.array([[g * COUNTS_LEN, (g + 1) * COUNTS_LEN] for g in groups],
+                          dtype=np.int64).ravel()
+        parts: list[CountTable] = []
+        for t in (self.big, self.small):
+            if len(t) == 0:
+                continue
+            pos = np.searchsorted(t.keys, bounds)
+            lens = pos[1::2] - pos[0::2]
+            if not lens.any():
+                continue
+            take = np.concatenate([np.arange(a, b) for a, b in zip(pos[0::2].tolist(),
+                                                                    pos[1::2].tolist(),
+                                                                    strict=True)])
+            shift = np.repeat(bounds[0::2] - np.arange(len(groups)) * COUNTS_LEN, lens)
+            parts.append(CountTable(t.keys[take] - shift, t.counts[take]))
+        return CountTable.merge(parts)
+
     def group_totals(self, groups: I64) -> tuple[I64, I64]:
         """``(counts before each group, counts in it)``."""
         lo = self.count_le(groups * COUNTS_LEN - 1)
@@ -331,14 +351,12 @@ class SplitTable:
         lo = np.searchsorted(ca, cum_lo, side="left")
         hi = np.searchsorted(ca, cum_hi, side="left")
         if len(self.small):
-            while True:
-                open_ = lo < hi
-                if not open_.any():
-                    break
-                mid = (lo + hi) // 2
-                midc = np.minimum(mid, n - 1)
-                reach = ca[midc] + self.small.count_le(a.keys[midc]) >= target
-                hi = np.where(open_ & reach, mid, hi)
-                lo = np.where(open_ & ~reach, mid + 1, lo)
+            todo = np.flatnonzero(lo < hi)  # only the still-open searches, each round
+            while len(todo):
+                mid = (lo[todo] + hi[todo]) // 2  # < hi ≤ n
+                reach = ca[mid] + self.small.count_le(a.keys[mid]) >= target[todo]
+                hi[todo[reach]] = mid[reach]
+                lo[todo[~reach]] = mid[~reach] + 1
+                todo = todo[lo[todo] < hi[todo]]
         found = lo < n
         return np.where(found, a.keys[np.minimum(lo, n - 1)], none)

@@ -18,6 +18,7 @@ from llmtop.metrics.hdr import (
     HistogramDecodeError,
     bucket_index,
     decode_sparse,
+    encode_many,
     encode_sparse,
     seconds_to_us,
     summary_seconds,
@@ -174,3 +175,18 @@ def test_summary_in_seconds() -> None:
     assert s["p99"] == 99 / 1e6
     assert s["max"] == 100 / 1e6
     assert s["mean"] == pytest.approx(50.5 / 1e6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(values_us, min_size=1, max_size=6), st.data())
+def test_encode_many_equals_one_by_one(groups: list[list[int]], data: st.DataObject) -> None:
+    """Several histograms encoded in one vectorised pass (some may be empty)."""
+    hists = []
+    for vals in groups:
+        h = Histogram()
+        if data.draw(st.booleans()):
+            h.record_us(vals)
+        hists.append(h)
+    keys = np.concatenate([h.sparse()[0] + j * COUNTS_LEN for j, h in enumerate(hists)])
+    counts = np.concatenate([h.sparse()[1] for h in hists])
+    assert encode_many(keys, counts, len(hists)) == [h.encode() for h in hists]

@@ -177,3 +177,8 @@ def test_split_table_queries_equal_the_merged_table(big: list, small: list, ps: 
         assert sm == (cnt * MEDIAN_EQ[idx]).sum()
         bi, bc = split.group_hist(int(g) // SERIES_SPAN, int(g) % SERIES_SPAN)
         assert bi.tolist() == idx.tolist() and bc.tolist() == cnt.tolist()
+    packed = split.extract(groups.tolist())
+    for j, g in enumerate(groups.tolist()):
+        idx, cnt = merged.group_slice(g // SERIES_SPAN, g % SERIES_SPAN)
+        got_i, got_c = packed.group_slice(0, j)
+        assert got_i.tolist() == idx.tolist() and got_c.tolist() == cnt.tolist()
