@@ -13,14 +13,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rec_helpers import session, write_recording
+from rec_helpers import request, write_recording
 
+from llmtop.recording.reader import RecordingReader, read_header
+from llmtop.recording.replay import event_time
 from llmtop.recording.report.analyse import analyse
 from llmtop.recording.report.html import render_html
 from llmtop.recording.report.plots import PLOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "screenshots" / "report.png"
+FIXTURE = ROOT / "tests" / "fixtures" / "recordings" / "sim_tiny_ramp.jsonl.gz"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars")
@@ -46,9 +49,10 @@ def run_chromium(exe: str, tmp: Path, *args: str) -> subprocess.CompletedProcess
 
 def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     exe = chromium()
-    rec = tmp_path / "session.jsonl.gz"
-    write_recording(rec, session(400, duration_s=150, gpus=2,
-                                 users=("alice", "bob", "carol", "<i>dave</i>")))
+    rec = tmp_path / "session.jsonl.gz"  # the real ramp fixture plus a user to escape
+    events = list(RecordingReader(FIXTURE))
+    events.append(request(999, event_time(events[-1]), user="<i>dave</i>"))
+    write_recording(rec, events, header=read_header(FIXTURE))
     page = tmp_path / "report.html"
     page.write_text(render_html(analyse(rec)), encoding="utf-8")
 

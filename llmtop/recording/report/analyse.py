@@ -37,7 +37,9 @@ from llmtop.recording.replay import ReplayEngine, config_for
 REPORT_VERSION: Final = 1
 PCTS: Final = (50.0, 90.0, 95.0, 99.0)
 MAX_SERIES_POINTS: Final = 600
-_STEPS: Final = (10, 60, 300)  # snapshot windows the aggregator offers
+_STEPS: Final = ((2, 10), (10, 10), (60, 60), (300, 300))
+"""(snapshot every s, over a window of s): a sliding 10 s window every 2 s for short
+recordings, coarser as they grow (windows the aggregator offers: 10, 60, 300)."""
 _BATCH: Final = 5000
 _MAX_CONC_SERIES: Final = 60_000  # concurrency levels above share the last series
 _CONC_BASE: Final = 2  # series 0: system, 1: a dummy "model" series
@@ -351,22 +353,22 @@ def analyse(
     started = header.get("started_at")
     begin = eng.begin
 
-    # time-series snapshots every `step` s of recording time; the step grows (10 → 60 →
+    # time-series snapshots every `step` s of recording time; the step grows (2 → 10 → 60 →
     # 300 s, thinning the points so far) so a long recording stays ≤ MAX_SERIES_POINTS
     series: list[dict[str, Any]] = []
     steps = iter(_STEPS[1:])
-    step = _STEPS[0]
+    step, window = _STEPS[0]
     next_snap = begin + step
 
     def on_tick(now: float) -> None:
-        nonlocal step, next_snap, series
+        nonlocal step, window, next_snap, series
         while now >= next_snap:
-            series.append(_series_point(eng.snapshot(step), begin, step))
+            series.append(_series_point(eng.snapshot(window), begin, window))
             if len(series) >= MAX_SERIES_POINTS:
-                new_step = next(steps, None)
-                if new_step is not None:
-                    series = series[:: new_step // step]
-                    step = new_step
+                nxt = next(steps, None)
+                if nxt is not None:
+                    series = series[:: nxt[0] // step]
+                    step, window = nxt
                     next_snap = math.floor((now - begin) / step) * step + begin
             next_snap += step
 
@@ -437,6 +439,7 @@ def analyse(
             "input_tokens": sysf.get("input_tokens"),
             "span_s": sysf.get("span_s"),
             "series_step_s": step,
+            "series_window_s": window,
         },
         "outcomes": {
             "requests": c.requests,

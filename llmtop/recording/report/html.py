@@ -138,7 +138,7 @@ def render_html(r: dict[str, Any]) -> str:
     parts.append(kv_table([
         ("system output", esc(f"{num(th['output_tps'])} tok/s mean, "
                               f"{num(th['output_tps_peak'])} tok/s peak "
-                              f"({th['series_step_s']} s windows)")),
+                              f"({th['series_window_s']} s windows)")),
         ("system input", esc(f"{num(th['input_tps'])} tok/s")),
         ("requests", esc(f"{num(th['rps'], 2)} req/s")),
     ]))

@@ -101,7 +101,9 @@ def latency_over_time(r: dict[str, Any]) -> str:
         ax.set_ylabel(f"{name} (ms)")
         ax.set_ylim(bottom=0)
         ax.legend(loc="upper left", fontsize=8, ncols=4)
-    a1.set_title(f"Latency over time ({r['throughput']['series_step_s']} s windows)")
+    th = r["throughput"]
+    a1.set_title(f"Latency over time ({th['series_window_s']} s windows, "
+                 f"every {th['series_step_s']} s)")
     a2.set_xlabel(xlabel)
     return _svg(fig, "plot-latency-time")
 

@@ -108,7 +108,7 @@ def render_text(r: dict[str, Any]) -> str:
     out += [
         "THROUGHPUT",
         f"  system output   {num(th['output_tps'])} tok/s mean, "
-        f"{num(th['output_tps_peak'])} tok/s peak ({th['series_step_s']} s windows)",
+        f"{num(th['output_tps_peak'])} tok/s peak ({th['series_window_s']} s windows)",
         f"  system input    {num(th['input_tps'])} tok/s",
         f"  requests        {num(th['rps'], 2)} req/s",
         "",
