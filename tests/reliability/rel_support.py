@@ -434,3 +434,23 @@ def llmtop_process(tmp: Path, upstream: str, *args: str, **kw: Any) -> Iterator[
         yield p
     finally:
         p.kill()
+
+
+class ThreadedUpstream:
+    """A :class:`HostileUpstream` on its own event loop in a daemon thread, for tests
+    that drive a subprocess proxy synchronously (or from another loop)."""
+
+    def __init__(self, behaviours: dict[str, Behaviour] | None = None) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.up = HostileUpstream(behaviours)
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self.up.start(), self.loop).result(10)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.up.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
