@@ -2,7 +2,8 @@
 
 First match wins: the configured header (default ``X-LLMTOP-User``), the request body's
 ``user`` field (OpenAI), the API key (``Authorization: Bearer …`` or ``x-api-key``) as a
-salted-hash pseudonym ``key:`` + 8 hex digits, then the client address. A raw key is never
+salted-hash pseudonym ``key:`` + 8 hex digits, then the client address. Names are always
+valid text (bytes that are not UTF-8 become U+FFFD). A raw key is never
 stored or returned: it is hashed with a salt (``user_salt`` from the config, else random per
 process — pseudonyms are then stable only for the life of the process).
 """
@@ -13,6 +14,8 @@ import hashlib
 import os
 from collections.abc import Mapping
 from typing import Final
+
+from llmtop.proxy.dialects._common import as_text
 
 MAX_USER_LEN: Final = 128
 """Longer header or body values are cut (a user id, not a payload)."""
@@ -31,7 +34,7 @@ def _clean(value: str | None) -> str | None:
     value = value.strip()
     if not value:
         return None
-    return value[:MAX_USER_LEN]
+    return as_text(value[:MAX_USER_LEN])
 
 
 class IdentityResolver:

@@ -48,6 +48,20 @@ def count(value: object) -> int | None:
     return None
 
 
+def as_text(value: str) -> str:
+    """``value`` as text every output can carry: lone surrogates (from header bytes that
+    are not UTF-8, or JSON ``\\udcff`` escapes) become U+FFFD. Without this a single
+    client-chosen user or model name makes UTF-8 encoders (the Prometheus exposition, a
+    terminal) fail for as long as the name is shown."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return value
+
+
 def error_text(err: object) -> str:
     """A short one-line description of an error object from an upstream."""
     text: str
@@ -67,7 +81,7 @@ def error_text(err: object) -> str:
     text = " ".join(text[: MAX_ERROR_CHARS * 2].split())
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 1] + "…"
-    return text or "error"
+    return as_text(text) or "error"
 
 
 class ParserState:
@@ -92,7 +106,7 @@ class ParserState:
 
     def _set_model(self, model: object) -> None:
         if self.model is None and isinstance(model, str) and model:
-            self.model = model[:MAX_MODEL_CHARS]
+            self.model = as_text(model[:MAX_MODEL_CHARS])
 
     def _set_completion(self, value: object) -> int | None:
         n = count(value)

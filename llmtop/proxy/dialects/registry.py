@@ -14,13 +14,14 @@ shape of uvicorn's ``HTTP_PROTOCOLS``; ``auto`` (None) means "choose per request
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
 from llmtop.events import Dialect
-from llmtop.proxy.dialects._common import BAD, loads
+from llmtop.proxy.dialects._common import BAD, MAX_MODEL_CHARS, as_text, loads
 from llmtop.proxy.dialects.anthropic import (
     AnthropicBodyParser,
     AnthropicStreamParser,
@@ -157,11 +158,17 @@ def make_parser(
 
 
 def inspect_request(dialect: Dialect, path: str, body: bytes) -> RequestInfo:
-    """Model, user, stream and whether the client asked for usage. Never raises."""
+    """Model, user, stream and whether the client asked for usage. Never raises; the
+    model is valid text (see ``as_text``), at most ``MAX_MODEL_CHARS`` long."""
     impl = DIALECTS.get(dialect)
     if impl is None:
         return RequestInfo()
     try:
-        return impl.inspect(path, body)
+        info = impl.inspect(path, body)
     except Exception:  # a request body must never break the relay
         return RequestInfo()
+    if info.model is not None:
+        model = as_text(info.model[:MAX_MODEL_CHARS])
+        if model is not info.model:
+            info = dataclasses.replace(info, model=model)
+    return info
