@@ -372,6 +372,19 @@ class UpstreamConnection(asyncio.Protocol):
             if self._left == 0:
                 self._crlf = 2
             return data, False
+        if not left and not self._crlf and not self._line and not self._trailers:
+            # the common case: this read is exactly one whole chunk, "SIZE\r\nDATA\r\n"
+            nl = data.find(b"\r\n", 0, 20)
+            if nl > 0:
+                size_text = data[:nl]
+                if size_text.isalnum():
+                    try:
+                        size = int(size_text, 16)
+                    except ValueError:
+                        size = 0
+                    end = nl + 2 + size
+                    if size and end + 2 == n and data[end:] == b"\r\n":
+                        return data[nl + 2:end], False
         out: list[bytes] = []
         pos = 0
         while pos < n:
