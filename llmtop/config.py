@@ -97,6 +97,8 @@ class WarningsConfig:
     """Window the detectors look at."""
     clear_after_s: float = 15.0
     """A warning clears only after its condition has been false this long (hysteresis)."""
+    raise_after_s: float = 2.0
+    """A warning is raised only after its condition has held this long (hysteresis)."""
 
 
 @dataclass

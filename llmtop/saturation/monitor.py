@@ -1,24 +1,56 @@
 """Saturation warnings: detect, explain, clear — without false alarms.
 
 Each detector is a small function of the rolling :class:`Signals` returning evidence
-(a message) when its condition holds, else ``None``. :class:`SaturationMonitor` adds
-hysteresis — a warning is raised after its condition has held for ``raise_after_s`` and
-cleared only after it has been false for ``clear_after_s`` — and publishes
-:class:`~llmtop.events.WarningEvent` objects (raised / cleared) to the bus, from where they
-reach the snapshot, the recording, Prometheus and the TUI.
+(a message that names the figures and a likely remedy) when its condition holds, else
+``None``. :class:`SaturationMonitor` adds hysteresis in time — a warning is raised after its
+condition has held for ``warnings.raise_after_s`` and cleared only after it has been false
+for ``warnings.clear_after_s`` — and in value: once a condition holds, it keeps holding at a
+slightly lower level (``held``), so a reading hovering at a threshold does not flap. It
+publishes :class:`~llmtop.events.WarningEvent` objects (raised / cleared) to the bus, from
+where they reach the snapshot, the recording, Prometheus and the TUI.
+
+Every duration derives from ``warnings.window_s`` (W): the detectors look at the last W
+(queueing, bandwidth, prefill, preemptions), 2 W (errors) or 6 W (SLO attainment), so
+compressing W compresses them all.
+
+One incident, one warning: requests that failed while the upstream was unreachable (and in
+the moments before, when its streams broke) are UPSTREAM_DOWN's, not ERRORS'; failed
+requests are ERRORS', not the latency SLOs'.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
 
 from llmtop.config import Config
 from llmtop.events import ActiveRequest, Event, Severity, WarningEvent
-from llmtop.saturation.signals import Signals
+from llmtop.saturation.signals import Finished, Signals
 
 Publish = Callable[[Event], None]
+
+CODES = ("QUEUEING", "SLO_TTFT", "SLO_ITL", "SLO_E2E", "KV_CACHE", "GPU_MEMORY", "BANDWIDTH",
+         "ERRORS", "UPSTREAM_DOWN", "PREFILL_INTERFERENCE")
+"""Every code the monitor can raise (e.g. for a Prometheus gauge per code from the start)."""
+
+IMMEDIATE = frozenset({"UPSTREAM_DOWN"})
+"""Codes raised on the first tick their condition holds (no raise delay)."""
+
+
+SLO_REMEDY: Final = {
+    "ttft": "requests wait or prefill too long: fewer concurrent requests, more "
+            "replicas, shorter prompts",
+    "itl": "decode steps too slow: a smaller batch (max_num_seqs), chunked prefill or "
+           "a faster GPU",
+    "e2e": "answers take too long: lower max_tokens, fewer concurrent requests or "
+           "more replicas",
+}
+"""A likely remedy for each latency SLO, for its warning."""
 
 
 @dataclass
@@ -34,22 +66,56 @@ class _State:
     raised_at: float | None = None
     message: str = ""
 
+    @property
+    def held(self) -> bool:
+        """The condition holds now (pending or raised): use the lower 'keep' thresholds."""
+        return self.since_true is not None or self.raised_at is not None
+
 
 def _ms(x: float) -> str:
     return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
 
 
+def wilson_upper(p: float, n: int, z: float = 1.645) -> float:
+    """Upper end of the Wilson score interval of a proportion ``p`` seen in ``n`` trials
+    (one-sided 95 % with the default ``z``)."""
+    if n <= 0:
+        return 1.0
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z2 / n))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 @dataclass
 class SaturationMonitor:
-    """Evaluate every detector once per ``tick``; publish raise/clear transitions."""
+    """Evaluate every detector once per ``tick``; publish raise/clear transitions.
+
+    ``active``: the proxy's open requests (read at each tick); ``upstream_down``: the
+    proxy's "last connect failed" flag.
+    """
 
     cfg: Config
     publish: Publish
     active: Mapping[str, ActiveRequest] = field(default_factory=dict)
     upstream_down: Callable[[], bool] = lambda: False
-    raise_after_s: float = 2.0
-    signals: Signals = field(default_factory=Signals)
+    signals: Signals = field(init=False)
     states: dict[str, _State] = field(default_factory=dict)
+    outages: list[list[float]] = field(default_factory=list)
+    """[start, end] of each upstream-down episode (end = +inf while it lasts)."""
+
+    def __post_init__(self) -> None:
+        w = self.window_s
+        self.signals = Signals(keep_s=6 * w, horizon_s=max(330.0, 33 * w),
+                               engine_fresh_s=max(w / 2, 2.0 * self.cfg.engine.interval_s))
+
+    @property
+    def window_s(self) -> float:
+        return float(self.cfg.warnings.window_s)
 
     # bus subscriber
     def on_events(self, batch: Sequence[Event]) -> None:
@@ -59,27 +125,33 @@ class SaturationMonitor:
         """Codes raised now, with their current messages."""
         return {c: s.message for c, s in self.states.items() if s.raised_at is not None}
 
+    def _held(self, code: str) -> bool:
+        st = self.states.get(code)
+        return st is not None and st.held
+
     def tick(self, now: float | None = None, now_ns: int | None = None) -> list[WarningEvent]:
+        """Sample the open requests, evaluate every detector, publish and return the
+        transitions. ``now``: unix time; ``now_ns``: the ``perf_counter_ns`` clock the
+        proxy stamps ``ActiveRequest.t0_ns`` with."""
         now = time.time() if now is None else now
         now_ns = time.perf_counter_ns() if now_ns is None else now_ns
-        w = self.cfg.warnings
         self.signals.sample(now, self.active, now_ns)
-        self.signals.remember_baselines(now, w.window_s)
-        verdicts: dict[str, Verdict | None] = {
-            "QUEUEING": self.queueing(now),
-            "SLO_TTFT": self.slo(now, "ttft"),
-            "SLO_ITL": self.slo(now, "itl"),
-            "SLO_E2E": self.slo(now, "e2e"),
-            "KV_CACHE": self.kv_cache(now),
-            "GPU_MEMORY": self.gpu_memory(),
-            "BANDWIDTH": self.bandwidth(now),
-            "ERRORS": self.errors(now),
-            "UPSTREAM_DOWN": self.upstream(now),
-            "PREFILL_INTERFERENCE": self.prefill_interference(now),
+        self.signals.remember_baselines(now, self.window_s)
+        detectors: dict[str, Callable[[float, bool], Verdict | None]] = {
+            "QUEUEING": self.queueing,
+            "SLO_TTFT": lambda t, h: self.slo(t, h, "ttft"),
+            "SLO_ITL": lambda t, h: self.slo(t, h, "itl"),
+            "SLO_E2E": lambda t, h: self.slo(t, h, "e2e"),
+            "KV_CACHE": self.kv_cache,
+            "GPU_MEMORY": self.gpu_memory,
+            "BANDWIDTH": self.bandwidth,
+            "UPSTREAM_DOWN": self.upstream,  # before ERRORS: it marks the outage
+            "ERRORS": self.errors,
+            "PREFILL_INTERFERENCE": self.prefill_interference,
         }
         out: list[WarningEvent] = []
-        for code, verdict in verdicts.items():
-            ev = self._transition(code, verdict, now)
+        for code, detect in detectors.items():
+            ev = self._transition(code, detect(now, self._held(code)), now)
             if ev is not None:
                 out.append(ev)
                 self.publish(ev)
@@ -87,13 +159,13 @@ class SaturationMonitor:
 
     def _transition(self, code: str, v: Verdict | None, now: float) -> WarningEvent | None:
         st = self.states.setdefault(code, _State())
-        clear_after = self.cfg.warnings.clear_after_s
+        w = self.cfg.warnings
         if v is not None:
             st.since_false = None
             st.since_true = st.since_true if st.since_true is not None else now
             st.message = v.message
-            immediate = code in ("UPSTREAM_DOWN",)
-            if st.raised_at is None and (immediate or now - st.since_true >= self.raise_after_s):
+            immediate = code in IMMEDIATE
+            if st.raised_at is None and (immediate or now - st.since_true >= w.raise_after_s):
                 st.raised_at = now
                 return WarningEvent(now, code, v.severity, v.message, "raised")
             return None
@@ -101,7 +173,7 @@ class SaturationMonitor:
         if st.raised_at is None:
             return None
         st.since_false = st.since_false if st.since_false is not None else now
-        if now - st.since_false >= clear_after:
+        if now - st.since_false >= w.clear_after_s:
             st.raised_at = None
             st.since_false = None
             return WarningEvent(now, code, "info", f"cleared: {st.message}", "cleared")
@@ -109,88 +181,112 @@ class SaturationMonitor:
 
     # -- detectors ---------------------------------------------------------------------
 
-    def queueing(self, now: float) -> Verdict | None:
-        """Requests wait (engine queue, or no first token at the proxy) persistently while
-        TTFT p95 has grown well past what the service does unloaded."""
+    def queueing(self, now: float, held: bool) -> Verdict | None:
+        """The queue (engine waiting, or requests without a first token) stays non-empty
+        through the last half window while TTFT p95 has grown well past what the service
+        does unloaded. A burst that the engine absorbs empties the queue between arrivals;
+        saturation does not."""
         sig = self.signals
-        win = self.cfg.warnings.window_s
+        win = self.window_s
         samples = sig.samples_in(now, win)
-        if len(samples) < 3:
+        recent = sig.samples_in(now, win / 2)
+        if len(samples) < 3 or len(recent) < 2:
             return None
-        waiting = sum(s.waiting for s in samples) / len(samples)
-        in_flight = sum(s.in_flight for s in samples) / len(samples)
-        if waiting < 1.0 or waiting < 0.1 * in_flight:
+        queued = sum(1 for s in recent if s.waiting >= 1) / len(recent)
+        if queued < (0.5 if held else 0.8):
             return None
+        waiting = sum(s.waiting for s in recent) / len(recent)
+        in_flight = sum(s.in_flight for s in recent) / len(recent)
         base = sig.ttft_baseline()
         p95 = sig.ttft_p95(now, win)
-        oldest = max(s.oldest_waiting_s for s in samples)
+        oldest = max(s.oldest_waiting_s for s in recent)
         current = max(p95 or 0.0, oldest)
+        slo = self.cfg.slo.ttft_s
         if base is None:
-            slo = self.cfg.slo.ttft_s
             if slo is None or current <= slo:
                 return None
             base = min(p95 or current, slo)
-        if current < max(2.0 * base, base + 0.1):
+        floor = 0.2 * (slo if slo is not None else 0.5)
+        factor = 1.5 if held else 2.0
+        if current < max(factor * base, base + floor):
             return None
         tps = sig.output_tps(now, win)
         return Verdict(
-            f"saturated: {in_flight:.0f} in flight, +{waiting:.0f} of them only waiting; "
-            f"output {tps:.0f} tok/s; TTFT p95 {_ms(base)}→{_ms(current)}; "
-            "consider more replicas/routing or a concurrency limit"
+            f"saturated: {in_flight:.0f} in flight, {waiting:.0f} of them only waiting "
+            f"(queue never empty for {win / 2:g} s); output {tps:.0f} tok/s; TTFT p95 "
+            f"{_ms(base)}→{_ms(current)}; consider more replicas/routing or a concurrency "
+            "limit"
         )
 
-    def slo(self, now: float, which: str) -> Verdict | None:
+
+    def slo(self, now: float, held: bool, which: str) -> Verdict | None:
+        """Attainment of one latency SLO over the answered requests of the last 6 W is
+        below target beyond sampling noise: even the optimistic end of its one-sided 95 %
+        confidence interval (Wilson) misses the target — 3 misses in 56 requests is what a
+        service that meets 95 % does; 10 in 56 is not. Once raised, it holds while the
+        attainment itself stays below target."""
         slo = self.cfg.slo
-        att, n = self.signals.slo_attainment(now, 60.0, slo, which)
-        if att is None or n < 10 or att >= slo.target:
+        att, n = self.signals.slo_attainment(now, 6 * self.window_s, slo, which)
+        if att is None or n < 10:
+            return None
+        if (att if held else wilson_upper(att, n)) >= slo.target:
             return None
         limit = {"ttft": slo.ttft_s, "itl": slo.itl_p95_s, "e2e": slo.e2e_s}[which]
         name = {"ttft": "TTFT", "itl": "ITL p95", "e2e": "E2E"}[which]
         assert limit is not None
         return Verdict(
-            f"{name} SLO ≤ {_ms(limit)} met by {att:.0%} of the last {n} requests "
-            f"(target {slo.target:.0%})"
+            f"{name} SLO ≤ {_ms(limit)} met by {att:.0%} of the last {n} answered requests "
+            f"(target {slo.target:.0%}); {SLO_REMEDY[which]}"
         )
 
-    def kv_cache(self, now: float) -> Verdict | None:
+    def kv_cache(self, now: float, held: bool) -> Verdict | None:
+        """Engine KV-cache usage at the threshold, or preemptions in the last W."""
         eng = self.signals.engine
-        if eng is None or now - eng.t > 10.0:
+        win = self.window_s
+        if eng is None or now - eng.t > win:
             return None
-        pre = self.signals.preemptions_delta(now, 30.0)
+        pre = self.signals.preemptions_delta(now, win)
         usage = eng.kv_cache_usage
-        full = usage is not None and usage >= self.cfg.warnings.kv_cache_usage
+        thr = self.cfg.warnings.kv_cache_usage - (0.05 if held else 0.0)
+        full = usage is not None and usage >= thr
         if not full and pre <= 0:
             return None
         parts = []
         if usage is not None:
             parts.append(f"KV cache {usage:.0%} full")
         if pre > 0:
-            parts.append(f"{pre:.0f} preemptions in 30 s")
+            parts.append(f"{pre:.0f} preemptions in {win:g} s")
         return Verdict(
             "; ".join(parts) + " — requests are being recomputed or held back; shorter "
             "contexts, quantised KV, more memory or a lower max_num_seqs",
             "critical" if pre > 0 else "warning",
         )
 
-    def gpu_memory(self) -> Verdict | None:
+    def gpu_memory(self, now: float, held: bool) -> Verdict | None:
+        """Any GPU's used / total memory at the threshold."""
+        thr = self.cfg.warnings.gpu_memory - (0.02 if held else 0.0)
         worst: tuple[float, int] | None = None
         for g in self.signals.gpus.values():
             if g.mem_used_bytes is None or not g.mem_total_bytes:
                 continue
             frac = g.mem_used_bytes / g.mem_total_bytes
-            if frac >= self.cfg.warnings.gpu_memory and (worst is None or frac > worst[0]):
+            if frac >= thr and (worst is None or frac > worst[0]):
                 worst = (frac, g.index)
         if worst is None:
             return None
         g = self.signals.gpus[worst[1]]
         sim = " (simulated)" if g.simulated else ""
+        gib = 1024**3
         return Verdict(
-            f"GPU {g.index}{sim} memory {worst[0]:.0%} used — no room for more KV cache; "
-            "quantisation, shorter contexts or more memory"
+            f"GPU {g.index}{sim} memory {worst[0]:.0%} used "
+            f"({(g.mem_used_bytes or 0) / gib:.1f} of {(g.mem_total_bytes or 0) / gib:.1f} "
+            "GiB) — no room for more KV cache; quantisation, shorter contexts or more memory"
         )
 
-    def bandwidth(self, now: float) -> Verdict | None:
-        thr = self.cfg.warnings.bandwidth_pct
+    def bandwidth(self, now: float, held: bool) -> Verdict | None:
+        """DRAM bandwidth (GPM; else memory busy time) at the threshold while the chunk-gap
+        p50 has risen over its baseline: decode is memory-bound."""
+        thr = self.cfg.warnings.bandwidth_pct - (10.0 if held else 0.0)
         hot: list[str] = []
         for g in self.signals.gpus.values():
             bw, label = g.dram_bw_util, "DRAM bandwidth"
@@ -201,55 +297,117 @@ class SaturationMonitor:
         if not hot:
             return None
         base = self.signals.itl_baseline()
-        cur = self.signals.itl_p50(now, self.cfg.warnings.window_s)
-        if base is None or cur is None or cur < 1.2 * base:
+        cur = self.signals.itl_p50(now, self.window_s)
+        if base is None or cur is None or cur < (1.1 if held else 1.2) * base:
             return None
         return Verdict(
             f"{', '.join(hot)} while ITL p50 rose {_ms(base)}→{_ms(cur)}: decode is "
-            "memory-bound; smaller batches, quantisation or a faster GPU",
+            "memory-bound; smaller batches or contexts, quantisation or a faster GPU",
             "info",
         )
 
-    def errors(self, now: float) -> Verdict | None:
-        rows = [f for f in self.signals.finished_in(now, 60.0) if f.outcome != "cancelled"]
+    def _in_outage(self, f: Finished) -> bool:
+        return f.upstream_unreachable or any(a <= f.t_end <= b for a, b in self.outages)
+
+    def errors(self, now: float, held: bool) -> Verdict | None:
+        """Errors + timeouts among the requests of the last 2 W, outages excepted. A rate
+        that hovers at the threshold is raised once it reaches it, and held down to half of
+        it."""
+        rows = [f for f in self.signals.finished_in(now, 2 * self.window_s)
+                if f.outcome != "cancelled" and not self._in_outage(f)]
         bad = [f for f in rows if f.outcome in ("error", "timeout")]
-        if len(rows) < 10 or len(bad) < 3:
+        if len(rows) < 20 or len(bad) < 3:
             return None
         rate = len(bad) / len(rows)
-        if rate < self.cfg.warnings.error_rate:
+        thr = self.cfg.warnings.error_rate
+        if rate < (thr / 2 if held else thr):
             return None
         timeouts = sum(1 for f in bad if f.outcome == "timeout")
+        statuses: dict[int, int] = {}
+        for f in bad:
+            if f.outcome == "error":
+                statuses[f.status] = statuses.get(f.status, 0) + 1
+        top = ", ".join(f"HTTP {s} ×{n}" for s, n in
+                        sorted(statuses.items(), key=lambda kv: -kv[1])[:3])
+        what = "; ".join(x for x in (top, _plural(timeouts, "timeout") if timeouts else "") if x)
         return Verdict(
-            f"{rate:.1%} of the last {len(rows)} requests failed ({len(bad) - timeouts} errors,"
-            f" {timeouts} timeouts)",
+            f"{rate:.1%} of the last {len(rows)} requests failed ({what}); see the "
+            "engine's log — timeouts point at overload, 5xx at the engine, 4xx at clients",
             "critical",
         )
 
-    def upstream(self, now: float) -> Verdict | None:
-        if self.upstream_down():
-            return Verdict("upstream unreachable: clients get 502", "critical")
-        recent = self.signals.finished_in(now, 5.0)
-        if recent and all(f.upstream_unreachable for f in recent[-3:]) and len(recent) >= 3:
-            return Verdict("upstream unreachable: clients get 502", "critical")
-        return None
-
-    def prefill_interference(self, now: float) -> Verdict | None:
-        win = self.cfg.warnings.window_s
-        p50, p99 = self.signals.gap_percentiles(now, win)
-        if p50 is None or p99 is None or p99 < 5 * p50 or p99 < 0.05:
+    def upstream(self, now: float, held: bool) -> Verdict | None:
+        """The proxy's last connect failed, or the latest requests all found the upstream
+        unreachable. Marks the outage so its failures are not counted as ERRORS too."""
+        recent = self.signals.finished_in(now, self.window_s / 2)
+        failing = [f for f in recent if f.upstream_unreachable]
+        down = self.upstream_down() or (
+            len(recent) >= 3 and all(f.upstream_unreachable for f in recent[-3:]))
+        if not down:
+            if self.outages and self.outages[-1][1] == float("inf"):
+                self.outages[-1][1] = now + self.window_s / 2
             return None
-        rows = self.signals.finished_in(now, 60.0)
-        prompts = sorted(f.prompt_tokens for f in rows if f.prompt_tokens)
+        if not self.outages or self.outages[-1][1] != float("inf"):
+            start = min((f.t_end for f in failing), default=now)
+            # streams that broke as the upstream went away belong to the same incident
+            self.outages.append([start - self.window_s / 2, float("inf")])
+            del self.outages[:-8]
+        where = self.cfg.upstream or "the upstream"
+        return Verdict(
+            f"upstream unreachable: {where} refuses connections "
+            f"({_plural(len(failing), 'request')} got 502 in {self.window_s / 2:g} s); "
+            "is the engine running and listening there?",
+            "critical",
+        )
+
+    def prefill_interference(self, now: float, held: bool) -> Verdict | None:
+        """Running streams stall exactly when long prompts start: the chunk gaps that span
+        a long prompt's first token (the end of its prefill step) are far above the
+        window's gap p50. Random stalls that do not coincide with long prompts don't count.
+        """
+        sig = self.signals
+        win = self.window_s
+        prompts = [f.prompt_tokens for f in sig.finished if f.prompt_tokens]
         if len(prompts) < 5:
             return None
-        median = prompts[len(prompts) // 2]
-        long_ = [f for f in self.signals.finished if f.t_start >= now - win - 30
-                 and (f.prompt_tokens or 0) >= max(4 * median, 256)]
-        if not long_:
+        median = float(np.median(prompts))
+        long_min = max(4 * median, 256)
+        gaps = sig.gaps_in(now, win)
+        if gaps.size < 20:
+            return None
+        p50 = float(np.percentile(gaps, 50))
+        events = [f for f in sig.finished_in(now, 2 * win)
+                  if (f.prompt_tokens or 0) >= long_min and f.t_first is not None
+                  and f.t_first >= now - win]
+        streams = [r for r in sig.finished_in(now, 3 * win) if r.chunk_t.size >= 3]
+        spikes: list[float] = []
+        stalled = 0
+        for ev in events[-50:]:
+            t_l = ev.t_first
+            assert t_l is not None
+            seen: list[float] = []
+            for r in streams:
+                if r is ev or not r.t_start < t_l < r.t_end:
+                    continue
+                ct = r.chunk_t
+                if not ct[0] < t_l < ct[-1]:
+                    continue
+                i = int(np.searchsorted(ct, t_l))  # ct[i-1] < t_l <= ct[i]
+                lo = max(1, i - 1)
+                seen.append(float(np.max(np.diff(ct[lo - 1:i + 1]))))
+            if seen:
+                spikes.append(float(np.median(seen)))
+                stalled += len(seen)
+        if len(spikes) < (1 if held else 2):
+            return None
+        spike = float(np.median(spikes))
+        floor = self.cfg.slo.itl_p95_s or 0.05
+        if spike < max((2.0 if held else 3.0) * p50, floor):
             return None
         return Verdict(
-            f"chunk gap p99 {_ms(p99)} vs p50 {_ms(p50)}: {len(long_)} long prompts "
-            f"(≥ {max(4 * median, 256)} tokens) stall running streams; chunked prefill or a "
-            "separate prefill pool",
+            f"running streams stall {_ms(spike)} (chunk gap p50 {_ms(p50)}) when long "
+            f"prompts (≥ {long_min:.0f} tokens) start: {_plural(len(spikes), 'long prompt')}"
+            f" stalled {_plural(stalled, 'stream')} in {win:g} s; chunked prefill or "
+            "a separate prefill pool",
             "info",
         )

@@ -1,0 +1,246 @@
+"""Saturation warnings end to end: clients (the openai SDK) → llmtop's proxy → ``llmtop sim``
+(profile ``tiny``), observed by the real pipeline — bus, aggregator, detectors, the simulated
+GPU source and the engine scraper — with time compressed by ``SCALE`` (see
+sat_scenario_support).
+
+Each scenario asserts which warnings fire, within how long (in compressed seconds; the
+uncompressed equivalent is that ÷ SCALE), that they clear, and that nothing else fires.
+"Consequences" are warnings that are true by construction of a scenario (queueing behind a
+full KV cache is queueing) and may fire; anything else is a false alarm and fails.
+
+Run with ``-s`` to see one table row per scenario (the figures of the issue's table).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+from sat_scenario_support import (
+    SCALE,
+    ClosedLoop,
+    OpenLoop,
+    Pipeline,
+    measure_capacity,
+    scenario,
+)
+
+STEADY_S = 120 * SCALE
+"""Steady load for 2 minutes of uncompressed time."""
+
+
+def report(name: str, p: Pipeline, expected: str, start: float, raised: float | None,
+           cleared_from: float | None = None, cleared: float | None = None,
+           consequences: frozenset[str] = frozenset()) -> None:
+    """One row of the scenario table: detection and clearing latency in compressed seconds
+    (and their uncompressed equivalent), and every other warning that fired."""
+    def lat(t: float | None, since: float | None) -> str:
+        if t is None or since is None:
+            return "—"
+        d = t - since
+        return f"{d:.1f} s ({d / SCALE:.1f} s)"
+
+    others = sorted(p.raised_codes() - {expected})
+    false = [c for c in others if c not in consequences]
+    print(f"\nSCENARIO | {name} | {expected} | raised after {lat(raised, start)} | "
+          f"cleared after {lat(cleared, cleared_from)} | consequences "
+          f"{', '.join(c for c in others if c in consequences) or 'none'} | false alarms "
+          f"{', '.join(false) or 'none'}")
+
+
+def assert_only(p: Pipeline, expected: set[str], consequences: frozenset[str] = frozenset()
+                ) -> None:
+    raised = p.raised_codes()
+    assert expected <= raised, f"missing {expected - raised}:\n{p.describe()}"
+    extra = raised - expected - consequences
+    assert not extra, f"false alarms {extra}:\n{p.describe()}"
+
+
+async def test_steady_half_capacity_raises_nothing() -> None:
+    """Poisson arrivals at half of the measured capacity for 2 (uncompressed) minutes:
+    bursts come and go, the engine absorbs them, and no warning of any kind fires."""
+    async with scenario() as p:
+        capacity = await measure_capacity(p.url, 3.0)
+        assert capacity > 2.0, f"the simulator served only {capacity:.1f} req/s"
+        load = OpenLoop(p.url, capacity / 2, seed=11)
+        await asyncio.sleep(STEADY_S)
+        await load.stop()
+        report(f"steady {capacity / 2:.1f} req/s (½ of {capacity:.1f}) for "
+               f"{STEADY_S / SCALE / 60:.0f} min", p, "—", p.t0, None)
+    assert load.stats.failed == 0 and load.stats.ok > 30 * STEADY_S / 10
+    assert p.timeline == [], f"false alarms at half capacity:\n{p.describe()}"
+
+
+async def test_ramp_past_capacity_raises_queueing_then_clears() -> None:
+    """Concurrency 1 → 4 (= max_num_seqs: at the knee, no warning), then 6: QUEUEING within
+    10 s (uncompressed) of crossing the knee; back to 2: cleared within 30 s."""
+    async with scenario() as p:
+        load = ClosedLoop(p.url, 1)
+        for c in (1, 2, 3, 4):
+            load.resize(c)
+            await asyncio.sleep(4 * SCALE)
+        assert p.timeline == [], f"warnings below the knee:\n{p.describe()}"
+        knee = time.monotonic()
+        load.resize(6)
+        raised = await p.wait_for("QUEUEING", after=knee, within=20 * SCALE)
+        await asyncio.sleep(1.0)
+        drop = time.monotonic()
+        load.resize(2)
+        cleared = await p.wait_for("QUEUEING", "cleared", after=drop, within=40 * SCALE)
+        await load.stop()
+        report("ramp 1→6 concurrent past 4 slots", p, "QUEUEING", knee, raised, drop, cleared,
+               frozenset({"SLO_TTFT"}))
+    assert raised is not None and raised - knee <= 10 * SCALE, p.describe()
+    assert cleared is not None and cleared - drop <= 30 * SCALE, p.describe()
+    msg = p.message("QUEUEING")
+    assert "in flight" in msg and "TTFT p95" in msg and "replicas" in msg
+    assert_only(p, {"QUEUEING"}, frozenset({"SLO_TTFT"}))
+
+
+async def test_long_prompts_into_a_busy_engine_raise_prefill_interference() -> None:
+    """Three streams decoding while a 1,500-token prompt arrives about once a second: its
+    prefill step stalls them (no chunked prefill) — PREFILL_INTERFERENCE; cleared after the
+    long prompts stop. A stall matters when it breaks the ITL SLO, so this scenario has the
+    default 50 ms one, which the stalls break too: SLO_ITL may fire as a consequence."""
+    async with scenario(cfg={"slo.itl_p95_s": 0.05}) as p:
+        busy = ClosedLoop(p.url, 3, max_tokens=64)
+        await asyncio.sleep(4 * SCALE)
+        start = time.monotonic()
+        longs = OpenLoop(p.url, 1.0, max_tokens=4, prompt_tokens=1500, seed=3)
+        raised = await p.wait_for("PREFILL_INTERFERENCE", after=start, within=20 * SCALE)
+        longs.rate = 0.0
+        stop = time.monotonic()
+        cleared = await p.wait_for("PREFILL_INTERFERENCE", "cleared", after=stop,
+                                   within=40 * SCALE)
+        await longs.stop()
+        await busy.stop()
+        report("1,500-token prompts into 3 decoding streams", p, "PREFILL_INTERFERENCE",
+               start, raised, stop, cleared, frozenset({"SLO_ITL"}))
+    assert raised is not None, p.describe()
+    assert cleared is not None, p.describe()
+    msg = p.message("PREFILL_INTERFERENCE")
+    assert "long prompts" in msg and "chunked prefill" in msg
+    assert_only(p, {"PREFILL_INTERFERENCE"}, frozenset({"SLO_ITL"}))
+
+
+async def test_kv_exhaustion_with_preemptions_raises_kv_cache() -> None:
+    """Four 400-token prompts generating 200 tokens each outgrow the 2,048-token KV cache:
+    the engine preempts (and recomputes) — KV_CACHE, critical; cleared once the load
+    ends. Requests held back by the full cache queue, so QUEUEING and the latency SLOs may
+    fire as consequences."""
+    consequences = frozenset({"QUEUEING", "SLO_TTFT", "SLO_ITL"})
+    async with scenario() as p:
+        start = time.monotonic()
+        load = ClosedLoop(p.url, 4, max_tokens=200, prompt_tokens=400)
+        raised = await p.wait_for("KV_CACHE", after=start, within=30 * SCALE)
+        stop = time.monotonic()
+        await load.stop(drain_s=0.0)
+        cleared = await p.wait_for("KV_CACHE", "cleared", after=stop, within=40 * SCALE)
+        report("4 × (400 + 200) tokens into a 2,048-token KV cache", p, "KV_CACHE", start,
+               raised, stop, cleared, consequences)
+        preemptions = p.slot.handle.engine.preemptions if p.slot.handle else 0
+    assert preemptions > 0
+    assert raised is not None and cleared is not None, p.describe()
+    ev = next(e for _, e in p.timeline if e.code == "KV_CACHE")
+    assert ev.severity == "critical" and "preemptions" in ev.message
+    assert "max_num_seqs" in ev.message
+    assert_only(p, {"KV_CACHE"}, consequences)
+
+
+async def test_error_burst_raises_errors_then_clears() -> None:
+    """Poisson traffic where every 20th request gets ``X-Sim-Fault: status:500`` (5 %):
+    ERRORS; cleared after the faults stop. The latency SLOs leave failures to ERRORS."""
+    async with scenario() as p:
+        load = OpenLoop(p.url, 10.0, max_tokens=8, seed=5)
+        await asyncio.sleep(4 * SCALE)
+        start = time.monotonic()
+        load.fault, load.fault_every = "status:500", 20
+        raised = await p.wait_for("ERRORS", after=start, within=40 * SCALE)
+        load.fault = None
+        stop = time.monotonic()
+        cleared = await p.wait_for("ERRORS", "cleared", after=stop, within=60 * SCALE)
+        await load.stop()
+        report("5 % HTTP 500 (every 20th request)", p, "ERRORS", start, raised, stop, cleared)
+    assert load.stats.statuses.get(500, 0) >= 3
+    assert raised is not None and cleared is not None, p.describe()
+    msg = p.message("ERRORS")
+    assert "HTTP 500" in msg and "failed" in msg and "log" in msg
+    assert_only(p, {"ERRORS"})
+
+
+async def test_upstream_killed_raises_upstream_down_and_clears_when_back() -> None:
+    """The simulator stops (streams break, connections are refused): UPSTREAM_DOWN at
+    once — and not ERRORS for the same incident; it restarts on the same port: cleared."""
+    async with scenario() as p:
+        load = ClosedLoop(p.url, 2, max_tokens=16)
+        await asyncio.sleep(4 * SCALE)
+        killed = time.monotonic()
+        await p.slot.stop()
+        raised = await p.wait_for("UPSTREAM_DOWN", after=killed, within=10 * SCALE)
+        await asyncio.sleep(4 * SCALE)
+        back = time.monotonic()
+        await p.slot.start()
+        cleared = await p.wait_for("UPSTREAM_DOWN", "cleared", after=back, within=40 * SCALE)
+        await asyncio.sleep(1.0)
+        ok_after = load.stats.ok
+        await load.stop()
+        report("upstream stopped, restarted on its port", p, "UPSTREAM_DOWN", killed, raised,
+               back, cleared)
+    assert raised is not None and cleared is not None, p.describe()
+    assert load.stats.statuses.get(502, 0) >= 2 and ok_after > 0
+    msg = p.message("UPSTREAM_DOWN")
+    assert p.cfg.upstream in msg and "502" in msg
+    assert_only(p, {"UPSTREAM_DOWN"})
+
+
+GIB = 1024**3
+
+
+async def test_gpu_memory_at_97_percent_raises_gpu_memory() -> None:
+    """A simulated GPU whose weights and runtime fill 97 % of its memory: GPU_MEMORY; the
+    engine restarts on a larger GPU: cleared."""
+    tiny_resident = 300 * 1024**2 + 1_000_000_000  # runtime overhead + weights
+    async with scenario(sim={"mem_total_bytes": round(tiny_resident / 0.97)}) as p:
+        start = p.t0
+        load = ClosedLoop(p.url, 1, max_tokens=16)
+        raised = await p.wait_for("GPU_MEMORY", within=20 * SCALE)
+        await load.stop()
+        await p.slot.stop()
+        back = time.monotonic()
+        await p.slot.start(mem_total_bytes=8 * GIB)
+        cleared = await p.wait_for("GPU_MEMORY", "cleared", after=back, within=40 * SCALE)
+        report("simulated GPU memory 97 % used", p, "GPU_MEMORY", start, raised, back, cleared)
+    assert raised is not None and cleared is not None, p.describe()
+    msg = p.message("GPU_MEMORY")
+    assert re.search(r"memory (9[5-9]|100)% used", msg), msg
+    assert "simulated" in msg and "quantisation" in msg
+    assert_only(p, {"GPU_MEMORY"})
+
+
+async def test_memory_bound_decode_raises_bandwidth() -> None:
+    """A memory-bound engine — a 4 GB model on the same 100 GB/s part, 4 MiB of KV re-read
+    per context token, no per-sequence compute, fast (chunked) prefill: one short stream,
+    then three more with 400-token contexts. DRAM bandwidth stays near its peak while ITL
+    rises: BANDWIDTH; back to the one short stream: cleared."""
+    mib = 1024**2
+    sim = {"weights_bytes": 4_000_000_000, "base_step_s": 0.04, "per_seq_s": 0.0,
+           "kv_bytes_per_token": 4 * mib, "per_kv_token_s": 4 * mib / 100e9,
+           "prefill_tokens_per_s": 100_000.0, "mem_total_bytes": 16 * GIB}
+    async with scenario(sim=sim) as p:
+        light = ClosedLoop(p.url, 1, max_tokens=32)
+        await asyncio.sleep(8 * SCALE)
+        assert p.timeline == [], p.describe()
+        start = time.monotonic()
+        heavy = ClosedLoop(p.url, 3, max_tokens=32, prompt_tokens=400)
+        raised = await p.wait_for("BANDWIDTH", after=start, within=20 * SCALE)
+        await heavy.stop(drain_s=0.0)
+        stop = time.monotonic()
+        cleared = await p.wait_for("BANDWIDTH", "cleared", after=stop, within=40 * SCALE)
+        await light.stop()
+        report("memory-bound decode, context 50 → 50 + 3 × 430 tokens", p, "BANDWIDTH",
+               start, raised, stop, cleared)
+    assert raised is not None and cleared is not None, p.describe()
+    msg = p.message("BANDWIDTH")
+    assert "DRAM bandwidth" in msg and "ITL p50 rose" in msg and "memory-bound" in msg
+    assert_only(p, {"BANDWIDTH"})
