@@ -11,6 +11,7 @@ version does not know is skipped and counted (``unknown_lines``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +31,19 @@ _CHUNK = 1 << 20
 Progress = Callable[[int, int], None]
 """``progress(bytes_read, total_bytes)`` — bytes of the file on disk (compressed for gz)."""
 
+_REQUEST_FIELDS: Final = tuple(f.name for f in dataclasses.fields(RequestRecord))
+
+
+def _request(d: dict[str, Any]) -> RequestRecord:
+    """``RequestRecord.from_json_dict`` without its per-call ``dataclasses.fields`` and
+    generator overhead (the reader's hot path: a third of the time on a big file)."""
+    kw: dict[str, Any] = {n: d.get(n) for n in _REQUEST_FIELDS}
+    kw["chunk_offsets_s"] = tuple(map(float, d.get("chunk_offsets_s") or ()))
+    kw["chunk_tokens"] = tuple(map(int, d.get("chunk_tokens") or ()))
+    kw["concurrency_at_start"] = int(d.get("concurrency_at_start") or 0)
+    return RequestRecord(**kw)
+
+
 def _engine(d: dict[str, Any]) -> EngineReading:
     """JSON has no infinity: the writer maps the ``+Inf`` bucket's bound to null; read it
     back as ``inf``."""
@@ -40,7 +54,7 @@ def _engine(d: dict[str, Any]) -> EngineReading:
 
 
 _DECODERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
-    "request": RequestRecord.from_json_dict,
+    "request": _request,
     "gpu": GpuReading.from_json_dict,
     "engine": _engine,
     "warning": WarningEvent.from_json_dict,

@@ -233,7 +233,8 @@ class Recorder:
             raw = self._opener(self.path, self.overwrite)
         except FileExistsError:
             raise RecordingError(
-                f"{self.path}: file exists; choose another name or allow overwriting"
+                f"{self.path}: file exists (a recording is never overwritten); choose another "
+                "name or remove the old file"
             ) from None
         except FileNotFoundError:
             raise RecordingError(f"{self.path}: directory does not exist") from None

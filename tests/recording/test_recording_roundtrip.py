@@ -230,3 +230,20 @@ def test_fast_serialisation_equals_to_json_dict() -> None:
                       sm_activity=5.0, power_limit_w=6.0, sm_clock_mhz=7.0, mem_clock_mhz=8.0,
                       temperature_c=9.0, pcie_rx_bytes_s=10.0, pcie_tx_bytes_s=11.0)
     assert dumps_line(event_dict(full)) == dumps_line(full.to_json_dict())
+
+
+def test_fast_request_decoding_equals_from_json_dict() -> None:
+    """The reader's request decoder builds exactly what RequestRecord.from_json_dict does,
+    ints in float lists included."""
+    from llmtop.recording.reader import _request
+
+    for ev in session(40, duration_s=5):
+        if isinstance(ev, RequestRecord):
+            d = json.loads(json.dumps(ev.to_json_dict()))
+            assert _request(d) == RequestRecord.from_json_dict(d) == ev
+    odd = {"id": "x", "user": "u", "model": None, "dialect": "openai", "path": "/", "stream": True,
+           "status": 200, "outcome": "ok", "t_start": 1, "ttft_s": None, "e2e_s": 2,
+           "prompt_tokens": None, "completion_tokens": None, "token_source": "chunks",
+           "chunk_offsets_s": [0, 1], "chunk_tokens": [1, 2], "concurrency_at_start": None}
+    assert _request(odd) == RequestRecord.from_json_dict(odd)
+    assert _request(odd).chunk_offsets_s == (0.0, 1.0)
