@@ -154,3 +154,15 @@ async def test_the_tui_drives_a_replay(tmp_path: Path) -> None:
             await pilot.press("q")
 
     await go()
+
+
+def test_replay_cli_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from llmtop.cli import main
+
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    good = tmp_path / "g.jsonl"
+    write_recording(good, overlapping(soon(), 1))
+    assert main(["replay", str(good), "--speed", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--speed must be positive" in err and len(err.strip().splitlines()) == 1

@@ -247,3 +247,21 @@ def test_fast_request_decoding_equals_from_json_dict() -> None:
            "chunk_offsets_s": [0, 1], "chunk_tokens": [1, 2], "concurrency_at_start": None}
     assert _request(odd) == RequestRecord.from_json_dict(odd)
     assert _request(odd).chunk_offsets_s == (0.0, 1.0)
+
+
+def test_progress_lines_on_stderr() -> None:
+    import io
+
+    from llmtop.recording.progress import stderr_progress
+
+    out = io.StringIO()
+    p = stderr_progress("llmtop report: x", min_interval_s=0.0, stream=out)
+    p(64_000_000, 256_000_000)
+    p(256_000_000, 256_000_000)
+    assert out.getvalue().splitlines() == ["llmtop report: x: 25% (64 MB of 256 MB)",
+                                           "llmtop report: x: 100% (256 MB of 256 MB)"]
+    quiet = io.StringIO()
+    p = stderr_progress("x", min_interval_s=60.0, stream=quiet)
+    p(10, 100)
+    p(100, 100)  # a read that finished quickly prints nothing
+    assert quiet.getvalue() == ""
