@@ -16,7 +16,8 @@ Errors are JSON ``{"error": "<one line>"}`` with a fitting status: 400 bad input
 missing or wrong token, 404 unknown route or missing directory, 409 recording state
 conflict, 501 no recorder in this process. When ``admin_token`` is set every route —
 ``/metrics`` and health included — requires ``Authorization: Bearer <token>`` (compared
-in constant time).
+in constant time) — except the paths in ``AdminContext.self_authenticated``, whose
+handlers check a secret of their own (the workers' ingest route).
 
 The snapshot is built on the event loop (it shares the proxy's loop; the aggregator is
 not thread-safe); ``benchmarks/metrics_cost.py`` measures what that costs.
@@ -24,6 +25,7 @@ not thread-safe); ``benchmarks/metrics_cost.py`` measures what that costs.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import math
@@ -34,12 +36,12 @@ from typing import Any, Final, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.metrics_core import Metric
 
 from llmtop import __version__
 from llmtop.events import ActiveRequest
 from llmtop.metrics.aggregator import RECENT_MAX, Aggregator
-from llmtop.metrics.prometheus import make_registry
+from llmtop.metrics.prometheus import LlmtopCollector
 
 PREFIX: Final = "/llmtop/v1"
 WINDOW_PARAMS: Final = {"10": 10, "60": 60, "300": 300, "all": None}
@@ -74,10 +76,14 @@ class AdminContext:
     recording: RecordingControl | None = None
     admin_token: str = ""
     extra_info: dict[str, Any] = field(default_factory=dict)
+    self_authenticated: frozenset[str] = frozenset()
+    """Paths whose handlers authenticate the caller themselves (the coordinator's ingest
+    route, checked against the workers' own secret): the admin token is not asked there,
+    since the workers do not hold it."""
 
 
 CTX: Final = web.AppKey("llmtop_admin_ctx", AdminContext)
-REGISTRY: Final = web.AppKey("llmtop_admin_registry", CollectorRegistry)
+COLLECTOR: Final = web.AppKey("llmtop_admin_collector", LlmtopCollector)
 
 
 def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
@@ -112,8 +118,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Token check on every route, and JSON bodies for aiohttp's own HTTP errors."""
-    token = request.app[CTX].admin_token
-    if token:
+    ctx = request.app[CTX]
+    token = ctx.admin_token
+    if token and request.path not in ctx.self_authenticated:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         ok = scheme.lower() == "bearer" and hmac.compare_digest(
             given.strip().encode("utf-8", "surrogateescape"), token.encode("utf-8")
@@ -161,8 +168,23 @@ async def requests_(request: web.Request) -> web.Response:
     return json_error(400, f"state must be active or recent (got {state!r})")
 
 
+class _Collected:
+    """Metric families already collected, for formatting off the event loop."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
+    # reading the aggregator happens here, on its loop; turning ~thousands of samples into
+    # text is pure formatting and goes to a thread so the proxy's loop is not held for it
+    families = list(request.app[COLLECTOR].collect())
+    body = await asyncio.get_running_loop().run_in_executor(
+        None, generate_latest, _Collected(families)
+    )
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -226,7 +248,7 @@ def make_admin_app(ctx: AdminContext) -> web.Application:
     """The admin API as an aiohttp application (serve it on the admin address)."""
     app = web.Application(middlewares=[_guard])
     app[CTX] = ctx
-    app[REGISTRY] = make_registry(ctx.aggregator)
+    app[COLLECTOR] = LlmtopCollector(ctx.aggregator)
     app.router.add_get(PREFIX + "/snapshot", snapshot)
     app.router.add_get(PREFIX + "/requests", requests_)
     app.router.add_get(PREFIX + "/recording", recording_status)
