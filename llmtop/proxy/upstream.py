@@ -388,6 +388,21 @@ class UpstreamConnection(asyncio.Protocol):
         out: list[bytes] = []
         pos = 0
         while pos < n:
+            if not self._left and not self._crlf and not self._line and not self._trailers:
+                # at a chunk boundary: take whole "SIZE\r\nDATA\r\n" frames in a tight loop
+                nl = data.find(b"\r\n", pos, pos + 20)
+                if nl > pos:
+                    size_text = data[pos:nl]
+                    if size_text.isalnum():
+                        try:
+                            size = int(size_text, 16)
+                        except ValueError:
+                            size = -1
+                        end = nl + 2 + size
+                        if size > 0 and end + 2 <= n and data[end:end + 2] == b"\r\n":
+                            out.append(data[nl + 2:end])
+                            pos = end + 2
+                            continue
             if self._left:
                 take = min(self._left, n - pos)
                 out.append(data[pos:pos + take])
