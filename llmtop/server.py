@@ -40,6 +40,7 @@ from llmtop.recording.errors import RecordingError
 from llmtop.recording.writer import RecordingController
 from llmtop.saturation import SaturationMonitor
 from llmtop.workers import (
+    INGEST_PATH,
     EventForwarder,
     FleetActive,
     StartupErrorProxy,
@@ -124,13 +125,15 @@ class Observers:
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
-    async def start_admin(self, extra_routes: list[web.RouteDef] | None = None) -> str:
+    async def start_admin(self, extra_routes: list[web.RouteDef] | None = None,
+                          self_authenticated: frozenset[str] = frozenset()) -> str:
         ctx = AdminContext(
             aggregator=self.aggregator,
             active=self.active,
             recording=self.recording,
             admin_token=self.cfg.admin_token,
             extra_info={"upstream": self.cfg.upstream, "llmtop_version": __version__},
+            self_authenticated=self_authenticated,
         )
         app = make_admin_app(ctx)
         if extra_routes:
@@ -299,7 +302,8 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     token = secrets.token_hex(16)
     if not cfg.user_salt:  # every worker must derive the same key pseudonyms
         os.environ["LLMTOP_USER_SALT"] = secrets.token_hex(16)
-    admin_url = await obs.start_admin([ingest_route(bus, fleet, token)])
+    admin_url = await obs.start_admin([ingest_route(bus, fleet, token)],
+                                      self_authenticated=frozenset({INGEST_PATH}))
     try:
         procs, proxy_url = await spawn_workers(cfg, admin_url + "/llmtop/v1/_ingest", token,
                                                config_path)
