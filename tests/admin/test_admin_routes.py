@@ -201,3 +201,32 @@ async def test_unknown_routes_and_methods_answer_json(make_server: Callable[...,
     assert status == 404 and body["error"]
     async with aiohttp.ClientSession() as s, s.delete(srv.url + "/llmtop/v1/snapshot") as r:
         assert r.status == 405 and (await r.json())["error"]
+
+
+async def test_self_authenticated_paths_skip_the_admin_token() -> None:
+    """A route that checks its own secret (the workers' ingest) is reachable without the
+    admin token; every other route still asks for it."""
+
+    async def ingest(request: web.Request) -> web.Response:
+        ok = request.headers.get("X-Own-Secret") == "w0rker"
+        return web.json_response({"ok": ok}, status=200 if ok else 403)
+
+    ctx = AdminContext(aggregator=Aggregator(Config()), active={}, admin_token="adm1n",
+                       self_authenticated=frozenset({"/llmtop/v1/_ingest"}))
+    app = make_admin_app(ctx)
+    app.router.add_post("/llmtop/v1/_ingest", ingest)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/llmtop/v1/_ingest", headers={"X-Own-Secret": "w0rker"}) as r:
+                assert r.status == 200
+            async with s.post(url + "/llmtop/v1/_ingest") as r:
+                assert r.status == 403  # its own check, not the admin guard
+            async with s.get(url + "/llmtop/v1/health") as r:
+                assert r.status == 401
+    finally:
+        await runner.cleanup()
