@@ -1,0 +1,418 @@
+"""Helpers for the end-to-end tests: the llmtop child process, a byte-recording tee, clients.
+
+Nothing here is mocked: the engine is llama.cpp's ``llama-server`` with a real model, the
+proxy is ``llmtop run --headless`` as users start it, the client is the openai SDK (or raw
+aiohttp where the test is about bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "smollm2-135m-instruct"
+USER_HEADER = "X-LLMTOP-User"
+ENGINE_INTERVAL_S = 0.25
+"""How often llmtop scrapes the engine's /metrics in these tests."""
+
+LISTEN_PREFIX = "llmtop: proxy listening on "
+ADMIN_PREFIX = "llmtop: admin listening on "
+
+
+def load_real_engine() -> ModuleType:
+    """``tools/real_engine.py`` (a script, not a package) as a module."""
+    name = "llmtop_tools_real_engine"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "real_engine.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- llmtop run --headless -----------------------------------------------------------------
+
+
+class LlmtopProcess:
+    """``llmtop run --headless`` in front of ``upstream``, recording to ``record``."""
+
+    def __init__(self, upstream: str, record: Path, extra_env: dict[str, str] | None = None):
+        self.record = record
+        env = dict(os.environ)
+        env.update(
+            {
+                "LLMTOP_ENGINE_INTERVAL_S": str(ENGINE_INTERVAL_S),
+                "LLMTOP_RECORDING_FLUSH_S": "0.1",
+                "LLMTOP_GPU_SOURCE": "none",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(extra_env or {})
+        self.cmd = [
+            sys.executable, "-m", "llmtop", "run",
+            "--upstream", upstream,
+            "--listen", "127.0.0.1:0",
+            "--admin", "127.0.0.1:0",
+            "--record", str(record),
+            "--headless",
+        ]  # fmt: skip
+        self.lines: list[str] = []
+        self.found: dict[str, str] = {}
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+        self._ready.wait(60)
+        if not {LISTEN_PREFIX, ADMIN_PREFIX} <= self.found.keys():
+            self.stop()
+            raise RuntimeError(
+                "llmtop run --headless did not announce its addresses; output:\n"
+                + "\n".join(self.lines[-30:])
+            )
+        self.proxy_url = self.found[LISTEN_PREFIX]
+        self.admin_url = self.found[ADMIN_PREFIX]
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, ""):
+            line = raw.rstrip("\n")
+            self.lines.append(line)
+            for prefix in (LISTEN_PREFIX, ADMIN_PREFIX):
+                if line.startswith(prefix) and prefix not in self.found:
+                    self.found[prefix] = line[len(prefix) :].strip()
+            if {LISTEN_PREFIX, ADMIN_PREFIX} <= self.found.keys():
+                self._ready.set()
+        self._ready.set()
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGINT (what a user's Ctrl-C sends); SIGKILL if it does not exit in time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._thread.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return int(self.proc.returncode)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The ``request`` lines recorded so far (a last line still being written is skipped)."""
+        out: list[dict[str, Any]] = []
+        try:
+            text = self.record.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return out
+        for line in text.splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and obj.get("type") == "request":
+                out.append(obj)
+        return out
+
+    async def records_for(self, users: list[str], timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """One recorded request per user, in the order of ``users`` (waits for the flush)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            by_user = {r["user"]: r for r in self.records() if r.get("user") in users}
+            if len(by_user) == len(set(users)):
+                return [by_user[u] for u in users]
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"llmtop recorded {len(by_user)} of {len(users)} requests "
+                    f"(missing: {sorted(set(users) - by_user.keys())[:5]})"
+                )
+            await asyncio.sleep(0.1)
+
+    async def snapshot(self, session: aiohttp.ClientSession, window: str = "60") -> dict[str, Any]:
+        async with session.get(
+            f"{self.admin_url}/llmtop/v1/snapshot", params={"window": window}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            data: dict[str, Any] = await resp.json()
+            return data
+
+
+# -- the engine's own view ---------------------------------------------------------------
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """``name value`` lines of a Prometheus exposition without labels (llama.cpp's style)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.partition(" ")
+        try:
+            out[name] = float(value.split()[0])
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+async def engine_metrics(session: aiohttp.ClientSession, engine_url: str) -> dict[str, float]:
+    async with session.get(f"{engine_url}/metrics") as resp:
+        assert resp.status == 200
+        return parse_prometheus(await resp.text())
+
+
+async def wait_engine_idle(
+    session: aiohttp.ClientSession, engine_url: str, timeout_s: float = 60.0
+) -> dict[str, float]:
+    """Wait until llama-server processes nothing and defers nothing."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        m = await engine_metrics(session, engine_url)
+        if m.get("llamacpp:requests_processing") == 0 and m.get("llamacpp:requests_deferred") == 0:
+            return m
+        if time.monotonic() > deadline:
+            raise AssertionError(f"llama-server still busy after {timeout_s} s: {m}")
+        await asyncio.sleep(0.1)
+
+
+# -- a byte-recording tee between llmtop and the engine -----------------------------------
+
+_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+    "trailers", "transfer-encoding", "upgrade", "host", "content-length",
+}  # fmt: skip
+
+
+@dataclass
+class TeeExchange:
+    """One request that went through the tee: what llmtop sent and what the engine sent back."""
+
+    path: str
+    request_body: bytes
+    response_body: bytearray = field(default_factory=bytearray)
+    status: int = 0
+
+
+class Tee:
+    """A plain pass-through recorder: every byte the engine sends is forwarded as read and
+    kept, so a test can compare what llmtop *received* with what its client *received*."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.exchanges: list[TeeExchange] = []
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        self._session = aiohttp.ClientSession(auto_decompress=False)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        assert self._session is not None
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        async with self._session.request(
+            request.method, self.upstream + request.path_qs, data=body, headers=headers
+        ) as upstream:
+            if request.path == "/metrics":  # the scraper's polls are not exchanges
+                return web.Response(
+                    status=upstream.status, body=await upstream.read(),
+                    headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP},
+                )  # fmt: skip
+            ex = TeeExchange(request.path, body, status=upstream.status)
+            self.exchanges.append(ex)
+            resp = web.StreamResponse(
+                status=upstream.status,
+                headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP},
+            )
+            await resp.prepare(request)
+            async for data in upstream.content.iter_any():
+                ex.response_body += data
+                await resp.write(data)
+            await resp.write_eof()
+            return resp
+
+
+# -- SSE helpers (independent of llmtop's parsers) ----------------------------------------
+
+
+def sse_events(body: bytes) -> list[bytes]:
+    """The ``data:`` payloads of an SSE body whose events end with a blank line."""
+    out = []
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                out.append(line[5:].strip())
+    return out
+
+
+def usage_of(body: bytes) -> dict[str, Any] | None:
+    """The last event's ``usage`` object in an OpenAI SSE body (plus llama.cpp's timings)."""
+    found: dict[str, Any] | None = None
+    for payload in sse_events(body):
+        if payload == b"[DONE]":
+            continue
+        obj = json.loads(payload)
+        if obj.get("usage"):
+            found = {**obj["usage"], "timings": obj.get("timings")}
+    return found
+
+
+def _is_usage_only(block: bytes) -> bool:
+    if not block.startswith(b"data: {"):
+        return False
+    obj = json.loads(block[len(b"data: ") :])
+    return obj.get("choices") == [] and bool(obj.get("usage"))
+
+
+def has_usage_only_event(body: bytes) -> bool:
+    """Whether an OpenAI SSE body has a usage-only event (``choices: []`` + ``usage``)."""
+    return any(_is_usage_only(block) for block in body.split(b"\n\n"))
+
+
+def without_usage_only_event(body: bytes) -> bytes:
+    """``body`` less its usage-only event (``choices: []`` + ``usage``), byte for byte."""
+    return b"\n\n".join(b for b in body.split(b"\n\n") if not _is_usage_only(b))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0–100)."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(-(-q * len(ordered) // 100)) - 1))
+    return ordered[rank]
+
+
+# -- the openai SDK as the client ---------------------------------------------------------
+
+CHAT = [{"role": "user", "content": "Write one short sentence about the sea."}]
+PROMPT = "The three primary colours are"
+
+
+def new_user(tag: str) -> str:
+    return f"e2e-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class ClientRun:
+    """What the client saw of one streamed request (wall-clock times)."""
+
+    user: str
+    t_send: float
+    """When the HTTP library started sending (not when the SDK call began: the SDK's own
+    request building is client-side time no proxy can see)."""
+    t_end: float = 0.0
+    chunk_times: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
+
+
+async def sdk_stream(
+    client: AsyncOpenAI,
+    kind: str,
+    *,
+    user: str,
+    max_tokens: int = 24,
+    include_usage: bool | None = None,
+    extra_body: dict[str, Any] | None = None,
+    prompt: str | None = None,
+) -> ClientRun:
+    """One streamed chat or legacy completion through the openai SDK, timed per chunk."""
+    common: dict[str, Any] = {
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": 1,
+        "extra_headers": {USER_HEADER: user},
+        "extra_body": extra_body,
+    }
+    if include_usage is not None:
+        common["stream_options"] = {"include_usage": include_usage}
+    run = ClientRun(user=user, t_send=time.time())
+    if kind == "chat":
+        messages = CHAT if prompt is None else [{"role": "user", "content": prompt}]
+        chat = await client.chat.completions.create(messages=messages, **common)
+        async for chunk in chat:
+            now = time.time()
+            text = "".join(c.delta.content or "" for c in chunk.choices)
+            if text:
+                run.chunk_times.append(now)
+                run.texts.append(text)
+            if chunk.usage is not None:
+                run.usage = {**chunk.usage.model_dump(), **(chunk.model_extra or {})}
+    else:
+        comp = await client.completions.create(prompt=prompt or PROMPT, **common)
+        async for chunk in comp:
+            now = time.time()
+            text = "".join(c.text or "" for c in chunk.choices)
+            if text:
+                run.chunk_times.append(now)
+                run.texts.append(text)
+            if chunk.usage is not None:
+                run.usage = {**chunk.usage.model_dump(), **(chunk.model_extra or {})}
+    run.t_end = time.time()
+    run.t_send = SENT_AT.pop(user, run.t_send)
+    return run
+
+
+SENT_AT: dict[str, float] = {}
+"""user → wall-clock time at which the client's HTTP library started sending the request."""
+
+
+async def _on_request(request: Any) -> None:
+    user = request.headers.get(USER_HEADER)
+    if user:
+        SENT_AT[user] = time.time()
+
+
+def openai_client(base: str) -> AsyncOpenAI:
+    """The openai SDK pointed at ``base``; its HTTP client notes when each request is sent."""
+    http = DefaultAsyncHttpxClient(event_hooks={"request": [_on_request]})
+    return AsyncOpenAI(
+        base_url=f"{base}/v1", api_key="e2e-not-a-secret", max_retries=0, http_client=http
+    )

@@ -1,0 +1,200 @@
+"""Streams from a real llama.cpp server through ``llmtop run --headless``: text, bytes,
+token counts and timings, as a client that none of us wrote (the openai SDK) sees them."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from e2e_support import (
+    CHAT,
+    MODEL,
+    PROMPT,
+    USER_HEADER,
+    ClientRun,
+    LlmtopProcess,
+    Tee,
+    has_usage_only_event,
+    new_user,
+    openai_client,
+    percentile,
+    sdk_stream,
+    usage_of,
+    wait_engine_idle,
+    without_usage_only_event,
+)
+
+AGREE_S = 0.005
+"""The proxy's timings agree with the client's within 5 ms: always at the median of the
+differences (a systematic error — a timestamp taken at the wrong place, a chunk held back —
+shows there whatever the machine's load)."""
+P99_S = float(os.environ.get("LLMTOP_E2E_P99_MS", "100")) / 1000
+"""Bound on the 99th percentile of the differences. The target is 5 ms
+(``LLMTOP_E2E_P99_MS=5``, as ``benchmarks/real_engine.sh timing`` runs it); on a 2-core
+machine shared with other busy processes the scheduler alone delays one of the two
+timestamps by 10–40 ms at p99 (measured at load 8–10), so by default the p99 bound is
+100 ms and the figures are printed."""
+
+
+@pytest.mark.parametrize("kind", ["chat", "completions"])
+async def test_text_through_the_proxy_equals_a_direct_request(
+    engine: Any, llmtop: LlmtopProcess, kind: str
+) -> None:
+    """Same seed, temperature 0: the text through llmtop is the text straight from llama.cpp,
+    and the usage the client asked for arrives and matches what llmtop recorded."""
+    async with openai_client(engine.url) as direct, openai_client(llmtop.proxy_url) as proxied:
+        want = await sdk_stream(direct, kind, user=new_user("direct"), include_usage=True)
+        got = await sdk_stream(proxied, kind, user=new_user("text"), include_usage=True)
+    assert want.text, "the model produced no text"
+    assert got.text == want.text
+    assert got.usage is not None and want.usage is not None
+    assert got.usage["completion_tokens"] == want.usage["completion_tokens"]
+    (rec,) = await llmtop.records_for([got.user])
+    assert rec["outcome"] == "ok" and rec["status"] == 200 and rec["stream"] is True
+    assert rec["model"] == MODEL
+    assert rec["completion_tokens"] == got.usage["completion_tokens"]
+    assert rec["prompt_tokens"] == got.usage["prompt_tokens"]
+    assert rec["token_source"] == "usage"
+
+
+# -- bytes: compare what llmtop received with what its client received ---------------------
+
+
+@pytest.fixture
+async def teed(engine: Any, tmp_path: Path) -> AsyncIterator[tuple[Tee, LlmtopProcess]]:
+    """engine ← Tee ← llmtop ← client: the tee keeps every byte llmtop received."""
+    tee = Tee(engine.url)
+    await tee.start()
+    proc = await asyncio.to_thread(LlmtopProcess, tee.url, tmp_path / "teed.jsonl")
+    try:
+        yield tee, proc
+    finally:
+        code = await asyncio.to_thread(proc.stop)
+        await tee.close()
+    assert code == 0, "\n".join(proc.lines)
+
+
+CASES = [
+    ("/v1/chat/completions", {"messages": CHAT}, True),
+    ("/v1/chat/completions", {"messages": CHAT}, False),
+    ("/v1/completions", {"prompt": PROMPT}, True),
+    ("/v1/completions", {"prompt": PROMPT}, False),
+]
+
+
+async def test_bytes_pass_through_unchanged_and_usage_is_the_servers(
+    engine: Any, teed: tuple[Tee, LlmtopProcess]
+) -> None:
+    """Byte-exactness on a real engine, for the SAME request (ids and timestamps differ
+    between two requests, so two requests cannot be compared byte for byte): a plain tee
+    between llmtop and llama.cpp keeps the bytes llmtop read, the client keeps the bytes it
+    read, and their SHA-256 must be equal. When the client did not ask for usage, llmtop
+    adds ``stream_options.include_usage`` upstream and removes exactly the usage-only event:
+    the client's bytes equal the upstream bytes less that one event. Either way llmtop's
+    recorded ``completion_tokens`` is the server's own usage for that very request, and
+    equals the tokens the server reports in its ``timings.predicted_n``. (llama.cpp's legacy
+    completions carry usage on their finish chunk whether asked or not: nothing to remove.)"""
+    tee, proc = teed
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for path, body, client_usage in CASES:
+            await wait_engine_idle(session, engine.url)
+            user = new_user("bytes")
+            payload: dict[str, Any] = {
+                "model": MODEL, "stream": True, "max_tokens": 20, "temperature": 0, "seed": 1,
+                **body,
+            }  # fmt: skip
+            if client_usage:
+                payload["stream_options"] = {"include_usage": True}
+            before = len(tee.exchanges)
+            got = bytearray()
+            async with session.post(
+                f"{proc.proxy_url}{path}", json=payload, headers={USER_HEADER: user}
+            ) as resp:
+                assert resp.status == 200, await resp.text()
+                async for data in resp.content.iter_any():
+                    got += data
+            (ex,) = [e for e in tee.exchanges[before:] if e.path == path]
+            upstream = bytes(ex.response_body)
+            sent = json.loads(ex.request_body)
+            usage = usage_of(upstream)
+            assert usage is not None, f"the server sent no usage for {path} {sent}"
+            assert upstream.endswith(b"data: [DONE]\n\n")
+            if client_usage:
+                assert hashlib.sha256(got).hexdigest() == hashlib.sha256(upstream).hexdigest()
+            else:
+                assert sent.get("stream_options", {}).get("include_usage") is True, (
+                    "llmtop did not ask the server for usage"
+                )
+                assert not has_usage_only_event(bytes(got)), "the client got an extra usage event"
+                assert bytes(got) == without_usage_only_event(upstream)
+                if path == "/v1/chat/completions":
+                    # the usage-only event llmtop asked for was there, and was removed
+                    assert has_usage_only_event(upstream) and usage_of(bytes(got)) is None
+                else:
+                    # llama.cpp's legacy completions put usage on the finish chunk, asked or
+                    # not: there is no usage-only event and the bytes pass through whole
+                    assert bytes(got) == upstream
+            (rec,) = await proc.records_for([user])
+            assert rec["token_source"] == "usage"
+            assert rec["completion_tokens"] == usage["completion_tokens"]
+            assert rec["prompt_tokens"] == usage["prompt_tokens"]
+            assert usage["timings"] is not None
+            assert rec["completion_tokens"] == usage["timings"]["predicted_n"]
+            assert sum(rec["chunk_tokens"]) == rec["completion_tokens"]
+
+
+# -- timings: the proxy's TTFT/E2E are what the client measured ----------------------------
+
+
+async def test_proxy_timings_agree_with_the_client_chunk_by_chunk(
+    engine: Any, llmtop: LlmtopProcess
+) -> None:
+    """For the same requests, each content chunk's time as llmtop wrote it and as the
+    client read it, and the TTFT and E2E llmtop recorded and the client measured (from
+    when its HTTP library sent the request), agree within 5 ms (see ``AGREE_S``/``P99_S``)."""
+    runs: list[ClientRun] = []
+    async with openai_client(llmtop.proxy_url) as client, aiohttp.ClientSession() as session:
+        await sdk_stream(client, "chat", user=new_user("warm"), max_tokens=4)  # warm connection
+        for i in range(8):
+            await wait_engine_idle(session, engine.url)
+            kind = "chat" if i % 2 == 0 else "completions"
+            # ignore_eos: every token is a content event, so usage = events and each event
+            # can be matched to the read that carried it by the recorded per-chunk counts
+            runs.append(
+                await sdk_stream(
+                    client, kind, user=new_user("timing"), max_tokens=24,
+                    extra_body={"ignore_eos": True},
+                )
+            )  # fmt: skip
+    records = await llmtop.records_for([r.user for r in runs])
+    chunk_d: list[float] = []
+    ttft_d: list[float] = []
+    e2e_d: list[float] = []
+    for run, rec in zip(runs, records, strict=True):
+        # one proxy chunk per upstream read; a read may carry several of llama.cpp's
+        # one-token events (the client then reads them at the same moment too)
+        assert sum(rec["chunk_tokens"]) == len(run.chunk_times) == rec["completion_tokens"]
+        proxy_times = [
+            rec["t_start"] + off
+            for off, k in zip(rec["chunk_offsets_s"], rec["chunk_tokens"], strict=True)
+            for _ in range(k)
+        ]
+        chunk_d += [c - p for c, p in zip(run.chunk_times, proxy_times, strict=True)]
+        ttft_d.append((run.chunk_times[0] - run.t_send) - rec["ttft_s"])
+        e2e_d.append((run.t_end - run.t_send) - rec["e2e_s"])
+    report = {
+        name: (f"p50 {percentile(d, 50) * 1e3:.2f} ms, p99 {percentile(d, 99) * 1e3:.2f} ms, "
+               f"min {min(d) * 1e3:.2f} ms, n={len(d)}")
+        for name, d in (("chunk", chunk_d), ("ttft", ttft_d), ("e2e", e2e_d))
+    }  # fmt: skip
+    print(f"client - proxy: {report}")
+    for name, diffs in (("chunk", chunk_d), ("ttft", ttft_d), ("e2e", e2e_d)):
+        assert percentile([abs(d) for d in diffs], 50) <= AGREE_S, (name, report)
+        assert percentile([abs(d) for d in diffs], 99) <= P99_S, (name, report)
