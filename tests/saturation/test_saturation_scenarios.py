@@ -1,4 +1,4 @@
-"""Saturation warnings end to end: clients (the openai SDK) → llmtop's proxy → ``llmtop sim``
+"""Saturation warnings end to end: streaming clients → llmtop's proxy → ``llmtop sim``
 (profile ``tiny``), observed by the real pipeline — bus, aggregator, detectors, the simulated
 GPU source and the engine scraper — with time compressed by ``SCALE`` (see
 sat_scenario_support).
@@ -68,8 +68,8 @@ async def test_steady_half_capacity_raises_nothing() -> None:
         await load.stop()
         report(f"steady {capacity / 2:.1f} req/s (½ of {capacity:.1f}) for "
                f"{STEADY_S / SCALE / 60:.0f} min", p, "—", p.t0, None)
-    assert load.stats.failed == 0 and load.stats.ok > 30 * STEADY_S / 10
     assert p.timeline == [], f"false alarms at half capacity:\n{p.describe()}"
+    assert load.stats.failed == 0 and load.stats.ok > 0.6 * capacity / 2 * STEADY_S
 
 
 async def test_ramp_past_capacity_raises_queueing_then_clears() -> None:
