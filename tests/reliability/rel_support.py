@@ -200,7 +200,8 @@ class HostileUpstream:
                 behaviour = self.behaviours.get(req.headers.get(FAULT.lower(), ""), normal)
                 if not await behaviour(conn, req):
                     return
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ValueError):  # the peer left mid-request (or sent something unparsable)
             self.note_closed()
         finally:
             self._tasks.discard(task)  # type: ignore[arg-type]
