@@ -11,6 +11,7 @@ Environment names are ``LLMTOP_`` + the dotted key upper-cased with dots as unde
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import tomllib
 import types
@@ -307,7 +308,14 @@ def parse_hostport(value: str, what: str = "address") -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+    """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1). A host *name*
+    such as ``127.0.0.1.nip.io`` is not loopback: it resolves wherever DNS says."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def validate(cfg: Config) -> None:
