@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from llmtop.cli.common import UsageError
 
@@ -15,7 +16,7 @@ proxy that stops answering is named in the header while the others keep showing.
 
   llmtop run --upstream http://127.0.0.1:8000 --headless &
   llmtop attach http://127.0.0.1:8081
-  llmtop attach 10.0.0.5:8081 10.0.0.6:8081 --token "$LLMTOP_ADMIN_TOKEN"
+  LLMTOP_ADMIN_TOKEN=... llmtop attach 10.0.0.5:8081 10.0.0.6:8081
 """
 
 WINDOW_CHOICES = {"10": 10, "60": 60, "300": 300, "all": None}
@@ -24,8 +25,9 @@ WINDOW_CHOICES = {"10": 10, "60": 60, "300": 300, "all": None}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("urls", nargs="+", metavar="ADMIN_URL",
                    help="admin address of a proxy: http://HOST:PORT or HOST:PORT")
-    p.add_argument("--token", default="", metavar="T",
-                   help="admin token (needed when the admin API is not on loopback)")
+    p.add_argument("--token", default=os.environ.get("LLMTOP_ADMIN_TOKEN", ""), metavar="T",
+                   help="admin token (needed when the admin API is not on loopback; "
+                        "default: $LLMTOP_ADMIN_TOKEN)")
     p.add_argument("--refresh-hz", type=float, default=4.0, metavar="HZ",
                    help="screen refreshes per second (default 4)")
     p.add_argument("--window", default="60", choices=tuple(WINDOW_CHOICES),

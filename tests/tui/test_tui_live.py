@@ -39,7 +39,7 @@ async def test_live_snapshot_over_socket_shows_users_and_requests(server: AdminS
 async def test_disconnected_proxy_shows_disconnected_then_recovers(server: AdminServer) -> None:
     """Server stopped → "DISCONNECTED — retrying" with the last data kept; server back on
     the same port → the banner goes and fresh data arrives."""
-    app = LlmtopApp(AdminSource([server.url], timeout_s=1.0), refresh_hz=20,
+    app = LlmtopApp(AdminSource([server.url], timeout_s=5.0), refresh_hz=20,
                     clock=lambda: FIXED_NOW, retry_s=0.1)
     async with app.run_test(size=WIDE) as pilot:
         await shows(pilot, "batch-job")
@@ -62,7 +62,7 @@ async def test_starting_with_the_proxy_down_waits_then_connects() -> None:
     holder.bind(("127.0.0.1", 0))
     srv = AdminServer("low_load")
     srv.port = holder.getsockname()[1]
-    app = LlmtopApp(AdminSource([srv.url], timeout_s=1.0), refresh_hz=20, retry_s=0.1)
+    app = LlmtopApp(AdminSource([srv.url], timeout_s=5.0), refresh_hz=10, retry_s=0.1)
     try:
         async with app.run_test(size=WIDE) as pilot:
             await shows(pilot, "DISCONNECTED")
