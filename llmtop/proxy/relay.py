@@ -19,6 +19,7 @@ last byte (the end of the body) was written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from time import perf_counter_ns
 from typing import Protocol
 
@@ -61,20 +62,19 @@ class UpstreamBroken(Exception):
 
 
 class Watchdog:
-    """The upstream first-byte and idle timeouts with one timer per request.
+    """The upstream first-byte and idle timeouts of one request, checked by a shared
+    :class:`WatchdogSweeper`.
 
     The relay stores the time of each read in :attr:`last_ns` (it takes that reading
-    anyway); the timer only looks at it when it fires and re-arms itself for the rest of
-    the allowed silence, so a busy stream costs no timer work per chunk. When the silence
-    reaches the limit the guarded task is cancelled and :attr:`fired` says why.
+    anyway); nothing is scheduled per request or per chunk. When the sweeper finds the
+    silence at the limit it cancels the guarded task and :attr:`fired` says why.
     """
 
-    __slots__ = ("_handle", "_loop", "_task", "fired", "last_ns", "limit_ns", "phase")
+    __slots__ = ("_sweeper", "_task", "fired", "last_ns", "limit_ns", "phase")
 
-    def __init__(self, task: asyncio.Task[object]) -> None:
-        self._loop = task.get_loop()
+    def __init__(self, task: asyncio.Task[object], sweeper: WatchdogSweeper) -> None:
         self._task = task
-        self._handle: asyncio.TimerHandle | None = None
+        self._sweeper = sweeper
         self.limit_ns = 0
         self.last_ns = 0
         self.fired = False
@@ -82,29 +82,60 @@ class Watchdog:
 
     def arm(self, limit_s: float, phase: str) -> None:
         """Allow ``limit_s`` of silence from now; ``phase`` names it in the error."""
-        self.stop()
         self.phase = phase
         self.limit_ns = int(limit_s * 1e9)
         self.last_ns = perf_counter_ns()
-        self._handle = self._loop.call_later(limit_s, self._check)
+        self._sweeper.watch(self)
 
-    def _check(self) -> None:
-        self._handle = None
-        quiet = perf_counter_ns() - self.last_ns
-        if quiet >= self.limit_ns:
-            self.fired = True
-            self._task.cancel()
-        else:
-            self._handle = self._loop.call_later((self.limit_ns - quiet) / 1e9, self._check)
+    def fire(self) -> None:
+        self.fired = True
+        self._sweeper.unwatch(self)
+        self._task.cancel()
 
     def absorb(self) -> None:
         """After catching the cancellation this watchdog caused: undo it on the task."""
         self._task.uncancel()
 
     def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._sweeper.unwatch(self)
+
+
+class WatchdogSweeper:
+    """Checks every armed :class:`Watchdog` each ``interval_s`` (one timer for the whole
+    proxy, however many streams are open); a timeout fires at most one interval late."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._armed: set[Watchdog] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self, wd: Watchdog) -> None:
+        self._armed.add(wd)
+
+    def unwatch(self, wd: Watchdog) -> None:
+        self._armed.discard(wd)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.sweep()
+
+    def sweep(self) -> None:
+        now = perf_counter_ns()
+        late = [wd for wd in self._armed if now - wd.last_ns >= wd.limit_ns]
+        for wd in late:
+            wd.fire()
 
 
 class Exchange:

@@ -1,17 +1,20 @@
 """The reverse proxy: every method and path forwarded to the upstream, observed on the way.
 
 :class:`ProxyServer` binds ``cfg.listen`` with aiohttp's low-level server (no router, no
-middlewares, no access log: one handler for every request) and keeps one pooled
-``ClientSession`` to ``cfg.upstream``. Per request it reads the body (up to
-``cfg.max_body_bytes``), names the user, sends the request upstream, passes status and
-headers back as soon as they arrive and relays the body with :func:`llmtop.proxy.relay.pump`.
-Each finished request becomes one :class:`~llmtop.events.RequestRecord` on the bus;
-requests in flight are visible in :attr:`ProxyServer.active`.
+middlewares, no access log: one handler for every request) and keeps a pool of keep-alive
+connections to ``cfg.upstream`` (:mod:`llmtop.proxy.upstream`, a lean HTTP/1.1 client).
+Per request it reads the body (up to ``cfg.max_body_bytes``), names the user, sends the
+request upstream, passes status and headers back as soon as they arrive and relays the
+body with :class:`llmtop.proxy.relay.RelaySink`, which writes each upstream read to the
+client from the very callback that delivered it. Each finished request becomes one
+:class:`~llmtop.events.RequestRecord` on the bus; requests in flight are visible in
+:attr:`ProxyServer.active`.
 
-Fidelity: the response body reaches the client byte for byte (the client session does not
-decompress: gzip bodies pass through unchanged and are timed as dialect ``other``, since
-the parser cannot read them); only the usage-only SSE event that the proxy itself asked
-for is removed (``inject_usage``). The one header added is ``X-Accel-Buffering: no`` on
+Fidelity: the response body reaches the client byte for byte (nothing is decompressed:
+gzip bodies pass through unchanged and are timed as dialect ``other``, since the parser
+cannot read them); request headers go upstream byte for byte, less hop-by-hop fields;
+only the usage-only SSE event that the proxy itself asked for is removed
+(``inject_usage``). The one header added is ``X-Accel-Buffering: no`` on
 streams, so a buffering proxy in front of llmtop does not batch chunks.
 
 Outcomes: ``ok``; ``error`` (upstream status ≥ 400, a malformed stream, a stream that broke
@@ -50,7 +53,14 @@ from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make
 from llmtop.proxy.errors import error_response
 from llmtop.proxy.headers import client_response_headers, upstream_request_headers
 from llmtop.proxy.identity import IdentityResolver
-from llmtop.proxy.relay import ClientGone, Exchange, RelaySink, UpstreamBroken, Watchdog
+from llmtop.proxy.relay import (
+    ClientGone,
+    Exchange,
+    RelaySink,
+    UpstreamBroken,
+    Watchdog,
+    WatchdogSweeper,
+)
 from llmtop.proxy.stamping import StampingServer, t0_ns_of
 from llmtop.proxy.upstream import (
     BufferSink,
@@ -108,6 +118,10 @@ class ProxyServer:
         self._closing = False
         self._ids = itertools.count(1)
         self._id_prefix = secrets.token_hex(4)
+        t = cfg.timeouts
+        # timeouts are checked by one sweep for all requests, often enough to fire within
+        # a tenth of the shortest limit (at most every 0.5 s, at least every 10 ms)
+        self._sweeper = WatchdogSweeper(min(0.5, max(0.01, min(t.first_byte_s, t.idle_s) / 10)))
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -117,6 +131,7 @@ class ProxyServer:
             raise ConfigError("upstream is not set (--upstream URL)")
         host, port = parse_hostport(self.cfg.listen, "listen")
         self._pool = UpstreamPool(self._base, self.cfg.timeouts.connect_s)
+        self._sweeper.start()
         # handler_cancellation: a client that leaves cancels its handler at once, even while
         # the upstream is still silent; auto_decompress off: request bodies pass unchanged
         server = StampingServer(self._handle, handler_cancellation=True, access_log=None,
@@ -130,6 +145,7 @@ class ProxyServer:
         except OSError:
             await self._runner.cleanup()
             self._pool.close()
+            await self._sweeper.stop()
             raise
         bound = port
         for addr in self._runner.addresses:
@@ -166,6 +182,7 @@ class ProxyServer:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        await self._sweeper.stop()
         return ShutdownSummary(finished_in_grace=finished, cancelled=cancelled)
 
     # -- one request -------------------------------------------------------------------
@@ -258,7 +275,7 @@ class ProxyServer:
         if sent is None:
             inject = False
             sent = body
-        wd = Watchdog(task)
+        wd = Watchdog(task, self._sweeper)
         conn: UpstreamConnection | None = None
         early: bytes | None = None
         try:
