@@ -149,8 +149,8 @@ def test_sse_framer_and_line_splitter_ignore_splits_and_stay_bounded(
             for r in reads:
                 got.extend(f.feed(r))
                 assert f.buffered_bytes <= MAX
-            tail = f.finish() if hasattr(f, "finish") else []
-            got.extend(tail or [])
+            tail = f.finish()  # SSEFramer: a list of events; LineSplitter: a line or None
+            got.extend(tail if isinstance(tail, list) else [] if tail is None else [tail])
             results.append((got, f.error is None))
         assert results[0] == results[1], (data[:200], cuts)
 
@@ -201,3 +201,23 @@ def test_megabytes_of_garbage_in_big_reads_stay_bounded(name: str) -> None:
         p.feed(rng.randbytes(256 * 1024))
         assert p.buffered_bytes <= MAX
     p.finish()
+
+
+def test_atheris_fuzzer_bounded_run(tmp_path: object) -> None:
+    """benchmarks/fuzz_parsers.py: a bounded coverage-guided run finds nothing (atheris is
+    optional: without it the script says how to install it and exits 2)."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_parsers.py"
+    r = subprocess.run([sys.executable, str(script), "--runs", "15000"], capture_output=True,
+                       text=True, timeout=110, cwd=str(tmp_path))
+    if importlib.util.find_spec("atheris") is None:
+        assert r.returncode == 2 and "pip install atheris" in r.stderr, r
+        return
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "fuzz_parsers: 15000 iterations done" in r.stdout, r.stdout[-2000:]
+    assert "no failures" in r.stdout and "FAILED" not in r.stdout
+    print([line for line in r.stdout.splitlines() if line.startswith("fuzz_parsers:")][-1])
