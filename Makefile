@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit engine browser screenshots bench clean
+.PHONY: demo test lint typecheck unit engine browser screenshots snapshots bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ test: lint typecheck engine browser unit
 
 screenshots: $(STAMP)
 	$(PY) tools/screenshots.py
+
+# Regenerate the TUI's snapshot-test baselines after an intended change to the screen.
+snapshots: $(STAMP)
+	$(PY) -m pytest tests/tui/test_tui_snapshots.py --snapshot-update
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_firehose.py
