@@ -1,0 +1,95 @@
+"""`llmtop run --upstream <sim>` as a user runs it: in a pseudo-terminal, under load, the
+screen shows non-zero tokens/s and the users sending traffic; `q` quits and stops the proxy
+it started."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import pty
+import re
+import socket
+import struct
+import sys
+import termios
+
+import aiohttp
+
+from llmtop.sim.server import running_sim
+
+ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>78]|\x1bP.*?\x1b\\",
+                  re.S)
+OUT_TPS = re.compile(rb"out ([0-9][0-9,]*(?:\.[0-9]+)?) tok/s")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_run_under_load_in_a_pty_shows_tps_and_users() -> None:
+    async with running_sim("tiny") as sim:
+        port = free_port()
+        proxy = f"http://127.0.0.1:{port}"
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "140", "LINES": "40"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "run", "--upstream", sim.url,
+            "--listen", f"127.0.0.1:{port}", "--refresh-hz", "4", "--gpu-source", "none",
+            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        os.close(slave)
+        out = bytearray()
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            try:
+                out.extend(os.read(master, 65536))
+            except OSError:
+                loop.remove_reader(master)
+
+        loop.add_reader(master, readable)
+        stop = asyncio.Event()
+
+        async def traffic(user: str) -> None:
+            body = json.dumps({"model": "m", "max_tokens": 24, "stream": True,
+                               "messages": [{"role": "user", "content": "hi"}]})
+            async with aiohttp.ClientSession() as s:
+                while not stop.is_set():
+                    try:
+                        async with s.post(proxy + "/v1/chat/completions", data=body,
+                                          headers={"Content-Type": "application/json",
+                                                   "X-LLMTOP-User": user}) as r:
+                            await r.read()
+                    except aiohttp.ClientError:
+                        await asyncio.sleep(0.2)  # the proxy is still starting
+
+        load = [asyncio.create_task(traffic(u)) for u in ("alice", "bob", "alice")]
+        try:
+            deadline = loop.time() + 60
+            while True:
+                plain = ANSI.sub(b"", bytes(out))
+                tps = [float(m.replace(b",", b"")) for m in OUT_TPS.findall(plain)]
+                if b"alice" in plain and b"bob" in plain and any(v > 0 for v in tps):
+                    break
+                assert loop.time() < deadline, f"screen never showed load: {plain[-3000:]!r}"
+                await asyncio.sleep(0.5)
+            stop.set()
+            os.write(master, b"q")
+            assert await asyncio.wait_for(proc.wait(), 60) == 0
+            # the proxy child went with the TUI
+            with socket.socket() as s:
+                assert s.connect_ex(("127.0.0.1", port)) != 0
+        finally:
+            stop.set()
+            for t in load:
+                t.cancel()
+            await asyncio.gather(*load, return_exceptions=True)
+            loop.remove_reader(master)
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            os.close(master)
