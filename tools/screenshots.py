@@ -3,8 +3,11 @@
     .venv/bin/python tools/screenshots.py [--out screenshots] [--size 160x48]
 
 Writes ``tui-low-load.svg`` and ``tui-saturated.svg`` from the fixtures in
-tests/tui/fixtures/. ``capture(source, path, size, wait_s)`` takes any SnapshotSource
-(an ``AdminSource`` on a live demo, a replay source), so other captures are one call.
+tests/tui/fixtures/, then (unless ``--fixtures-only``) runs the real demo — simulated
+engine, proxy recording the session, ramping traffic — and captures it live at low load
+(``demo-low-load.svg``) and once the ``QUEUEING`` warning is up (``demo-saturated.svg``),
+then replays that recording (``replay.svg``). ``capture(source, path, size, wait_s)``
+takes any SnapshotSource, so other captures are one call.
 """
 
 from __future__ import annotations
@@ -107,17 +110,68 @@ def parse_size(text: str) -> tuple[int, int]:
     return cols, rows
 
 
+def _admin_snapshot(admin: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(admin + "/llmtop/v1/snapshot?window=10", timeout=5) as r:
+        data: dict[str, Any] = json.load(r)
+    return data
+
+
+def live(out: Path, size: tuple[int, int]) -> list[Path]:
+    """Capture the live demo at low load and at saturation, then its replay."""
+    import tempfile
+
+    from llmtop.cli.common import Child, llmtop_cmd
+    from llmtop.cli.replay import tui_source
+    from llmtop.tui.source import AdminSource
+
+    paths: list[Path] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = Path(tmp) / "demo.jsonl.gz"
+        demo = Child(llmtop_cmd("demo", "--headless", "--period", "90", "--record", str(rec)),
+                     ("llmtop: admin listening on ",))
+        try:
+            if not demo.ready:
+                raise RuntimeError(f"the demo did not start: {demo.failure()}")
+            admin = demo.found["llmtop: admin listening on "]
+            time.sleep(12)
+            paths.append(capture(AdminSource([admin]), out / "demo-low-load.svg", size,
+                                 wait_s=2, title="llmtop demo"))
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                snap = _admin_snapshot(admin)
+                if any(w.get("code") == "QUEUEING" for w in snap.get("warnings", [])):
+                    break
+                time.sleep(2)
+            else:
+                raise RuntimeError("the demo never raised QUEUEING within 120 s")
+            time.sleep(5)
+            paths.append(capture(AdminSource([admin]), out / "demo-saturated.svg", size,
+                                 wait_s=2, title="llmtop demo"))
+        finally:
+            demo.stop(30)
+        paths.append(capture(tui_source(rec, speed=20.0), out / "replay.svg", size,
+                             wait_s=4, title="llmtop replay"))
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "screenshots"), help="output folder")
     parser.add_argument("--size", type=parse_size, default=DEFAULT_SIZE, help="COLSxROWS")
+    parser.add_argument("--fixtures-only", action="store_true",
+                        help="only the two fixture screenshots (no live demo)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     for fixture, name in (("low_load", "tui-low-load.svg"), ("saturated", "tui-saturated.svg")):
         path = capture(FixtureSource(FIXTURES / f"{fixture}.json"), out / name, args.size,
                        refresh_hz=0)
         print(path)
+    if not args.fixtures_only:
+        for path in live(out, args.size):
+            print(path)
     return 0
 
 
