@@ -22,6 +22,11 @@ WarningState: TypeAlias = Literal["raised", "cleared"]
 
 DIALECTS: Final = ("openai", "anthropic", "ollama", "tgi", "other")
 OUTCOMES: Final = ("ok", "error", "cancelled", "timeout")
+WARNING_CODES: Final = (
+    "QUEUEING", "SLO_TTFT", "SLO_ITL", "SLO_E2E", "KV_CACHE", "GPU_MEMORY", "BANDWIDTH",
+    "ERRORS", "UPSTREAM_DOWN", "PREFILL_INTERFERENCE",
+)
+"""Every saturation warning code (llmtop.saturation raises them; /metrics exports each)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ Families (all prefixed ``llmtop_``):
   last 60 s (label ``window="60"``), ``user_slo_attainment{user}`` and
   ``user_output_tps{user}`` likewise; ``capacity_max_concurrency_at_slo``,
   ``capacity_goodput_tps_at_slo`` (absent until estimated); GPU and engine readings
-  (absent when unavailable); ``warning_active{code}`` (1 raised, 0 once cleared);
+  (absent when unavailable); ``warning_active{code}`` (1 raised, else 0; every code of
+  the saturation detectors is present from the start);
 - histograms (seconds): ``ttft_seconds``, ``itl_seconds``, ``chunk_gap_seconds``,
   ``tpot_seconds``, ``e2e_seconds``; ``user_ttft_seconds{user}``, ``user_itl_seconds{user}``.
   Buckets come from the cumulative HDR counts: ``le=b`` counts every HDR bucket whose
@@ -42,6 +43,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from llmtop.events import WARNING_CODES
 from llmtop.metrics import capacity
 from llmtop.metrics.hdr import COUNTS_LEN, bucket_index
 from llmtop.metrics.ingest import (
@@ -268,7 +270,9 @@ class LlmtopCollector(Collector):
             out.append(fam)
         warn = GaugeMetricFamily(_P + "warning_active", "1 while a saturation warning is raised",
                                  labels=["code"])
-        for code in sorted(agg.warning_codes):
+        # every known code from the start (0 = not raised), so "no warning" and "no data"
+        # differ and absent()-style alerts work
+        for code in sorted(set(agg.warning_codes) | set(WARNING_CODES)):
             warn.add_metric([code], 1.0 if code in agg.warnings else 0.0)
         out.append(warn)
         out.append(GaugeMetricFamily(_P + "uptime_seconds", "Seconds since the aggregator started",
