@@ -24,13 +24,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import ClassVar, Final
 
 import numpy as np
 
 from llmtop.config import Config
 from llmtop.events import ActiveRequest, Event, Severity, WarningEvent
-from llmtop.saturation.signals import Finished, Signals
+from llmtop.saturation.signals import Failure, Signals
 
 Publish = Callable[[Event], None]
 
@@ -108,9 +108,15 @@ class SaturationMonitor:
     outages: list[list[float]] = field(default_factory=list)
     """[start, end] of each upstream-down episode (end = +inf while it lasts)."""
 
+    PREFILL_EVENTS: ClassVar[int] = 20
+    """PREFILL_INTERFERENCE looks at this many of the latest long prompts ..."""
+    PREFILL_STREAMS: ClassVar[int] = 16
+    """... and at this many of the streams running at each one's start (bounded cost)."""
+
     def __post_init__(self) -> None:
         w = self.window_s
-        self.signals = Signals(keep_s=6 * w, horizon_s=max(330.0, 33 * w),
+        self.signals = Signals(self.cfg.slo, keep_s=3 * w, tally_s=6 * w, slice_s=w / 10,
+                               horizon_s=max(330.0, 33 * w),
                                engine_fresh_s=max(w / 2, 2.0 * self.cfg.engine.interval_s))
 
     @property
@@ -226,7 +232,7 @@ class SaturationMonitor:
         service that meets 95 % does; 10 in 56 is not. Once raised, it holds while the
         attainment itself stays below target."""
         slo = self.cfg.slo
-        att, n = self.signals.slo_attainment(now, 6 * self.window_s, slo, which)
+        att, n = self.signals.slo_attainment(now, 6 * self.window_s, which)
         if att is None or n < 10:
             return None
         if (att if held else wilson_upper(att, n)) >= slo.target:
@@ -306,19 +312,19 @@ class SaturationMonitor:
             "info",
         )
 
-    def _in_outage(self, f: Finished) -> bool:
+    def _in_outage(self, f: Failure) -> bool:
         return f.upstream_unreachable or any(a <= f.t_end <= b for a, b in self.outages)
 
     def errors(self, now: float, held: bool) -> Verdict | None:
         """Errors + timeouts among the requests of the last 2 W, outages excepted. A rate
         that hovers at the threshold is raised once it reaches it, and held down to half of
         it."""
-        rows = [f for f in self.signals.finished_in(now, 2 * self.window_s)
-                if f.outcome != "cancelled" and not self._in_outage(f)]
-        bad = [f for f in rows if f.outcome in ("error", "timeout")]
-        if len(rows) < 20 or len(bad) < 3:
+        win = 2 * self.window_s
+        bad = [f for f in self.signals.failures_in(now, win) if not self._in_outage(f)]
+        n = self.signals.answered_in(now, win) + len(bad)
+        if n < 20 or len(bad) < 3:
             return None
-        rate = len(bad) / len(rows)
+        rate = len(bad) / n
         thr = self.cfg.warnings.error_rate
         if rate < (thr / 2 if held else thr):
             return None
@@ -331,7 +337,7 @@ class SaturationMonitor:
                         sorted(statuses.items(), key=lambda kv: -kv[1])[:3])
         what = "; ".join(x for x in (top, _plural(timeouts, "timeout") if timeouts else "") if x)
         return Verdict(
-            f"{rate:.1%} of the last {len(rows)} requests failed ({what}); see the "
+            f"{rate:.1%} of the last {n} requests failed ({what}); see the "
             "engine's log — timeouts point at overload, 5xx at the engine, 4xx at clients",
             "critical",
         )
@@ -367,34 +373,38 @@ class SaturationMonitor:
         """
         sig = self.signals
         win = self.window_s
-        prompts = [f.prompt_tokens for f in sig.finished if f.prompt_tokens]
-        if len(prompts) < 5:
+        if len(sig.prompts) < 5:
             return None
-        median = float(np.median(prompts))
+        median = float(np.median(np.fromiter(sig.prompts, dtype=float)))
         long_min = max(4 * median, 256)
-        gaps = sig.gaps_in(now, win)
-        if gaps.size < 20:
+        p50 = sig.itl_p50(now, win)
+        if p50 is None or sig.gaps_in(now, win).size < 20:
             return None
-        p50 = float(np.percentile(gaps, 50))
         events = [f for f in sig.finished_in(now, 2 * win)
                   if (f.prompt_tokens or 0) >= long_min and f.t_first is not None
                   and f.t_first >= now - win]
         streams = [r for r in sig.finished_in(now, 3 * win) if r.chunk_t.size >= 3]
         spikes: list[float] = []
         stalled = 0
-        for ev in events[-50:]:
+        for ev in events[-self.PREFILL_EVENTS:]:
             t_l = ev.t_first
             assert t_l is not None
             seen: list[float] = []
-            for r in streams:
+            for r in reversed(streams):  # the latest streams first; a sample is enough
                 if r is ev or not r.t_start < t_l < r.t_end:
                     continue
                 ct = r.chunk_t
-                if not ct[0] < t_l < ct[-1]:
+                i = int(ct.searchsorted(t_l))  # ct[i-1] < t_l <= ct[i]
+                if i < 1 or i >= ct.size:
                     continue
-                i = int(np.searchsorted(ct, t_l))  # ct[i-1] < t_l <= ct[i]
-                lo = max(1, i - 1)
-                seen.append(float(np.max(np.diff(ct[lo - 1:i + 1]))))
+                # the gap that spans t_l, or the one before it when this stream's chunk of
+                # the same step reached the proxy just before the long prompt's first token
+                gap = float(ct[i] - ct[i - 1])
+                if i >= 2:
+                    gap = max(gap, float(ct[i - 1] - ct[i - 2]))
+                seen.append(gap)
+                if len(seen) >= self.PREFILL_STREAMS:
+                    break
             if seen:
                 spikes.append(float(np.median(seen)))
                 stalled += len(seen)

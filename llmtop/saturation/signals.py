@@ -1,10 +1,12 @@
 """The rolling evidence the saturation detectors look at.
 
 Fed from the bus (finished requests, engine and GPU readings) and from periodic samples of
-the proxy's open requests. Everything is bounded: finished requests are kept for the long
-window, baselines and samples for ``horizon_s``. Percentiles here are exact over a few
-seconds of values (numpy) — they decide whether to warn, they are not reported figures
-(those come from the HDR histograms in llmtop.metrics).
+the proxy's open requests. Everything is bounded and cheap per tick whatever the request
+rate: finished requests (with their chunk times) are kept for the short windows; the long
+windows (SLO attainment, errors) read per-slice tallies of answered requests plus the list
+of failures. Percentiles here are exact over a few seconds of values (numpy) — they decide
+whether to warn, they are not reported figures (those come from the HDR histograms in
+llmtop.metrics).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +51,28 @@ class Finished:
         return np.diff(self.chunk_t)
 
 
+@dataclass(slots=True)
+class Tally:
+    """Answered (outcome ok) requests that ended in one slice of time, and how many of
+    them met each latency SLO."""
+
+    t: float
+    answered: int = 0
+    ok_ttft: int = 0
+    ok_itl: int = 0
+    ok_e2e: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A request that ended in error or timeout."""
+
+    t_end: float
+    outcome: str
+    status: int
+    upstream_unreachable: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One periodic reading of the proxy's open requests (and the engine's queue)."""
@@ -68,9 +93,18 @@ def _p(values: Iterable[float] | np.ndarray, q: float) -> float | None:
     return float(np.percentile(arr, q))
 
 
+def percentile_sorted(values: list[float], q: float) -> float:
+    """numpy's default (linear) percentile of an already sorted, non-empty list — in pure
+    Python, which beats numpy's call overhead for the few dozen values of one request."""
+    pos = (len(values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
 def itl_p95(rec: RequestRecord) -> float | None:
     samples = rec.itl_samples_s()
-    return _p(samples, 95) if samples else None
+    return percentile_sorted(sorted(samples), 95) if samples else None
 
 
 def is_unreachable(rec: RequestRecord) -> bool:
@@ -82,49 +116,94 @@ def is_unreachable(rec: RequestRecord) -> bool:
 class Signals:
     """Rolling state: ``on_events`` is a bus subscriber, ``sample`` is called each tick.
 
-    ``keep_s``: how long finished requests are kept (the detectors' longest window);
-    ``horizon_s``: how long samples, engine readings and baselines are kept;
+    ``slo``: the latency targets answered requests are tallied against;
+    ``keep_s``: how long finished requests themselves are kept (the short windows);
+    ``tally_s``: how long tallies and failures are kept (the long windows), in slices of
+    ``slice_s``; ``horizon_s``: how long samples, engine readings and baselines are kept;
     ``engine_fresh_s``: an engine reading older than this is not used for the queue.
     """
 
-    def __init__(self, keep_s: float = 60.0, horizon_s: float = 330.0,
+    def __init__(self, slo: SloConfig | None = None, *, keep_s: float = 30.0,
+                 tally_s: float = 60.0, slice_s: float = 1.0, horizon_s: float = 330.0,
                  engine_fresh_s: float = 5.0) -> None:
+        self.slo = slo if slo is not None else SloConfig()
         self.keep_s = keep_s
+        self.tally_s = tally_s
+        self.slice_s = slice_s
         self.horizon_s = horizon_s
         self.engine_fresh_s = engine_fresh_s
         self.finished: deque[Finished] = deque()
+        self.tallies: deque[Tally] = deque()
+        self.failures: deque[Failure] = deque()
+        self.prompts: deque[int] = deque(maxlen=1000)
+        """Prompt lengths (tokens) of the latest requests that reported one."""
         self.samples: deque[Sample] = deque()
         self.engine: EngineReading | None = None
         self.engine_history: deque[EngineReading] = deque()
         self.gpus: dict[int, GpuReading] = {}
         self.ttft_p95_history: deque[tuple[float, float]] = deque()
         self.itl_p50_history: deque[tuple[float, float]] = deque()
+        self._memo: dict[tuple[str, float, float], Any] = {}
+        """Window views computed during the current tick (cleared by ``sample``)."""
 
     # -- input ---------------------------------------------------------------------------
 
     def on_events(self, batch: Iterable[Event]) -> None:
         for ev in batch:
             if isinstance(ev, RequestRecord):
-                self.finished.append(
-                    Finished(
-                        t_end=ev.t_start + ev.e2e_s,
-                        t_start=ev.t_start,
-                        outcome=ev.outcome,
-                        status=ev.status,
-                        ttft_s=ev.ttft_s,
-                        e2e_s=ev.e2e_s,
-                        itl_p95_s=itl_p95(ev),
-                        tokens=ev.completion_tokens or 0,
-                        prompt_tokens=ev.prompt_tokens,
-                        chunk_t=ev.t_start + np.asarray(ev.chunk_offsets_s, dtype=float),
-                        upstream_unreachable=is_unreachable(ev),
-                    )
-                )
+                self._on_record(ev)
             elif isinstance(ev, EngineReading):
                 self.engine = ev
                 self.engine_history.append(ev)
             elif isinstance(ev, GpuReading):
                 self.gpus[ev.index] = ev
+
+    def _on_record(self, ev: RequestRecord) -> None:
+        t_end = ev.t_start + ev.e2e_s
+        unreachable = is_unreachable(ev)
+        f = Finished(
+            t_end=t_end,
+            t_start=ev.t_start,
+            outcome=ev.outcome,
+            status=ev.status,
+            ttft_s=ev.ttft_s,
+            e2e_s=ev.e2e_s,
+            itl_p95_s=itl_p95(ev),
+            tokens=ev.completion_tokens or 0,
+            prompt_tokens=ev.prompt_tokens,
+            chunk_t=ev.t_start + np.asarray(ev.chunk_offsets_s, dtype=float),
+            upstream_unreachable=unreachable,
+        )
+        self.finished.append(f)
+        if ev.prompt_tokens:
+            self.prompts.append(ev.prompt_tokens)
+        if ev.outcome in ("error", "timeout"):
+            self.failures.append(Failure(t_end, ev.outcome, ev.status, unreachable))
+        elif ev.outcome == "ok":
+            slo = self.slo
+            tally = self._tally_for(t_end)
+            tally.answered += 1
+            tally.ok_ttft += f.ttft_s is not None and (slo.ttft_s is None
+                                                       or f.ttft_s <= slo.ttft_s)
+            # a one-token answer has no ITL to miss
+            tally.ok_itl += f.itl_p95_s is None or slo.itl_p95_s is None or \
+                f.itl_p95_s <= slo.itl_p95_s
+            tally.ok_e2e += slo.e2e_s is None or f.e2e_s <= slo.e2e_s
+
+    def _tally_for(self, t: float) -> Tally:
+        start = (t // self.slice_s) * self.slice_s
+        tallies = self.tallies
+        if not tallies or start > tallies[-1].t:
+            tallies.append(Tally(start))
+            return tallies[-1]
+        for i in range(len(tallies) - 1, -1, -1):  # late records: rare, near the end
+            if tallies[i].t == start:
+                return tallies[i]
+            if tallies[i].t < start:
+                tallies.insert(i + 1, Tally(start))
+                return tallies[i + 1]
+        tallies.appendleft(Tally(start))
+        return tallies[0]
 
     def sample(self, now: float, active: Mapping[str, ActiveRequest], now_ns: int) -> Sample:
         waiting = [a for a in active.values() if a.first_token_ns is None]
@@ -141,12 +220,18 @@ class Signals:
         )
         self.samples.append(s)
         self._trim(now)
+        self._memo.clear()
         return s
 
     def _trim(self, now: float) -> None:
         keep = now - self.keep_s
         while self.finished and self.finished[0].t_end < keep:
             self.finished.popleft()
+        keep = now - self.tally_s
+        while self.tallies and self.tallies[0].t + self.slice_s < keep:
+            self.tallies.popleft()
+        while self.failures and self.failures[0].t_end < keep:
+            self.failures.popleft()
         cut = now - self.horizon_s
         while self.samples and self.samples[0].t < cut:
             self.samples.popleft()
@@ -159,8 +244,14 @@ class Signals:
     # -- views over a window -------------------------------------------------------------
 
     def finished_in(self, now: float, window_s: float) -> list[Finished]:
-        cut = now - window_s
-        return [f for f in self.finished if f.t_end >= cut]
+        """Requests that ended in the window, oldest first (computed once per tick)."""
+        key = ("finished", now, window_s)
+        got: list[Finished] | None = self._memo.get(key)
+        if got is None:
+            cut = now - window_s
+            got = [f for f in self.finished if f.t_end >= cut]
+            self._memo[key] = got
+        return got
 
     def samples_in(self, now: float, window_s: float) -> list[Sample]:
         cut = now - window_s
@@ -169,13 +260,38 @@ class Signals:
     def ttft_p95(self, now: float, window_s: float) -> float | None:
         return _p((f.ttft_s for f in self.finished_in(now, window_s) if f.ttft_s is not None), 95)
 
+    MAX_GAPS = 20_000
+    """gaps_in keeps the latest requests' gaps up to about this many (bounded cost)."""
+
     def gaps_in(self, now: float, window_s: float) -> np.ndarray:
-        """Chunk gaps of the requests that finished in the window."""
-        parts = [f.gaps() for f in self.finished_in(now, window_s) if f.chunk_t.size > 1]
-        return np.concatenate(parts) if parts else np.empty(0)
+        """Chunk gaps of the requests that finished in the window, the latest ~MAX_GAPS
+        of them (once per tick)."""
+        key = ("gaps", now, window_s)
+        got: np.ndarray | None = self._memo.get(key)
+        if got is None:
+            parts: list[np.ndarray] = []
+            total = 0
+            for f in reversed(self.finished_in(now, window_s)):
+                if f.chunk_t.size > 1:
+                    parts.append(f.chunk_t)
+                    total += f.chunk_t.size - 1
+                    if total >= self.MAX_GAPS:
+                        break
+            if parts:
+                times = np.concatenate(parts)
+                ends = np.cumsum([p.size for p in parts])[:-1] - 1  # last chunk of each
+                got = np.delete(np.diff(times), ends)
+            else:
+                got = np.empty(0)
+            self._memo[key] = got
+        return got
 
     def itl_p50(self, now: float, window_s: float) -> float | None:
-        return _p(self.gaps_in(now, window_s), 50)
+        key = ("itl_p50", now, window_s)
+        if key not in self._memo:
+            self._memo[key] = _p(self.gaps_in(now, window_s), 50)
+        got: float | None = self._memo[key]
+        return got
 
     def output_tps(self, now: float, window_s: float) -> float:
         return sum(f.tokens for f in self.finished_in(now, window_s)) / window_s
@@ -199,26 +315,31 @@ class Signals:
         """A low (10th) percentile of the window chunk-gap p50s seen in the horizon."""
         return _p((v for _, v in self.itl_p50_history), 10)
 
-    def slo_attainment(
-        self, now: float, window_s: float, slo: SloConfig, which: str
-    ) -> tuple[float | None, int]:
-        """Share of the requests answered in the window (outcome ok) that met one SLO
-        (``ttft``, ``itl``, ``e2e``). Failed requests are left to ERRORS/UPSTREAM_DOWN, so
-        a latency warning is about latency."""
-        limit = {"ttft": slo.ttft_s, "itl": slo.itl_p95_s, "e2e": slo.e2e_s}[which]
-        if limit is None:
+    def slo_attainment(self, now: float, window_s: float, which: str
+                       ) -> tuple[float | None, int]:
+        """Share of the requests answered in the window (outcome ok; to the slice) that met
+        one SLO (``ttft``, ``itl``, ``e2e``), and how many were answered. Failed requests
+        are left to ERRORS/UPSTREAM_DOWN, so a latency warning is about latency."""
+        slo = self.slo
+        if {"ttft": slo.ttft_s, "itl": slo.itl_p95_s, "e2e": slo.e2e_s}[which] is None:
             return None, 0
-        rows = [f for f in self.finished_in(now, window_s) if f.outcome == "ok"]
-        if not rows:
-            return None, 0
-        ok = 0
-        for f in rows:
-            value = {"ttft": f.ttft_s, "itl": f.itl_p95_s, "e2e": f.e2e_s}[which]
-            if value is None and which == "itl":
-                ok += 1  # a one-token answer has no ITL to miss
-            elif value is not None and value <= limit:
-                ok += 1
-        return ok / len(rows), len(rows)
+        n = met = 0
+        for t in self.tallies_in(now, window_s):
+            n += t.answered
+            met += {"ttft": t.ok_ttft, "itl": t.ok_itl, "e2e": t.ok_e2e}[which]
+        return (met / n if n else None), n
+
+    def tallies_in(self, now: float, window_s: float) -> list[Tally]:
+        cut = now - window_s
+        return [t for t in self.tallies if t.t + self.slice_s > cut]
+
+    def answered_in(self, now: float, window_s: float) -> int:
+        """Requests answered (outcome ok) in the window, to the slice."""
+        return sum(t.answered for t in self.tallies_in(now, window_s))
+
+    def failures_in(self, now: float, window_s: float) -> list[Failure]:
+        cut = now - window_s
+        return [f for f in self.failures if f.t_end >= cut]
 
     def preemptions_delta(self, now: float, window_s: float) -> float:
         cut = now - window_s
