@@ -21,6 +21,7 @@ requests are ERRORS', not the latency SLOs'.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -406,11 +407,11 @@ class SaturationMonitor:
                 if len(seen) >= self.PREFILL_STREAMS:
                     break
             if seen:
-                spikes.append(float(np.median(seen)))
+                spikes.append(statistics.median(seen))
                 stalled += len(seen)
         if len(spikes) < (1 if held else 2):
             return None
-        spike = float(np.median(spikes))
+        spike = statistics.median(spikes)
         floor = self.cfg.slo.itl_p95_s or 0.05
         if spike < max((2.0 if held else 3.0) * p50, floor):
             return None

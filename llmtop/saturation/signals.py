@@ -249,7 +249,19 @@ class Signals:
         got: list[Finished] | None = self._memo.get(key)
         if got is None:
             cut = now - window_s
-            got = [f for f in self.finished if f.t_end >= cut]
+            got = []
+            older = 0
+            # records come in completion order: walk back from the newest, and stop once
+            # a run of them is older than the window (tolerating small inversions)
+            for f in reversed(self.finished):
+                if f.t_end >= cut:
+                    got.append(f)
+                    older = 0
+                else:
+                    older += 1
+                    if older > 64:
+                        break
+            got.reverse()
             self._memo[key] = got
         return got
 
