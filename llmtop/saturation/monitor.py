@@ -190,15 +190,17 @@ class SaturationMonitor:
 
     def queueing(self, now: float, held: bool) -> Verdict | None:
         """The queue (engine waiting, or requests without a first token) stays non-empty
-        through the last half window while TTFT p95 has grown well past what the service
-        does unloaded. A burst that the engine absorbs empties the queue between arrivals;
-        saturation does not."""
+        through the last quarter window (at least two samples; with the raise delay,
+        longer) while TTFT p95 has grown well past what the service does unloaded. A burst
+        that the engine absorbs empties the queue between arrivals; saturation does not."""
         sig = self.signals
         win = self.window_s
         samples = sig.samples_in(now, win)
-        recent = sig.samples_in(now, win / 2)
-        if len(samples) < 3 or len(recent) < 2:
+        if len(samples) < 3:
             return None
+        recent = sig.samples_in(now, win / 4)
+        if len(recent) < 2:
+            recent = samples[-2:]
         queued = sum(1 for s in recent if s.waiting >= 1) / len(recent)
         if queued < (0.5 if held else 0.8):
             return None
@@ -220,7 +222,7 @@ class SaturationMonitor:
         tps = sig.output_tps(now, win)
         return Verdict(
             f"saturated: {in_flight:.0f} in flight, {waiting:.0f} of them only waiting "
-            f"(queue never empty for {win / 2:g} s); output {tps:.0f} tok/s; TTFT p95 "
+            f"(queue never empty for {win / 4:g} s); output {tps:.0f} tok/s; TTFT p95 "
             f"{_ms(base)}→{_ms(current)}; consider more replicas/routing or a concurrency "
             "limit"
         )
