@@ -1,6 +1,6 @@
 """Saturation warnings (QUEUEING, SLO_*, KV_CACHE, GPU_MEMORY, BANDWIDTH, ERRORS,
 UPSTREAM_DOWN, PREFILL_INTERFERENCE): detect, explain and clear with hysteresis."""
 
-from llmtop.saturation.monitor import CODES, SaturationMonitor
+from llmtop.saturation.monitor import SaturationMonitor
 
-__all__ = ["CODES", "SaturationMonitor"]
+__all__ = ["SaturationMonitor"]

@@ -35,10 +35,6 @@ from llmtop.saturation.signals import Failure, Signals
 
 Publish = Callable[[Event], None]
 
-CODES = ("QUEUEING", "SLO_TTFT", "SLO_ITL", "SLO_E2E", "KV_CACHE", "GPU_MEMORY", "BANDWIDTH",
-         "ERRORS", "UPSTREAM_DOWN", "PREFILL_INTERFERENCE")
-"""Every code the monitor can raise (e.g. for a Prometheus gauge per code from the start)."""
-
 IMMEDIATE = frozenset({"UPSTREAM_DOWN"})
 """Codes raised on the first tick their condition holds (no raise delay)."""
 

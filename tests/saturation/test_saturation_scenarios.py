@@ -17,6 +17,8 @@ import asyncio
 import re
 import time
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from sat_scenario_support import (
     SCALE,
     ClosedLoop,
@@ -25,6 +27,8 @@ from sat_scenario_support import (
     measure_capacity,
     scenario,
 )
+
+from llmtop.metrics.prometheus import make_registry
 
 STEADY_S = 120 * SCALE
 """Steady load for 2 minutes of uncompressed time."""
@@ -50,6 +54,16 @@ def report(name: str, p: Pipeline, expected: str, start: float, raised: float | 
     for _, e in p.timeline:
         if e.state == "raised":
             print(f"  {e.code} ({e.severity}): {e.message}")
+
+
+def warning_gauge(p: Pipeline, code: str) -> float | None:
+    """``llmtop_warning_active{code=...}`` as a Prometheus scrape of the aggregator shows it."""
+    text = generate_latest(make_registry(p.aggregator)).decode()
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.name.endswith("warning_active") and sample.labels.get("code") == code:
+                return float(sample.value)
+    return None
 
 
 def assert_only(p: Pipeline, expected: set[str], consequences: frozenset[str] = frozenset()
@@ -206,19 +220,29 @@ GIB = 1024**3
 
 async def test_gpu_memory_at_97_percent_raises_gpu_memory() -> None:
     """A simulated GPU whose weights and runtime fill 97 % of its memory: GPU_MEMORY; the
-    engine restarts on a larger GPU: cleared."""
+    engine restarts on a larger GPU: cleared. The warning travels the bus to the
+    aggregator's snapshot and its Prometheus gauge, and leaves both when cleared."""
     tiny_resident = 300 * 1024**2 + 1_000_000_000  # runtime overhead + weights
     async with scenario(sim={"mem_total_bytes": round(tiny_resident / 0.97)}) as p:
         start = p.t0
         load = ClosedLoop(p.url, 1, max_tokens=16)
         raised = await p.wait_for("GPU_MEMORY", within=20 * SCALE)
+        await asyncio.sleep(0.1)  # one bus pump
+        shown = p.aggregator.snapshot(60)["warnings"]
+        gauge = warning_gauge(p, "GPU_MEMORY")
         await load.stop()
         await p.slot.stop()
         back = time.monotonic()
         await p.slot.start(mem_total_bytes=8 * GIB)
         cleared = await p.wait_for("GPU_MEMORY", "cleared", after=back, within=40 * SCALE)
+        await asyncio.sleep(0.1)
+        shown_after = p.aggregator.snapshot(60)["warnings"]
+        gauge_after = warning_gauge(p, "GPU_MEMORY")
         report("simulated GPU memory 97 % used", p, "GPU_MEMORY", start, raised, back, cleared)
     assert raised is not None and cleared is not None, p.describe()
+    assert [w["code"] for w in shown] == ["GPU_MEMORY"] and shown[0]["severity"] == "warning"
+    assert shown[0]["message"] == p.message("GPU_MEMORY")
+    assert (gauge, gauge_after, shown_after) == (1.0, 0.0, [])
     msg = p.message("GPU_MEMORY")
     assert re.search(r"memory (9[5-9]|100)% used", msg), msg
     assert "simulated" in msg and "quantisation" in msg
