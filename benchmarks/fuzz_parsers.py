@@ -4,7 +4,8 @@ Each input picks a parser (every dialect's stream and body parser, the SSE frame
 line splitter, the usage-chunk stripper), a maximum event size and a way to split the
 bytes into reads. The target checks what tests/reliability/test_rel_fuzz_parsers.py
 checks under hypothesis: nothing raises out of ``feed``/``finish``/``filter``/``flush``,
-``buffered_bytes`` never exceeds the maximum, the result does not depend on the split,
+``buffered_bytes`` never exceeds the maximum (twice it for SSE: the unfinished line and the
+open event are each bounded by it), the result does not depend on the split,
 and the stripper only ever removes a usage event. A violated check raises, and atheris
 reports the crashing input.
 
@@ -50,6 +51,7 @@ PARSERS: list[tuple[str, Callable[[int], Any]]] = [
     ("tgi-stream", TGIStreamParser), ("tgi-body", TGIBodyParser),
     ("plain", lambda _max: PlainParser()),
 ]
+SSE_PARSERS = (OpenAIStreamParser, AnthropicStreamParser, TGIStreamParser)
 N_KINDS = len(PARSERS) + 3  # + SSE framer, line splitter, usage stripper
 iterations = 0
 failed = False
@@ -76,6 +78,9 @@ def _split(data: bytes, cuts: list[int]) -> list[bytes]:
 
 def _parse(make: Callable[[int], Any], limit: int, reads: list[bytes]) -> tuple[Any, ...]:
     p = make(limit)
+    # SSE parsers bound the unfinished line and the open event's data each by the limit
+    # (sse.py), so they may hold up to twice it; the others hold at most the limit
+    limit *= 2 if isinstance(p, SSE_PARSERS) else 1
     events = tokens = 0
     for r in reads:
         n, t = p.feed(r)
@@ -141,8 +146,8 @@ def _check(raw: bytes) -> None:
         make = PARSERS[kind][1]
         a, b = _parse(make, limit, whole), _parse(make, limit, reads)
     elif kind == len(PARSERS):
-        a, b = (_frame(lambda: SSEFramer(limit), limit, whole),
-                _frame(lambda: SSEFramer(limit), limit, reads))
+        a, b = (_frame(lambda: SSEFramer(limit), 2 * limit, whole),
+                _frame(lambda: SSEFramer(limit), 2 * limit, reads))
     elif kind == len(PARSERS) + 1:
         a, b = (_frame(lambda: LineSplitter(limit), limit, whole),
                 _frame(lambda: LineSplitter(limit), limit, reads))
