@@ -260,7 +260,7 @@ class SaturationMonitor:
         if usage is not None:
             parts.append(f"KV cache {usage:.0%} full")
         if pre > 0:
-            parts.append(f"{pre:.0f} preemptions in {win:g} s")
+            parts.append(f"{_plural(round(pre), 'preemption')} in {win:g} s")
         return Verdict(
             "; ".join(parts) + " — requests are being recomputed or held back; shorter "
             "contexts, quantised KV, more memory or a lower max_num_seqs",
@@ -336,18 +336,27 @@ class SaturationMonitor:
                         sorted(statuses.items(), key=lambda kv: -kv[1])[:3])
         what = "; ".join(x for x in (top, _plural(timeouts, "timeout") if timeouts else "") if x)
         return Verdict(
-            f"{rate:.1%} of the last {n} requests failed ({what}); see the "
-            "engine's log — timeouts point at overload, 5xx at the engine, 4xx at clients",
+            f"{rate:.1%} of the last {n} requests failed ({what}; warns from {thr:.0%}); "
+            "see the engine's log — timeouts point at overload, 5xx at the engine, 4xx at "
+            "clients",
             "critical",
         )
 
     def upstream(self, now: float, held: bool) -> Verdict | None:
         """The proxy's last connect failed, or the latest requests all found the upstream
-        unreachable. Marks the outage so its failures are not counted as ERRORS too."""
-        recent = self.signals.finished_in(now, self.window_s / 2)
+        unreachable — unless, with no client request to tell, the engine's metrics answered
+        after the last failed connect (the proxy's flag only resets on the next request).
+        Marks the outage so its failures are not counted as ERRORS too."""
+        sig = self.signals
+        recent = sig.finished_in(now, self.window_s / 2)
         failing = [f for f in recent if f.upstream_unreachable]
         down = self.upstream_down() or (
             len(recent) >= 3 and all(f.upstream_unreachable for f in recent[-3:]))
+        if down and not failing and sig.engine is not None \
+                and now - sig.engine.t < sig.engine_fresh_s:
+            last = max((f.t_end for f in sig.failures if f.upstream_unreachable),
+                       default=None)
+            down = last is not None and last >= sig.engine.t
         if not down:
             if self.outages and self.outages[-1][1] == float("inf"):
                 self.outages[-1][1] = now + self.window_s / 2

@@ -164,7 +164,7 @@ async def test_kv_exhaustion_with_preemptions_raises_kv_cache() -> None:
     assert preemptions > 0
     assert raised is not None and cleared is not None, p.describe()
     ev = next(e for _, e in p.timeline if e.code == "KV_CACHE")
-    assert ev.severity == "critical" and "preemptions" in ev.message
+    assert ev.severity == "critical" and "preemption" in ev.message
     assert "max_num_seqs" in ev.message
     assert_only(p, {"KV_CACHE"}, consequences)
 

@@ -311,3 +311,23 @@ def test_upstream_outage_is_one_warning_not_also_errors() -> None:
                *[record(h.now - 1.0, outcome="error", status=500) for _ in range(2)])
         h.step()
     assert "ERRORS" in h.codes()
+
+
+def test_upstream_back_without_traffic_clears_by_the_engine_metrics() -> None:
+    """The proxy's "last connect failed" flag only resets on the next request; when no
+    client sends one, a successful scrape of the engine after the failure says it is back."""
+    h = Harness()
+    h.feed(RequestRecord(
+        id="x", user="u", model=None, dialect="openai", path="/", stream=True, status=502,
+        outcome="error", t_start=h.now - 0.1, ttft_s=None, e2e_s=0.01, prompt_tokens=None,
+        completion_tokens=None, token_source="chunks",
+        error="upstream unreachable: connection refused"))
+    h.down = True  # and it stays so: no more requests
+    for _ in range(5):
+        h.step()
+    assert h.codes() == ["UPSTREAM_DOWN"]
+    for _ in range(20):
+        h.feed(EngineReading(t=h.now, kind="vllm", running=0, waiting=0, kv_cache_usage=0.0,
+                             preemptions=0))
+        h.step()
+    assert h.codes("cleared") == ["UPSTREAM_DOWN"]
