@@ -138,8 +138,11 @@ class SaturationMonitor:
         proxy stamps ``ActiveRequest.t0_ns`` with."""
         now = time.time() if now is None else now
         now_ns = time.perf_counter_ns() if now_ns is None else now_ns
-        self.signals.sample(now, self.active, now_ns)
-        self.signals.remember_baselines(now, self.window_s)
+        sig = self.signals
+        sig.sample(now, self.active, now_ns)
+        window = sig.samples_in(now, self.window_s)
+        queued = sum(1 for s in window if s.waiting >= 1)
+        sig.remember_baselines(now, self.window_s, calm=queued <= 0.2 * len(window))
         detectors: dict[str, Callable[[float, bool], Verdict | None]] = {
             "QUEUEING": self.queueing,
             "SLO_TTFT": lambda t, h: self.slo(t, h, "ttft"),

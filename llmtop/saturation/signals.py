@@ -47,9 +47,6 @@ class Finished:
         """When the first token reached the client (the end of its prefill, seen here)."""
         return None if self.ttft_s is None else self.t_start + self.ttft_s
 
-    def gaps(self) -> np.ndarray:
-        return np.diff(self.chunk_t)
-
 
 @dataclass(slots=True)
 class Tally:
@@ -238,7 +235,7 @@ class Signals:
         while self.engine_history and self.engine_history[0].t < cut:
             self.engine_history.popleft()
         for hist in (self.ttft_p95_history, self.itl_p50_history):
-            while hist and hist[0][0] < cut:
+            while len(hist) > self.KEEP_BASELINES and hist[0][0] < cut:
                 hist.popleft()
 
     # -- views over a window -------------------------------------------------------------
@@ -271,6 +268,9 @@ class Signals:
 
     def ttft_p95(self, now: float, window_s: float) -> float | None:
         return _p((f.ttft_s for f in self.finished_in(now, window_s) if f.ttft_s is not None), 95)
+
+    KEEP_BASELINES = 30
+    """Baseline entries kept even when older than the horizon."""
 
     MAX_GAPS = 20_000
     """gaps_in keeps the latest requests' gaps up to about this many (bounded cost)."""
@@ -308,19 +308,23 @@ class Signals:
     def output_tps(self, now: float, window_s: float) -> float:
         return sum(f.tokens for f in self.finished_in(now, window_s)) / window_s
 
-    def remember_baselines(self, now: float, window_s: float, min_requests: int = 5) -> None:
+    def remember_baselines(self, now: float, window_s: float, *, calm: bool,
+                           min_requests: int = 5) -> None:
+        """Add this window's TTFT p95 (only when ``calm``: nothing was queued, so it is what
+        the service does unloaded) and chunk-gap p50 to the baseline histories."""
         recent = [f for f in self.finished_in(now, window_s) if f.outcome == "ok"]
         if len(recent) >= min_requests:
             p = _p((f.ttft_s for f in recent if f.ttft_s is not None), 95)
-            if p is not None:
+            if p is not None and calm:
                 self.ttft_p95_history.append((now, p))
             q = self.itl_p50(now, window_s)
             if q is not None:
                 self.itl_p50_history.append((now, q))
 
     def ttft_baseline(self) -> float | None:
-        """What the service does unloaded: a low (10th) percentile of the window TTFT p95s
-        seen in the horizon — low, but not the one luckiest window."""
+        """What the service does unloaded: a low (10th) percentile of the calm windows'
+        TTFT p95s in the horizon — low, but not the one luckiest window. The latest calm
+        windows are kept past the horizon, so a long saturation keeps its baseline."""
         return _p((v for _, v in self.ttft_p95_history), 10)
 
     def itl_baseline(self) -> float | None:

@@ -331,3 +331,18 @@ def test_upstream_back_without_traffic_clears_by_the_engine_metrics() -> None:
                              preemptions=0))
         h.step()
     assert h.codes("cleared") == ["UPSTREAM_DOWN"]
+
+
+def test_queueing_stays_raised_through_a_long_saturation() -> None:
+    """Ten minutes saturated (twice the baseline horizon): the unloaded TTFT baseline is
+    not replaced by the saturated one, so the warning holds until the queue empties."""
+    h = Harness()
+    healthy_traffic(h, 30)
+    for _ in range(600):
+        h.set_waiting(6, age_s=1.5)
+        h.feed(*[record(h.now - 2.0, ttft=1.2) for _ in range(3)])
+        h.step()
+    assert h.codes().count("QUEUEING") == 1 and h.codes("cleared") == []
+    assert set(h.codes()) == {"QUEUEING", "SLO_TTFT"}  # 1.2-s TTFTs miss the 0.5-s SLO too
+    msg = h.mon.raised()["QUEUEING"]
+    assert "TTFT p95 100 ms→" in msg, msg
