@@ -146,13 +146,20 @@ def chat_body(max_tokens: int) -> bytes:
 
 async def run_load(proxy_url: str, concurrency: int, duration_s: float, *, max_tokens: int = 8,
                    load: Load | None = None, stop: asyncio.Event | None = None,
-                   prefix: str = "soak") -> Load:
+                   prefix: str = "soak", stagger_s: float = 0.0) -> Load:
     """``concurrency`` workers, each sending streaming chats one after another until
-    ``duration_s`` has passed (or ``stop`` is set); in-flight requests are finished."""
+    ``duration_s`` has passed (or ``stop`` is set); in-flight requests are finished.
+
+    With ``stagger_s`` the workers start at random times within it and ask for
+    ``max_tokens`` ± 50 %, so requests do not start and end in lock-step waves."""
+    import random
+
     import aiohttp
 
     load = load or Load()
-    body = chat_body(max_tokens)
+    rng = random.Random(1)
+    bodies = ([chat_body(n) for n in range(max(1, max_tokens // 2), max_tokens * 3 // 2 + 1)]
+              if stagger_s else [chat_body(max_tokens)])
     deadline = time.monotonic() + duration_s
     conn = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=120)
@@ -160,7 +167,10 @@ async def run_load(proxy_url: str, concurrency: int, duration_s: float, *, max_t
 
         async def worker(w: int) -> None:
             n = 0
+            if stagger_s:
+                await asyncio.sleep(rng.uniform(0, stagger_s))
             while time.monotonic() < deadline and not (stop and stop.is_set()):
+                body = rng.choice(bodies)
                 user = f"{prefix}-{w}-{n}"
                 n += 1
                 load.sent.append(user)
@@ -273,7 +283,8 @@ def read_request_records(path: Path) -> tuple[list[dict[str, Any]], dict[str, An
 
 
 async def soak(concurrency: int, duration_s: float, work: Path, *, step_s: float = 0.25,
-               max_tokens: int = 8, workers: int = 1) -> dict[str, Any]:
+               max_tokens: int = 8, workers: int = 1, stagger_s: float = 0.0
+               ) -> dict[str, Any]:
     """Run the soak and return its figures (see the module docstring)."""
     procs = start_stack(work, step_s=step_s,
                         extra=("--workers", str(workers)) if workers > 1 else ())
@@ -281,7 +292,8 @@ async def soak(concurrency: int, duration_s: float, work: Path, *, step_s: float
         poll_out = work / "poll.json"
         poller = start_poller(procs.admin_url, procs.proxy.pid, duration_s, poll_out)
         t = time.monotonic()
-        load = await run_load(procs.proxy_url, concurrency, duration_s, max_tokens=max_tokens)
+        load = await run_load(procs.proxy_url, concurrency, duration_s, max_tokens=max_tokens,
+                              stagger_s=stagger_s)
         load_s = time.monotonic() - t
         poller.wait(duration_s + 60)
         await asyncio.sleep(1.0)
@@ -348,6 +360,8 @@ def main() -> int:
     ap.add_argument("--step", type=float, default=0.25, help="sim step (s between chunks)")
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--workers", type=int, default=1, help="llmtop run --workers N")
+    ap.add_argument("--stagger", type=float, default=0.0, metavar="S",
+                    help="start workers at random within S seconds, max_tokens ±50%%")
     ap.add_argument("--out", help="write the JSON result here")
     ap.add_argument("--poll", metavar="ADMIN_URL", help=argparse.SUPPRESS)
     ap.add_argument("--pid", type=int, help=argparse.SUPPRESS)
@@ -362,7 +376,8 @@ def main() -> int:
             uvloop.install()
         with tempfile.TemporaryDirectory() as d:
             res = asyncio.run(soak(args.concurrency, args.duration, Path(d), step_s=args.step,
-                                   max_tokens=args.max_tokens, workers=args.workers))
+                                   max_tokens=args.max_tokens, workers=args.workers,
+                                   stagger_s=args.stagger))
     text = json.dumps(res, indent=None if args.poll else 1)
     if args.out:
         Path(args.out).write_text(text)
