@@ -20,6 +20,7 @@ from aiohttp import web
 from llmtop.events import Dialect
 
 _ANTHROPIC_TYPES: Final = {
+    408: "timeout_error",
     413: "request_too_large",
     502: "api_error",
     504: "timeout_error",

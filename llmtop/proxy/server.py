@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ _STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "applica
                            "application/jsonl", "application/x-jsonlines",
                            "application/jsonlines"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_OWN_PARSER_ERROR = re.compile(
+    r"malformed JSON( body| in stream event| line in stream)?"
+    r"|line longer than \d+ bytes discarded|SSE event larger than \d+ bytes discarded")
+"""The dialect parsers' own messages (no upstream text in them)."""
 _CLIENT_GONE = 499
 """Status recorded for a request whose client left before any response (nginx's 499)."""
 
@@ -134,8 +139,11 @@ class ProxyServer:
         self._sweeper.start()
         # handler_cancellation: a client that leaves cancels its handler at once, even while
         # the upstream is still silent; auto_decompress off: request bodies pass unchanged
+        # head_timeout_s: a connection that sends no complete request head for idle_s
+        # (half a head, or an idle keep-alive connection) is closed
         server = StampingServer(self._handle, handler_cancellation=True, access_log=None,
-                                auto_decompress=False)
+                                auto_decompress=False,
+                                head_timeout_s=self.cfg.timeouts.idle_s)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None,
@@ -210,6 +218,11 @@ class ProxyServer:
         ex = Exchange(active)
         try:
             return await self._serve(request, ex, task)
+        except Exception as exc:  # a bug of ours: aiohttp answers 500; the record says so
+            if not ex.headers_sent:
+                ex.status = 500
+            ex.fail("error", f"llmtop internal error: {type(exc).__name__}")
+            raise
         finally:
             self._handlers.discard(task)
             self.active.pop(rid, None)
@@ -222,16 +235,27 @@ class ProxyServer:
         dialect = active.dialect
         limit = self.cfg.max_body_bytes
         declared = request.content_length
+        wd = Watchdog(task, self._sweeper)  # a client that stops sending its body
+        idle_s = self.cfg.timeouts.idle_s
         try:
             if declared is not None and declared > limit:
                 body = None
             else:
+                wd.arm(idle_s, "request body")
                 await _continue_if_expected(request)
-                body = await _read_body(request.content, limit)
+                body = await _read_body(request.content, limit, wd)
         except asyncio.CancelledError:
-            ex.status = _CLIENT_GONE
-            ex.fail("cancelled", self._cancel_reason())
-            raise
+            if not wd.fired:
+                ex.status = _CLIENT_GONE
+                ex.fail("cancelled", self._cancel_reason())
+                raise
+            wd.absorb()
+            resp = self._proxy_error(ex, dialect, 408, "timeout",
+                                     f"client sent no body for {idle_s:g} s", "request_timeout")
+            resp.force_close()
+            return resp
+        finally:
+            wd.stop()
         if body is None:
             active.user = self._identity.resolve(request.headers, None, request.remote)
             ex.status = 413
@@ -428,8 +452,19 @@ class ProxyServer:
         if status >= 400:
             ex.fail("error", f"upstream answered HTTP {status}")
         elif parser.error:
-            ex.fail("error", f"malformed stream: {parser.error}")
+            ex.fail("error", self._stream_error(parser.error))
         return out
+
+    def _stream_error(self, error: str) -> str:
+        """The record's ``error`` for a stream the parser found wrong. llmtop's own findings
+        (malformed framing) are kept; an error the *upstream* wrote may quote the prompt
+        (validation errors often do), so its text is kept only with
+        ``recording.record_content`` on."""
+        if _OWN_PARSER_ERROR.fullmatch(error):
+            return f"malformed stream: {error}"
+        if self.cfg.recording.record_content:
+            return f"upstream error event: {error}"
+        return "upstream error event"
 
     def _proxy_error(
         self, ex: Exchange, dialect: Dialect, status: int, outcome: str, message: str,
@@ -455,14 +490,16 @@ async def _continue_if_expected(request: web.BaseRequest) -> None:
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
-async def _read_body(content: StreamReader, limit: int) -> bytes | None:
-    """The whole request body, or None once it exceeds ``limit`` bytes."""
+async def _read_body(content: StreamReader, limit: int, wd: Watchdog) -> bytes | None:
+    """The whole request body, or None once it exceeds ``limit`` bytes (each read resets
+    the idle watchdog)."""
     parts: list[bytes] = []
     size = 0
     while True:
         data = await content.readany()
         if not data:
             break
+        wd.last_ns = perf_counter_ns()
         size += len(data)
         if size > limit:
             return None

@@ -28,13 +28,29 @@ from aiohttp.streams import StreamReader
 
 
 class StampingRequestHandler(web.RequestHandler):
-    """aiohttp's server protocol, noting when each request's headers were read."""
+    """aiohttp's server protocol, noting when each request's headers were read — and
+    closing a connection that sends no complete request head for ``head_timeout_s``
+    (after it opens, and after each response): aiohttp's server has no header timeout,
+    so a client sending half a request head would hold its connection for ever."""
 
-    __slots__ = ("rx_stamps",)
+    __slots__ = ("_head_since", "_head_timer", "head_timeout_s", "rx_stamps")
 
     def __init__(self, manager: web.Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.rx_stamps: deque[int] = deque()
+        self.head_timeout_s: float | None = None
+        self._head_since: float | None = None  # loop time since a head is awaited
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._await_head()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         now = perf_counter_ns()
@@ -44,15 +60,55 @@ class StampingRequestHandler(web.RequestHandler):
             return
         before = len(queue)
         super().data_received(data)
-        for _ in range(len(queue) - before):
-            self.rx_stamps.append(now)
+        added = len(queue) - before
+        if added > 0:
+            self._head_since = None
+            for _ in range(added):
+                self.rx_stamps.append(now)
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        out = await super().finish_response(request, resp, start_time)
+        if not getattr(self, "_messages", None):
+            self._await_head()
+        return out
+
+    def _await_head(self) -> None:
+        """From now on a complete request head is due within ``head_timeout_s``. One timer
+        per connection, re-armed lazily when it fires early."""
+        limit = self.head_timeout_s
+        if limit is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._head_since = loop.time()
+        if self._head_timer is None:
+            self._head_timer = loop.call_later(limit, self._check_head)
+
+    def _check_head(self) -> None:
+        self._head_timer = None
+        since, limit = self._head_since, self.head_timeout_s
+        if since is None or limit is None:
+            return
+        loop = asyncio.get_running_loop()
+        left = since + limit - loop.time()
+        if left > 0:
+            self._head_timer = loop.call_later(left, self._check_head)
+        elif self.transport is not None:
+            self.transport.close()
 
 
 class StampingServer(web.Server):
     """``web.Server`` whose connections are :class:`StampingRequestHandler`."""
 
+    def __init__(self, *args: Any, head_timeout_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.head_timeout_s = head_timeout_s
+
     def __call__(self) -> web.RequestHandler:
-        return StampingRequestHandler(self, loop=self._loop, **self._kwargs)
+        handler = StampingRequestHandler(self, loop=self._loop, **self._kwargs)
+        handler.head_timeout_s = self.head_timeout_s
+        return handler
 
     def _make_request(
         self,

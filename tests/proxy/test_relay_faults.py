@@ -143,7 +143,53 @@ async def test_malformed_stream_and_error_event_are_forwarded_and_recorded() -> 
                 await r.read()
             recs_ = await recs.wait(2)
     assert recs_[0].outcome == "error" and "malformed" in (recs_[0].error or "")
-    assert recs_[1].outcome == "error" and "engine fell over" in (recs_[1].error or "")
+    # the upstream's own words may quote the prompt: not kept unless content is opted in
+    assert recs_[1].outcome == "error" and recs_[1].error == "upstream error event"
+
+
+async def test_upstream_error_text_is_kept_only_when_content_is_opted_in() -> None:
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=[sse({"error": {"message": "engine fell over"}})],
+                           headers=SSE)
+        async with running_proxy(up.url, recording__record_content=True) as (_, url, recs), \
+                aiohttp.ClientSession() as s:
+            async with s.post(url + CHAT, json={"model": "m", "stream": True}) as r:
+                await r.read()
+            (rec,) = await recs.wait(1)
+    assert rec.error == "upstream error event: engine fell over"
+
+
+async def test_client_that_stops_sending_its_body_gets_408() -> None:
+    async with scripted_upstream() as up, \
+            running_proxy(up.url, timeouts__idle_s=0.3) as (proxy, url, recs):
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                     b'{"model": ')
+        t = time.perf_counter()
+        got = await asyncio.wait_for(reader.read(), 5)
+        took = time.perf_counter() - t
+        writer.close()
+        (rec,) = await recs.wait(1)
+        assert not proxy.active
+    assert got.startswith(b"HTTP/1.1 408") and b'"timeout_error"' in got
+    assert 0.25 < took < 3
+    assert rec.status == 408 and rec.outcome == "timeout" and "no body" in (rec.error or "")
+    assert not up.seen
+
+
+async def test_client_that_stops_sending_its_head_is_closed() -> None:
+    async with scripted_upstream() as up, \
+            running_proxy(up.url, timeouts__idle_s=0.3) as (_, url, recs):
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        t = time.perf_counter()
+        got = await asyncio.wait_for(reader.read(), 5)
+        took = time.perf_counter() - t
+        writer.close()
+    assert got == b"" and 0.25 < took < 3
+    assert not up.seen and not recs.items
 
 
 async def test_upstream_breaking_mid_stream_truncates_the_client_stream() -> None:
