@@ -295,7 +295,7 @@ class ProxyServer:
             dialect == "openai" and cfg.inject_usage and info.stream
             and not info.wants_usage and not self.usage_rejected
         )
-        sent = add_include_usage(body) if inject else None
+        sent = _with_usage(body) if inject else None
         if sent is None:
             inject = False
             sent = body
@@ -474,6 +474,23 @@ class ProxyServer:
         ex.fail("timeout" if outcome == "timeout" else "error", message)
         ex.end_ns = perf_counter_ns()
         return error_response(dialect, status, message, code)
+
+
+_USAGE_OPTION = b'"stream_options":{"include_usage":true},'
+
+
+def _with_usage(body: bytes) -> bytes | None:
+    """``body`` asking for usage in the stream. Called only for a body ``inspect_request``
+    read as a JSON object with ``"stream": true`` and no usage asked for, so when the bytes
+    hold no ``stream_options`` at all the option is spliced in after the opening brace
+    without parsing the body a second time (long prompts make that parse cost ~ms);
+    otherwise ``add_include_usage`` merges it into the client's ``stream_options``."""
+    if b'"stream_options"' not in body:
+        rest = body.lstrip(b" \t\r\n")
+        i = len(body) - len(rest)
+        if rest[:1] == b"{" and body[i + 1:i + 2] != b"\x00":
+            return body[:i + 1] + _USAGE_OPTION + body[i + 1:]
+    return add_include_usage(body)
 
 
 def _target(request: web.BaseRequest) -> str:

@@ -154,3 +154,18 @@ async def test_stripped_stream_sent_with_content_length_loses_it() -> None:
             (rec,) = await recs.wait(1)
     assert b'"usage"' not in data and data.endswith(b"data: [DONE]\n\n")
     assert rec.completion_tokens == 9 and rec.outcome == "ok"
+
+
+async def test_client_stream_options_without_usage_are_merged_not_duplicated() -> None:
+    body = {"model": "m1", "stream": True, "stream_options": {"continuous_usage_stats": True}}
+    async with scripted_upstream() as up:
+        up.responder = _stream
+        async with running_proxy(up.url) as (_, url, recs), aiohttp.ClientSession() as s:
+            async with s.post(url + CHAT, json=body) as r:
+                data = await r.read()
+            (rec,) = await recs.wait(1)
+    sent = up.seen[0].body
+    assert sent.count(b'"stream_options"') == 1
+    assert json.loads(sent)["stream_options"] == {"continuous_usage_stats": True,
+                                                   "include_usage": True}
+    assert b'"usage"' not in data and rec.token_source == "usage"
