@@ -308,15 +308,16 @@ class Signals:
     def output_tps(self, now: float, window_s: float) -> float:
         return sum(f.tokens for f in self.finished_in(now, window_s)) / window_s
 
-    def remember_baselines(self, now: float, window_s: float, *, calm: bool,
-                           min_requests: int = 5) -> None:
-        """Add this window's TTFT p95 (only when ``calm``: nothing was queued, so it is what
-        the service does unloaded) and chunk-gap p50 to the baseline histories."""
+    def remember_baselines(self, now: float, window_s: float, *, calm: bool) -> None:
+        """Add this window's TTFT p95 (from ≥ 5 answered requests, and only when ``calm``:
+        nothing was queued, so it is what the service does unloaded) and chunk-gap p50
+        (from ≥ 50 gaps) to the baseline histories."""
         recent = [f for f in self.finished_in(now, window_s) if f.outcome == "ok"]
-        if len(recent) >= min_requests:
+        if calm and len(recent) >= 5:
             p = _p((f.ttft_s for f in recent if f.ttft_s is not None), 95)
-            if p is not None and calm:
+            if p is not None:
                 self.ttft_p95_history.append((now, p))
+        if self.gaps_in(now, window_s).size >= 50:
             q = self.itl_p50(now, window_s)
             if q is not None:
                 self.itl_p50_history.append((now, q))

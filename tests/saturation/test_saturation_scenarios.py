@@ -250,26 +250,27 @@ async def test_gpu_memory_at_97_percent_raises_gpu_memory() -> None:
 
 
 async def test_memory_bound_decode_raises_bandwidth() -> None:
-    """A memory-bound engine — a 4 GB model on the same 100 GB/s part, 4 MiB of KV re-read
-    per context token, no per-sequence compute, fast (chunked) prefill: one short stream,
-    then three more with 400-token contexts. DRAM bandwidth stays near its peak while ITL
-    rises: BANDWIDTH; back to the one short stream: cleared."""
+    """A memory-bound engine — an 8 GB model on the same 100 GB/s part (80-ms steps, long
+    enough that the simulator's pacing holds on a busy machine), 8 MiB of KV re-read per
+    context token, no per-sequence compute, fast (chunked) prefill: one short stream, then
+    three more with 400-token contexts. DRAM bandwidth stays near its peak while ITL
+    doubles: BANDWIDTH; back to the one short stream: cleared."""
     mib = 1024**2
-    sim = {"weights_bytes": 4_000_000_000, "base_step_s": 0.04, "per_seq_s": 0.0,
-           "kv_bytes_per_token": 4 * mib, "per_kv_token_s": 4 * mib / 100e9,
-           "prefill_tokens_per_s": 100_000.0, "mem_total_bytes": 16 * GIB}
+    sim = {"weights_bytes": 8_000_000_000, "base_step_s": 0.08, "per_seq_s": 0.0,
+           "kv_bytes_per_token": 8 * mib, "per_kv_token_s": 8 * mib / 100e9,
+           "prefill_tokens_per_s": 100_000.0, "mem_total_bytes": 32 * GIB}
     async with scenario(sim=sim) as p:
-        light = ClosedLoop(p.url, 1, max_tokens=32)
-        await asyncio.sleep(8 * SCALE)
+        light = ClosedLoop(p.url, 1, max_tokens=16)
+        await asyncio.sleep(12 * SCALE)
         assert p.timeline == [], p.describe()
         start = time.monotonic()
-        heavy = ClosedLoop(p.url, 3, max_tokens=32, prompt_tokens=400)
+        heavy = ClosedLoop(p.url, 3, max_tokens=16, prompt_tokens=400)
         raised = await p.wait_for("BANDWIDTH", after=start, within=20 * SCALE)
         await heavy.stop(drain_s=0.0)
         stop = time.monotonic()
         cleared = await p.wait_for("BANDWIDTH", "cleared", after=stop, within=40 * SCALE)
         await light.stop()
-        report("memory-bound decode, context 50 → 50 + 3 × 430 tokens", p, "BANDWIDTH",
+        report("memory-bound decode, context 30 → 30 + 3 × 415 tokens", p, "BANDWIDTH",
                start, raised, stop, cleared)
     assert raised is not None and cleared is not None, p.describe()
     msg = p.message("BANDWIDTH")
