@@ -178,7 +178,7 @@ SECRETS = [KEY_BEARER, KEY_X_API, KEY_BASIC, KEY_QUERY, PROMPT, COMPLETION, SYST
 
 async def planted_completion(conn: Conn, req: UpReq) -> bool:
     """A stream whose text is the planted completion, then a mid-stream error event.
-    (An error event that *quotes the prompt* is test_rel_open_defects.py's case.)"""
+    (An error event that *quotes the prompt* is test_rel_proxy_defects.py's case.)"""
     await conn.head(200, [("Content-Type", "text/event-stream")])
     for word in (COMPLETION, " and ", COMPLETION):
         await conn.chunk(sse({"model": "m",

@@ -1,6 +1,6 @@
-"""Defects found by the reliability work in code that was still being rewritten
-(llmtop/proxy/server.py, relay.py, stamping.py) when they were found. Each test fails
-until its fix lands; the fix each one needs is in its docstring. Nothing here is skipped.
+"""Defects found by the reliability work in the proxy while it was still being rewritten
+(llmtop/proxy/server.py, stamping.py). Each test failed when it was written; the
+docstrings describe the defect and the fix, which landed in f2016ee.
 """
 
 from __future__ import annotations
