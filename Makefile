@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit engine browser screenshots snapshots bench clean
+.PHONY: demo test lint typecheck unit engine browser screenshots snapshots bench fuzz soak clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/sim_firehose.py
 	$(PY) benchmarks/parser_throughput.py
 	$(PY) benchmarks/metrics_cost.py
+
+# Longer runs than the test suite's bounded ones.
+fuzz: $(STAMP)
+	$(PY) benchmarks/fuzz_parsers.py --runs 300000
+
+soak: $(STAMP)
+	$(PY) tests/reliability/soak_driver.py --concurrency 1024 --duration 150 --step 1.0
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
