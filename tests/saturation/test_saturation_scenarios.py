@@ -261,7 +261,7 @@ async def test_memory_bound_decode_raises_bandwidth() -> None:
            "prefill_tokens_per_s": 100_000.0, "mem_total_bytes": 32 * GIB}
     async with scenario(sim=sim) as p:
         light = ClosedLoop(p.url, 1, max_tokens=16)
-        await asyncio.sleep(12 * SCALE)
+        await asyncio.sleep(8 * SCALE)
         assert p.timeline == [], p.describe()
         start = time.monotonic()
         heavy = ClosedLoop(p.url, 3, max_tokens=16, prompt_tokens=400)
