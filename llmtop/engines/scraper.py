@@ -21,6 +21,7 @@ import aiohttp
 from llmtop.config import Config
 from llmtop.engines.recognise import recognise
 from llmtop.events import EngineReading, Event
+from llmtop.polling import Poller
 
 MAX_BYTES = 16 * 1024 * 1024
 """Largest exposition accepted (vLLM with many models/ranks stays far below)."""
@@ -42,7 +43,7 @@ def metrics_url_for(upstream: str, configured: str = "") -> str:
     return f"{u.scheme}://{u.netloc}/metrics"
 
 
-class EngineScraper:
+class EngineScraper(Poller[EngineReading]):
     """Polls ``url`` every ``interval_s`` seconds. ``session=None``: :meth:`run` opens its
     own ``aiohttp.ClientSession`` and closes it when cancelled."""
 
@@ -56,20 +57,13 @@ class EngineScraper:
         clock: Callable[[], float] = time.time,
         max_backoff_s: float = 30.0,
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
-        self.url = url
-        self._session = session
+        super().__init__(url, session, interval_s=interval_s, max_backoff_s=max_backoff_s)
         self._publish = publish
-        self._interval_s = interval_s
         self._clock = clock
-        self._max_backoff_s = max(max_backoff_s, interval_s)
         self.latest: EngineReading | None = None
         """The last successful scrape."""
         self.status = f"engine metrics: waiting for {url}"
         """One line for the UI: "vllm engine at URL" or why the last scrape failed."""
-        self.failures = 0
-        """Consecutive failed scrapes (0 after a success)."""
         self.scrapes = 0
         """Successful scrapes."""
 
@@ -104,35 +98,16 @@ class EngineScraper:
         self.scrapes += 1
         return reading
 
-    def _delay(self) -> float:
-        if not self.failures:
-            return self._interval_s
-        return min(self._interval_s * 2.0 ** min(self.failures, 16), self._max_backoff_s)
+    async def once(self, session: aiohttp.ClientSession) -> EngineReading:
+        return await self.scrape_once(session)
 
-    async def run(self) -> None:
-        """Scrape until cancelled. Never raises anything but CancelledError."""
-        own = self._session is None
-        session = aiohttp.ClientSession() if own else self._session
-        assert session is not None
-        try:
-            while True:
-                try:
-                    reading = await self.scrape_once(session)
-                except asyncio.CancelledError:
-                    raise
-                except ScrapeError as exc:
-                    self.failures += 1
-                    self.status = str(exc)
-                except Exception as exc:  # anything else: report and keep going
-                    self.failures += 1
-                    self.status = f"{self.url}: {type(exc).__name__}: {exc}"
-                else:
-                    self.failures = 0
-                    self.status = _describe(reading, self.url)
-                await asyncio.sleep(self._delay())
-        finally:
-            if own:
-                await session.close()
+    def describe(self, result: EngineReading) -> str:
+        return _describe(result, self.url)
+
+    def explain(self, exc: Exception) -> str:
+        if isinstance(exc, ScrapeError):
+            return str(exc)
+        return f"{self.url}: {type(exc).__name__}: {exc}"
 
 
 def _why(exc: BaseException) -> str:

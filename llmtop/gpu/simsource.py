@@ -15,7 +15,6 @@ retry with back-off; the loop ends only when cancelled.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from llmtop.events import Event, GpuReading
+from llmtop.polling import Poller
 
 _NUMERIC = tuple(
     f.name for f in fields(GpuReading) if f.name not in ("t", "index", "name", "simulated")
@@ -60,7 +60,7 @@ def readings_from_json(doc: Any, t: float) -> list[GpuReading]:
     return out
 
 
-class SimGpuSource:
+class SimGpuSource(Poller[list[GpuReading]]):
     """Polls ``url`` (the simulator's ``/sim/gpu``) every ``interval_s`` seconds.
 
     With ``session=None`` it opens its own ``aiohttp.ClientSession`` for the life of
@@ -77,20 +77,13 @@ class SimGpuSource:
         clock: Callable[[], float] = time.time,
         max_backoff_s: float = 10.0,
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
-        self.url = url
-        self._session = session
+        super().__init__(url, session, interval_s=interval_s, max_backoff_s=max_backoff_s)
         self._publish = publish
-        self._interval_s = interval_s
         self._clock = clock
-        self._max_backoff_s = max(max_backoff_s, interval_s)
         self._lock = threading.Lock()
         self._latest: list[GpuReading] = []
         self.status = f"simulated GPU: waiting for {url}"
         """One line for the UI: "1 simulated GPU" or why the last poll failed."""
-        self.failures = 0
-        """Consecutive failed polls (0 after a success)."""
         self.polls = 0
         """Successful polls."""
 
@@ -114,31 +107,14 @@ class SimGpuSource:
         self.polls += 1
         return readings
 
-    def _delay(self) -> float:
-        if not self.failures:
-            return self._interval_s
-        return min(self._interval_s * 2.0 ** min(self.failures, 16), self._max_backoff_s)
+    async def once(self, session: aiohttp.ClientSession) -> list[GpuReading]:
+        return await self.poll_once(session)
 
-    async def run(self) -> None:
-        """Poll until cancelled. Never raises anything but CancelledError."""
-        own = self._session is None
-        session = aiohttp.ClientSession() if own else self._session
-        assert session is not None
-        try:
-            while True:
-                try:
-                    readings = await self.poll_once(session)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    self.failures += 1
-                    why = str(exc) or type(exc).__name__
-                    self.status = f"simulated GPU unavailable at {self.url}: {why}; retrying"
-                else:
-                    self.failures = 0
-                    n = len(readings)
-                    self.status = f"{n} simulated GPU{'s' if n != 1 else ''}"
-                await asyncio.sleep(self._delay())
-        finally:
-            if own:
-                await session.close()
+    def describe(self, result: list[GpuReading]) -> str:
+        n = len(result)
+        return f"{n} simulated GPU{'s' if n != 1 else ''}"
+
+    def explain(self, exc: Exception) -> str:
+        why = str(exc) or type(exc).__name__
+        return f"simulated GPU unavailable at {self.url}: {why}; retrying"
+
