@@ -109,6 +109,13 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
                          ignore_eos=plan.ignore_eos)
     integer = plan.mode == "concurrency"
     steps: list[StepSummary] = []
+    gpu = None
+    if not plan.admin_url:  # local GPUs through NVML, when there are any
+        from llmtop.gpu import open_gpu_source
+
+        gpu = open_gpu_source(cfg, lambda ev: None, upstream=plan.url)
+        if gpu.start() and gpu.kind == "none":
+            gpu = None
 
     async def run_level(level: float) -> StepSummary:
         shown = f"{int(level)}" if integer else f"{level:g}/s"
@@ -126,6 +133,8 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         if plan.admin_url:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess:
                 s.gpus = await _gpu_readings(sess, plan.admin_url)
+        elif gpu is not None:
+            s.gpus = [r.to_json_dict() for r in gpu.latest()]
         sink.extend(run.records)
         if recorder is not None:
             recorder.on_events(run.records)
@@ -134,11 +143,15 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         progress.done(s)
         return s
 
-    if plan.search:
-        return await search(run_level, integer=integer, start_levels=plan.levels,
-                            target=cfg.slo.target, max_level=plan.max_level)
-    for level in plan.levels:
-        await run_level(level)
+    try:
+        if plan.search:
+            return await search(run_level, integer=integer, start_levels=plan.levels,
+                                target=cfg.slo.target, max_level=plan.max_level)
+        for level in plan.levels:
+            await run_level(level)
+    finally:
+        if gpu is not None:
+            await gpu.stop()
     ok = [s for s in steps if passes(s, cfg.slo.target)]
     fail = [s for s in steps if not passes(s, cfg.slo.target)]
     best = max(ok, key=lambda s: s.level) if ok else None
@@ -168,6 +181,26 @@ def table(result: SearchResult, mode: str) -> list[str]:
             f"{_ms(lat['e2e'].get('p95')):>8}"
         )
     return lines
+
+
+def gpu_lines(result: SearchResult, mode: str) -> list[str]:
+    """GPU memory and bandwidth at each level, when readings were in reach."""
+    out: list[str] = []
+    for s in result.ordered():
+        for g in s.gpus:
+            used, total = g.get("mem_used_bytes"), g.get("mem_total_bytes")
+            mem = "n/a" if not used or not total else (
+                f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB ({used / total:.0%})")
+            bw = g.get("dram_bw_util")
+            busy = g.get("mem_busy")
+            lvl = f"{int(s.level)}" if mode == "concurrency" else f"{s.level:g}/s"
+            sim = " (simulated)" if g.get("simulated") else ""
+            out.append(
+                f"  GPU {g.get('index')}{sim} at {lvl}: memory {mem}, DRAM bandwidth "
+                f"{'n/a' if bw is None else f'{bw:.0f}%'}, memory busy "
+                f"{'n/a' if busy is None else f'{busy:.0f}%'}"
+            )
+    return out
 
 
 def slo_text(cfg: Config) -> str:
@@ -237,6 +270,8 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         out.write("\n")
     else:
         for line in table(result, plan.mode):
+            print(line, file=out)
+        for line in gpu_lines(result, plan.mode):
             print(line, file=out)
         print(verdict(result, plan.mode, cfg), file=out)
     return 130 if interrupted else 0

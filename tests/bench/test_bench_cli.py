@@ -54,3 +54,28 @@ async def test_json_output_and_recording(tmp_path: Path) -> None:
     lines = list(iter_recording(rec))
     kinds = [type(x).__name__ for x in lines]
     assert kinds.count("RequestRecord") == sum(s["requests"] for s in data["steps"])
+
+
+async def test_gpu_readings_per_level_through_an_llmtop_proxy() -> None:
+    """With --admin pointing at an llmtop proxy, each level carries the GPU readings the
+    proxy has (here the simulator's, marked simulated) and the table prints them."""
+    from llmtop.config import load_config
+    from llmtop.server import LlmtopServer
+
+    async with running_sim("tiny") as sim:
+        cfg = load_config(None, env={}, overrides={
+            "upstream": sim.url, "listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
+            "gpu.source": "sim", "gpu.interval_s": 0.2})
+        server = LlmtopServer(cfg)
+        await server.start()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "llmtop", "bench", server.proxy_url, "--concurrency", "2",
+                "--requests", "4", "--max-tokens", "8", "--admin", server.admin_url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), 90)
+        finally:
+            await server.stop(1.0)
+    assert proc.returncode == 0, err.decode()
+    text = out.decode()
+    assert "GPU 0 (simulated) at 2: memory" in text and "DRAM bandwidth" in text
