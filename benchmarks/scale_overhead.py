@@ -35,8 +35,11 @@ import argparse
 import asyncio
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -128,6 +131,47 @@ def _cpu_each(pids: Sequence[int]) -> dict[int, float]:
     return {p: po.cpu_s([p]) for p in pids}
 
 
+def _stop_all(procs: Sequence[po.Proc]) -> None:
+    """Stop the processes (last started first) and close their output pipes once the
+    threads draining them have read to the end."""
+    for p in reversed(procs):
+        p.stop()
+    for t in threading.enumerate():
+        if t.name.endswith("(_drain)"):
+            t.join(5)
+    for p in procs:
+        if p.proc.stdout is not None:
+            p.proc.stdout.close()
+
+
+def _start_poller(admin: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A separate process GETting the admin API at POLL_HZ, as ``llmtop attach`` does."""
+    proc = subprocess.Popen([sys.executable, "-c", POLLER, admin, str(POLL_HZ)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("poller ready"):
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"the admin poller did not start: {line.strip()}")
+    return proc
+
+
+def _stop_poller(proc: subprocess.Popen[str]) -> int | None:
+    """Stop the poller; the number of admin GETs it made (None if it did not say)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    for line in out.splitlines():
+        if line.startswith("poller polls "):
+            return int(line.split()[2])
+    return None
+
+
 def _start_llmtop(upstream: str, workers: int, env: dict[str, str]) -> tuple[po.Proc, str]:
     cmd = [sys.executable, "-m", "llmtop", "run", "--headless", "--upstream", upstream,
            "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
@@ -193,10 +237,9 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 by: dict[str, Cell] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
                 for name in rot:
-                    poller: po.Proc | None = None
+                    poller: subprocess.Popen[str] | None = None
                     if name == "llmtop-1w+poll":
-                        poller = po.Proc([py, "-c", POLLER, admin, str(POLL_HZ)],
-                                         "poller ready", env)
+                        poller = _start_poller(admin, env)
                         url, proc = targets["llmtop-1w"]
                     else:
                         url, proc = targets[name]
@@ -205,11 +248,9 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                                               args, session)
                     finally:
                         if poller is not None:
-                            poller.stop()
-                            await asyncio.sleep(0.1)
-                            for line in poller.lines:
-                                if line.startswith("poller polls "):
-                                    cell.polls = int(line.split()[2])
+                            polls = await asyncio.to_thread(_stop_poller, poller)
+                    if poller is not None:
+                        cell.polls = polls
                     by[name] = cell
                     r = cell.res
                     print(f"  {mode} n={n} {name}: {r.requests} requests, "
@@ -220,8 +261,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                     await asyncio.sleep(0.3)
                 by_level[n] = by
     finally:
-        for p in reversed(procs):
-            p.stop()
+        _stop_all(procs)
 
 
 # -- the tables ------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""A tiny run of benchmarks/scale_overhead.py's core: 4 streams, about a second per cell,
+direct vs llmtop with 1 and 2 workers and the admin API polled at 10 Hz, over real sockets
+against ``llmtop sim``. Figures are not judged (that is the benchmark's job); the tables
+must be well formed and every cell must have carried traffic."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import scale_overhead as so
+
+
+async def test_scale_bench_produces_well_formed_tables() -> None:
+    args = so.parse_args(["--streams", "4", "--duration", "1", "--modes", "paced",
+                          "--no-nginx", "--max-tokens", "16"])
+    report = await so.run_scale(args)
+    cells = report.cells["paced"][4]
+    assert set(cells) == {"direct", "llmtop-1w", "llmtop-2w", "llmtop-1w+poll"}
+    for name, cell in cells.items():
+        assert cell.res.requests > 0 and cell.res.errors == 0, name
+        assert cell.res.chunks >= 16 * cell.res.requests, name
+        if name != "direct":
+            assert cell.res.cpu_us_per_chunk is not None and cell.res.cpu_us_per_chunk > 0
+    assert cells["llmtop-2w"].capacity is not None
+    polls = cells["llmtop-1w+poll"].polls
+    assert polls is not None and polls >= 10  # ~10 Hz × 2 GETs for over a second
+
+    text = so.render(report)
+    figures = so.figures_table(report).splitlines()
+    width = figures[0].count("|")
+    assert all(ln.count("|") == width for ln in figures)
+    assert len(figures) == 2 + 4
+    targets = so.targets_table(report).splitlines()
+    assert all(ln.count("|") == 8 for ln in targets)
+    body = targets[2:]
+    assert body and all(ln.rstrip(" |").endswith(("PASS", "MISS", "n/a")) for ln in body)
+    assert any("polled 10 Hz" in ln for ln in body)
+    assert "nginx not measured (--no-nginx)" in text
