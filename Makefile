@@ -42,8 +42,9 @@ browser:
 
 test: lint typecheck engine browser unit
 
-screenshots: $(STAMP)
+screenshots: $(STAMP) browser
 	$(PY) tools/screenshots.py
+	LLMTOP_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q tests/recording/test_recording_html_chromium.py
 
 # Regenerate the TUI's snapshot-test baselines after an intended change to the screen.
 snapshots: $(STAMP)

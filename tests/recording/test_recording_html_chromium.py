@@ -1,5 +1,6 @@
 """The HTML report opened in headless Chromium (Debian's `chromium`): a screenshot is saved
-as screenshots/report.png and the rendered page has every plot.
+and the rendered page has every plot. The screenshot goes to the test's temporary folder;
+with LLMTOP_UPDATE_SCREENSHOTS=1 (`make screenshots`) it replaces screenshots/report.png.
 
 Chromium is installed by `make test` when missing; under CI (CI=true) a missing chromium
 fails this test, elsewhere it is skipped with the command that installs it."""
@@ -22,7 +23,7 @@ from llmtop.recording.report.html import render_html
 from llmtop.recording.report.plots import PLOTS
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOT = ROOT / "screenshots" / "report.png"
+COMMITTED = ROOT / "screenshots" / "report.png"
 FIXTURE = ROOT / "tests" / "fixtures" / "recordings" / "sim_tiny_ramp.jsonl.gz"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -64,8 +65,7 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     assert html.count("<svg") == len(PLOTS)
     assert "&lt;i&gt;dave&lt;/i&gt;" in html  # escaped text, not markup
 
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    SCREENSHOT.unlink(missing_ok=True)
+    SCREENSHOT = tmp_path / "report.png"
     shot = run_chromium(exe, tmp_path, f"--screenshot={SCREENSHOT}", "--window-size=1400,4000",
                         page.as_uri())
     assert shot.returncode == 0, shot.stderr[-2000:]
@@ -74,3 +74,6 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (1400, 4000)
     assert len(data) > 100_000  # a page of tables and plots, not a blank screen
+    if os.environ.get("LLMTOP_UPDATE_SCREENSHOTS") == "1":
+        COMMITTED.parent.mkdir(exist_ok=True)
+        COMMITTED.write_bytes(data)
