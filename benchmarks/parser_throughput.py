@@ -85,6 +85,7 @@ def main() -> int:
     measure("OpenAIStreamParser, one read per body", whole, parse, args.seconds)
     measure("SSEFramer alone, one read per event", per_event, frame, args.seconds)
     measure("UsageChunkStripper, one read per event", per_event, strip, args.seconds)
+    measure("UsageChunkStripper, long answer, per event", steady, strip, args.seconds)
     return 0
 
 

@@ -57,10 +57,10 @@ class LineSplitter:
                     data = data[1:]
                     if not data:
                         return []
-            if b"\r" in data:
+            if 0x0D in data:
                 self._prev_cr = data[-1] == _CR
                 data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if b"\n" not in data:
+        if 0x0A not in data:
             self._hold(data)
             return []
         lines = data.split(b"\n")

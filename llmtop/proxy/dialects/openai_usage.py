@@ -37,7 +37,7 @@ def is_usage_event(block: bytes) -> bool:
     """True if ``block`` (the raw bytes of one SSE event) is a usage-only chunk:
     ``choices: []`` with a ``usage`` object. Cheap byte checks first; JSON only if they pass.
     """
-    if _USAGE_KEY not in block or _CHOICES_EMPTY.search(block) is None:
+    if block.find(_USAGE_KEY) < 0 or _CHOICES_EMPTY.search(block) is None:
         return False
     framer = SSEFramer(len(block) + 1)
     for ev in framer.feed(block) + framer.finish():
@@ -98,8 +98,8 @@ class UsageChunkStripper:
             and not self._held
             and not self._passing
             and not self._line_open
-            and b"\r" not in data
-            and (_USAGE_KEY not in data or _CHOICES_EMPTY.search(data) is None)
+            and 0x0D not in data
+            and (data.find(_USAGE_KEY) < 0 or _CHOICES_EMPTY.search(data) is None)
         ):
             # Fast path: whole "\n"-framed events from an event boundary, none of which can
             # be the usage event: all of it goes out, and the next read starts a new event.

@@ -50,6 +50,19 @@ class SSEFramer:
         """Bytes held now: the unfinished line plus the open event's data."""
         return self._lines.buffered_bytes + self._size
 
+    @property
+    def idle(self) -> bool:
+        """At an event boundary with nothing pending: no partial line or event, no ``event:``
+        name, no event being discarded, the byte-order-mark check done. A read that is one
+        whole one-line ``data:`` event then yields exactly that event and leaves it idle."""
+        return (
+            not self._first
+            and not self._data
+            and not self._event
+            and not self._skip
+            and self._lines.at_line_start
+        )
+
     def feed(self, data: bytes) -> list[SSEEvent]:
         """The events completed by ``data``."""
         if (
@@ -67,7 +80,7 @@ class SSEFramer:
             and not self._skip
             and len(data) <= self._max
             and self._lines.at_line_start
-            and b"\r" not in data
+            and 0x0D not in data
         ):
             return self._whole_events(data)
         lines = self._lines.feed(data)
@@ -93,7 +106,7 @@ class SSEFramer:
         blocks.pop()  # b"" after the final blank line
         out: list[SSEEvent] = []
         for block in blocks:
-            if block.startswith(b"data:") and b"\n" not in block:
+            if block.startswith(b"data:") and 0x0A not in block:
                 out.append(SSEEvent("", block[6:] if block[5:6] == b" " else block[5:]))
             else:
                 lines = block.split(b"\n")
