@@ -110,6 +110,12 @@ class Cell:
         busiest = max(self.cpu_by_pid.values())
         return min(cores * chunks / total, chunks / busiest)
 
+    def cpu_split(self) -> list[float]:
+        """CPU µs per chunk of each process, the first started (coordinator) first."""
+        if not self.res.chunks:
+            return []
+        return [round(c / self.res.chunks * 1e6, 1) for c in self.cpu_by_pid.values()]
+
     @property
     def busiest_util(self) -> float | None:
         if not self.cpu_by_pid or self.wall_s <= 0:
@@ -280,8 +286,8 @@ def _added(cell: Cell | None, base: Cell | None, attr: str, q: float) -> float |
 def figures_table(report: ScaleReport) -> str:
     head = ("| mode | streams | via | reqs | chunks/s | +TTFT p50 ms | +TTFT p99 ms "
             "| +chunk p50 ms | +chunk p99 ms | coalesced | CPU µs/chunk | RSS KiB/stream "
-            "| capacity chunks/s |")
-    out = [head, "|" + "---|" * 13]
+            "| capacity chunks/s | CPU µs/chunk by process |")
+    out = [head, "|" + "---|" * 14]
     for mode, levels in report.cells.items():
         for n, by in levels.items():
             base = by.get("direct")
@@ -304,7 +310,9 @@ def figures_table(report: ScaleReport) -> str:
                     f" ({r.unmatched} unmatched)" if r.unmatched else "")
                 out.append(f"| {mode} | {n} | {name}{flags} | {r.requests} | "
                            f"{r.chunks_per_s:.0f} | " + " | ".join(vals)
-                           + f" | {r.coalesced} | {cpu} | {rss} | {cap} |")
+                           + f" | {r.coalesced} | {cpu} | {rss} | {cap} | "
+                           + (" + ".join(f"{x:g}" for x in c.cpu_split())
+                              if len(c.cpu_by_pid) > 1 else "") + " |")
     return "\n".join(out)
 
 
@@ -416,6 +424,8 @@ def to_json(report: ScaleReport) -> dict[str, Any]:
             "chunk_delay_p99_s": po.pct(c.res.chunk_delay, 99),
             "cpu_us_per_chunk": c.res.cpu_us_per_chunk,
             "rss_kib_per_stream": c.res.rss_kib_per_stream, "admin_gets": c.polls,
+            "cpu_us_per_chunk_by_process": c.cpu_split(),
+            "busiest_process_core_share": c.busiest_util,
         } for name, c in by.items()} for n, by in levels.items()}
     return out
 
