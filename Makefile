@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit engine browser screenshots snapshots bench fuzz soak clean
+.PHONY: demo test lint typecheck unit engine browser screenshots snapshots bench bench-proxy bench-scale fuzz soak clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/sim_firehose.py
 	$(PY) benchmarks/parser_throughput.py
 	$(PY) benchmarks/metrics_cost.py
+
+# Proxy overhead against direct and nginx (installs Debian's nginx when missing; minutes).
+bench-proxy: $(STAMP)
+	$(PY) benchmarks/proxy_overhead.py
+
+bench-scale: $(STAMP)
+	$(PY) benchmarks/scale_overhead.py --streams 1,64,256,1024 --duration 8
 
 # Longer runs than the test suite's bounded ones.
 fuzz: $(STAMP)
