@@ -260,7 +260,7 @@ def _stop_event() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+        with contextlib.suppress(RuntimeError):  # not the main thread (tests): no signals
             loop.add_signal_handler(sig, stop.set)
     return stop
 
