@@ -18,16 +18,13 @@ from typing import Any
 
 from llmtop.proxy.dialects._common import (
     BAD,
-    MAX_EVENT_BYTES,
-    ZERO,
     JSONBodyParser,
-    ParserState,
     count,
     error_text,
     loads,
 )
 from llmtop.proxy.dialects.base import RequestInfo
-from llmtop.proxy.dialects.sse import SSEEvent, SSEFramer
+from llmtop.proxy.dialects.sse import SSEEvent, SSEStreamParser
 
 __all__ = ["AnthropicBodyParser", "AnthropicStreamParser", "inspect_anthropic_request"]
 
@@ -48,28 +45,10 @@ def _error_of(obj: dict[str, Any]) -> str:
     return error_text(err if err is not None else obj)
 
 
-class AnthropicStreamParser(ParserState):
+class AnthropicStreamParser(SSEStreamParser):
     """An Anthropic Messages SSE stream."""
 
-    __slots__ = ("_sse",)
-
-    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        super().__init__()
-        self._sse = SSEFramer(max_event_bytes)
-
-    @property
-    def buffered_bytes(self) -> int:
-        return self._sse.buffered_bytes
-
-    def feed(self, data: bytes) -> tuple[int, int]:
-        events = self._sse.feed(data)
-        if self._sse.error is not None:
-            self._fail(self._sse.error)
-        return self._handle(events) if events else ZERO
-
-    def finish(self) -> tuple[int, int]:
-        events = self._sse.finish()
-        return self._handle(events) if events else ZERO
+    __slots__ = ()
 
     def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
         n = 0

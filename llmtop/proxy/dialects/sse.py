@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from llmtop.proxy.dialects._common import MAX_EVENT_BYTES
+from llmtop.proxy.dialects._common import MAX_EVENT_BYTES, ZERO, ParserState
 from llmtop.proxy.dialects.lines import LineSplitter
 
 _BOM = b"\xef\xbb\xbf"
@@ -160,3 +160,32 @@ class SSEFramer:
                 continue
             self._data.append(value)
         return out
+
+
+class SSEStreamParser(ParserState):
+    """Base of the dialects whose streams are plain SSE (Anthropic, TGI): frames each read
+    and hands the completed events to ``_handle``; a framing error fails the stream."""
+
+    __slots__ = ("_sse",)
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__()
+        self._sse = SSEFramer(max_event_bytes)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._sse.buffered_bytes
+
+    def feed(self, data: bytes) -> tuple[int, int]:
+        events = self._sse.feed(data)
+        if self._sse.error is not None:
+            self._fail(self._sse.error)
+        return self._handle(events) if events else ZERO
+
+    def finish(self) -> tuple[int, int]:
+        events = self._sse.finish()
+        return self._handle(events) if events else ZERO
+
+    def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
+        """Content events and tokens completed by ``events``."""
+        return ZERO

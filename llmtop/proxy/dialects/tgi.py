@@ -15,15 +15,13 @@ from typing import Any
 
 from llmtop.proxy.dialects._common import (
     BAD,
-    MAX_EVENT_BYTES,
-    ZERO,
     JSONBodyParser,
     ParserState,
     error_text,
     loads,
 )
 from llmtop.proxy.dialects.base import RequestInfo
-from llmtop.proxy.dialects.sse import SSEEvent, SSEFramer
+from llmtop.proxy.dialects.sse import SSEEvent, SSEStreamParser
 
 __all__ = ["TGIBodyParser", "TGIStreamParser", "inspect_tgi_request"]
 
@@ -35,28 +33,10 @@ def _read_details(state: ParserState, obj: dict[str, Any]) -> None:
         state._set_prompt(details.get("input_length"))
 
 
-class TGIStreamParser(ParserState):
+class TGIStreamParser(SSEStreamParser):
     """A TGI ``/generate_stream`` SSE stream."""
 
-    __slots__ = ("_sse",)
-
-    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        super().__init__()
-        self._sse = SSEFramer(max_event_bytes)
-
-    @property
-    def buffered_bytes(self) -> int:
-        return self._sse.buffered_bytes
-
-    def feed(self, data: bytes) -> tuple[int, int]:
-        events = self._sse.feed(data)
-        if self._sse.error is not None:
-            self._fail(self._sse.error)
-        return self._handle(events) if events else ZERO
-
-    def finish(self) -> tuple[int, int]:
-        events = self._sse.finish()
-        return self._handle(events) if events else ZERO
+    __slots__ = ()
 
     def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
         n = 0
