@@ -30,6 +30,10 @@ from llmtop.sim.profiles import SimProfile, apply_overrides, get_profile
 
 MAX_BODY = 64 * 1024 * 1024
 SHUTDOWN_TIMEOUT_S = 2.0
+LISTEN_BACKLOG = 4096
+"""Connections the kernel may queue before the simulator accepts them (capped by
+``net.core.somaxconn``). aiohttp's default, 128, overflowed when a proxy opened ~1,000
+upstream connections at once: SYN cookies, some failing, reset fresh connections."""
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -134,7 +138,7 @@ async def start_sim(app: web.Application, host: str, port: int) -> tuple[web.App
                            shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG)
         await site.start()
     except BaseException:
         await runner.cleanup()
