@@ -63,17 +63,17 @@ class CapacityBins:
 
     def bins(self) -> list[dict[str, Any]]:
         """Non-empty bins, ascending: ``{"concurrency", "requests", "met", "good_tokens",
-        "e2e_sum_s"}``."""
+        "e2e_sum_s"}``. (Built column-wise: a proxy that has seen a thousand concurrency
+        levels has a thousand bins, and every snapshot carries them.)"""
         rows = np.flatnonzero(self.data[:, _REQ] > 0)
+        d = self.data[rows]
+        req = d[:, _REQ].astype(np.int64).tolist()
+        met = d[:, _MET].astype(np.int64).tolist()
+        good = d[:, _GOOD_TOK].astype(np.int64).tolist()  # sums of token counts: integers
+        e2e = d[:, _E2E].tolist()
         return [
-            {
-                "concurrency": int(c),
-                "requests": int(self.data[c, _REQ]),
-                "met": int(self.data[c, _MET]),
-                "good_tokens": float(self.data[c, _GOOD_TOK]),
-                "e2e_sum_s": float(self.data[c, _E2E]),
-            }
-            for c in rows
+            {"concurrency": c, "requests": n, "met": m, "good_tokens": g, "e2e_sum_s": e}
+            for c, n, m, g, e in zip(rows.tolist(), req, met, good, e2e, strict=True)
         ]
 
 
@@ -97,11 +97,16 @@ def estimate(
     target: float,
     min_requests: int = MIN_REQUESTS_PER_BIN,
 ) -> dict[str, Any]:
-    """The capacity section of a snapshot from ascending ``bins`` (see the module rule)."""
+    """The capacity section of a snapshot from ``bins`` (see the module rule). The
+    section's ``bins`` is ``bins`` itself, in ascending order (sorted here when it is not):
+    pass a list the caller does not keep."""
     cap: int | None = None
     at: Mapping[str, Any] | None = None
     first_fail: int | None = None
-    for b in sorted(bins, key=lambda b: int(b["concurrency"])):
+    conc = [int(b["concurrency"]) for b in bins]
+    if conc != sorted(conc):
+        bins = sorted(bins, key=lambda b: int(b["concurrency"]))
+    for b in bins:
         n = int(b["requests"])
         if n < min_requests:
             continue
@@ -120,7 +125,7 @@ def estimate(
         "first_failing_concurrency": first_fail,
         "target": target,
         "min_requests_per_bin": min_requests,
-        "bins": [dict(b) for b in bins],
+        "bins": bins if isinstance(bins, list) else list(bins),
     }
     if cap == 0:
         out["goodput_tps_at_slo"] = 0.0

@@ -203,7 +203,7 @@ class Signals:
         return tallies[0]
 
     def sample(self, now: float, active: Mapping[str, ActiveRequest], now_ns: int) -> Sample:
-        waiting = [a for a in active.values() if a.first_token_ns is None]
+        waiting = [a for a in list(active.values()) if a.first_token_ns is None]
         oldest = max(((now_ns - a.t0_ns) / 1e9 for a in waiting), default=0.0)
         engine_waiting = None
         if self.engine is not None and now - self.engine.t < self.engine_fresh_s:
