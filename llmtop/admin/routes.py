@@ -2,7 +2,8 @@
 
 =====================================  =================================================
 ``GET  /llmtop/v1/snapshot``            ``?window=10|60|300|all`` (default 60); add
-                                        ``user_histograms=1`` for per-user histograms
+                                        ``user_histograms=1`` for what an exact merge
+                                        needs: per-user histograms and ``capacity.bins``
 ``GET  /llmtop/v1/requests``            ``?state=active|recent`` (default active),
                                         ``&limit=N`` (recent: the last N, default 100)
 ``GET  /metrics``                       Prometheus text exposition
@@ -19,8 +20,9 @@ conflict, 501 no recorder in this process. When ``admin_token`` is set every rou
 in constant time) — except the paths in ``AdminContext.self_authenticated``, whose
 handlers check a secret of their own (the workers' ingest route).
 
-The snapshot is built on the event loop (it shares the proxy's loop; the aggregator is
-not thread-safe); ``benchmarks/metrics_cost.py`` measures what that costs.
+The snapshot is built on the observers' event loop (in one-process llmtop, a thread of its
+own beside the proxy's loop: :mod:`llmtop.loopthread`; the aggregator is not thread-safe,
+so everything here runs on that loop); ``benchmarks/metrics_cost.py`` measures its cost.
 """
 
 from __future__ import annotations
@@ -143,8 +145,9 @@ async def snapshot(request: web.Request) -> web.Response:
     if raw not in WINDOW_PARAMS:
         return json_error(400, f"window must be one of 10, 60, 300, all (got {raw!r})")
     flag = request.query.get("user_histograms", "").lower()
-    snap = ctx.aggregator.snapshot(WINDOW_PARAMS[raw],
-                                   user_histograms=flag in ("1", "true", "yes"))
+    mergeable = flag in ("1", "true", "yes")
+    snap = ctx.aggregator.snapshot(WINDOW_PARAMS[raw], user_histograms=mergeable,
+                                   capacity_bins=mergeable)
     snap.update(ctx.extra_info)
     snap["recording"] = ctx.recording.status() if ctx.recording is not None else None
     return json_response(snap)

@@ -268,17 +268,20 @@ class Aggregator:
         return per, (n, waiting, n - waiting)
 
     def snapshot(
-        self, window_s: int | None = 60, *, user_histograms: bool = False
+        self, window_s: int | None = 60, *, user_histograms: bool = False,
+        capacity_bins: bool = True,
     ) -> dict[str, Any]:
         """The admin API's snapshot over the last ``window_s`` seconds (``None`` = all).
 
         ``user_histograms`` adds each user's encoded TTFT/ITL/TPOT/E2E histograms, so
         :func:`llmtop.metrics.merge.merge_snapshots` merges per-user percentiles exactly
         (opt-in: a zlib stream per histogram, tens of ms with 100 users).
+        ``capacity_bins`` keeps ``capacity.bins`` (what merging the capacity estimate needs).
         """
         from llmtop.metrics.snapshot import build_snapshot
 
-        return build_snapshot(self, window_s, user_histograms=user_histograms)
+        return build_snapshot(self, window_s, user_histograms=user_histograms,
+                              capacity_bins=capacity_bins)
 
     def recent_requests(self, limit: int = 100) -> list[dict[str, Any]]:
         """The last ``limit`` finished requests, oldest first, in the recording's shape."""

@@ -190,8 +190,11 @@ def _rates(c: Sequence[int], span: float) -> dict[str, Any]:
 
 
 def build_snapshot(agg: Aggregator, window_s: int | None,
-                   *, user_histograms: bool = False) -> dict[str, Any]:
-    """The snapshot dict of ``agg`` over ``window_s`` (10, 60, 300 or ``None`` = all)."""
+                   *, user_histograms: bool = False, capacity_bins: bool = True
+                   ) -> dict[str, Any]:
+    """The snapshot dict of ``agg`` over ``window_s`` (10, 60, 300 or ``None`` = all).
+    ``capacity_bins=False`` leaves ``capacity.bins`` out (one per concurrency level seen:
+    a thousand after a soak, most of the snapshot's JSON; only merging needs them)."""
     if window_s is not None and window_s not in WINDOWS:
         raise ValueError(f"window must be one of {WINDOWS} or None, got {window_s!r}")
     now = agg.clock()
@@ -276,6 +279,9 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         {"code": w.code, "severity": w.severity, "since": w.t, "message": w.message}
         for w in sorted(agg.warnings.values(), key=lambda w: (w.t, w.code))
     ]
+    cap = capacity.estimate(agg.capacity.bins(), agg.slo.target)
+    if not capacity_bins:
+        del cap["bins"]
     return {
         "version": VERSION,
         "time": now,
@@ -285,7 +291,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "users": users,
         "gpus": [gpu_row(agg.gpus[i], agg.host, now) for i in sorted(agg.gpus)],
         "engine": engine_section(agg, window_s, now),
-        "capacity": capacity.estimate(agg.capacity.bins(), agg.slo.target),
+        "capacity": cap,
         "warnings": warnings,
         "histograms": histograms,
         "models": models,

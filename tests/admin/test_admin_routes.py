@@ -100,8 +100,11 @@ async def test_snapshot_windows_and_extras(make_server: Callable[..., Any]) -> N
     for w, want in (("10", 10), ("300", 300), ("all", None)):
         status, snap, _ = await get(srv.url + f"/llmtop/v1/snapshot?window={w}")
         assert status == 200 and snap["window_s"] == want
+    assert "bins" not in snap["capacity"]  # only merges need them: a thousand after a soak
+    assert "max_concurrency_at_slo" in snap["capacity"]
     status, snap, _ = await get(srv.url + "/llmtop/v1/snapshot?window=all&user_histograms=1")
     assert all("histograms" in u for u in snap["users"] if u["requests"])
+    assert snap["capacity"]["bins"] and snap["capacity"]["bins"][0]["requests"] >= 1
 
 
 @pytest.mark.parametrize("bad", ["30", "abc", "-1", "60s"])
