@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import operator
 import secrets
 import signal
 import socket
@@ -44,6 +45,10 @@ from llmtop.events import (
 )
 
 INGEST_PATH = "/llmtop/v1/_ingest"
+ACTIVE_FIELDS = tuple(f.name for f in dataclasses.fields(ActiveRequest))
+ACTIVE_ROW = operator.attrgetter(*ACTIVE_FIELDS)
+"""An open request as a tuple of its fields (a fifth of ``dataclasses.asdict``'s cost,
+which recursed and deep-copied; a worker ships every open request five times a second)."""
 TOKEN_HEADER = "X-LLMTOP-Ingest-Token"
 
 
@@ -88,7 +93,8 @@ class EventForwarder:
 
     def payload(self) -> bytes:
         events, self.buffer = self.buffer, []
-        active = [dataclasses.asdict(a) for a in list(self.active.values())]
+        row = ACTIVE_ROW
+        active = [row(a) for a in list(self.active.values())]
         return json.dumps({"worker": self.worker, "events": events, "active": active,
                            "dropped": self.dropped}).encode()
 
@@ -127,8 +133,10 @@ class FleetActive(Mapping[str, ActiveRequest]):
     def __init__(self) -> None:
         self.by_worker: dict[int, dict[str, ActiveRequest]] = {}
 
-    def update(self, worker: int, rows: list[dict[str, Any]]) -> None:
-        self.by_worker[worker] = {r["id"]: ActiveRequest(**r) for r in rows}
+    def update(self, worker: int, rows: list[list[Any]]) -> None:
+        """``rows``: each open request as the values of ``ACTIVE_FIELDS``, in order."""
+        made = [ActiveRequest(*r) for r in rows]
+        self.by_worker[worker] = {a.id: a for a in made}
 
     def drop(self, worker: int) -> None:
         self.by_worker.pop(worker, None)

@@ -23,6 +23,7 @@ def main(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
+    from llmtop.cli.run import install_uvloop
     from llmtop.config import load_config
     from llmtop.server import StartupError, serve_worker
 
@@ -32,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, os.environ, {
         "upstream": args.upstream, "listen": args.listen, "workers": 1,
     })
+    install_uvloop()
     try:
         asyncio.run(serve_worker(cfg, args.index, args.ingest, token))
     except StartupError as exc:
