@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from multidict import CIMultiDict
-
 HOP_BY_HOP: Final = frozenset(
     {
         "connection",
@@ -34,50 +32,44 @@ HOP_BY_HOP: Final = frozenset(
 )
 """Fields that describe one connection, never forwarded (lower-case)."""
 
-_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "content-length", "expect"}
+_REQUEST_DROP: Final = frozenset(
+    h.encode() for h in HOP_BY_HOP | {"host", "content-length", "expect"})
 _RESPONSE_DROP: Final = HOP_BY_HOP | {"content-length"}
-
-
-def _connection_listed(items: Iterable[tuple[str, str]]) -> set[str]:
-    """The field names a ``Connection`` header lists (they are hop-by-hop too)."""
-    named: set[str] = set()
-    for name, value in items:
-        if name.lower() == "connection":
-            named.update(t.strip().lower() for t in value.split(",") if t.strip())
-    return named
-
-
-def _filter(items: Iterable[tuple[str, str]], drop: frozenset[str]) -> CIMultiDict[str]:
-    pairs = list(items)
-    extra = _connection_listed(pairs)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in pairs:
-        low = name.lower()
-        if low in drop or low in extra or low.startswith("proxy-"):
-            continue
-        out.add(name, value)
-    return out
 
 
 def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The client's request headers (aiohttp's ``raw_headers``, bytes as received) as they
     go upstream, in order and byte for byte (see the module docstring)."""
-    pairs = list(raw)
-    extra: set[str] = set()
-    for name, value in pairs:
-        if name.lower() == b"connection":
-            extra.update(t.strip().lower() for t in value.decode("latin-1").split(",")
-                         if t.strip())
     out: list[tuple[bytes, bytes]] = []
-    for name, value in pairs:
-        low = name.decode("latin-1").lower()
-        if low in _REQUEST_DROP or low in extra or low.startswith("proxy-"):
+    listed: set[bytes] | None = None
+    for pair in raw:
+        low = pair[0].lower()
+        if low in _REQUEST_DROP or low.startswith(b"proxy-"):
+            if low == b"connection":
+                if listed is None:
+                    listed = set()
+                listed.update(t.strip().lower() for t in pair[1].split(b",") if t.strip())
             continue
-        out.append((name, value))
+        out.append(pair)
+    if listed:
+        out = [pair for pair in out if pair[0].lower() not in listed]
     return out
 
 
-def client_response_headers(items: Iterable[tuple[str, str]]) -> CIMultiDict[str]:
-    """The upstream's response headers as they go to the client, less ``Content-Length``
-    (the relay sets it again when it passes the body unchanged) and hop-by-hop fields."""
-    return _filter(items, _RESPONSE_DROP)
+def client_response_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The upstream's response headers as they go to the client, in order, less
+    ``Content-Length`` (set again when the body passes unchanged) and hop-by-hop fields."""
+    out: list[tuple[str, str]] = []
+    listed: set[str] | None = None
+    for pair in items:
+        low = pair[0].lower()
+        if low in _RESPONSE_DROP or low.startswith("proxy-"):
+            if low == "connection":
+                if listed is None:
+                    listed = set()
+                listed.update(t.strip().lower() for t in pair[1].split(",") if t.strip())
+            continue
+        out.append(pair)
+    if listed:
+        out = [pair for pair in out if pair[0].lower() not in listed]
+    return out

@@ -257,15 +257,19 @@ class RelaySink:
     The upstream connection calls :meth:`on_data` from its ``data_received`` with the body
     bytes of each network read; they are written to the client's transport in the same
     callback — framed as an HTTP chunk when the response to the client is chunked, as is
-    otherwise — then timestamped and fed to the parser. When the client reads slower than
-    the upstream writes (its transport's buffer passes the high-water mark), reading from
-    the upstream pauses until the client has drained: nothing piles up in the proxy.
-    :attr:`done` resolves at the end of the body, or with :class:`UpstreamBroken` /
-    :class:`ClientGone`.
+    otherwise — then timestamped and fed to the parser. The response head (``head``) goes
+    out with the first write, or on its own from :meth:`send_head` when no body bytes came
+    with it; the end of the body (the chunked terminator) with the last bytes when the
+    upstream's end came in the same read, else on its own from :meth:`on_end`. When the
+    client reads slower than the upstream writes (its transport's buffer passes the
+    high-water mark), reading from the upstream pauses until the client has drained:
+    nothing piles up in the proxy. :attr:`done` resolves at the end of the body (the
+    exchange's ``end_ns`` is then the time its last byte was written), or with
+    :class:`UpstreamBroken` / :class:`ClientGone`.
     """
 
-    __slots__ = ("_chunked", "_client", "_drainer", "_ex", "_feed", "_parser", "_strip",
-                 "_transport", "_upstream", "_wd", "_writer", "done", "last_ns")
+    __slots__ = ("_chunked", "_client", "_drainer", "_ex", "_feed", "_head", "_parser",
+                 "_strip", "_transport", "_upstream", "_wd", "_writer", "done", "last_ns")
 
     def __init__(
         self,
@@ -273,6 +277,7 @@ class RelaySink:
         parser: StreamParser,
         strip: ChunkFilter | None,
         transport: asyncio.Transport,
+        head: bytes,
         chunked: bool,
         client_protocol: FlowControlled,
         writer: Drainable,
@@ -284,6 +289,7 @@ class RelaySink:
         self._feed = parser.feed
         self._strip = strip
         self._transport = transport
+        self._head = head
         self._chunked = chunked
         self._client = client_protocol
         self._writer = writer
@@ -293,14 +299,20 @@ class RelaySink:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.last_ns = perf_counter_ns()
 
-    def _write(self, data: bytes) -> bool:
+    def _write(self, data: bytes, end: bool = False) -> bool:
         t = self._transport
         if t.is_closing():
             self._settle(ClientGone("client disconnected"))
             return False
         if self._chunked:
-            t.write(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
+            if data:
+                data = b"%x\r\n%b\r\n" % (len(data), data)
+            if end:
+                data += b"0\r\n\r\n"
+        if self._head:
+            data = self._head + data
+            self._head = b""
+        if data:
             t.write(data)
         if self._client.writing_paused and self._drainer is None:
             self._upstream.pause_reading()
@@ -316,6 +328,11 @@ class RelaySink:
         finally:
             self._drainer = None
         self._upstream.resume_reading()
+
+    def send_head(self) -> None:
+        """Write the response head now unless it went out already (with body bytes)."""
+        if self._head and not self.done.done():
+            self._write(b"")
 
     def on_data(self, data: bytes) -> None:
         if self.done.done():
@@ -342,15 +359,33 @@ class RelaySink:
         ex.offsets.append(now)
         ex.tokens.append(toks)
 
+    def on_last(self, data: bytes) -> None:
+        """``on_data(data)`` and ``on_end()`` with one write to the client."""
+        if self.done.done():
+            return
+        strip = self._strip
+        out = data if strip is None else strip.filter(data) + strip.flush()
+        if not self._write(out, end=True):
+            return
+        now = perf_counter_ns()
+        self.last_ns = now
+        self._wd.last_ns = now
+        self._ex.end_ns = now
+        events, toks = self._feed(data)
+        if events:
+            self._chunk(now, toks)
+        self._settle(None)
+
     def on_end(self) -> None:
         if self.done.done():
             return
-        if self._strip is not None:
-            tail = self._strip.flush()
-            if tail:
-                if not self._write(tail):
-                    return
-                self.last_ns = perf_counter_ns()
+        tail = self._strip.flush() if self._strip is not None else b""
+        if (tail or self._chunked or self._head) and not self._write(tail, end=True):
+            return
+        now = perf_counter_ns()
+        if tail:
+            self.last_ns = now
+        self._ex.end_ns = now
         self._settle(None)
 
     def on_error(self, exc: Exception) -> None:

@@ -28,7 +28,6 @@ response had already started).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import re
 import secrets
@@ -52,7 +51,7 @@ from llmtop.proxy.dialects.openai import (
 )
 from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make_parser
 from llmtop.proxy.errors import error_response
-from llmtop.proxy.headers import client_response_headers, upstream_request_headers
+from llmtop.proxy.headers import upstream_request_headers
 from llmtop.proxy.identity import IdentityResolver
 from llmtop.proxy.relay import (
     ClientGone,
@@ -62,6 +61,7 @@ from llmtop.proxy.relay import (
     Watchdog,
     WatchdogSweeper,
 )
+from llmtop.proxy.response import SentResponse, response_head
 from llmtop.proxy.stamping import StampingServer, t0_ns_of
 from llmtop.proxy.upstream import (
     BufferSink,
@@ -390,10 +390,6 @@ class ProxyServer:
         ex.status = status
         ctype = head.get("Content-Type")
         strip = UsageChunkStripper() if inject and status < 300 else None
-        out = web.StreamResponse(status=status, reason=head.reason or None)
-        out.headers.extend(client_response_headers(head.headers))
-        if head.length is not None and strip is None:
-            out.content_length = head.length
         media = ctype.split(";", 1)[0].strip().lower()
         if media in _STREAM_TYPES:
             is_stream = True
@@ -402,8 +398,10 @@ class ProxyServer:
         else:
             is_stream = ex.stream  # the response does not say: as the request asked
         ex.stream = ex.active.stream = is_stream
-        if is_stream:
-            out.headers["X-Accel-Buffering"] = "no"
+        frame = response_head(request.version, request.method, status, head.reason,
+                              head.headers, length=head.length if strip is None else None,
+                              stream=is_stream, keep_alive=request.keep_alive)
+        out = SentResponse(frame.keep_alive)
         encoding = head.get("Content-Encoding").strip().lower()
         parser_dialect: Dialect = ex.active.dialect
         if encoding not in ("", "identity"):
@@ -412,31 +410,31 @@ class ProxyServer:
         ex.parser = parser
         sink: RelaySink | None = None
         try:
-            await out.prepare(request)
-            ex.headers_sent = True
-            wd.arm(self.cfg.timeouts.idle_s, "idle")
             transport = request.transport
             if transport is None:
                 raise ClientGone("client disconnected")
-            writer = cast(StreamWriter, request.writer)
-            sink = RelaySink(ex, parser, strip, transport, writer.chunked,
-                             request.protocol, writer, conn, wd)
+            wd.arm(self.cfg.timeouts.idle_s, "idle")
+            sink = RelaySink(ex, parser, strip, transport, frame.head, frame.chunked,
+                             request.protocol, cast(StreamWriter, request.writer), conn, wd)
+            ex.headers_sent = True
             if early is not None:
-                sink.on_data(early)
-                sink.on_end()
+                if early:
+                    sink.on_last(early)
+                else:
+                    sink.on_end()
             else:
-                conn.attach(sink)
+                conn.attach(sink)  # body bytes that came with the head go out with it
+                sink.send_head()
             await sink.done
-            await out.write_eof()
-            ex.end_ns = perf_counter_ns()
             sink.finish()
         except UpstreamBroken as exc:
             conn.abort()
             ex.fail("error", str(exc))
-            return _abort(request, out)
+            return _abort(request)
         except ConnectionError:
             conn.abort()
             ex.fail("cancelled", "client disconnected")
+            out.force_close()
             return out
         except asyncio.CancelledError:
             conn.abort()  # the engine sees the disconnect now and stops generating
@@ -447,7 +445,7 @@ class ProxyServer:
                 raise
             wd.absorb()
             ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
-            return _abort(request, out)
+            return _abort(request)
         pool.release(conn)
         if status >= 400:
             ex.fail("error", f"upstream answered HTTP {status}")
@@ -526,14 +524,10 @@ async def _read_body(content: StreamReader, limit: int, wd: Watchdog) -> bytes |
     return b"".join(parts)
 
 
-def _abort(request: web.BaseRequest, out: web.StreamResponse | None) -> web.StreamResponse:
+def _abort(request: web.BaseRequest) -> web.StreamResponse:
     """End a response that has already started and cannot end cleanly: close the client's
     connection without the end of the body, so the client sees a truncated response."""
     transport = request.transport
     if transport is not None:
         transport.close()
-    if out is None:
-        out = web.StreamResponse()
-    with contextlib.suppress(Exception):
-        out.force_close()
-    return out
+    return SentResponse(keep_alive=False)

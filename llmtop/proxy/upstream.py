@@ -97,6 +97,10 @@ class BodySink(Protocol):
     def on_end(self) -> None:
         """The body is complete."""
 
+    def on_last(self, data: bytes) -> None:
+        """The last body bytes, and the body is complete (``on_data`` then ``on_end``, for
+        a read that brought both)."""
+
     def on_error(self, exc: UpstreamError) -> None:
         """The body broke off (connection closed or malformed framing)."""
 
@@ -114,6 +118,10 @@ class BufferSink:
     def on_end(self) -> None:
         if not self.done.done():
             self.done.set_result(b"".join(self.parts))
+
+    def on_last(self, data: bytes) -> None:
+        self.on_data(data)
+        self.on_end()
 
     def on_error(self, exc: UpstreamError) -> None:
         if not self.done.done():
@@ -337,9 +345,7 @@ class UpstreamConnection(asyncio.Protocol):
                     data = data[: self._left]
                     self._reusable = False
                 self._left = 0
-                if data:
-                    sink.on_data(data)
-                self._finish(self._reusable)
+                self._finish(self._reusable, data)
                 return
             self._left -= n
             sink.on_data(data)
@@ -352,10 +358,10 @@ class UpstreamConnection(asyncio.Protocol):
                 self.abort()
                 sink.on_error(exc)
                 return
-            if payload:
-                sink.on_data(payload)
             if done:
-                self._finish(self._reusable)
+                self._finish(self._reusable, payload)
+            elif payload:
+                sink.on_data(payload)
             return
         if mode == 3:
             if data:
@@ -446,14 +452,18 @@ class UpstreamConnection(asyncio.Protocol):
                     self._left = size
         return (out[0] if len(out) == 1 else b"".join(out)), False
 
-    def _finish(self, reusable: bool) -> None:
+    def _finish(self, reusable: bool, last: bytes = b"") -> None:
+        """The response ended; ``last`` is body bytes that came with its end."""
         self._state = _IDLE if reusable else _CLOSED
         self._reusable = reusable
         if reusable:
             self.resume_reading()  # an idle connection must notice the upstream closing it
         sink = self._sink
         if sink is not None:
-            sink.on_end()
+            if last:
+                sink.on_last(last)
+            else:
+                sink.on_end()
 
 
 def _parse_head(raw: bytes, head_request: bool) -> ResponseHead:
@@ -468,6 +478,9 @@ def _parse_head(raw: bytes, head_request: bool) -> ResponseHead:
     length: int | None = None
     chunked = False
     conn_close = version == b"HTTP/1.0"
+    if raw.count(b"\n") != len(lines) - 1 or raw.count(b"\r") != len(lines) - 1:
+        # a bare CR or LF: a client would read it as a line end (header injection)
+        raise MalformedResponse("bare CR or LF in the response head")
     for line in lines[1:]:
         if not line:
             continue

@@ -1,0 +1,131 @@
+"""The relayed response's head, written by the proxy itself.
+
+aiohttp's ``StreamResponse`` spends about a hundred Python calls on every response (a
+header multidict, ``prepare`` and ``write_eof`` coroutines, its writer's bookkeeping, a
+write of the head on its own and one of the end of the body on its own) — a third of the
+proxy's per-request work at 32 tokens a request. For a relayed response the proxy knows
+everything at once, so :func:`response_head` makes the status line and headers in one
+join, the relay writes them to the client's transport (together with the first body bytes
+when those came with the upstream's head, else at once on their own) and ends the body
+itself (the last chunk and the chunked terminator in one write when the upstream's end
+came with its last bytes). :class:`SentResponse` then tells aiohttp's server loop that the
+response is complete and whether the connection stays open.
+
+The head is what aiohttp would have written: the upstream's headers less hop-by-hop
+fields (:func:`llmtop.proxy.headers.client_response_headers`), ``Content-Length`` when
+the body passes unchanged, else ``Transfer-Encoding: chunked`` (HTTP/1.1), ``X-Accel-
+Buffering: no`` on streams, ``Content-Type`` (``application/octet-stream``), ``Date`` and
+``Server`` when the upstream sent none, and ``Connection`` as the client's keep-alive
+asks. One difference: an HTTP/1.0 client whose response has no length gets it delimited
+by closing the connection (aiohttp kept such a connection open, so the client could not
+tell where the body ended).
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+
+from llmtop.proxy.headers import client_response_headers
+
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class ResponseFrame:
+    """How the relayed body is framed for the client, and whether the connection stays."""
+
+    __slots__ = ("chunked", "head", "keep_alive")
+
+    def __init__(self, head: bytes, chunked: bool, keep_alive: bool) -> None:
+        self.head = head
+        """Status line and headers, up to and including the blank line."""
+        self.chunked = chunked
+        """The body goes out in HTTP/1.1 chunks (and ends with ``0\\r\\n\\r\\n``)."""
+        self.keep_alive = keep_alive
+
+
+def response_head(
+    version: tuple[int, int],
+    method: str,
+    status: int,
+    reason: str,
+    headers: list[tuple[str, str]],
+    *,
+    length: int | None,
+    stream: bool,
+    keep_alive: bool,
+) -> ResponseFrame:
+    """The head of the response to the client (see the module docstring).
+
+    ``version`` is the client's HTTP version, ``headers`` the upstream's response headers,
+    ``length`` the body's length when it passes unchanged and the upstream framed it by
+    ``Content-Length``, ``stream`` whether the response is a stream, ``keep_alive``
+    whether the client's request allows another one on its connection.
+    """
+    no_length = (status in _NO_BODY_STATUS or 100 <= status < 200
+                 or (method == "CONNECT" and 200 <= status < 300))
+    empty = no_length or method == "HEAD"
+    lines = [f"HTTP/{version[0]}.{version[1]} {status} {reason or _REASONS.get(status, '')}"]
+    have_type = have_date = have_server = False
+    for name, value in client_response_headers(headers):
+        low = name.lower()
+        if low == "content-type":
+            have_type = True
+        elif low == "date":
+            have_date = True
+        elif low == "server":
+            have_server = True
+        lines.append(f"{name}: {value}")
+    chunked = False
+    if length is not None and not no_length:
+        lines.append(f"Content-Length: {length}")
+    if stream:
+        lines.append("X-Accel-Buffering: no")
+    if not empty:
+        if length is None:
+            if version >= (1, 1):
+                chunked = True
+                lines.append("Transfer-Encoding: chunked")
+            else:
+                keep_alive = False  # the end of the body is the end of the connection
+        if length != 0 and not have_type:
+            lines.append("Content-Type: application/octet-stream")
+    if not have_date:
+        lines.append(f"Date: {rfc822_formatted_time()}")
+    if not have_server:
+        lines.append(f"Server: {SERVER_SOFTWARE}")
+    if keep_alive:
+        if version == (1, 0):
+            lines.append("Connection: keep-alive")
+    elif version == (1, 1):
+        lines.append("Connection: close")
+    lines.append("\r\n")
+    return ResponseFrame("\r\n".join(lines).encode("utf-8"), chunked, keep_alive)
+
+
+class SentResponse(web.StreamResponse):
+    """Stands, for aiohttp's server loop, for a response the relay wrote to the transport
+    itself: preparing and ending it do nothing; ``keep_alive`` says whether the connection
+    carries another request."""
+
+    def __init__(self, keep_alive: bool) -> None:
+        super().__init__()
+        self._keep = keep_alive
+
+    @property
+    def keep_alive(self) -> bool:
+        return self._keep
+
+    def force_close(self) -> None:
+        self._keep = False
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        return None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
