@@ -368,6 +368,7 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     obs.say(f"llmtop: admin listening on {admin_url}")
     obs.say(f"llmtop: {len(procs)} workers sharing the port")
     obs.start_background()
+    _tune_process()
     await stop.wait()
     await stop_workers(procs, cfg.timeouts.shutdown_grace_s)
     await asyncio.sleep(0.1)

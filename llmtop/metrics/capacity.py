@@ -77,6 +77,39 @@ class CapacityBins:
         ]
 
 
+    def estimate(self, target: float, min_requests: int = MIN_REQUESTS_PER_BIN,
+                 *, with_bins: bool = True) -> dict[str, Any]:
+        """What :func:`estimate` gives for :meth:`bins`, computed on the arrays (a live
+        proxy's snapshot; without ``with_bins`` no per-bin dicts are built at all)."""
+        if with_bins:
+            return estimate(self.bins(), target, min_requests)
+        rows = np.flatnonzero(self.data[:, _REQ] >= max(min_requests, 1))
+        d = self.data[rows]
+        holds = d[:, _MET] / d[:, _REQ] >= target
+        failing = np.flatnonzero(~holds)
+        first = int(failing[0]) if len(failing) else len(rows)
+        out: dict[str, Any] = {
+            "max_concurrency_at_slo": None,
+            "goodput_tps_at_slo": None,
+            "goodput_rps_at_slo": None,
+            "attainment_at_slo": None,
+            "first_failing_concurrency": int(rows[first]) if first < len(rows) else None,
+            "target": target,
+            "min_requests_per_bin": min_requests,
+        }
+        cap = None if not len(rows) else 0 if first == 0 else int(rows[first - 1])
+        out["max_concurrency_at_slo"] = cap
+        if cap == 0:  # as estimate(): no load level holds the target
+            out["goodput_tps_at_slo"] = out["goodput_rps_at_slo"] = 0.0
+        elif cap is not None:
+            req, met, good, e2e = (float(x) for x in d[first - 1])
+            if e2e > 0:
+                out["goodput_tps_at_slo"] = cap * good / e2e
+                out["goodput_rps_at_slo"] = cap * int(met) / e2e
+            out["attainment_at_slo"] = int(met) / int(req)
+        return out
+
+
 def merge_bins(bin_lists: Iterable[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Sum bins from several sources by concurrency."""
     acc: dict[int, dict[str, Any]] = {}

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from llmtop.events import EngineReading, GpuReading, finite_or_none
-from llmtop.metrics import capacity
 from llmtop.metrics.hdr import encode_many
 from llmtop.metrics.ingest import (
     C_CANC,
@@ -279,9 +278,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         {"code": w.code, "severity": w.severity, "since": w.t, "message": w.message}
         for w in sorted(agg.warnings.values(), key=lambda w: (w.t, w.code))
     ]
-    cap = capacity.estimate(agg.capacity.bins(), agg.slo.target)
-    if not capacity_bins:
-        del cap["bins"]
+    cap = agg.capacity.estimate(agg.slo.target, with_bins=capacity_bins)
     return {
         "version": VERSION,
         "time": now,

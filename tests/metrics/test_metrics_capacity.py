@@ -91,3 +91,24 @@ def test_bins_merge_by_concurrency() -> None:
         {"concurrency": 2, "requests": 3, "met": 0, "good_tokens": 0.0, "e2e_sum_s": 3.0},
     ]
     assert capacity.estimate(m, 0.95)["max_concurrency_at_slo"] == 1
+
+
+def test_the_array_estimate_equals_the_estimate_over_bin_dicts() -> None:
+    """A live snapshot without bins computes the capacity section on the arrays; it must
+    say exactly what the estimate over the bin dicts (what merges use) says."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        bins = capacity.CapacityBins()
+        n = int(rng.integers(0, 400))
+        conc = rng.integers(0, int(rng.integers(1, 80)), n)
+        bad_from = int(rng.integers(0, 90))
+        met = (rng.random(n) < np.where(conc >= bad_from, 0.5, 0.99))
+        bins.add(conc.astype(np.int64), met, rng.integers(1, 50, n).astype(np.float64),
+                 rng.random(n) * 3)
+        target = float(rng.choice([0.5, 0.9, 0.95, 0.99]))
+        want = capacity.estimate(bins.bins(), target)
+        del want["bins"]
+        assert bins.estimate(target, with_bins=False) == want, trial
+        assert bins.estimate(target)["bins"] == bins.bins()
