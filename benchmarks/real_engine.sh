@@ -8,6 +8,7 @@
 #   benchmarks/real_engine.sh serve --port 8000
 #   benchmarks/real_engine.sh timing          # proxy vs client timings against the 5 ms p99
 #                                             # target (the e2e test, strict; prints figures)
+#   LLMTOP_E2E_TIMING_REQUESTS=300 benchmarks/real_engine.sh timing   # more requests (def. 100)
 #
 # Then, in another terminal:  llmtop run --upstream http://127.0.0.1:PORT
 set -euo pipefail

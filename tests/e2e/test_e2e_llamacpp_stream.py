@@ -4,9 +4,11 @@ token counts and timings, as a client that none of us wrote (the openai SDK) see
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -37,10 +39,18 @@ differences (a systematic error — a timestamp taken at the wrong place, a chun
 shows there whatever the machine's load)."""
 P99_S = float(os.environ.get("LLMTOP_E2E_P99_MS", "100")) / 1000
 """Bound on the 99th percentile of the differences. The target is 5 ms
-(``LLMTOP_E2E_P99_MS=5``, as ``benchmarks/real_engine.sh timing`` runs it); on a 2-core
-machine shared with other busy processes the scheduler alone delays one of the two
-timestamps by 10–40 ms at p99 (measured at load 8–10), so by default the p99 bound is
-100 ms and the figures are printed."""
+(``LLMTOP_E2E_P99_MS=5``, as ``benchmarks/real_engine.sh timing`` runs it). It holds on a
+quiet machine, but on this 2-core one shared with other busy processes the scheduler
+alone delays one of the two clocks by more: measured 2026-11-30, 100 requests, p99 of
+|TTFT diff| 3.0–5.1 ms with the other helpers' background load (~2), 8–10 ms with two
+CPU hogs besides; the proxy reading the request late (``t0-send``) and stamping a chunk
+after its write returned (negative differences) make most of it. So by default the p99
+bound is 100 ms (the median, at 5 ms, still catches any systematic error) and the
+figures are printed."""
+TIMING_REQUESTS = int(os.environ.get("LLMTOP_E2E_TIMING_REQUESTS", "100"))
+"""Short requests, one after another: 100 makes the p99 of TTFT/E2E the second largest
+difference (not the largest), and ×``TIMING_TOKENS`` chunks the per-chunk p99."""
+TIMING_TOKENS = 8
 
 
 @pytest.mark.parametrize("kind", ["chat", "completions"])
@@ -153,30 +163,53 @@ async def test_bytes_pass_through_unchanged_and_usage_is_the_servers(
 # -- timings: the proxy's TTFT/E2E are what the client measured ----------------------------
 
 
+def _figures(diffs: list[float]) -> str:
+    a = [abs(d) for d in diffs]
+    return (
+        f"p50 {percentile(diffs, 50) * 1e3:.2f} ms, p99|d| {percentile(a, 99) * 1e3:.2f} ms, "
+        f"max|d| {max(a) * 1e3:.2f} ms, min {min(diffs) * 1e3:.2f} ms, n={len(diffs)}"
+    )
+
+
 async def test_proxy_timings_agree_with_the_client_chunk_by_chunk(
     engine: Any, llmtop: LlmtopProcess
 ) -> None:
     """For the same requests, each content chunk's time as llmtop wrote it and as the
     client read it, and the TTFT and E2E llmtop recorded and the client measured (from
-    when its HTTP library sent the request), agree within 5 ms (see ``AGREE_S``/``P99_S``)."""
+    when its HTTP layer began sending the request to the read that brought the first
+    content / the end of the body), agree within 5 ms (see ``AGREE_S``/``P99_S``).
+
+    The client is the openai SDK; its clock is read in its HTTP layer (``TimedTransport``),
+    and the SDK's own chunk times (after its SSE/JSON/pydantic work) are printed beside."""
     runs: list[ClientRun] = []
     async with openai_client(llmtop.proxy_url) as client, aiohttp.ClientSession() as session:
         await sdk_stream(client, "chat", user=new_user("warm"), max_tokens=4)  # warm connection
-        for i in range(8):
-            await wait_engine_idle(session, engine.url)
-            kind = "chat" if i % 2 == 0 else "completions"
-            # ignore_eos: every token is a content event, so usage = events and each event
-            # can be matched to the read that carried it by the recorded per-chunk counts
-            runs.append(
-                await sdk_stream(
-                    client, kind, user=new_user("timing"), max_tokens=24,
-                    extra_body={"ignore_eos": True},
-                )
-            )  # fmt: skip
+        # the client's own garbage collections (tens of ms in a test process this size)
+        # would stall its reads; llmtop does the same for itself (gc.freeze after start-up)
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        started = time.monotonic()
+        try:
+            for i in range(TIMING_REQUESTS):
+                await wait_engine_idle(session, engine.url)
+                kind = "chat" if i % 2 == 0 else "completions"
+                # ignore_eos: every token is a content event, so usage = events and each
+                # event can be matched to the read that carried it by the per-chunk counts
+                runs.append(
+                    await sdk_stream(
+                        client, kind, user=new_user("timing"), max_tokens=TIMING_TOKENS,
+                        extra_body={"ignore_eos": True},
+                    )
+                )  # fmt: skip
+        finally:
+            took = time.monotonic() - started
+            gc.enable()
+            gc.unfreeze()
     records = await llmtop.records_for([r.user for r in runs])
-    chunk_d: list[float] = []
-    ttft_d: list[float] = []
-    e2e_d: list[float] = []
+    diffs: dict[str, list[float]] = {
+        name: [] for name in ("chunk", "ttft", "e2e", "t0-send", "sdk chunk", "sdk ttft", "sdk e2e")
+    }
     for run, rec in zip(runs, records, strict=True):
         # one proxy chunk per upstream read; a read may carry several of llama.cpp's
         # one-token events (the client then reads them at the same moment too)
@@ -186,15 +219,21 @@ async def test_proxy_timings_agree_with_the_client_chunk_by_chunk(
             for off, k in zip(rec["chunk_offsets_s"], rec["chunk_tokens"], strict=True)
             for _ in range(k)
         ]
-        chunk_d += [c - p for c, p in zip(run.chunk_times, proxy_times, strict=True)]
-        ttft_d.append((run.chunk_times[0] - run.t_send) - rec["ttft_s"])
-        e2e_d.append((run.t_end - run.t_send) - rec["e2e_s"])
-    report = {
-        name: (f"p50 {percentile(d, 50) * 1e3:.2f} ms, p99 {percentile(d, 99) * 1e3:.2f} ms, "
-               f"min {min(d) * 1e3:.2f} ms, n={len(d)}")
-        for name, d in (("chunk", chunk_d), ("ttft", ttft_d), ("e2e", e2e_d))
-    }  # fmt: skip
-    print(f"client - proxy: {report}")
-    for name, diffs in (("chunk", chunk_d), ("ttft", ttft_d), ("e2e", e2e_d)):
-        assert percentile([abs(d) for d in diffs], 50) <= AGREE_S, (name, report)
-        assert percentile([abs(d) for d in diffs], 99) <= P99_S, (name, report)
+        diffs["chunk"] += [c - p for c, p in zip(run.chunk_times, proxy_times, strict=True)]
+        diffs["ttft"].append((run.chunk_times[0] - run.t_send) - rec["ttft_s"])
+        diffs["e2e"].append((run.t_end - run.t_send) - rec["e2e_s"])
+        diffs["t0-send"].append(rec["t_start"] - run.t_send)
+        diffs["sdk chunk"] += [c - p for c, p in zip(run.sdk_chunk_times, proxy_times, strict=True)]
+        diffs["sdk ttft"].append((run.sdk_chunk_times[0] - run.t_send) - rec["ttft_s"])
+        diffs["sdk e2e"].append((run.sdk_t_end - run.t_send) - rec["e2e_s"])
+    print(
+        f"\nclient - proxy, {len(runs)} requests x {TIMING_TOKENS} tokens in {took:.1f} s, "
+        f"load average {os.getloadavg()[0]:.2f} (p99 bound {P99_S * 1e3:g} ms):"
+    )
+    for name, d in diffs.items():
+        print(f"  {name:9s} {_figures(d)}")
+    report = {name: _figures(d) for name, d in diffs.items()}
+    for name in ("chunk", "ttft", "e2e"):
+        magnitudes = [abs(d) for d in diffs[name]]
+        assert percentile(magnitudes, 50) <= AGREE_S, (name, report)
+        assert percentile(magnitudes, 99) <= P99_S, (name, report)
