@@ -3,7 +3,9 @@
 =====================================  =================================================
 ``GET  /llmtop/v1/snapshot``            ``?window=10|60|300|all`` (default 60); add
                                         ``user_histograms=1`` for what an exact merge
-                                        needs: per-user histograms and ``capacity.bins``
+                                        needs: per-user histograms and ``capacity.bins``;
+                                        ``max_age=S`` accepts a snapshot built up to S
+                                        seconds ago (0–10; default 0: a fresh one)
 ``GET  /llmtop/v1/requests``            ``?state=active|recent`` (default active),
                                         ``&limit=N`` (recent: the last N, default 100)
 ``GET  /metrics``                       Prometheus text exposition
@@ -47,6 +49,7 @@ from llmtop.metrics.prometheus import LlmtopCollector
 
 PREFIX: Final = "/llmtop/v1"
 WINDOW_PARAMS: Final = {"10": 10, "60": 60, "300": 300, "all": None}
+MAX_AGE_LIMIT_S: Final = 10.0
 DEFAULT_RECENT: Final = 100
 
 
@@ -82,6 +85,10 @@ class AdminContext:
     """Paths whose handlers authenticate the caller themselves (the coordinator's ingest
     route, checked against the workers' own secret): the admin token is not asked there,
     since the workers do not hold it."""
+    snapshots: dict[tuple[str, bool], tuple[float, bytes]] = field(default_factory=dict)
+    """The last snapshot built per (window, mergeable): when (monotonic) and its JSON.
+    Callers that accept some age (``max_age``: the TUI, dashboards polling fast) share
+    it, so ten TUIs at 10 Hz cost the proxy what one costs."""
 
 
 CTX: Final = web.AppKey("llmtop_admin_ctx", AdminContext)
@@ -146,11 +153,26 @@ async def snapshot(request: web.Request) -> web.Response:
         return json_error(400, f"window must be one of 10, 60, 300, all (got {raw!r})")
     flag = request.query.get("user_histograms", "").lower()
     mergeable = flag in ("1", "true", "yes")
+    try:
+        max_age = float(request.query.get("max_age", "0"))
+    except ValueError:
+        max_age = -1.0
+    if not 0.0 <= max_age <= MAX_AGE_LIMIT_S:  # also NaN
+        return json_error(400, f"max_age must be a number of seconds from 0 to "
+                               f"{MAX_AGE_LIMIT_S:g}")
+    key = (raw, mergeable)
+    now = time.monotonic()
+    hit = ctx.snapshots.get(key)
+    if hit is not None and now - hit[0] <= max_age:
+        return web.Response(body=hit[1], content_type="application/json")
     snap = ctx.aggregator.snapshot(WINDOW_PARAMS[raw], user_histograms=mergeable,
                                    capacity_bins=mergeable)
     snap.update(ctx.extra_info)
     snap["recording"] = ctx.recording.status() if ctx.recording is not None else None
-    return json_response(snap)
+    resp = json_response(snap)
+    if isinstance(resp.body, bytes):
+        ctx.snapshots[key] = (now, resp.body)
+    return resp
 
 
 async def requests_(request: web.Request) -> web.Response:

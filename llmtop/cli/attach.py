@@ -37,10 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if not 0 < args.refresh_hz <= 60:
         raise UsageError(f"--refresh-hz {args.refresh_hz:g} must be in (0, 60]")
-    from llmtop.tui.source import AdminSource
+    from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
     try:
-        source = AdminSource(args.urls, token=args.token)
+        source = AdminSource(args.urls, token=args.token, max_age_s=SHARED_SNAPSHOT_AGE_S)
     except ValueError as exc:  # a bad URL, or several without a merge function
         raise UsageError(str(exc)) from None
     from llmtop.tui import run_tui

@@ -91,9 +91,10 @@ def main(args: argparse.Namespace) -> int:
             _wait(args.duration)
             return 0
         from llmtop.tui import run_tui
-        from llmtop.tui.source import AdminSource
+        from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
-        return run_tui(AdminSource([admin_url]), title=f"llmtop demo — {proxy_url}")
+        return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
+                       title=f"llmtop demo — {proxy_url}")
     except KeyboardInterrupt:
         return 0
     finally:

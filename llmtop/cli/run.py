@@ -103,7 +103,7 @@ def child_command(argv: Sequence[str]) -> list[str]:
 
 def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
     from llmtop.tui import run_tui
-    from llmtop.tui.source import AdminSource
+    from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
     raw: list[str] = list(getattr(args, "_argv", []))
     argv = [a for a in raw[raw.index(NAME) + 1 :] if a != "--headless"] if NAME in raw else []
@@ -115,7 +115,8 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
         return child.proc.returncode or 1
     try:
         code = run_tui(
-            AdminSource([child.found[ADMIN_PREFIX]], token=args.admin_token or ""),
+            AdminSource([child.found[ADMIN_PREFIX]], token=args.admin_token or "",
+                        max_age_s=SHARED_SNAPSHOT_AGE_S),
             refresh_hz=refresh_hz,
             title=f"llmtop — {child.found[LISTEN_PREFIX]}",
         )

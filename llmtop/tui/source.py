@@ -159,6 +159,11 @@ def per_proxy_path(path: str, i: int) -> str:
     return f"{path}-{i}"
 
 
+SHARED_SNAPSHOT_AGE_S = 0.5
+"""What the TUI commands accept as a snapshot's age: rates and percentiles are over 10 s
+or more, and a screen polling at 10 Hz then costs the proxy two snapshots a second."""
+
+
 class AdminSource:
     """Snapshots from one or several running proxies' admin APIs over HTTP.
 
@@ -175,6 +180,7 @@ class AdminSource:
         *,
         timeout_s: float = 2.0,
         merge: MergeFn | None = None,
+        max_age_s: float = 0.0,
     ) -> None:
         if not urls:
             raise ValueError("at least one admin URL is needed")
@@ -182,6 +188,9 @@ class AdminSource:
         self._token = token
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._merge: MergeFn | None = merge
+        self.max_age_s = max_age_s
+        """A snapshot built up to this long ago will do (``?max_age``): a proxy then builds
+        at most one per that period however many screens poll it, however fast."""
         if len(self.urls) > 1 and self._merge is None:
             self._merge = load_merge()
         self._session: aiohttp.ClientSession | None = None
@@ -227,6 +236,8 @@ class AdminSource:
 
     async def fetch(self, window_s: int | None) -> dict[str, Any]:
         params = {"window": "all" if window_s is None else str(int(window_s))}
+        if self.max_age_s > 0:
+            params["max_age"] = f"{self.max_age_s:g}"
         if len(self.urls) > 1:
             params["user_histograms"] = "1"  # per-user percentiles then merge exactly
         snaps = await asyncio.gather(*(self._snapshot_from(u, params) for u in self.urls))

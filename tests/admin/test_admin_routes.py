@@ -233,3 +233,29 @@ async def test_self_authenticated_paths_skip_the_admin_token() -> None:
                 assert r.status == 401
     finally:
         await runner.cleanup()
+
+
+async def test_max_age_shares_one_snapshot_between_fast_pollers(
+        make_server: Callable[..., Any]) -> None:
+    from llmtop.tui.source import AdminSource
+
+    srv = await make_server()
+    snap_url = srv.url + "/llmtop/v1/snapshot"
+    for bad in ("abc", "-1", "11", "nan"):
+        status, body, _ = await get(f"{snap_url}?max_age={bad}")
+        assert status == 400 and "max_age" in body["error"], bad
+    _, first, _ = await get(snap_url + "?max_age=5")
+    srv.bus.publish(rec(50, "dave"))
+    srv.bus.drain()
+    _, shared, _ = await get(snap_url + "?max_age=5")
+    assert shared == first and shared["system"]["requests"] == 6  # built once, served twice
+    _, fresh, _ = await get(snap_url)  # no max_age: always a fresh one
+    assert fresh["system"]["requests"] == 7
+    _, other_window, _ = await get(snap_url + "?window=10&max_age=5")
+    assert other_window["window_s"] == 10  # one shared snapshot per query
+    source = AdminSource([srv.url], max_age_s=5)  # what the TUI commands send
+    try:
+        via_tui = await source.fetch(60)
+    finally:
+        await source.close()
+    assert via_tui["system"]["requests"] == 7 and via_tui["time"] == fresh["time"]
