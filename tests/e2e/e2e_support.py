@@ -8,26 +8,23 @@ aiohttp where the test is about bytes).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import importlib.util
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import aiohttp
-import httpx2
 from aiohttp import web
+from e2e_clock import TimedTransport, WireLog, wire_content_events
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,104 +334,8 @@ def new_user(tag: str) -> str:
     return f"e2e-{tag}-{uuid.uuid4().hex[:8]}"
 
 
-class WireLog:
-    """One request as the client's HTTP layer saw it (wall-clock times, ``time.time()``)."""
-
-    __slots__ = ("reads", "t_end", "t_send")
-
-    def __init__(self) -> None:
-        self.t_send: float | None = None
-        """When httpcore began writing the request head to the socket."""
-        self.reads: list[tuple[float, bytes]] = []
-        """Each piece of the response body as it came off the socket, with its arrival time."""
-        self.t_end: float | None = None
-        """When the end of the response body was read."""
-
-
 WIRE: dict[str, WireLog] = {}
 """user (the ``X-LLMTOP-User`` header) → what the client's HTTP layer saw of that request."""
-
-
-class _TimedBody(httpx2.AsyncByteStream):
-    """The response body stream, noting when each read arrived and when the body ended."""
-
-    def __init__(self, inner: httpx2.AsyncByteStream, log: WireLog) -> None:
-        self._inner = inner
-        self._log = log
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        reads = self._log.reads
-        async for part in self._inner:
-            reads.append((time.time(), part))
-            yield part
-        self._log.t_end = time.time()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class TimedTransport(httpx2.AsyncBaseTransport):
-    """httpx2's own transport (the one the openai SDK uses), with the client's clock read
-    as close to the socket as the client gets: when the request head starts going out
-    (httpcore's ``trace`` hook) and when each piece of the response body comes in — before
-    the SDK decodes SSE, parses JSON and builds its pydantic objects (a few hundred µs per
-    chunk, more when the CPU is busy), which is the client's own work, not the proxy's."""
-
-    def __init__(self) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        user = request.headers.get(USER_HEADER)
-        if not user:
-            return await self._inner.handle_async_request(request)
-        log = WIRE[user] = WireLog()
-
-        async def trace(name: str, info: dict[str, Any]) -> None:
-            if name == "http11.send_request_headers.started":
-                log.t_send = time.time()
-
-        request.extensions = {**request.extensions, "trace": trace}
-        response = await self._inner.handle_async_request(request)
-        assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _TimedBody(response.stream, log)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-_EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
-
-
-def content_text(obj: dict[str, Any]) -> str:
-    """The output text of one OpenAI chat or legacy-completions stream event."""
-    return "".join(
-        (c.get("delta") or {}).get("content") or c.get("text") or ""
-        for c in obj.get("choices") or []
-    )
-
-
-def wire_content_events(reads: list[tuple[float, bytes]]) -> list[tuple[float, str]]:
-    """(arrival time, text) of each content-carrying SSE event in a body read as ``reads``:
-    an event counts when the read that completed it (its blank line) arrived — the moment a
-    client could first act on it. Independent of llmtop's parsers and of the SDK's."""
-    body = b"".join(part for _, part in reads)
-    ends: list[int] = []
-    total = 0
-    for _, part in reads:
-        total += len(part)
-        ends.append(total)
-    out: list[tuple[float, str]] = []
-    pos = 0
-    for m in _EVENT_END.finditer(body):
-        event, pos = body[pos : m.start()], m.end()
-        data = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
-        if not data or data == [b"[DONE]"]:
-            continue
-        text = content_text(json.loads(b"\n".join(data)))
-        if text:
-            out.append((reads[bisect.bisect_left(ends, m.end())][0], text))
-    return out
 
 
 @dataclass
@@ -507,7 +408,7 @@ async def sdk_stream(
     run.sdk_t_end = time.time()
     wire = WIRE.pop(user)
     assert wire.t_send is not None and wire.t_end is not None, "the HTTP layer saw no request"
-    events = wire_content_events(wire.reads)
+    events = wire_content_events(wire.parts)
     # the SDK's content chunks are the body's content events, one for one
     assert [text for _, text in events] == run.texts, (events, run.texts)
     run.t_send, run.t_end = wire.t_send, wire.t_end
@@ -518,7 +419,7 @@ async def sdk_stream(
 def openai_client(base: str) -> AsyncOpenAI:
     """The openai SDK pointed at ``base``, on the SDK's own HTTP client (httpx2) with the
     SDK's defaults, whose transport notes when each request went out and each read came in."""
-    http = DefaultAsyncHttpxClient(transport=TimedTransport())
+    http = DefaultAsyncHttpxClient(transport=TimedTransport(USER_HEADER, WIRE))
     return AsyncOpenAI(
         base_url=f"{base}/v1", api_key="e2e-not-a-secret", max_retries=0, http_client=http
     )
