@@ -39,14 +39,14 @@ differences (a systematic error — a timestamp taken at the wrong place, a chun
 shows there whatever the machine's load)."""
 P99_S = float(os.environ.get("LLMTOP_E2E_P99_MS", "100")) / 1000
 """Bound on the 99th percentile of the differences. The target is 5 ms
-(``LLMTOP_E2E_P99_MS=5``, as ``benchmarks/real_engine.sh timing`` runs it). It holds on a
-quiet machine, but on this 2-core one shared with other busy processes the scheduler
-alone delays one of the two clocks by more: measured 2026-11-30, 100 requests, p99 of
-|TTFT diff| 3.0–5.1 ms with the other helpers' background load (~2), 8–10 ms with two
-CPU hogs besides; the proxy reading the request late (``t0-send``) and stamping a chunk
-after its write returned (negative differences) make most of it. So by default the p99
-bound is 100 ms (the median, at 5 ms, still catches any systematic error) and the
-figures are printed."""
+(``LLMTOP_E2E_P99_MS=5``, as ``benchmarks/real_engine.sh timing`` runs it). Measured
+2026-11-30 on a 2-core machine (100 requests x 8 tokens): it held with other processes'
+background load ~2 (p99 TTFT/E2E/chunk at most 4.9/3.3/2.6 ms, 3 runs of 3), not with two
+CPU hogs besides (5.2-7.4 ms, 3 of 3). What makes that tail is the proxy: reading the
+request late when it gets the CPU late (``t0-send``) and timestamping a chunk after its
+write returned, so that a client woken by the write can read it first (the negative
+differences). So by default the p99 bound is 100 ms (the median, at 5 ms, still catches
+any systematic error) and the figures are printed."""
 TIMING_REQUESTS = int(os.environ.get("LLMTOP_E2E_TIMING_REQUESTS", "100"))
 """Short requests, one after another: 100 makes the p99 of TTFT/E2E the second largest
 difference (not the largest), and ×``TIMING_TOKENS`` chunks the per-chunk p99."""
