@@ -219,7 +219,7 @@ class Exchange:
             prompt_tokens=prompt,
             completion_tokens=completion,
             token_source=source,
-            chunk_offsets_s=tuple((o - t0) / 1e9 for o in offsets),
+            chunk_offsets_s=tuple([(o - t0) / 1e9 for o in offsets]),
             chunk_tokens=tuple(counts),
             concurrency_at_start=a.concurrency_at_start,
             error=self.error,
@@ -283,6 +283,7 @@ class RelaySink:
         writer: Drainable,
         upstream: Pausable,
         wd: Watchdog,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._ex = ex
         self._parser = parser
@@ -296,7 +297,7 @@ class RelaySink:
         self._upstream = upstream
         self._wd = wd
         self._drainer: asyncio.Task[None] | None = None
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
         self.last_ns = perf_counter_ns()
 
     def _write(self, data: bytes, end: bool = False) -> bool:
@@ -314,10 +315,16 @@ class RelaySink:
             self._head = b""
         if data:
             t.write(data)
-        if self._client.writing_paused and self._drainer is None:
+        if t.get_write_buffer_size() and self._client.writing_paused:
+            self._pause_upstream()
+        return True
+
+    def _pause_upstream(self) -> None:
+        """The client's transport is over its high-water mark: stop reading the upstream
+        until it has drained."""
+        if self._drainer is None:
             self._upstream.pause_reading()
             self._drainer = asyncio.ensure_future(self._drain())
-        return True
 
     async def _drain(self) -> None:
         try:
@@ -335,18 +342,39 @@ class RelaySink:
             self._write(b"")
 
     def on_data(self, data: bytes) -> None:
+        # the hot path, once per upstream read: _write and _chunk inlined
         if self.done.done():
             return
         strip = self._strip
         out = data if strip is None else strip.filter(data)
-        if out and not self._write(out):
-            return
+        if out:
+            t = self._transport
+            if t.is_closing():
+                self._settle(ClientGone("client disconnected"))
+                return
+            if self._chunked:
+                out = b"%x\r\n%b\r\n" % (len(out), out)
+            if self._head:
+                out = self._head + out
+                self._head = b""
+            t.write(out)
+            # a transport that sent everything at once cannot have paused its protocol
+            if t.get_write_buffer_size() and self._client.writing_paused:
+                self._pause_upstream()
         now = perf_counter_ns()
         self.last_ns = now
         self._wd.last_ns = now
         events, toks = self._feed(data)
         if events:
-            self._chunk(now, toks)
+            ex = self._ex
+            active = ex.active
+            if active.first_token_ns is None:
+                active.first_token_ns = now
+            active.last_chunk_ns = now
+            active.chunks += 1
+            active.tokens += toks
+            ex.offsets.append(now)
+            ex.tokens.append(toks)
 
     def _chunk(self, now: int, toks: int) -> None:
         ex = self._ex

@@ -111,7 +111,8 @@ def response_head(
 class SentResponse(web.StreamResponse):
     """Stands, for aiohttp's server loop, for a response the relay wrote to the transport
     itself: preparing and ending it do nothing; ``keep_alive`` says whether the connection
-    carries another request."""
+    carries another request. Nothing about it is per request, so two instances serve all
+    (:func:`sent_response`); ``keep_alive`` is fixed (``force_close`` does not change it)."""
 
     def __init__(self, keep_alive: bool) -> None:
         super().__init__()
@@ -121,11 +122,17 @@ class SentResponse(web.StreamResponse):
     def keep_alive(self) -> bool:
         return self._keep
 
-    def force_close(self) -> None:
-        self._keep = False
-
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         return None
 
     async def write_eof(self, data: bytes = b"") -> None:
         return None
+
+
+_KEEP_ALIVE = SentResponse(True)
+_CLOSE = SentResponse(False)
+
+
+def sent_response(keep_alive: bool) -> SentResponse:
+    """The response to hand aiohttp once the relay has written everything itself."""
+    return _KEEP_ALIVE if keep_alive else _CLOSE

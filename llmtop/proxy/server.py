@@ -61,7 +61,7 @@ from llmtop.proxy.relay import (
     Watchdog,
     WatchdogSweeper,
 )
-from llmtop.proxy.response import SentResponse, response_head
+from llmtop.proxy.response import response_head, sent_response
 from llmtop.proxy.stamping import StampingServer, t0_ns_of
 from llmtop.proxy.upstream import (
     BufferSink,
@@ -118,6 +118,8 @@ class ProxyServer:
         self._base = cfg.upstream.rstrip("/")
         self._identity = IdentityResolver(cfg.user_header, cfg.user_salt)
         self._pool: UpstreamPool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop serving (kept: asyncio.get_running_loop() is a getpid() on 3.11)."""
         self._runner: web.ServerRunner | None = None
         self._handlers: set[asyncio.Task[object]] = set()
         self._closing = False
@@ -135,6 +137,7 @@ class ProxyServer:
         if not self._base:
             raise ConfigError("upstream is not set (--upstream URL)")
         host, port = parse_hostport(self.cfg.listen, "listen")
+        self._loop = asyncio.get_running_loop()
         self._pool = UpstreamPool(self._base, self.cfg.timeouts.connect_s)
         self._sweeper.start()
         # handler_cancellation: a client that leaves cancels its handler at once, even while
@@ -201,7 +204,7 @@ class ProxyServer:
         # runs; the wall-clock anchor is taken now and moved back to that moment.
         t0_ns = t0_ns_of(request)
         t_start = time.time() - (perf_counter_ns() - t0_ns) / 1e9
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)
         assert task is not None
         rid = f"{self._id_prefix}-{next(self._ids):x}"
         path = request.path
@@ -235,15 +238,21 @@ class ProxyServer:
         dialect = active.dialect
         limit = self.cfg.max_body_bytes
         declared = request.content_length
-        wd = Watchdog(task, self._sweeper)  # a client that stops sending its body
+        # the request's timeouts: a client that stops sending its body, then the upstream
+        wd = Watchdog(task, self._sweeper)
         idle_s = self.cfg.timeouts.idle_s
+        content = request.content
         try:
             if declared is not None and declared > limit:
                 body = None
+            elif content.is_eof():  # the whole body came with the head: nothing to wait for
+                body = content.read_nowait()
+                if len(body) > limit:
+                    body = None
             else:
                 wd.arm(idle_s, "request body")
                 await _continue_if_expected(request)
-                body = await _read_body(request.content, limit, wd)
+                body = await _read_body(content, limit, wd)
         except asyncio.CancelledError:
             if not wd.fired:
                 ex.status = _CLIENT_GONE
@@ -269,7 +278,7 @@ class ProxyServer:
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model
         active.stream = ex.stream = info.stream
-        return await self._forward(request, ex, task, body, info)
+        return await self._forward(request, ex, wd, body, info)
 
     def _cancel_reason(self) -> str:
         return "proxy shut down" if self._closing else "client disconnected"
@@ -278,14 +287,14 @@ class ProxyServer:
         self,
         request: web.BaseRequest,
         ex: Exchange,
-        task: asyncio.Task[object],
+        wd: Watchdog,
         body: bytes,
         info: RequestInfo,
     ) -> web.StreamResponse:
         cfg = self.cfg
         dialect = ex.active.dialect
-        pool = self._pool
-        assert pool is not None
+        pool, loop = self._pool, self._loop
+        assert pool is not None and loop is not None
         method = request.method
         headers = upstream_request_headers(request.raw_headers)
         with_length = bool(body) or method in _BODY_METHODS or (
@@ -299,7 +308,6 @@ class ProxyServer:
         if sent is None:
             inject = False
             sent = body
-        wd = Watchdog(task, self._sweeper)
         conn: UpstreamConnection | None = None
         early: bytes | None = None
         try:
@@ -309,7 +317,7 @@ class ProxyServer:
                     pool, pool.request_bytes(method, target, headers, sent, with_length),
                     method == "HEAD")
                 if inject and head.status in (400, 422):
-                    buffered = BufferSink(asyncio.get_running_loop())
+                    buffered = BufferSink(loop)
                     conn.attach(buffered)
                     early = await buffered.done
                     if is_usage_rejection(head.status, early):
@@ -386,6 +394,8 @@ class ProxyServer:
         early: bytes | None,
     ) -> web.StreamResponse:
         """Send status and headers at once, then the body as it comes."""
+        loop = self._loop
+        assert loop is not None
         status = head.status
         ex.status = status
         ctype = head.get("Content-Type")
@@ -401,7 +411,7 @@ class ProxyServer:
         frame = response_head(request.version, request.method, status, head.reason,
                               head.headers, length=head.length if strip is None else None,
                               stream=is_stream, keep_alive=request.keep_alive)
-        out = SentResponse(frame.keep_alive)
+        out = sent_response(frame.keep_alive)
         encoding = head.get("Content-Encoding").strip().lower()
         parser_dialect: Dialect = ex.active.dialect
         if encoding not in ("", "identity"):
@@ -415,7 +425,8 @@ class ProxyServer:
                 raise ClientGone("client disconnected")
             wd.arm(self.cfg.timeouts.idle_s, "idle")
             sink = RelaySink(ex, parser, strip, transport, frame.head, frame.chunked,
-                             request.protocol, cast(StreamWriter, request.writer), conn, wd)
+                             request.protocol, cast(StreamWriter, request.writer), conn, wd,
+                             loop)
             ex.headers_sent = True
             if early is not None:
                 if early:
@@ -434,8 +445,7 @@ class ProxyServer:
         except ConnectionError:
             conn.abort()
             ex.fail("cancelled", "client disconnected")
-            out.force_close()
-            return out
+            return sent_response(keep_alive=False)
         except asyncio.CancelledError:
             conn.abort()  # the engine sees the disconnect now and stops generating
             if sink is not None:
@@ -530,4 +540,4 @@ def _abort(request: web.BaseRequest) -> web.StreamResponse:
     transport = request.transport
     if transport is not None:
         transport.close()
-    return SentResponse(keep_alive=False)
+    return sent_response(keep_alive=False)

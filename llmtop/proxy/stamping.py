@@ -66,6 +66,13 @@ class StampingRequestHandler(web.RequestHandler):
             for _ in range(added):
                 self.rx_stamps.append(now)
 
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp's StreamReader calls this after every read of a request body, paused or
+        # not; with nothing paused it would re-enter data_received(b"") and resume the
+        # transport for nothing (a dozen calls a request)
+        if getattr(self, "_reading_paused", True) or getattr(self, "_buffer_paused", True):
+            super().resume_reading(resume_parser)
+
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:

@@ -137,6 +137,7 @@ class UpstreamConnection(asyncio.Protocol):
     def __init__(self, pool: UpstreamPool) -> None:
         self._pool = pool
         self.transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.reused = False
         self._state = _IDLE
         self._buf = b""
@@ -159,6 +160,8 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (uvloop's transports are not asyncio.Transport subclasses, but behave as one)
         self.transport = cast(asyncio.Transport, transport)
+        # once per connection: asyncio.get_running_loop() is a getpid() syscall on 3.11
+        self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -199,9 +202,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def send(self, request: bytes, head_request: bool) -> asyncio.Future[ResponseHead]:
         """Write one request; the future resolves with the response head."""
-        assert self.transport is not None and self._state == _IDLE
-        loop = asyncio.get_running_loop()
-        self._head_fut = loop.create_future()
+        assert self.transport is not None and self._loop is not None and self._state == _IDLE
+        self._head_fut = self._loop.create_future()
         self._state = _HEAD
         self._is_head_request = head_request
         self._buf = b""
@@ -229,7 +231,23 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._state == _BODY:
-            if self._sink is not None:
+            sink = self._sink
+            if sink is not None:
+                if (self._mode == 2 and not self._left and not self._crlf and not self._line
+                        and not self._trailers):
+                    # the hot path: a read that is exactly one whole "SIZE\r\nDATA\r\n"
+                    nl = data.find(b"\r\n", 0, 20)
+                    if nl > 0:
+                        size_text = data[:nl]
+                        if size_text.isalnum():
+                            try:
+                                size = int(size_text, 16)
+                            except ValueError:
+                                size = 0
+                            end = nl + 2 + size
+                            if size and end + 2 == len(data) and data[end:] == b"\r\n":
+                                sink.on_data(data[nl + 2:end])
+                                return
                 self._body(data)
             else:
                 self._pending.append(data)
@@ -378,19 +396,7 @@ class UpstreamConnection(asyncio.Protocol):
             if self._left == 0:
                 self._crlf = 2
             return data, False
-        if not left and not self._crlf and not self._line and not self._trailers:
-            # the common case: this read is exactly one whole chunk, "SIZE\r\nDATA\r\n"
-            nl = data.find(b"\r\n", 0, 20)
-            if nl > 0:
-                size_text = data[:nl]
-                if size_text.isalnum():
-                    try:
-                        size = int(size_text, 16)
-                    except ValueError:
-                        size = 0
-                    end = nl + 2 + size
-                    if size and end + 2 == n and data[end:] == b"\r\n":
-                        return data[nl + 2:end], False
+        # (a read that is exactly one whole chunk was taken by data_received)
         out: list[bytes] = []
         pos = 0
         while pos < n:

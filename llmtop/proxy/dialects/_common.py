@@ -7,6 +7,7 @@ Nothing here is part of the relay's interface (that is ``base.StreamParser`` and
 from __future__ import annotations
 
 import json
+import json.scanner
 from abc import ABC, abstractmethod
 from typing import Any, Final
 
@@ -33,9 +34,26 @@ class _Bad:
 BAD: Final = _Bad()
 
 
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+"""The C scanner ``json.loads`` ends up in, without its three Python layers."""
+
+
 def loads(data: bytes | bytearray) -> Any:
-    """``json.loads`` that returns ``BAD`` instead of raising (bad UTF-8, bad JSON, too deep)."""
+    """``json.loads`` that returns ``BAD`` instead of raising (bad UTF-8, bad JSON, too deep).
+
+    A JSON object (the common case: request bodies, stream events) goes straight to the C
+    scanner: bytes starting ``{`` and then a non-NUL byte are UTF-8 by ``json.loads``' own
+    encoding detection, so the result is the same, three Python calls cheaper."""
     try:
+        if data[:1] == b"{" and data[1:2] != b"\x00":
+            text = data.decode("utf-8", "surrogatepass")
+            try:
+                obj, end = _scan_once(text, 0)
+            except StopIteration:
+                return BAD
+            if end != len(text) and text[end:].strip(" \t\n\r"):
+                return BAD  # extra data after the object
+            return obj
         return json.loads(data)
     except (ValueError, RecursionError, TypeError):
         return BAD

@@ -39,9 +39,16 @@ def is_usage_event(block: bytes) -> bool:
     """
     if block.find(_USAGE_KEY) < 0 or _CHOICES_EMPTY.search(block) is None:
         return False
-    framer = SSEFramer(len(block) + 1)
-    for ev in framer.feed(block) + framer.finish():
-        obj = loads(ev.data)
+    datas: list[bytes]
+    if block.startswith(b"data:") and block.find(b"\n") == len(block) - 2 and (
+            block.endswith(b"\n\n") and 0x0D not in block):
+        # one "data:" line and its blank line (the common case): what the framer gives
+        datas = [block[6:-2] if block[5:6] == b" " else block[5:-2]]
+    else:
+        framer = SSEFramer(len(block) + 1)
+        datas = [ev.data for ev in framer.feed(block) + framer.finish()]
+    for data in datas:
+        obj = loads(data)
         if isinstance(obj, dict) and obj.get("choices") == [] and isinstance(
             obj.get("usage"), dict
         ):
@@ -104,6 +111,29 @@ class UsageChunkStripper:
             # Fast path: whole "\n"-framed events from an event boundary, none of which can
             # be the usage event: all of it goes out, and the next read starts a new event.
             return data
+        if (
+            data.endswith(b"\n\n")
+            and cr == _CR_NONE
+            and not self._held
+            and not self._passing
+            and not self._line_open
+            and 0x0D not in data
+            and data[0] != _LF
+            and data.find(b"\n\n\n") < 0
+        ):
+            # Whole "\n"-framed events from an event boundary, one of which may be the usage
+            # event (typically the last read: finish chunk, usage, [DONE]): each event block
+            # ends at a "\n\n", as the line loop below would find, without the loop.
+            pos = 0
+            while True:
+                end = data.find(b"\n\n", pos) + 2
+                block = data[pos:end]
+                if block.find(_USAGE_KEY) >= 0 and self._strippable(block):
+                    self.stripped = self._done = True
+                    return data[:pos] + data[end:]
+                if end == len(data):
+                    return data
+                pos = end
         out: list[bytes] = []
         pos = 0  # data[:pos] is dealt with
         line_start = 0
