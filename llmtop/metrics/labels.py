@@ -36,6 +36,11 @@ class LabelSlots:
         self.scores: dict[str, float] = {}
         self.demotions = 0
 
+    @property
+    def has_free(self) -> bool:
+        """Whether a value not seen yet would get a slot of its own."""
+        return bool(self._free)
+
     def series_for(self, name: str, weight: float = 1.0) -> int:
         """The series of ``name``, admitting it if a slot is free; adds ``weight`` to its
         score."""
