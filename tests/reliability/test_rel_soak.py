@@ -6,8 +6,8 @@ Asserted: every request the clients made has exactly one record (matched by a un
 user per request), no error the upstream did not cause, the proxy exits 0 with a complete
 recording, open fds return to their warm level and stay bounded by the connections, RSS
 grows by no more than a small bound after warm-up, and the admin API answered every
-poll throughout. The admin latency (p50/p99 of ``GET /llmtop/v1/snapshot``) is printed:
-a timing bar on a shared machine is a benchmark figure, not a test assertion.
+poll throughout. The admin latency (p50/p99 of ``GET /llmtop/v1/snapshot``) is printed
+and held to a loose bound: the 50 ms bar on a shared machine is a benchmark figure.
 """
 
 from __future__ import annotations
@@ -61,3 +61,8 @@ def test_soak_1024_streams_every_request_recorded_once(tmp_path: Path) -> None:
     # the admin API answered every poll, all through
     assert not r["admin_failures"], r["admin_failures"]
     assert r["admin_polls"] >= DURATION_S
+    # ... and promptly: the target is p99 <= 50 ms (measured 36-37 ms over 550 polls on this
+    # 2-core machine when quiet, see llmtop/bus.py); the bound here is loose enough for a
+    # loaded CI machine and still catches the admin API going back onto the proxy's event
+    # loop (p99 0.4-1 s there) or observer work blocking it for long
+    assert r["admin_p99_ms"] <= 250, figures
