@@ -236,7 +236,8 @@ class UpstreamConnection(asyncio.Protocol):
                 if (self._mode == 2 and not self._left and not self._crlf and not self._line
                         and not self._trailers):
                     # the hot path: a read that is exactly one whole "SIZE\r\nDATA\r\n"
-                    nl = data.find(b"\r\n", 0, 20)
+                    # (at a chunk boundary the first CRLF ends the size line)
+                    nl = data.find(b"\r\n")
                     if nl > 0:
                         size_text = data[:nl]
                         if size_text.isalnum():

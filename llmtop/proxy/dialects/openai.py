@@ -76,7 +76,9 @@ def _text_like(v: object) -> bool:
 
 def _delta_has_content(d: dict[str, Any]) -> bool:
     for key in ("content", "reasoning_content", "reasoning", "refusal"):
-        if _text_like(d.get(key)):
+        v = d.get(key)
+        # absent, None and "" are no content; a non-empty string is (no call for either)
+        if v and (v.__class__ is str or _text_like(v)):
             return True
     for key in ("tool_calls", "function_call"):
         v = d.get(key)

@@ -73,8 +73,8 @@ class UsageChunkStripper:
     one is released unchanged.
     """
 
-    __slots__ = ("_cr", "_done", "_has_line", "_held", "_line_open", "_max", "_passing",
-                 "stripped")
+    __slots__ = ("_at_rest", "_cr", "_done", "_has_line", "_held", "_line_open", "_max",
+                 "_passing", "stripped")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._held = bytearray()
@@ -84,6 +84,9 @@ class UsageChunkStripper:
         self._line_open = False  # the last read ended inside a line
         self._cr = _CR_NONE
         self._done = False
+        self._at_rest = True
+        """At an event boundary with nothing held or open, usage event not yet removed (the
+        state the fast path of ``filter`` needs; recomputed after every other read)."""
         self.stripped = False
         """The usage event has been removed."""
 
@@ -94,23 +97,26 @@ class UsageChunkStripper:
 
     def filter(self, data: bytes) -> bytes:
         """The bytes of ``data`` (plus any held before) that may be written now."""
-        if not data:
-            return b""
-        cr, self._cr = self._cr, _CR_NONE
-        if self._done:
-            return data[1:] if cr == _CR_DROPPED and data[0] == _LF else data
         if (
-            data.endswith(b"\n\n")
-            and cr == _CR_NONE
-            and not self._held
-            and not self._passing
-            and not self._line_open
+            self._at_rest
+            and data.endswith(b"\n\n")
             and 0x0D not in data
             and (data.find(_USAGE_KEY) < 0 or _CHOICES_EMPTY.search(data) is None)
         ):
             # Fast path: whole "\n"-framed events from an event boundary, none of which can
             # be the usage event: all of it goes out, and the next read starts a new event.
             return data
+        out = self._filter(data)
+        self._at_rest = (self._cr == _CR_NONE and not self._held and not self._passing
+                         and not self._line_open and not self._done)
+        return out
+
+    def _filter(self, data: bytes) -> bytes:
+        if not data:
+            return b""
+        cr, self._cr = self._cr, _CR_NONE
+        if self._done:
+            return data[1:] if cr == _CR_DROPPED and data[0] == _LF else data
         if (
             data.endswith(b"\n\n")
             and cr == _CR_NONE
@@ -199,12 +205,14 @@ class UsageChunkStripper:
         """End of body: the held bytes, unless they are a usage event without its blank line."""
         self._cr = _CR_NONE
         self._line_open = False
+        self._at_rest = not self._passing and not self._done
         if not self._held:
             return b""
         block = bytes(self._held)
         self._held.clear()
         if not self._done and self._strippable(block):
             self.stripped = self._done = True
+            self._at_rest = False
             return b""
         return block
 

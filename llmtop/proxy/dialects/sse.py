@@ -30,13 +30,18 @@ class SSEEvent(NamedTuple):
     data: bytes
 
 
+_event = tuple.__new__
+"""``_event(SSEEvent, (name, data))`` is ``SSEEvent(name, data)`` without the NamedTuple's
+Python-level ``__new__`` (a third of the cost of framing a read of whole events)."""
+
+
 class SSEFramer:
     """Bytes in, complete ``SSEEvent``s out. Never raises on any input."""
 
     __slots__ = ("_data", "_event", "_first", "_lines", "_max", "_size", "_skip", "error")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        self._lines = LineSplitter(max_event_bytes, cr_is_eol=True)
+        self._lines: LineSplitter | None = None  # made at the first read that needs it
         self._max = max_event_bytes
         self._data: list[bytes] = []
         self._size = 0
@@ -48,7 +53,7 @@ class SSEFramer:
     @property
     def buffered_bytes(self) -> int:
         """Bytes held now: the unfinished line plus the open event's data."""
-        return self._lines.buffered_bytes + self._size
+        return (self._lines.buffered_bytes if self._lines is not None else 0) + self._size
 
     @property
     def idle(self) -> bool:
@@ -60,15 +65,17 @@ class SSEFramer:
             and not self._data
             and not self._event
             and not self._skip
-            and self._lines.at_line_start
+            and (self._lines is None or self._lines.at_line_start)
         )
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """The events completed by ``data``."""
+        splitter = self._lines
+        at_line_start = splitter is None or splitter.at_line_start
         if (
             self._first
             and data
-            and self._lines.at_line_start
+            and at_line_start
             and not data.startswith(_BOM[: len(data)])
         ):
             self._first = False  # no byte-order mark to drop
@@ -79,22 +86,24 @@ class SSEFramer:
             and not self._event
             and not self._skip
             and len(data) <= self._max
-            and self._lines.at_line_start
+            and at_line_start
             and 0x0D not in data
         ):
             return self._whole_events(data)
-        lines = self._lines.feed(data)
-        if self._lines.error is not None and self.error is None:
-            self.error = self._lines.error
+        if splitter is None:
+            splitter = self._lines = LineSplitter(self._max, cr_is_eol=True)
+        lines = splitter.feed(data)
+        if splitter.error is not None and self.error is None:
+            self.error = splitter.error
         return self._process(lines) if lines else []
 
     def finish(self) -> list[SSEEvent]:
         """End of stream: the last line without a line end, and an event without its blank
         line, are completed."""
-        last = self._lines.finish()
+        last = self._lines.finish() if self._lines is not None else None
         out = self._process([last]) if last is not None else []
         if self._data and not self._skip:
-            out.append(SSEEvent(self._event, b"\n".join(self._data)))
+            out.append(_event(SSEEvent, (self._event, b"\n".join(self._data))))
         self._reset()
         return out
 
@@ -107,7 +116,7 @@ class SSEFramer:
         out: list[SSEEvent] = []
         for block in blocks:
             if block.startswith(b"data:") and 0x0A not in block:
-                out.append(SSEEvent("", block[6:] if block[5:6] == b" " else block[5:]))
+                out.append(_event(SSEEvent, ("", block[6:] if block[5:6] == b" " else block[5:])))
             else:
                 lines = block.split(b"\n")
                 lines.append(b"")
@@ -129,7 +138,7 @@ class SSEFramer:
         for line in lines:
             if not line:  # blank line: dispatch
                 if self._data and not self._skip:
-                    out.append(SSEEvent(self._event, b"\n".join(self._data)))
+                    out.append(_event(SSEEvent, (self._event, b"\n".join(self._data))))
                 self._reset()
                 continue
             if line[0] == 0x3A:  # ":" comment / keep-alive
