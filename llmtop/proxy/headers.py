@@ -34,7 +34,7 @@ HOP_BY_HOP: Final = frozenset(
 
 _REQUEST_DROP: Final = frozenset(
     h.encode() for h in HOP_BY_HOP | {"host", "content-length", "expect"})
-_RESPONSE_DROP: Final = HOP_BY_HOP | {"content-length"}
+_RESPONSE_DROP: Final = frozenset(h.encode() for h in HOP_BY_HOP | {"content-length"})
 
 
 def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -56,18 +56,19 @@ def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[b
     return out
 
 
-def client_response_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The upstream's response headers as they go to the client, in order, less
-    ``Content-Length`` (set again when the body passes unchanged) and hop-by-hop fields."""
-    out: list[tuple[str, str]] = []
-    listed: set[str] | None = None
+def client_response_headers(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers (name and value bytes) as they go to the client, in
+    order, less ``Content-Length`` (set again when the body passes unchanged) and
+    hop-by-hop fields."""
+    out: list[tuple[bytes, bytes]] = []
+    listed: set[bytes] | None = None
     for pair in items:
         low = pair[0].lower()
-        if low in _RESPONSE_DROP or low.startswith("proxy-"):
-            if low == "connection":
+        if low in _RESPONSE_DROP or low.startswith(b"proxy-"):
+            if low == b"connection":
                 if listed is None:
                     listed = set()
-                listed.update(t.strip().lower() for t in pair[1].split(",") if t.strip())
+                listed.update(t.strip().lower() for t in pair[1].split(b",") if t.strip())
             continue
         out.append(pair)
     if listed:

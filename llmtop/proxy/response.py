@@ -32,8 +32,10 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from llmtop.proxy.headers import client_response_headers
 
-_REASONS = {s.value: s.phrase for s in HTTPStatus}
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _NO_BODY_STATUS = frozenset({204, 304})
+_SERVER = f"Server: {SERVER_SOFTWARE}".encode()
+_SEEN = {b"content-type": 1, b"date": 2, b"server": 4}
 
 
 class ResponseFrame:
@@ -53,8 +55,8 @@ def response_head(
     version: tuple[int, int],
     method: str,
     status: int,
-    reason: str,
-    headers: list[tuple[str, str]],
+    reason: bytes,
+    headers: list[tuple[bytes, bytes]],
     *,
     length: int | None,
     stream: bool,
@@ -62,50 +64,47 @@ def response_head(
 ) -> ResponseFrame:
     """The head of the response to the client (see the module docstring).
 
-    ``version`` is the client's HTTP version, ``headers`` the upstream's response headers,
-    ``length`` the body's length when it passes unchanged and the upstream framed it by
-    ``Content-Length``, ``stream`` whether the response is a stream, ``keep_alive``
-    whether the client's request allows another one on its connection.
+    ``version`` is the client's HTTP version, ``headers`` the upstream's response headers
+    (name and value bytes), ``length`` the body's length when it passes unchanged and the
+    upstream framed it by ``Content-Length``, ``stream`` whether the response is a stream,
+    ``keep_alive`` whether the client's request allows another one on its connection.
     """
     no_length = (status in _NO_BODY_STATUS or 100 <= status < 200
                  or (method == "CONNECT" and 200 <= status < 300))
     empty = no_length or method == "HEAD"
-    lines = [f"HTTP/{version[0]}.{version[1]} {status} {reason or _REASONS.get(status, '')}"]
-    have_type = have_date = have_server = False
+    lines = [b"HTTP/%d.%d %d %s" % (version[0], version[1], status,
+                                    reason or _REASONS.get(status, b""))]
+    seen = 0
     for name, value in client_response_headers(headers):
         low = name.lower()
-        if low == "content-type":
-            have_type = True
-        elif low == "date":
-            have_date = True
-        elif low == "server":
-            have_server = True
-        lines.append(f"{name}: {value}")
+        if low in _SEEN:
+            seen |= _SEEN[low]
+        lines.append(name + b": " + value)
     chunked = False
     if length is not None and not no_length:
-        lines.append(f"Content-Length: {length}")
+        lines.append(b"Content-Length: %d" % length)
     if stream:
-        lines.append("X-Accel-Buffering: no")
+        lines.append(b"X-Accel-Buffering: no")
     if not empty:
         if length is None:
             if version >= (1, 1):
                 chunked = True
-                lines.append("Transfer-Encoding: chunked")
+                lines.append(b"Transfer-Encoding: chunked")
             else:
                 keep_alive = False  # the end of the body is the end of the connection
-        if length != 0 and not have_type:
-            lines.append("Content-Type: application/octet-stream")
-    if not have_date:
-        lines.append(f"Date: {rfc822_formatted_time()}")
-    if not have_server:
-        lines.append(f"Server: {SERVER_SOFTWARE}")
+        if length != 0 and not seen & 1:
+            lines.append(b"Content-Type: application/octet-stream")
+    if not seen & 2:
+        lines.append(b"Date: " + rfc822_formatted_time().encode())
+    if not seen & 4:
+        lines.append(_SERVER)
     if keep_alive:
         if version == (1, 0):
-            lines.append("Connection: keep-alive")
+            lines.append(b"Connection: keep-alive")
     elif version == (1, 1):
-        lines.append("Connection: close")
-    lines.append("\r\n")
-    return ResponseFrame("\r\n".join(lines).encode("utf-8"), chunked, keep_alive)
+        lines.append(b"Connection: close")
+    lines.append(b"\r\n")
+    return ResponseFrame(b"\r\n".join(lines), chunked, keep_alive)
 
 
 class SentResponse(web.StreamResponse):

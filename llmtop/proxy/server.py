@@ -398,7 +398,7 @@ class ProxyServer:
         assert loop is not None
         status = head.status
         ex.status = status
-        ctype = head.get("Content-Type")
+        ctype = head.content_type
         strip = UsageChunkStripper() if inject and status < 300 else None
         media = ctype.split(";", 1)[0].strip().lower()
         if media in _STREAM_TYPES:
@@ -412,7 +412,7 @@ class ProxyServer:
                               head.headers, length=head.length if strip is None else None,
                               stream=is_stream, keep_alive=request.keep_alive)
         out = sent_response(frame.keep_alive)
-        encoding = head.get("Content-Encoding").strip().lower()
+        encoding = head.content_encoding.lower()
         parser_dialect: Dialect = ex.active.dialect
         if encoding not in ("", "identity"):
             parser_dialect = "other"  # compressed bytes pass through; not parsed

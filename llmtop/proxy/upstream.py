@@ -22,7 +22,6 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -66,26 +65,32 @@ class MalformedResponse(UpstreamError):
     """The response was not valid HTTP/1.x."""
 
 
-@dataclass(frozen=True, slots=True)
 class ResponseHead:
-    """Status line and headers of one response, and how its body is framed."""
+    """Status line and headers of one response, and how its body is framed.
 
-    status: int
-    reason: str
-    headers: list[tuple[str, str]]
-    length: int | None
-    """Content-Length when the body is framed by it."""
-    chunked: bool
-    no_body: bool
-    """HEAD request, 204 or 304: nothing follows the headers."""
-    keep_alive: bool
+    ``headers`` are the fields as received — name and value bytes, the value without the
+    whitespace around it, obsolete line folding joined with one space — so the proxy
+    passes them on without decoding and re-encoding them."""
 
-    def get(self, name: str, default: str = "") -> str:
-        low = name.lower()
-        for k, v in self.headers:
-            if k.lower() == low:
-                return v
-        return default
+    __slots__ = ("chunked", "content_encoding", "content_type", "headers", "keep_alive",
+                 "length", "no_body", "reason", "status")
+
+    def __init__(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
+                 length: int | None, chunked: bool, no_body: bool, keep_alive: bool,
+                 content_type: str = "", content_encoding: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.length = length
+        """Content-Length when the body is framed by it."""
+        self.chunked = chunked
+        self.no_body = no_body
+        """HEAD request, 204 or 304: nothing follows the headers."""
+        self.keep_alive = keep_alive
+        self.content_type = content_type
+        """The first Content-Type ("" when none)."""
+        self.content_encoding = content_encoding
+        """The first Content-Encoding ("" when none)."""
 
 
 class BodySink(Protocol):
@@ -473,6 +478,12 @@ class UpstreamConnection(asyncio.Protocol):
                 sink.on_end()
 
 
+_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection",
+                             b"content-type", b"content-encoding"})
+_SPACE: Final = b" \t\x0b\x0c"
+_FOLD: Final = b" \t"
+
+
 def _parse_head(raw: bytes, head_request: bool) -> ResponseHead:
     lines = raw.split(b"\r\n")
     status_line = lines[0]
@@ -481,48 +492,65 @@ def _parse_head(raw: bytes, head_request: bool) -> ResponseHead:
     if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
         raise MalformedResponse(f"bad status line {status_line[:60]!r}")
     status = int(code)
-    headers: list[tuple[str, str]] = []
+    headers: list[tuple[bytes, bytes]] = []
     length: int | None = None
     chunked = False
     conn_close = version == b"HTTP/1.0"
+    ctype = encoding = None
+    folded = False
     if raw.count(b"\n") != len(lines) - 1 or raw.count(b"\r") != len(lines) - 1:
         # a bare CR or LF: a client would read it as a line end (header injection)
         raise MalformedResponse("bare CR or LF in the response head")
-    for line in lines[1:]:
+    for i in range(1, len(lines)):
+        line = lines[i]
         if not line:
             continue
-        if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
+        if line[0] in _FOLD and headers:  # obsolete line folding
             name, value = headers[-1]
-            headers[-1] = (name, value + " " + line.strip().decode("utf-8", "replace"))
+            headers[-1] = (name, value + b" " + line.strip())
+            folded = True
             continue
-        name_b, sep, value_b = line.partition(b":")
-        if not sep or not name_b or name_b != name_b.strip():
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name[0] in _SPACE or name[-1] in _SPACE:
             raise MalformedResponse(f"bad header line {line[:60]!r}")
-        name = name_b.decode("latin-1")
-        value = value_b.strip().decode("utf-8", "replace")
+        value = value.strip()
         headers.append((name, value))
         low = name.lower()
-        if low == "content-length":
+        if low not in _FRAMING:
+            continue
+        if low == b"content-length":
             if not value.isdigit():
                 raise MalformedResponse(f"bad Content-Length {value[:30]!r}")
             n = int(value)
             if length is not None and length != n:
                 raise MalformedResponse("conflicting Content-Length headers")
             length = n
-        elif low == "transfer-encoding":
-            chunked = value.lower().rsplit(",", 1)[-1].strip() == "chunked"
-        elif low == "connection":
-            tokens = {t.strip().lower() for t in value.split(",")}
-            if "close" in tokens:
+        elif low == b"transfer-encoding":
+            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+        elif low == b"connection":
+            tokens = {t.strip().lower() for t in value.split(b",")}
+            if b"close" in tokens:
                 conn_close = True
-            elif "keep-alive" in tokens and version == b"HTTP/1.0":
+            elif b"keep-alive" in tokens and version == b"HTTP/1.0":
                 conn_close = False
+        elif low == b"content-type":
+            if ctype is None:
+                ctype = value.decode("latin-1")
+        elif encoding is None:
+            encoding = value.decode("latin-1")
+    if folded:  # the values as folded
+        ctype = encoding = None
+        for name, value in headers:
+            low = name.lower()
+            if low == b"content-type" and ctype is None:
+                ctype = value.decode("latin-1")
+            elif low == b"content-encoding" and encoding is None:
+                encoding = value.decode("latin-1")
     no_body = head_request or status in _NO_BODY_STATUS or 100 <= status < 200
     if chunked:
         length = None
-    return ResponseHead(status=status, reason=reason.decode("latin-1"), headers=headers,
-                        length=length, chunked=chunked and not no_body, no_body=no_body,
-                        keep_alive=not conn_close)
+    return ResponseHead(status, reason, headers, length, chunked and not no_body, no_body,
+                        not conn_close, ctype or "", encoding or "")
 
 
 class UpstreamPool:

@@ -179,3 +179,21 @@ async def test_last_bytes_and_the_end_of_the_body_in_one_upstream_write() -> Non
     assert got_head.startswith(b"HTTP/1.1 200 OK\r\n")
     assert _dechunk(wire) == one + two
     assert rec.outcome == "ok" and rec.status == 200
+
+
+async def test_header_bytes_pass_unchanged_and_folding_is_joined() -> None:
+    """Header values are not decoded and re-encoded (a byte that is not UTF-8 stays that
+    byte); an obsolete folded line is joined with one space (RFC 9112 §5.2)."""
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Raw: caf\xe9 \x80\r\n"
+            b"X-Fold: a\r\n  b\r\nContent-Length: 2\r\n\r\nok")
+    async with raw_upstream([head]) as up, running_proxy(up) as (_, url, recs):
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(_request("/x", b"{}", extra="Connection: close\r\n"))
+        raw = await asyncio.wait_for(reader.read(-1), 5)
+        writer.close()
+        (rec,) = await recs.wait(1)
+    got_head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"\r\nX-Raw: caf\xe9 \x80\r\n" in got_head
+    assert b"\r\nX-Fold: a b\r\n" in got_head
+    assert body == b"ok" and rec.outcome == "ok"
