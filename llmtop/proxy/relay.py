@@ -347,6 +347,9 @@ class RelaySink:
             return
         strip = self._strip
         out = data if strip is None else strip.filter(data)
+        # the chunk's time is taken as it is written, just before the write: the write wakes
+        # the client, which on a busy machine can read the chunk before this thread is back
+        now = perf_counter_ns()
         if out:
             t = self._transport
             if t.is_closing():
@@ -361,7 +364,6 @@ class RelaySink:
             # a transport that sent everything at once cannot have paused its protocol
             if t.get_write_buffer_size() and self._client.writing_paused:
                 self._pause_upstream()
-        now = perf_counter_ns()
         self.last_ns = now
         self._wd.last_ns = now
         events, toks = self._feed(data)
@@ -393,9 +395,9 @@ class RelaySink:
             return
         strip = self._strip
         out = data if strip is None else strip.filter(data) + strip.flush()
+        now = perf_counter_ns()
         if not self._write(out, end=True):
             return
-        now = perf_counter_ns()
         self.last_ns = now
         self._wd.last_ns = now
         self._ex.end_ns = now
@@ -408,9 +410,9 @@ class RelaySink:
         if self.done.done():
             return
         tail = self._strip.flush() if self._strip is not None else b""
+        now = perf_counter_ns()
         if (tail or self._chunked or self._head) and not self._write(tail, end=True):
             return
-        now = perf_counter_ns()
         if tail:
             self.last_ns = now
         self._ex.end_ns = now
