@@ -37,16 +37,18 @@ AGREE_S = 0.005
 """The proxy's timings agree with the client's within 5 ms: always at the median of the
 differences (a systematic error — a timestamp taken at the wrong place, a chunk held back —
 shows there whatever the machine's load)."""
-P99_S = float(os.environ.get("LLMTOP_E2E_P99_MS", "100")) / 1000
+P99_S = float(os.environ.get("LLMTOP_E2E_P99_MS", "20")) / 1000
 """Bound on the 99th percentile of the differences. The target is 5 ms
 (``LLMTOP_E2E_P99_MS=5``, as ``benchmarks/real_engine.sh timing`` runs it). Measured
-2026-11-30 on a 2-core machine (100 requests x 8 tokens): it held with other processes'
-background load ~2 (p99 TTFT/E2E/chunk at most 4.9/3.3/2.6 ms, 3 runs of 3), not with two
-CPU hogs besides (5.2-7.4 ms, 3 of 3). What makes that tail is the proxy: reading the
-request late when it gets the CPU late (``t0-send``) and timestamping a chunk after its
-write returned, so that a client woken by the write can read it first (the negative
-differences). So by default the p99 bound is 100 ms (the median, at 5 ms, still catches
-any systematic error) and the figures are printed."""
+2026-11-30 on a 2-core machine (100 requests x 8 tokens): it held in 5 runs of 5 with
+other processes' background load 1.3-2.2 (p99 TTFT/E2E/chunk at most 4.99/4.3/2.6 ms;
+1.7/1.7/0.65 ms in the quietest), not with two CPU hogs besides (5.2-7.4 ms, 3 of 3) —
+with the hogs the proxy reads the request late when it gets the CPU late (``t0-send``).
+Since the relay reads a chunk's time just before its write (not after it: a client woken
+by the write could read the chunk first), no difference is negative. The default bound,
+20 ms, holds with margin on a loaded CI machine and still fails any real mismatch (a
+timestamp taken at the wrong place costs tens of ms); the median, at 5 ms, catches any
+systematic error; the figures are printed every run."""
 TIMING_REQUESTS = int(os.environ.get("LLMTOP_E2E_TIMING_REQUESTS", "100"))
 """Short requests, one after another: 100 makes the p99 of TTFT/E2E the second largest
 difference (not the largest), and ×``TIMING_TOKENS`` chunks the per-chunk p99."""
