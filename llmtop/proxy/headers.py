@@ -34,7 +34,9 @@ HOP_BY_HOP: Final = frozenset(
 
 _REQUEST_DROP: Final = frozenset(
     h.encode() for h in HOP_BY_HOP | {"host", "content-length", "expect"})
-_RESPONSE_DROP: Final = frozenset(h.encode() for h in HOP_BY_HOP | {"content-length"})
+RESPONSE_DROP: Final = frozenset(h.encode() for h in HOP_BY_HOP | {"content-length"})
+"""Response fields never passed to the client as they are (lower-case bytes; ``Proxy-*``
+and the fields ``Connection`` names go too)."""
 
 
 def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -64,7 +66,7 @@ def client_response_headers(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[
     listed: set[bytes] | None = None
     for pair in items:
         low = pair[0].lower()
-        if low in _RESPONSE_DROP or low.startswith(b"proxy-"):
+        if low in RESPONSE_DROP or low.startswith(b"proxy-"):
             if low == b"connection":
                 if listed is None:
                     listed = set()

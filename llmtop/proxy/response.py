@@ -30,7 +30,7 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
-from llmtop.proxy.headers import client_response_headers
+from llmtop.proxy.headers import RESPONSE_DROP, client_response_headers
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -75,8 +75,19 @@ def response_head(
     lines = [b"HTTP/%d.%d %d %s" % (version[0], version[1], status,
                                     reason or _REASONS.get(status, b""))]
     seen = 0
-    for name, value in client_response_headers(headers):
+    for name, value in headers:
         low = name.lower()
+        if low in RESPONSE_DROP or low.startswith(b"proxy-"):
+            if low == b"connection":  # it may name more fields to drop: the careful way
+                del lines[1:]
+                seen = 0
+                for name, value in client_response_headers(headers):
+                    low = name.lower()
+                    if low in _SEEN:
+                        seen |= _SEEN[low]
+                    lines.append(name + b": " + value)
+                break
+            continue
         if low in _SEEN:
             seen |= _SEEN[low]
         lines.append(name + b": " + value)

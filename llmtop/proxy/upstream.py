@@ -421,6 +421,9 @@ class UpstreamConnection(asyncio.Protocol):
                             out.append(data[nl + 2:end])
                             pos = end + 2
                             continue
+                        if size == 0 and nl + 4 == n and data.endswith(b"\r\n\r\n"):
+                            # the last chunk, no trailers, ends this read: "0\r\n\r\n"
+                            return (out[0] if len(out) == 1 else b"".join(out)), True
             if self._left:
                 take = min(self._left, n - pos)
                 out.append(data[pos:pos + take])

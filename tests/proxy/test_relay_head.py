@@ -197,3 +197,19 @@ async def test_header_bytes_pass_unchanged_and_folding_is_joined() -> None:
     assert b"\r\nX-Raw: caf\xe9 \x80\r\n" in got_head
     assert b"\r\nX-Fold: a b\r\n" in got_head
     assert body == b"ok" and rec.outcome == "ok"
+
+
+async def test_fields_the_upstream_connection_header_names_are_dropped() -> None:
+    head = (b"HTTP/1.1 200 OK\r\nX-Hop: before\r\nContent-Type: text/plain\r\n"
+            b"Connection: keep-alive, X-Hop\r\nX-Keep: 1\r\nX-Hop: after\r\n"
+            b"Keep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok")
+    async with raw_upstream([head]) as up, running_proxy(up) as (_, url, _recs):
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(_request("/x", b"{}", extra="Connection: close\r\n"))
+        raw = await asyncio.wait_for(reader.read(-1), 5)
+        writer.close()
+    got_head = raw.partition(b"\r\n\r\n")[0]
+    assert b"X-Hop" not in got_head and b"Keep-Alive" not in got_head
+    assert b"\r\nX-Keep: 1\r\n" in got_head and b"\r\nContent-Type: text/plain\r\n" in got_head
+    assert got_head.count(b"Connection:") == 1  # the proxy's own "close" for this client
