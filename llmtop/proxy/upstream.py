@@ -25,72 +25,34 @@ from collections.abc import Iterable
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
+from llmtop.proxy.upstream_head import (
+    ConnectFailed,
+    ConnectTimeout,
+    MalformedResponse,
+    ResponseHead,
+    UpstreamClosed,
+    UpstreamError,
+    parse_head,
+)
+
+__all__ = [
+    "BodySink",
+    "BufferSink",
+    "ConnectFailed",
+    "ConnectTimeout",
+    "MalformedResponse",
+    "ResponseHead",
+    "UpstreamClosed",
+    "UpstreamConnection",
+    "UpstreamError",
+    "UpstreamPool",
+]
+
 MAX_HEAD_BYTES: Final = 256 * 1024
 """A response's status line and headers may not be longer (then it is malformed)."""
 MAX_CHUNK_LINE: Final = 4096
 IDLE_MAX: Final = 4096
 """Idle keep-alive connections kept at most."""
-_NO_BODY_STATUS: Final = frozenset({204, 304})
-
-
-class UpstreamError(Exception):
-    """The upstream could not be reached or did not answer properly."""
-
-
-class ConnectFailed(UpstreamError):
-    """Connecting failed (refused, unreachable, DNS, TLS); ``os_error`` says why."""
-
-    def __init__(self, message: str, os_error: OSError | None = None) -> None:
-        super().__init__(message)
-        self.os_error = os_error
-
-
-class ConnectTimeout(UpstreamError):
-    """Connecting took longer than the connect timeout."""
-
-
-class UpstreamClosed(UpstreamError):
-    """The connection closed or broke before the response was complete.
-
-    ``retryable``: nothing of a response had arrived on a reused keep-alive connection —
-    the upstream closed it while idle, so sending again on a fresh one is safe.
-    """
-
-    def __init__(self, message: str, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class MalformedResponse(UpstreamError):
-    """The response was not valid HTTP/1.x."""
-
-
-class ResponseHead:
-    """Status line and headers of one response, and how its body is framed.
-
-    ``headers`` are the fields as received — name and value bytes, the value without the
-    whitespace around it, obsolete line folding joined with one space — so the proxy
-    passes them on without decoding and re-encoding them."""
-
-    __slots__ = ("chunked", "content_encoding", "content_type", "headers", "keep_alive",
-                 "length", "no_body", "reason", "status")
-
-    def __init__(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                 length: int | None, chunked: bool, no_body: bool, keep_alive: bool,
-                 content_type: str = "", content_encoding: str = "") -> None:
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self.length = length
-        """Content-Length when the body is framed by it."""
-        self.chunked = chunked
-        self.no_body = no_body
-        """HEAD request, 204 or 304: nothing follows the headers."""
-        self.keep_alive = keep_alive
-        self.content_type = content_type
-        """The first Content-Type ("" when none)."""
-        self.content_encoding = content_encoding
-        """The first Content-Encoding ("" when none)."""
 
 
 class BodySink(Protocol):
@@ -324,7 +286,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self._buf = buf
                 return
             try:
-                head = _parse_head(buf[:end], self._is_head_request)
+                head = parse_head(buf[:end], self._is_head_request)
             except MalformedResponse as exc:
                 self._malformed_head(str(exc))
                 return
@@ -479,81 +441,6 @@ class UpstreamConnection(asyncio.Protocol):
                 sink.on_last(last)
             else:
                 sink.on_end()
-
-
-_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection",
-                             b"content-type", b"content-encoding"})
-_SPACE: Final = b" \t\x0b\x0c"
-_FOLD: Final = b" \t"
-
-
-def _parse_head(raw: bytes, head_request: bool) -> ResponseHead:
-    lines = raw.split(b"\r\n")
-    status_line = lines[0]
-    version, _, rest = status_line.partition(b" ")
-    code, _, reason = rest.partition(b" ")
-    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-        raise MalformedResponse(f"bad status line {status_line[:60]!r}")
-    status = int(code)
-    headers: list[tuple[bytes, bytes]] = []
-    length: int | None = None
-    chunked = False
-    conn_close = version == b"HTTP/1.0"
-    ctype = encoding = None
-    folded = False
-    if raw.count(b"\n") != len(lines) - 1 or raw.count(b"\r") != len(lines) - 1:
-        # a bare CR or LF: a client would read it as a line end (header injection)
-        raise MalformedResponse("bare CR or LF in the response head")
-    for i in range(1, len(lines)):
-        line = lines[i]
-        if not line:
-            continue
-        if line[0] in _FOLD and headers:  # obsolete line folding
-            name, value = headers[-1]
-            headers[-1] = (name, value + b" " + line.strip())
-            folded = True
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name[0] in _SPACE or name[-1] in _SPACE:
-            raise MalformedResponse(f"bad header line {line[:60]!r}")
-        value = value.strip()
-        headers.append((name, value))
-        low = name.lower()
-        if low not in _FRAMING:
-            continue
-        if low == b"content-length":
-            if not value.isdigit():
-                raise MalformedResponse(f"bad Content-Length {value[:30]!r}")
-            n = int(value)
-            if length is not None and length != n:
-                raise MalformedResponse("conflicting Content-Length headers")
-            length = n
-        elif low == b"transfer-encoding":
-            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
-        elif low == b"connection":
-            tokens = {t.strip().lower() for t in value.split(b",")}
-            if b"close" in tokens:
-                conn_close = True
-            elif b"keep-alive" in tokens and version == b"HTTP/1.0":
-                conn_close = False
-        elif low == b"content-type":
-            if ctype is None:
-                ctype = value.decode("latin-1")
-        elif encoding is None:
-            encoding = value.decode("latin-1")
-    if folded:  # the values as folded
-        ctype = encoding = None
-        for name, value in headers:
-            low = name.lower()
-            if low == b"content-type" and ctype is None:
-                ctype = value.decode("latin-1")
-            elif low == b"content-encoding" and encoding is None:
-                encoding = value.decode("latin-1")
-    no_body = head_request or status in _NO_BODY_STATUS or 100 <= status < 200
-    if chunked:
-        length = None
-    return ResponseHead(status, reason, headers, length, chunked and not no_body, no_body,
-                        not conn_close, ctype or "", encoding or "")
 
 
 class UpstreamPool:
