@@ -1,12 +1,14 @@
-"""The forwarding path: read → write → timestamp → observe, and nothing else.
+"""The forwarding path: read → timestamp → write → observe, and nothing else.
 
 :class:`RelaySink` moves one response body from the upstream to the client. Each upstream
 read is written to the client from the very callback that delivered it — the same bytes,
 never re-encoded, never held back, never merged with the next read (chunks out == chunks
-in); no task switch, no future, no buffer between the two sockets — and only then
-timestamped with ``time.perf_counter_ns()`` and fed, as the same immutable ``bytes``
-object, to the dialect parser. When the parser reports content in that read, the time and
-the token count are appended to two lists on the :class:`Exchange`; the
+in); no task switch, no future, no buffer between the two sockets. Its time is read with
+``time.perf_counter_ns()`` just before the write (the write wakes the client, which on a
+busy machine may read the chunk before this thread runs again), and after the write the
+same immutable ``bytes`` object is fed to the dialect parser. When the parser reports
+content in that read, the time and the token count are appended to two lists on the
+:class:`Exchange`; the
 :class:`~llmtop.events.ActiveRequest` is updated in place for live views. There is no
 logging, no percentile and no JSON encoding here: :meth:`Exchange.to_record` builds the one
 :class:`~llmtop.events.RequestRecord` at the end, and the server hands it to the bus.
