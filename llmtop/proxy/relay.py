@@ -8,10 +8,10 @@ in); no task switch, no future, no buffer between the two sockets. Its time is r
 busy machine may read the chunk before this thread runs again), and after the write the
 same immutable ``bytes`` object is fed to the dialect parser. When the parser reports
 content in that read, the time and the token count are appended to two lists on the
-:class:`Exchange`; the
-:class:`~llmtop.events.ActiveRequest` is updated in place for live views. There is no
-logging, no percentile and no JSON encoding here: :meth:`Exchange.to_record` builds the one
-:class:`~llmtop.events.RequestRecord` at the end, and the server hands it to the bus.
+:class:`Exchange`; the :class:`~llmtop.events.ActiveRequest` is updated in place for live
+views. There is no logging, no percentile and no JSON encoding here:
+:meth:`Exchange.to_record` builds the one :class:`~llmtop.events.RequestRecord` at the
+end, and the server hands it to the bus.
 
 Times follow ``shared/docs/domain.md``: ``t0_ns`` is when the request headers were read;
 a content chunk's time is when its bytes were written to the client; E2E ends when the
@@ -259,10 +259,11 @@ class RelaySink:
     The upstream connection calls :meth:`on_data` from its ``data_received`` with the body
     bytes of each network read; they are written to the client's transport in the same
     callback — framed as an HTTP chunk when the response to the client is chunked, as is
-    otherwise — then timestamped and fed to the parser. The response head (``head``) goes
-    out with the first write, or on its own from :meth:`send_head` when no body bytes came
-    with it; the end of the body (the chunked terminator) with the last bytes when the
-    upstream's end came in the same read, else on its own from :meth:`on_end`. When the
+    otherwise — timestamped just before that write and fed to the parser after it. The
+    response head (``head``) goes out with the first write, or on its own from
+    :meth:`send_head` when no body bytes came with it; the end of the body (the chunked
+    terminator) with the last bytes when the upstream's end came in the same read, else on
+    its own from :meth:`on_end`. When the
     client reads slower than the upstream writes (its transport's buffer passes the
     high-water mark), reading from the upstream pauses until the client has drained:
     nothing piles up in the proxy. :attr:`done` resolves at the end of the body (the
