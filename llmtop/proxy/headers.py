@@ -39,14 +39,15 @@ RESPONSE_DROP: Final = frozenset(h.encode() for h in HOP_BY_HOP | {"content-leng
 and the fields ``Connection`` names go too)."""
 
 
-def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The client's request headers (aiohttp's ``raw_headers``, bytes as received) as they
-    go upstream, in order and byte for byte (see the module docstring)."""
+def _without_hop_by_hop(items: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]
+                        ) -> list[tuple[bytes, bytes]]:
+    """``items`` in order, less the fields in ``drop``, ``Proxy-*`` and those that a
+    ``Connection`` field lists (RFC 9110 7.6.1)."""
     out: list[tuple[bytes, bytes]] = []
     listed: set[bytes] | None = None
-    for pair in raw:
+    for pair in items:
         low = pair[0].lower()
-        if low in _REQUEST_DROP or low.startswith(b"proxy-"):
+        if low in drop or low.startswith(b"proxy-"):
             if low == b"connection":
                 if listed is None:
                     listed = set()
@@ -56,23 +57,16 @@ def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[b
     if listed:
         out = [pair for pair in out if pair[0].lower() not in listed]
     return out
+
+
+def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's request headers (aiohttp's ``raw_headers``, bytes as received) as they
+    go upstream, in order and byte for byte (see the module docstring)."""
+    return _without_hop_by_hop(raw, _REQUEST_DROP)
 
 
 def client_response_headers(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The upstream's response headers (name and value bytes) as they go to the client, in
     order, less ``Content-Length`` (set again when the body passes unchanged) and
     hop-by-hop fields."""
-    out: list[tuple[bytes, bytes]] = []
-    listed: set[bytes] | None = None
-    for pair in items:
-        low = pair[0].lower()
-        if low in RESPONSE_DROP or low.startswith(b"proxy-"):
-            if low == b"connection":
-                if listed is None:
-                    listed = set()
-                listed.update(t.strip().lower() for t in pair[1].split(b",") if t.strip())
-            continue
-        out.append(pair)
-    if listed:
-        out = [pair for pair in out if pair[0].lower() not in listed]
-    return out
+    return _without_hop_by_hop(items, RESPONSE_DROP)
