@@ -28,6 +28,17 @@ def _request(path: str, body: bytes, version: str = "1.1", extra: str = "") -> b
     return (f"POST {path} HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
 
+async def _until_close(url: str, request: bytes) -> bytes:
+    """Send ``request`` on a new connection to ``url``; everything the proxy sends back
+    until it closes the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    raw = await asyncio.wait_for(reader.read(-1), 5)
+    writer.close()
+    return raw
+
+
 
 def _dechunk(wire: bytes) -> bytes:
     out, pos = b"", 0
@@ -98,11 +109,8 @@ async def test_http10_keepalive_client_gets_a_stream_ended_by_close() -> None:
         up.script = Script(chunks=chunks, gap_s=0.01,
                            headers={"Content-Type": "text/event-stream"})
         async with running_proxy(up.url) as (_, url, recs):
-            host, port = url.removeprefix("http://").split(":")
-            reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(_request("/stream", b"{}", "1.0", "Connection: keep-alive\r\n"))
-            raw = await asyncio.wait_for(reader.read(-1), 5)
-            writer.close()
+            raw = await _until_close(
+                url, _request("/stream", b"{}", "1.0", "Connection: keep-alive\r\n"))
             (rec,) = await recs.wait(1)
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200 OK\r\n")
@@ -150,11 +158,7 @@ async def test_bare_lf_in_an_upstream_header_is_a_502_not_an_injected_header() -
     evil = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
             b"X-Note: a\nSet-Cookie: injected=1\r\nContent-Length: 2\r\n\r\nok")
     async with raw_upstream([evil]) as up, running_proxy(up) as (_, url, recs):
-        host, port = url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(_request("/x", b"{}", extra="Connection: close\r\n"))
-        raw = await asyncio.wait_for(reader.read(-1), 5)
-        writer.close()
+        raw = await _until_close(url, _request("/x", b"{}", extra="Connection: close\r\n"))
         (rec,) = await recs.wait(1)
     assert raw.startswith(b"HTTP/1.1 502 ")
     assert b"injected" not in raw
@@ -187,11 +191,7 @@ async def test_header_bytes_pass_unchanged_and_folding_is_joined() -> None:
     head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Raw: caf\xe9 \x80\r\n"
             b"X-Fold: a\r\n  b\r\nContent-Length: 2\r\n\r\nok")
     async with raw_upstream([head]) as up, running_proxy(up) as (_, url, recs):
-        host, port = url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(_request("/x", b"{}", extra="Connection: close\r\n"))
-        raw = await asyncio.wait_for(reader.read(-1), 5)
-        writer.close()
+        raw = await _until_close(url, _request("/x", b"{}", extra="Connection: close\r\n"))
         (rec,) = await recs.wait(1)
     got_head, _, body = raw.partition(b"\r\n\r\n")
     assert b"\r\nX-Raw: caf\xe9 \x80\r\n" in got_head
@@ -204,11 +204,7 @@ async def test_fields_the_upstream_connection_header_names_are_dropped() -> None
             b"Connection: keep-alive, X-Hop\r\nX-Keep: 1\r\nX-Hop: after\r\n"
             b"Keep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok")
     async with raw_upstream([head]) as up, running_proxy(up) as (_, url, _recs):
-        host, port = url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(_request("/x", b"{}", extra="Connection: close\r\n"))
-        raw = await asyncio.wait_for(reader.read(-1), 5)
-        writer.close()
+        raw = await _until_close(url, _request("/x", b"{}", extra="Connection: close\r\n"))
     got_head = raw.partition(b"\r\n\r\n")[0]
     assert b"X-Hop" not in got_head and b"Keep-Alive" not in got_head
     assert b"\r\nX-Keep: 1\r\n" in got_head and b"\r\nContent-Type: text/plain\r\n" in got_head
