@@ -51,17 +51,9 @@ class LoopThread:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
-        """Schedule ``coro`` on this loop; the returned future belongs to the caller's loop."""
-        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on this loop and return its result (or raise its exception)."""
-        return await self.submit(coro)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop the loop (cancelling what still runs on it) and join the thread."""

@@ -223,11 +223,9 @@ class LlmtopServer:
     The proxy runs on the caller's event loop; the observers (``Observers``: aggregation,
     detectors, recording, samplers, the admin API) run on a loop of their own in a second
     thread (:class:`llmtop.loopthread.LoopThread`), so nothing they do is ever queued in
-    front of a chunk. ``observer_thread=False`` keeps them on the caller's loop (for
-    tests that drive the aggregator by hand)."""
+    front of a chunk."""
 
-    def __init__(self, cfg: Config, *, out: TextIO | None = None,
-                 observer_thread: bool = True) -> None:
+    def __init__(self, cfg: Config, *, out: TextIO | None = None) -> None:
         self.cfg = cfg
         self.bus = EventBus()
         self.active: dict[str, ActiveRequest] = {}
@@ -239,12 +237,11 @@ class LlmtopServer:
         self.monitor = self.observers.monitor
         self.proxy_url = ""
         self.admin_url = ""
-        self._threaded = observer_thread
         self._observer_loop: LoopThread | None = None
 
-    async def on_observers(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` where the observers live (their thread, once started)."""
-        if self._observer_loop is None:
+    async def _on_observers(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` where the observers live (their thread, from ``start()`` on)."""
+        if self._observer_loop is None:  # stop() without start()
             return await coro
         return await self._observer_loop.call(coro)
 
@@ -254,16 +251,15 @@ class LlmtopServer:
         except OSError as exc:
             raise StartupError(f"listen address {self.cfg.listen}: {exc.strerror or exc}") from exc
         self.observers.say(f"llmtop: proxy listening on {self.proxy_url}")
-        if self._threaded:
-            self._observer_loop = LoopThread()
-        self.admin_url = await self.on_observers(self.observers.start_admin())
+        self._observer_loop = LoopThread()
+        self.admin_url = await self._on_observers(self.observers.start_admin())
         self.observers.say(f"llmtop: admin listening on {self.admin_url}")
-        await self.on_observers(_call(self.observers.start_background))
+        await self._on_observers(_call(self.observers.start_background))
 
     async def stop(self, grace_s: float | None = None) -> RunSummary:
         summary = await self.proxy.shutdown(grace_s)
         try:
-            return await self.on_observers(self.observers.stop(summary.cancelled))
+            return await self._on_observers(self.observers.stop(summary.cancelled))
         finally:
             if self._observer_loop is not None:
                 self._observer_loop.close()
