@@ -1,0 +1,246 @@
+"""The workers' ingest wire format: a record survives worker → coordinator exactly (every
+field, floats bit for bit), a backlog goes in several POSTs, a coordinator that is down
+costs nothing, and anything that is not a payload of this llmtop version gets 400 (403
+without the token) with nothing published — never a traceback, never code run."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import pickle
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from llmtop import workers
+from llmtop.bus import EventBus
+from llmtop.events import ActiveRequest, Event, RequestRecord, WarningEvent
+from llmtop.workers import (
+    INGEST_PATH,
+    RECORD_FIELDS,
+    TOKEN_HEADER,
+    WIRE_VERSION,
+    EventForwarder,
+    FleetActive,
+    IngestError,
+    decode_batch,
+    encode_batch,
+    ingest_route,
+)
+
+TOKEN = "s3cret-token"
+
+
+def record(i: int, *, n: int = 5) -> RequestRecord:
+    return RequestRecord(
+        id=f"w1-{i:06d}", user=f"u-{i % 3}", model=None if i % 2 else "llama-3",
+        dialect="anthropic" if i % 2 else "openai", path=f"/v{i}/messages", stream=bool(i % 2),
+        status=200 + i, outcome="error" if i % 2 else "ok", t_start=1.7e9 + i / 7,
+        ttft_s=None if i % 2 else 0.1 + 0.2, e2e_s=1e-300 + i, prompt_tokens=None if i % 2 else i,
+        completion_tokens=n * 2 + i, token_source="usage" if i % 2 else "estimate",
+        chunk_offsets_s=tuple(0.1 + k / 3 + i / 1e6 for k in range(n)),
+        chunk_tokens=(1 + i % 2,) * n,
+        concurrency_at_start=i + 1, error="upstream said no" if i % 2 else None,
+    )
+
+
+def active(i: int) -> ActiveRequest:
+    return ActiveRequest(
+        id=f"w1-a{i}", user="u-x", model=None if i % 2 else "m", dialect="tgi", path="/generate",
+        stream=True, t_start=1.7e9 + 1 / 3, t0_ns=123456789 + i, concurrency_at_start=i,
+        first_token_ns=None if i % 2 else 123999999, last_chunk_ns=124000000 + i,
+        chunks=i, tokens=2 * i,
+    )
+
+
+def test_every_field_survives_the_round_trip_exactly() -> None:
+    recs = [record(0), record(1), record(2, n=0)]
+    # every field of RequestRecord is shipped, and each one differs between the two records
+    assert tuple(f.name for f in dataclasses.fields(RequestRecord)) == RECORD_FIELDS
+    for f in RECORD_FIELDS:
+        assert getattr(recs[0], f) != getattr(recs[1], f), f
+    warn = WarningEvent(t=1.7e9, code="QUEUEING", severity="warning", message="m",
+                        state="raised")
+    events: list[Event] = [recs[0], warn, recs[1], recs[2]]
+    opened = [active(0), active(1)]
+    batch = decode_batch(encode_batch(3, 7, events, opened))
+    assert (batch.worker, batch.dropped) == (3, 7)
+    assert batch.events == events  # in order, equal field by field
+    assert all(type(a) is type(b) for a, b in zip(batch.events, events, strict=True))
+    for got, sent in zip(batch.events[::2], recs[:2], strict=True):
+        assert isinstance(got, RequestRecord)
+        assert got.chunk_offsets_s == sent.chunk_offsets_s
+        assert type(got.chunk_offsets_s) is tuple and type(got.chunk_tokens) is tuple
+        assert [x.hex() for x in got.chunk_offsets_s] == [x.hex() for x in sent.chunk_offsets_s]
+    assert batch.active == opened
+
+
+def _pickled(obj: object) -> bytes:
+    return pickle.dumps(obj, protocol=5)
+
+
+class _Boom:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("touch /nonexistent-llmtop-pwned",))
+
+
+def _bad_row(field: str, value: object) -> bytes:
+    row = list(workers.RECORD_ROW(record(0)))
+    row[RECORD_FIELDS.index(field)] = value
+    return _pickled((WIRE_VERSION, 0, 0, [workers.RECORD_ROW(record(1)), tuple(row)], []))
+
+
+BAD_PAYLOADS = {
+    "empty": b"",
+    "garbage": b"\x80\x05not a pickle at all",
+    "truncated": encode_batch(0, 0, [record(0)], [])[:-9],
+    "old json format": json.dumps({"worker": 0, "events": [record(0).to_json_dict()],
+                                   "active": []}).encode(),
+    "other version": _pickled(("llmtop-ingest/1", 0, 0, [], [])),
+    "a global": _pickled((WIRE_VERSION, 0, 0, [_Boom()], [])),
+    "a class": _pickled((WIRE_VERSION, 0, 0, [record(0)], [])),
+    "short row": _pickled((WIRE_VERSION, 0, 0, [workers.RECORD_ROW(record(0))[:-1]], [])),
+    "string e2e": _bad_row("e2e_s", "1.0"),
+    "unknown outcome": _bad_row("outcome", "meh"),
+    "unknown dialect": _bad_row("dialect", "klingon"),
+    "string offset": _bad_row("chunk_offsets_s", (0.1, "0.2")),
+    "list offsets": _bad_row("chunk_offsets_s", [0.1, 0.2]),
+    "float token count": _bad_row("chunk_tokens", (1, 1.5)),
+    "bad open request": _pickled((WIRE_VERSION, 0, 0, [], [("id-only",)])),
+    "bad event dict": _pickled((WIRE_VERSION, 0, 0, [{"type": "warning"}], [])),
+    "worker not int": _pickled((WIRE_VERSION, "0", 0, [], [])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_PAYLOADS))
+def test_decode_refuses_what_a_worker_does_not_send(name: str) -> None:
+    with pytest.raises(IngestError):
+        decode_batch(BAD_PAYLOADS[name])
+    assert not Path("/nonexistent-llmtop-pwned").exists()
+
+
+class Coordinator:
+    def __init__(self, url: str, bus: EventBus, fleet: FleetActive) -> None:
+        self.url, self.bus, self.fleet = url, bus, fleet
+        self.got: list[Event] = []
+        bus.subscribe(self.got.extend)
+
+
+@pytest.fixture
+async def coordinator() -> AsyncIterator[Coordinator]:
+    bus, fleet = EventBus(), FleetActive()
+    app = web.Application()
+    app.add_routes([ingest_route(bus, fleet, TOKEN)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    c = Coordinator(f"http://127.0.0.1:{port}{INGEST_PATH}", bus, fleet)
+    try:
+        yield c
+    finally:
+        await runner.cleanup()
+
+
+async def test_bad_payloads_get_400_and_publish_nothing(coordinator: Coordinator) -> None:
+    async with aiohttp.ClientSession() as s:
+        for name, body in BAD_PAYLOADS.items():
+            async with s.post(coordinator.url, data=body, headers={TOKEN_HEADER: TOKEN}) as r:
+                assert r.status == 400, name
+                assert "bad ingest payload" in (await r.json())["error"], name
+        good = encode_batch(0, 0, [record(0)], [])
+        async with s.post(coordinator.url, data=good, headers={TOKEN_HEADER: "wrong"}) as r:
+            assert r.status == 403
+        async with s.post(coordinator.url, data=good) as r:
+            assert r.status == 403
+    coordinator.bus.drain()
+    assert coordinator.got == []  # "string e2e" carried a good record too: not published
+    assert len(coordinator.fleet) == 0
+
+
+async def test_forwarder_ships_records_and_open_requests_exactly(
+        coordinator: Coordinator) -> None:
+    bus = EventBus()
+    opened = {a.id: a for a in (active(0), active(1), active(2))}
+    fleet_seen: list[int] = []
+    fwd = EventForwarder(coordinator.url, TOKEN, 4, opened, interval_s=0.02,
+                         on_fleet=fleet_seen.append)
+    bus.subscribe(fwd.on_events)
+    sent = [record(i, n=i % 40) for i in range(300)]
+    for r in sent:
+        bus.publish(r)
+    task = asyncio.create_task(fwd.run(bus))
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        coordinator.bus.drain()
+        if len(coordinator.got) == len(sent) and fleet_seen:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    coordinator.bus.drain()
+    assert coordinator.got == sent
+    assert sorted(coordinator.fleet) == sorted(opened)
+    assert [coordinator.fleet[k] for k in opened] == list(opened.values())
+    assert fwd.fleet_in_flight == 3 and fleet_seen[-1] == 0
+    assert fwd.buffer == [] and fwd.dropped == 0
+
+
+async def test_a_backlog_goes_in_several_posts(coordinator: Coordinator,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "BATCH_EVENTS", 7)
+    monkeypatch.setattr(workers, "BATCH_CHUNKS", 20)
+    fwd = EventForwarder(coordinator.url, TOKEN, 0, {})
+    sent = [record(i, n=6) for i in range(30)]
+    fwd.on_events(sent)
+    first = fwd.take()
+    assert len(first) == 4  # 4 records reach 24 chunks ≥ 20
+    fwd.give_back(first)
+    async with aiohttp.ClientSession() as s:
+        posts = 0
+        while True:
+            before = len(fwd.buffer)
+            assert await fwd._post(s)
+            posts += 1
+            assert before - len(fwd.buffer) <= 4
+            if not fwd.buffer:
+                break
+    coordinator.bus.drain()
+    assert coordinator.got == sent
+    assert posts == 8
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}{INGEST_PATH}"
+
+
+async def test_coordinator_down_keeps_the_events_bounded(coordinator: Coordinator) -> None:
+    fwd = EventForwarder(_closed_port_url(), TOKEN, 0, {}, max_buffer=10)
+    fwd.on_events([record(i) for i in range(8)])
+    async with aiohttp.ClientSession() as s:
+        assert not await fwd._post(s)
+        assert [r.id for r in fwd.buffer] == [record(i).id for i in range(8)]  # type: ignore
+        fwd.on_events([record(i) for i in range(8, 14)])  # 4 over the bound: dropped
+        assert fwd.dropped == 4 and len(fwd.buffer) == 10
+        fwd.url = coordinator.url  # it is back
+        assert await fwd._post(s)
+    coordinator.bus.drain()
+    assert coordinator.got == [record(i) for i in range(10)]
+
+
+async def test_refused_payload_is_counted_not_retried(coordinator: Coordinator) -> None:
+    fwd = EventForwarder(coordinator.url, "not-the-token", 0, {})
+    fwd.on_events([record(0), record(1)])
+    async with aiohttp.ClientSession() as s:
+        assert not await fwd._post(s)
+    assert fwd.buffer == [] and fwd.dropped == 2
