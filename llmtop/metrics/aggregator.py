@@ -15,6 +15,16 @@ and its model. Windows are described in :mod:`llmtop.metrics.windows`, SLOs in
 :mod:`llmtop.metrics.slo`, capacity in :mod:`llmtop.metrics.capacity`, the snapshot in
 :mod:`llmtop.metrics.snapshot`.
 
+Records are filed in batches: ``on_events`` does the per-record bookkeeping (labels,
+the live-token remainder, ``recent``) at once and queues the rest; the histograms and
+counters take the queue in one vectorised step when anything reads them (``view``,
+``snapshot``, ``windows``, ``capacity``, ``clamped``, ``series``), when the current fine
+interval is about to close (so every record lands in the interval it arrived in, exactly
+as if filed at once), or when ``PENDING_RECORDS``/``PENDING_CHUNKS`` are queued. A batch's
+fixed cost (some forty numpy calls) is then paid per read or per ~64 records instead of
+per bus delivery (4–5 records every 50 ms at 64 streams): readers see every record
+delivered so far, nothing lags.
+
 Not thread-safe: call everything from the event loop that owns the proxy.
 """
 
@@ -65,6 +75,10 @@ SERIES_POINTS: Final = 150
 """Time-series points kept: one per 2 s, 5 minutes."""
 ENGINE_HISTORY_S: Final = 320.0
 _LIVE_FORGET_S: Final = 600.0
+PENDING_RECORDS: Final = 64
+"""Records queued before they are filed without a reader asking ..."""
+PENDING_CHUNKS: Final = 2048
+"""... or chunks (a flush of 2,048 chunks: ~5 ms on a busy 2-core machine)."""
 
 
 class Aggregator:
@@ -93,9 +107,10 @@ class Aggregator:
         self.users = LabelSlots(n_users, base=2, other_id=1)
         self.models = LabelSlots(MODEL_SLOTS, base=n_users + 3, other_id=n_users + 2)
         self.shape = (n_users + 3 + MODEL_SLOTS, len(COUNTERS))
-        self.windows = Windows(self.shape, self.started_at, on_fine_closed=self._on_fine_closed)
-        self.capacity = CapacityBins()
-        self.series: deque[dict[str, Any]] = deque(maxlen=SERIES_POINTS)
+        self._windows = Windows(self.shape, self.started_at,
+                                on_fine_closed=self._on_fine_closed)
+        self._capacity = CapacityBins()
+        self._series: deque[dict[str, Any]] = deque(maxlen=SERIES_POINTS)
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_MAX)
         self.gpus: dict[int, GpuReading] = {}
         self.engine: EngineReading | None = None
@@ -104,15 +119,51 @@ class Aggregator:
         """Currently raised warnings by code (the raising event, so ``t`` is "since")."""
         self.warning_codes: set[str] = set()
         """Every warning code seen (raised or cleared) — for the Prometheus gauges."""
-        self.clamped = 0
-        """Latency values out of the histograms' range (clamped) or NaN (dropped)."""
+        self._clamped = 0
         self.records_seen = 0
+        """Records received (filed or queued)."""
+        self._pending: list[RequestRecord] = []
+        self._pending_users: list[int] = []
+        self._pending_models: list[int] = []
+        self._pending_rest: list[int] = []
+        self._pending_chunks = 0
         self._live: dict[str, int] = {}
         self._live_seen: dict[str, float] = {}
         self._scored: set[str] = set()
         """Active request ids already counted in their user's traffic score."""
-        self._coarse_start = self.windows.coarse_cur.start
+        self._coarse_start = self._windows.coarse_cur.start
         self._last_conc = (0, 0, 0)
+
+    # -- filed state (queued records are filed first) -------------------------------------
+
+    @property
+    def windows(self) -> Windows:
+        """The interval rings (queued records filed first)."""
+        self.flush()
+        return self._windows
+
+    @property
+    def capacity(self) -> CapacityBins:
+        """Per-concurrency bins since the start (queued records filed first)."""
+        self.flush()
+        return self._capacity
+
+    @property
+    def series(self) -> deque[dict[str, Any]]:
+        """One time-series point per closed fine interval (queued records filed first)."""
+        self.flush()
+        return self._series
+
+    @property
+    def pending_records(self) -> int:
+        """Records received and not yet filed into the windows."""
+        return len(self._pending)
+
+    @property
+    def clamped(self) -> int:
+        """Latency values out of the histograms' range (clamped) or NaN (dropped)."""
+        self.flush()
+        return self._clamped
 
     # -- input ---------------------------------------------------------------------------
 
@@ -149,21 +200,42 @@ class Aggregator:
             h.popleft()
 
     def _ingest(self, records: list[RequestRecord]) -> None:
-        users, models = [], []
-        remainder = []
+        """Label and queue records (what must happen in arrival order); file the queue
+        once it is long enough."""
+        users, models = self._pending_users, self._pending_models
+        remainder, scored = self._pending_rest, self._scored
+        live, seen = self._live, self._live_seen
+        chunks = 0
         for r in records:
-            w = 0.0 if r.id in self._scored else 1.0
+            w = 0.0 if r.id in scored else 1.0
             users.append(self.users.series_for(r.user, w))
             models.append(self.models.series_for(r.model or "unknown", w))
-            remainder.append(output_tokens(r) - self._live.pop(r.id, 0))
-            self._live_seen.pop(r.id, None)
-            self._scored.discard(r.id)
-        b = ingest(records, users, models, remainder, self.slo, self.shape)
-        self.windows.add(b.table, b.counters)
-        self.capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s)
-        self.clamped += b.clamped
+            remainder.append(output_tokens(r) - live.pop(r.id, 0))
+            seen.pop(r.id, None)
+            scored.discard(r.id)
+            chunks += len(r.chunk_offsets_s)
+        self._pending.extend(records)
+        self._pending_chunks += chunks
         self.records_seen += len(records)
         self.recent.extend(records)
+        if len(self._pending) >= PENDING_RECORDS or self._pending_chunks >= PENDING_CHUNKS:
+            self.flush()
+
+    def flush(self) -> None:
+        """File the queued records into the current interval and the capacity bins."""
+        records = self._pending
+        if not records:
+            return
+        b = ingest(records, self._pending_users, self._pending_models, self._pending_rest,
+                   self.slo, self.shape)
+        self._pending = []
+        self._pending_users = []
+        self._pending_models = []
+        self._pending_rest = []
+        self._pending_chunks = 0
+        self._windows.add(b.table, b.counters)
+        self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s)
+        self._clamped += b.clamped
 
     def tick(self, now: float | None = None) -> None:
         """Sample concurrency and live tokens from the active registry; rotate intervals."""
@@ -193,10 +265,10 @@ class Aggregator:
                 delta[self.users.peek(a.user), C_OUT] += d
                 delta[self.models.peek(a.model or "unknown"), C_OUT] += d
         if delta is not None:
-            self.windows.add(CountTable.empty(), delta)
+            self._windows.add(CountTable.empty(), delta)
         n = len(actives)
         self._last_conc = (n, waiting, n - waiting)
-        self.windows.sample(self._last_conc)
+        self._windows.sample(self._last_conc)
         if len(seen) > n:
             for rid in [r for r, ts in seen.items() if t - ts > _LIVE_FORGET_S]:
                 seen.pop(rid, None)
@@ -204,7 +276,9 @@ class Aggregator:
                 self._scored.discard(rid)
 
     def _advance(self, now: float) -> None:
-        w = self.windows
+        w = self._windows
+        if now >= w.cur.end:
+            self.flush()  # queued records belong to the interval about to close
         w.advance(now)
         if w.coarse_cur.start != self._coarse_start:
             elapsed = w.coarse_cur.start - self._coarse_start
@@ -226,7 +300,7 @@ class Aggregator:
         def mean(i: int) -> float | None:
             return float(iv.conc_sum[i] / samples) if samples else None
 
-        self.series.append({
+        self._series.append({
             "t": iv.end,
             "rps": float(c[C_REQ]) / span,
             "output_tps": float(c[C_OUT]) / span,
@@ -248,7 +322,8 @@ class Aggregator:
         """The raw window data (tables and counters) — for the snapshot and Prometheus."""
         t = self.clock() if now is None else now
         self._advance(t)
-        return self.windows.view(window_s, t)
+        self.flush()
+        return self._windows.view(window_s, t)
 
     def live_counts(self) -> tuple[dict[int, list[int]], tuple[int, int, int]]:
         """In flight now from the registry: per user series ``[in_flight, waiting,
