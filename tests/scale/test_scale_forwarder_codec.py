@@ -28,6 +28,7 @@ from llmtop.workers import (
     WIRE_VERSION,
     EventForwarder,
     FleetActive,
+    IngestClient,
     IngestError,
     decode_batch,
     encode_batch,
@@ -69,8 +70,8 @@ def test_every_field_survives_the_round_trip_exactly() -> None:
                         state="raised")
     events: list[Event] = [recs[0], warn, recs[1], recs[2]]
     opened = [active(0), active(1)]
-    batch = decode_batch(encode_batch(3, 7, events, opened))
-    assert (batch.worker, batch.dropped) == (3, 7)
+    batch = decode_batch(encode_batch(3, 7, events, opened, sender="w3", seq=11))
+    assert (batch.worker, batch.dropped, batch.sender, batch.seq) == (3, 7, "w3", 11)
     assert batch.events == events  # in order, equal field by field
     assert all(type(a) is type(b) for a, b in zip(batch.events, events, strict=True))
     for got, sent in zip(batch.events[::2], recs[:2], strict=True):
@@ -90,10 +91,14 @@ class _Boom:
         return (os.system, ("touch /nonexistent-llmtop-pwned",))
 
 
+def _payload(items: list[object], rows: list[object], *, worker: object = 0) -> bytes:
+    return _pickled((WIRE_VERSION, worker, "sender", 1, 0, items, rows))
+
+
 def _bad_row(field: str, value: object) -> bytes:
     row = list(workers.RECORD_ROW(record(0)))
     row[RECORD_FIELDS.index(field)] = value
-    return _pickled((WIRE_VERSION, 0, 0, [workers.RECORD_ROW(record(1)), tuple(row)], []))
+    return _payload([workers.RECORD_ROW(record(1)), tuple(row)], [])
 
 
 BAD_PAYLOADS = {
@@ -102,19 +107,21 @@ BAD_PAYLOADS = {
     "truncated": encode_batch(0, 0, [record(0)], [])[:-9],
     "old json format": json.dumps({"worker": 0, "events": [record(0).to_json_dict()],
                                    "active": []}).encode(),
-    "other version": _pickled(("llmtop-ingest/1", 0, 0, [], [])),
-    "a global": _pickled((WIRE_VERSION, 0, 0, [_Boom()], [])),
-    "a class": _pickled((WIRE_VERSION, 0, 0, [record(0)], [])),
-    "short row": _pickled((WIRE_VERSION, 0, 0, [workers.RECORD_ROW(record(0))[:-1]], [])),
+    "other version": _pickled(("llmtop-ingest/1", 0, "sender", 1, 0, [], [])),
+    "short payload": _pickled((WIRE_VERSION, 0, 0, [], [])),
+    "a global": _payload([_Boom()], []),
+    "a class": _payload([record(0)], []),
+    "short row": _payload([workers.RECORD_ROW(record(0))[:-1]], []),
     "string e2e": _bad_row("e2e_s", "1.0"),
     "unknown outcome": _bad_row("outcome", "meh"),
     "unknown dialect": _bad_row("dialect", "klingon"),
     "string offset": _bad_row("chunk_offsets_s", (0.1, "0.2")),
     "list offsets": _bad_row("chunk_offsets_s", [0.1, 0.2]),
     "float token count": _bad_row("chunk_tokens", (1, 1.5)),
-    "bad open request": _pickled((WIRE_VERSION, 0, 0, [], [("id-only",)])),
-    "bad event dict": _pickled((WIRE_VERSION, 0, 0, [{"type": "warning"}], [])),
-    "worker not int": _pickled((WIRE_VERSION, "0", 0, [], [])),
+    "bad open request": _payload([], [("id-only",)]),
+    "bad event dict": _payload([{"type": "warning"}], []),
+    "worker not int": _payload([], [], worker="0"),
+    "seq not int": _pickled((WIRE_VERSION, 0, "sender", "1", 0, [], [])),
 }
 
 
@@ -202,19 +209,23 @@ async def test_a_backlog_goes_in_several_posts(coordinator: Coordinator,
     fwd.on_events(sent)
     first = fwd.take()
     assert len(first) == 4  # 4 records reach 24 chunks ≥ 20
-    fwd.give_back(first)
-    async with aiohttp.ClientSession() as s:
-        posts = 0
-        while True:
-            before = len(fwd.buffer)
-            assert await fwd._post(s)
-            posts += 1
-            assert before - len(fwd.buffer) <= 4
-            if not fwd.buffer:
-                break
+    fwd.buffer[:0] = first
+    posts = 0
+    while True:
+        before = len(fwd.buffer)
+        assert await fwd.post()
+        posts += 1
+        assert before - len(fwd.buffer) <= 4
+        if not fwd.buffer:
+            break
+    fwd.client.close()
     coordinator.bus.drain()
     assert coordinator.got == sent
     assert posts == 8
+
+
+def _has_pending(fwd: EventForwarder) -> bool:
+    return fwd.pending is not None
 
 
 def _closed_port_url() -> str:
@@ -224,23 +235,64 @@ def _closed_port_url() -> str:
     return f"http://127.0.0.1:{port}{INGEST_PATH}"
 
 
-async def test_coordinator_down_keeps_the_events_bounded(coordinator: Coordinator) -> None:
+async def test_coordinator_down_keeps_the_post_and_bounds_the_rest(
+        coordinator: Coordinator) -> None:
     fwd = EventForwarder(_closed_port_url(), TOKEN, 0, {}, max_buffer=10)
     fwd.on_events([record(i) for i in range(8)])
-    async with aiohttp.ClientSession() as s:
-        assert not await fwd._post(s)
-        assert [r.id for r in fwd.buffer] == [record(i).id for i in range(8)]  # type: ignore
-        fwd.on_events([record(i) for i in range(8, 14)])  # 4 over the bound: dropped
-        assert fwd.dropped == 4 and len(fwd.buffer) == 10
-        fwd.url = coordinator.url  # it is back
-        assert await fwd._post(s)
+    assert not await fwd.post()
+    assert fwd.pending is not None and fwd.buffer == []
+    body = fwd.pending[1]
+    fwd.on_events([record(i) for i in range(8, 22)])  # 4 over the bound: dropped
+    assert fwd.dropped == 4 and len(fwd.buffer) == 10
+    assert not await fwd.post()
+    assert fwd.pending[1] is body  # sent again as it was: not encoded again
+    fwd.client = IngestClient(coordinator.url, TOKEN)  # it is back
+    assert await fwd.post()
+    assert fwd.buffer and await fwd.post()
+    assert not _has_pending(fwd)
+    fwd.client.close()
     coordinator.bus.drain()
-    assert coordinator.got == [record(i) for i in range(10)]
+    assert coordinator.got == [record(i) for i in range(18)]
+
+
+async def test_a_post_sent_again_is_taken_once(coordinator: Coordinator) -> None:
+    fwd = EventForwarder(coordinator.url, TOKEN, 2, {"a": active(0)})
+    fwd.on_events([record(0), record(1)])
+    _, body = fwd.next_post()
+    for _ in range(2):  # e.g. the reply to the first was lost
+        assert await fwd.client.post(body) == (200, b'{"in_flight": 1, "worker_in_flight": 1}')
+    fwd.on_events([record(2)])
+    fwd.pending = None
+    assert await fwd.post()
+    fwd.client.close()
+    coordinator.bus.drain()
+    assert coordinator.got == [record(0), record(1), record(2)]
+    # another worker process numbers its POSTs from 1 as well: not taken for a repeat
+    other = EventForwarder(coordinator.url, TOKEN, 3, {})
+    other.on_events([record(3)])
+    assert await other.post()
+    other.client.close()
+    coordinator.bus.drain()
+    assert coordinator.got[-1] == record(3)
 
 
 async def test_refused_payload_is_counted_not_retried(coordinator: Coordinator) -> None:
     fwd = EventForwarder(coordinator.url, "not-the-token", 0, {})
     fwd.on_events([record(0), record(1)])
-    async with aiohttp.ClientSession() as s:
-        assert not await fwd._post(s)
-    assert fwd.buffer == [] and fwd.dropped == 2
+    assert not await fwd.post()
+    fwd.client.close()
+    assert fwd.buffer == [] and fwd.pending is None and fwd.dropped == 2
+
+
+async def test_client_reads_replies_and_reconnects_after_close(
+        coordinator: Coordinator) -> None:
+    client = IngestClient(coordinator.url, TOKEN)
+    good = encode_batch(0, 0, [record(0)], [], sender="x", seq=1)
+    assert (await client.post(good))[0] == 200
+    status, reply = await client.post(b"junk")  # same connection, 400 with a JSON body
+    assert status == 400 and b"bad ingest payload" in reply
+    client.close()
+    assert (await client.post(encode_batch(0, 0, [], [], sender="x", seq=2)))[0] == 200
+    client.close()
+    with pytest.raises(ValueError):
+        IngestClient("https://127.0.0.1:1/x", TOKEN)
