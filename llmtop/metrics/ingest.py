@@ -10,8 +10,10 @@ What each request contributes (definitions in ``shared/docs/domain.md``):
   except chunk gaps, which go to the system only (per-user rows show TTFT, ITL, TPOT and
   E2E; chunk gaps per user would double the per-token data kept for nothing shown).
 
-Per-record Python work is a handful of attribute reads; bucketing, per-request ITL P95,
-SLO checks and table building are numpy calls over the whole batch.
+Per-record Python work is a handful of attribute reads; bucketing, the per-request ITL
+P95 check, SLO checks and table building are numpy calls over the whole batch (about
+forty of them, whatever its size: the aggregator queues records and files them in
+batches).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy.typing as npt
 
 from llmtop.events import RequestRecord
 from llmtop.metrics.hdr import COUNTS_LEN, bucket_index, seconds_to_us
-from llmtop.metrics.slo import Slo, grouped_itl_p95
+from llmtop.metrics.slo import Slo, grouped_itl_within
 from llmtop.metrics.table import SERIES_SPAN, CountTable
 
 I64 = npt.NDArray[np.int64]
@@ -45,6 +47,8 @@ COUNTERS: Final = (
     len(COUNTERS)
 )
 _OUTCOME_COL: Final = {"ok": C_OK, "error": C_ERR, "cancelled": C_CANC, "timeout": C_TMO}
+_METRIC_ORDER: Final = np.array([M_GAP, M_TTFT, M_ITL, M_TPOT, M_E2E], dtype=np.int64)
+"""The order of the latency samples in a batch: chunk gaps (system only) first."""
 
 
 @dataclass(slots=True)
@@ -81,32 +85,32 @@ def ingest(
     its output tokens not yet attributed live (see :class:`~llmtop.metrics.aggregator.Aggregator`).
     """
     n = len(records)
-    ttft = np.full(n, np.nan)
-    e2e = np.empty(n)
-    tpot = np.full(n, np.nan)
-    ok = np.zeros(n, dtype=bool)
-    rows = np.zeros((n, shape[1]), dtype=np.int64)
-    conc = np.empty(n, dtype=np.int64)
+    nan = float("nan")
+    ttft_l: list[float] = []
+    e2e_l: list[float] = []
+    tpot_l: list[float] = []
+    ok_l: list[bool] = []
+    col_l: list[int] = []
+    out_l: list[int] = []
+    in_l: list[int] = []
+    conc_l: list[int] = []
     offs_parts: list[tuple[float, ...]] = []
     toks_parts: list[tuple[int, ...]] = []
-    lens = np.zeros(n, dtype=np.int64)
-    for i, r in enumerate(records):
-        if r.ttft_s is not None:
-            ttft[i] = r.ttft_s
-        e2e[i] = r.e2e_s
-        is_ok = r.outcome == "ok"
-        ok[i] = is_ok
+    lens_l: list[int] = []
+    outcome_col = _OUTCOME_COL
+    one_token = True  # every chunk carried one token (the usual case): no token array
+    for r in records:
+        t = r.ttft_s
+        ttft_l.append(nan if t is None else t)
+        e2e_l.append(r.e2e_s)
+        outcome = r.outcome
+        ok_l.append(outcome == "ok")
+        col_l.append(outcome_col.get(outcome, C_ERR))
         t = r.tpot_s()
-        if t is not None:
-            tpot[i] = t
-        out = output_tokens(r)
-        row = rows[i]
-        row[C_REQ] = 1
-        row[_OUTCOME_COL.get(r.outcome, C_ERR)] = 1
-        row[C_OUT] = live_remainder[i]
-        row[C_OUT_DONE] = out
-        row[C_IN] = r.prompt_tokens or 0
-        conc[i] = r.concurrency_at_start
+        tpot_l.append(nan if t is None else t)
+        out_l.append(output_tokens(r))
+        in_l.append(r.prompt_tokens or 0)
+        conc_l.append(r.concurrency_at_start)
         offs = r.chunk_offsets_s
         m = len(offs)
         if m >= 2:
@@ -115,22 +119,38 @@ def ingest(
                 toks = (*toks[:m], *((1,) * (m - len(toks))))
             offs_parts.append(offs)
             toks_parts.append(toks)
-            lens[i] = m
-    out_tok = rows[:, C_OUT_DONE].astype(np.float64)
+            lens_l.append(m)
+            if one_token and toks.count(1) != m:
+                one_token = False
+        else:
+            lens_l.append(0)
+    ttft = np.array(ttft_l, dtype=np.float64)
+    e2e = np.array(e2e_l, dtype=np.float64)
+    tpot = np.array(tpot_l, dtype=np.float64)
+    ok = np.array(ok_l, dtype=bool)
+    conc = np.array(conc_l, dtype=np.int64)
+    lens = np.array(lens_l, dtype=np.int64)
+    rec_all = np.arange(n, dtype=np.int64)
+    rows = np.zeros((n, shape[1]), dtype=np.int64)
+    rows[:, C_REQ] = 1
+    rows[rec_all, col_l] = 1
+    rows[:, C_OUT] = live_remainder
+    rows[:, C_OUT_DONE] = out_l
+    rows[:, C_IN] = in_l
 
     # chunk gaps and ITL samples of every record in one array
     total = int(lens.sum())
-    rec_of = np.repeat(np.arange(n, dtype=np.int64), lens)
     offs_a = np.fromiter(itertools.chain.from_iterable(offs_parts), np.float64, total)
-    toks_a = np.fromiter(itertools.chain.from_iterable(toks_parts), np.int64, total)
+    toks_a = np.ones(total, dtype=np.int64) if one_token else \
+        np.fromiter(itertools.chain.from_iterable(toks_parts), np.int64, total)
     has_prev = np.ones(total, dtype=bool)  # a previous chunk in the same record
     nonempty = lens[lens > 0]
     has_prev[np.cumsum(nonempty) - nonempty] = False
-    gap_rec = rec_of[has_prev]
-    gaps = (offs_a - np.roll(offs_a, 1))[has_prev] if total else np.empty(0)
-    k = toks_a[has_prev]
+    gap_rec = np.repeat(rec_all, lens)[has_prev]
+    hp = has_prev[1:]
+    gaps = (offs_a[1:] - offs_a[:-1])[hp]
+    k = toks_a[1:][hp]
     itl = np.divide(gaps, np.maximum(k, 1))
-    itl_p95 = grouped_itl_p95(gap_rec, itl, k, n)
 
     # SLO pass/fail
     met = ok.copy()
@@ -141,52 +161,44 @@ def ingest(
     if slo.tpot_s is not None:
         met &= np.isnan(tpot) | (tpot <= slo.tpot_s)
     if slo.itl_p95_s is not None:
-        met &= np.isnan(itl_p95) | (itl_p95 <= slo.itl_p95_s)
+        met &= grouped_itl_within(gap_rec, itl, k, n, slo.itl_p95_s)
     rows[:, C_MET] = met
-    rows[:, C_GOOD] = np.where(met, rows[:, C_OUT_DONE], 0)
+    good_i = np.where(met, rows[:, C_OUT_DONE], 0)
+    rows[:, C_GOOD] = good_i
 
-    # latency samples: (metric, value seconds, weight, record)
-    rec_all = np.arange(n, dtype=np.int64)
+    # latency samples, chunk gaps first (they go to the system only): value (seconds),
+    # metric, weight, record
     has_ttft = ~np.isnan(ttft)
     has_tpot = ok & ~np.isnan(tpot)
     itl_keep = k > 0
-    parts = [
-        (M_TTFT, ttft[has_ttft], None, rec_all[has_ttft]),
-        (M_ITL, itl[itl_keep], k[itl_keep], gap_rec[itl_keep]),
-        (M_GAP, gaps, None, gap_rec),
-        (M_TPOT, tpot[has_tpot], None, rec_all[has_tpot]),
-        (M_E2E, e2e[ok], None, rec_all[ok]),
-    ]
+    k_itl = k[itl_keep]
+    vals = np.concatenate([gaps, ttft[has_ttft], itl[itl_keep], tpot[has_tpot], e2e[ok]])
+    counts = [len(gaps), int(has_ttft.sum()), len(k_itl), int(has_tpot.sum()),
+              int(ok.sum())]
+    metric = np.repeat(_METRIC_ORDER, counts)
+    rec = np.concatenate([gap_rec, rec_all[has_ttft], gap_rec[itl_keep], rec_all[has_tpot],
+                          rec_all[ok]])
+    w = np.ones(len(vals), dtype=np.int64)
+    w[counts[0] + counts[1]:counts[0] + counts[1] + counts[2]] = k_itl
+    n_gap = counts[0]
     clamped = 0
-    base_parts: list[I64] = []
-    w_parts: list[I64] = []
-    r_parts: list[I64] = []
-    fan_parts: list[npt.NDArray[np.bool_]] = []
-    for metric, vals, w, rec in parts:
-        if len(vals) == 0:
-            continue
-        nan = np.isnan(vals)
-        if nan.any():
-            clamped += int(nan.sum())
-            vals, rec = vals[~nan], rec[~nan]
-            w = None if w is None else w[~nan]
-        us, bad = seconds_to_us(np.maximum(vals, 0.0))
-        clamped += bad + int((vals < 0).sum())
-        base_parts.append(bucket_index(us) + metric * SERIES_SPAN * COUNTS_LEN)
-        w_parts.append(np.ones(len(vals), dtype=np.int64) if w is None else w)
-        r_parts.append(rec)
-        fan_parts.append(np.full(len(vals), metric != M_GAP))
-    if base_parts:
-        base = np.concatenate(base_parts)
-        w_all = np.concatenate(w_parts)
-        fan = np.concatenate(fan_parts)
-        r_fan = np.concatenate(r_parts)[fan]
-        b_fan, w_fan = base[fan], w_all[fan]
+    bad = np.isnan(vals)
+    if bad.any():
+        clamped += int(bad.sum())
+        n_gap -= int(bad[:n_gap].sum())
+        keep = ~bad
+        vals, metric, rec, w = vals[keep], metric[keep], rec[keep], w[keep]
+    if len(vals):
+        clamped += int((vals < 0).sum())
+        us, out_of_range = seconds_to_us(np.maximum(vals, 0.0))
+        clamped += out_of_range
+        base = bucket_index(us) + metric * (SERIES_SPAN * COUNTS_LEN)
+        b_fan, w_fan, r_fan = base[n_gap:], w[n_gap:], rec[n_gap:]
         us_series = np.asarray(user_series, dtype=np.int64)[r_fan]
         md_series = np.asarray(model_series, dtype=np.int64)[r_fan]
         keys = np.concatenate([base, b_fan + us_series * COUNTS_LEN,
                                b_fan + md_series * COUNTS_LEN])
-        table = CountTable.from_keys(keys, np.concatenate([w_all, w_fan, w_fan]))
+        table = CountTable.from_keys(keys, np.concatenate([w, w_fan, w_fan]))
     else:
         table = CountTable.empty()
 
@@ -194,5 +206,4 @@ def ingest(
     counters[0] += rows.sum(axis=0)
     np.add.at(counters, np.asarray(user_series, dtype=np.int64), rows)
     np.add.at(counters, np.asarray(model_series, dtype=np.int64), rows)
-    good = np.where(met, out_tok, 0.0)
-    return Batch(table, counters, met, conc, good, e2e, clamped)
+    return Batch(table, counters, met, conc, good_i.astype(np.float64), e2e, clamped)

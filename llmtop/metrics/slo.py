@@ -127,3 +127,26 @@ def grouped_itl_p95(
     pos = np.searchsorted(cum, before + target.astype(np.int64), side="left")
     out[rec[starts]] = itl[np.minimum(pos, ends - 1)]
     return out
+
+
+def grouped_itl_within(
+    rec: npt.NDArray[np.int64],
+    itl: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.int64],
+    n_records: int,
+    limit: float,
+) -> npt.NDArray[np.bool_]:
+    """Per record: whether its P95 ITL (:func:`grouped_itl_p95`) is ≤ ``limit`` or it has
+    none — by counting, without sorting: the P95 is the ``rank(n)``-th smallest of the
+    ``n`` samples, so it is ≤ ``limit`` exactly when at least ``rank(n)`` samples are (a NaN
+    value sorts last there, and a NaN P95 passes)."""
+    w = np.where(weight > 0, weight, 0).astype(np.float64)
+    n = np.bincount(rec, weights=w, minlength=n_records)
+    le = np.bincount(rec, weights=np.where(itl <= limit, w, 0.0), minlength=n_records)
+    rank = np.maximum(np.floor(ITL_PERCENTILE * n / 100 + 0.5), 1)
+    ok: npt.NDArray[np.bool_] = (n == 0) | (le >= rank)
+    nan = np.isnan(itl)
+    if nan.any():
+        known = np.bincount(rec, weights=np.where(nan, 0.0, w), minlength=n_records)
+        ok |= known < rank
+    return ok

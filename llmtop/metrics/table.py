@@ -84,8 +84,13 @@ class CountTable:
         """Count occurrences (or sum ``weights``) of each key."""
         if len(keys) == 0:
             return _EMPTY
-        w = np.ones(len(keys), dtype=np.int64) if weights is None else weights
-        order = np.argsort(keys, kind="stable")
+        if weights is None or bool((weights == 1).all()):
+            # counting only (a batch of one-token chunks): a sort, no argsort
+            k = np.sort(keys)
+            start = np.flatnonzero(np.diff(k, prepend=np.int64(-1)) != 0)
+            return CountTable(k[start], np.diff(start, append=len(k)))
+        w = weights
+        order = np.argsort(keys)
         k, c = keys[order], w[order]
         start = np.flatnonzero(np.diff(k, prepend=np.int64(-1)) != 0)
         out_k, out_c = k[start], np.add.reduceat(c, start)
