@@ -11,6 +11,7 @@ percentages 0–100 for GPU utilisations, a 0–1 fraction for KV-cache usage.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal, TypeAlias
 
@@ -66,8 +67,13 @@ class RequestRecord:
 
     def itl_samples_s(self) -> list[float]:
         """Inter-token latency: a chunk with k tokens after a gap g gives k samples of g/k."""
-        out: list[float] = []
         offs, toks = self.chunk_offsets_s, self.chunk_tokens
+        if len(offs) < 2:
+            return []
+        ks = toks[1:len(offs)]
+        if ks.count(1) == len(ks):  # one token a chunk (a missing count is 1): the gaps
+            return list(map(operator.sub, offs[1:], offs))
+        out: list[float] = []
         for i in range(1, len(offs)):
             k = toks[i] if i < len(toks) else 1
             if k <= 0:

@@ -25,9 +25,11 @@ UNREACHABLE_PREFIX = "upstream unreachable"
 """How the proxy's record of a failed upstream connect starts its ``error``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Finished:
-    """What the detectors keep of one finished request."""
+    """What the detectors keep of one finished request (not to be changed once made; not
+    frozen: a frozen dataclass's ``__init__`` costs several times as much, once per
+    request)."""
 
     t_end: float
     t_start: float
