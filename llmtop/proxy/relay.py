@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Protocol
 
@@ -268,11 +269,14 @@ class RelaySink:
     high-water mark), reading from the upstream pauses until the client has drained:
     nothing piles up in the proxy. :attr:`done` resolves at the end of the body (the
     exchange's ``end_ns`` is then the time its last byte was written), or with
-    :class:`UpstreamBroken` / :class:`ClientGone`.
+    :class:`UpstreamBroken` / :class:`ClientGone`. ``on_complete`` is called once, right
+    after the end of the body was written (the upstream connection is then free for the
+    next request, before the handler wakes up); :attr:`completed` says it was.
     """
 
-    __slots__ = ("_chunked", "_client", "_drainer", "_ex", "_feed", "_head", "_parser",
-                 "_strip", "_transport", "_upstream", "_wd", "_writer", "done", "last_ns")
+    __slots__ = ("_chunked", "_client", "_drainer", "_ex", "_feed", "_head", "_on_complete",
+                 "_parser", "_strip", "_transport", "_upstream", "_wd", "_writer", "completed",
+                 "done", "last_ns")
 
     def __init__(
         self,
@@ -287,8 +291,11 @@ class RelaySink:
         upstream: Pausable,
         wd: Watchdog,
         loop: asyncio.AbstractEventLoop,
+        on_complete: Callable[[], None] | None = None,
     ) -> None:
         self._ex = ex
+        self._on_complete = on_complete
+        self.completed = False
         self._parser = parser
         self._feed = parser.feed
         self._strip = strip
@@ -404,10 +411,16 @@ class RelaySink:
         self.last_ns = now
         self._wd.last_ns = now
         self._ex.end_ns = now
+        self._complete()
         events, toks = self._feed(data)
         if events:
             self._chunk(now, toks)
         self._settle(None)
+
+    def _complete(self) -> None:
+        self.completed = True
+        if self._on_complete is not None:
+            self._on_complete()
 
     def on_end(self) -> None:
         if self.done.done():
@@ -419,6 +432,7 @@ class RelaySink:
         if tail:
             self.last_ns = now
         self._ex.end_ns = now
+        self._complete()
         self._settle(None)
 
     def on_error(self, exc: Exception) -> None:

@@ -53,6 +53,7 @@ from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make
 from llmtop.proxy.errors import error_response
 from llmtop.proxy.headers import upstream_request_headers
 from llmtop.proxy.identity import IdentityResolver
+from llmtop.proxy.quickhead import QuickRequest
 from llmtop.proxy.relay import (
     ClientGone,
     Exchange,
@@ -62,7 +63,12 @@ from llmtop.proxy.relay import (
     WatchdogSweeper,
 )
 from llmtop.proxy.response import response_head, sent_response
-from llmtop.proxy.stamping import StampingServer, t0_ns_of
+from llmtop.proxy.stamping import (
+    StampingRequestHandler,
+    StampingServer,
+    claim_early,
+    t0_ns_of,
+)
 from llmtop.proxy.upstream import (
     BufferSink,
     ConnectFailed,
@@ -94,6 +100,28 @@ class ShutdownSummary:
     cancelled: int
 
 
+@dataclass(slots=True, eq=False)
+class _Early:
+    """A request sent upstream from its connection's ``data_received``, before its handler
+    ran (``early_start`` in :mod:`llmtop.proxy.stamping`). ``conn`` is None once the
+    handler has taken it over, or the start was undone or abandoned."""
+
+    server: ProxyServer
+    ex: Exchange
+    body: bytes
+    info: RequestInfo
+    conn: UpstreamConnection | None
+    head: asyncio.Future[ResponseHead]
+    raw: bytes
+    inject: bool
+
+    def abandon(self) -> None:
+        self.server._abandon(self)
+
+    def undo(self) -> None:
+        self.server._undo(self)
+
+
 class ProxyServer:
     """The proxy on ``cfg.listen`` in front of ``cfg.upstream``.
 
@@ -115,6 +143,10 @@ class ProxyServer:
         request's ``concurrency_at_start`` so capacity bins count the whole proxy."""
         self.usage_rejected = False
         """The upstream refused ``stream_options`` once: injection is off from then on."""
+        self.early_starts = 0
+        """Requests sent upstream from their connection's ``data_received`` (early start)."""
+        self.early_undone = 0
+        """Early starts undone because aiohttp read the request differently."""
         self._base = cfg.upstream.rstrip("/")
         self._identity = IdentityResolver(cfg.user_header, cfg.user_salt)
         self._pool: UpstreamPool | None = None
@@ -146,7 +178,8 @@ class ProxyServer:
         # (half a head, or an idle keep-alive connection) is closed
         server = StampingServer(self._handle, handler_cancellation=True, access_log=None,
                                 auto_decompress=False,
-                                head_timeout_s=self.cfg.timeouts.idle_s)
+                                head_timeout_s=self.cfg.timeouts.idle_s,
+                                early_start=self._early_start)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None,
@@ -198,29 +231,41 @@ class ProxyServer:
 
     # -- one request -------------------------------------------------------------------
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        # t0 (shared/docs/domain.md): when the request line and headers came off the socket,
-        # noted by the server protocol (stamping.py) a few loop turns before this handler
-        # runs; the wall-clock anchor is taken now and moved back to that moment.
-        t0_ns = t0_ns_of(request)
+    def _begin(self, method: str, path: str, content_type: str | None, t0_ns: int,
+               dialect: Dialect | None = None) -> Exchange:
+        """A new request, registered as open; ``t0_ns``: when its headers were read
+        (shared/docs/domain.md). The wall-clock anchor is taken now and moved back to t0."""
         t_start = time.time() - (perf_counter_ns() - t0_ns) / 1e9
-        task = asyncio.current_task(self._loop)
-        assert task is not None
         rid = f"{self._id_prefix}-{next(self._ids):x}"
-        path = request.path
-        dialect: Dialect = detect_dialect(
-            request.method, path, request.headers.get("Content-Type"), self.cfg.dialect
-        )
+        if dialect is None:
+            dialect = detect_dialect(method, path, content_type, self.cfg.dialect)
         active = ActiveRequest(
             id=rid, user="", model=None, dialect=dialect, path=path, stream=False,
             t_start=t_start, t0_ns=t0_ns,
             concurrency_at_start=len(self.active) + 1 + self.concurrency_elsewhere,
         )
         self.active[rid] = active
+        return Exchange(active)
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        # t0: noted by the server protocol when the request line and headers came off the
+        # socket (stamping.py), a few loop turns before this handler runs — or the request
+        # was begun, and maybe sent upstream, right there (early start)
+        early = claim_early(request)
+        if isinstance(early, _Early):
+            ex = early.ex
+        else:
+            ex = self._begin(request.method, request.path, request.headers.get("Content-Type"),
+                             t0_ns_of(request))
+            early = None
+        task = asyncio.current_task(self._loop)
+        assert task is not None
         self._handlers.add(task)
-        ex = Exchange(active)
         try:
-            return await self._serve(request, ex, task)
+            if early is None:
+                return await self._serve(request, ex, task)
+            return await self._forward(request, ex, Watchdog(task, self._sweeper), early.body,
+                                       early.info, early)
         except Exception as exc:  # a bug of ours: aiohttp answers 500; the record says so
             if not ex.headers_sent:
                 ex.status = 500
@@ -228,8 +273,79 @@ class ProxyServer:
             raise
         finally:
             self._handlers.discard(task)
-            self.active.pop(rid, None)
+            self.active.pop(ex.active.id, None)
             self.bus.publish(ex.to_record())
+
+    def _early_start(self, quick: QuickRequest, protocol: StampingRequestHandler, t0_ns: int
+                     ) -> _Early | None:
+        """Called first thing in the connection's ``data_received`` when the read holds
+        exactly one plain request and nothing else is open on the connection: when a pooled
+        upstream connection is idle, send the request now, then do the bookkeeping — the
+        parse and loop turns until its handler runs are then spent while the upstream works.
+        HEAD, bodies over the limit, no idle connection and shutting down are left to the
+        handler."""
+        pool = self._pool
+        if (pool is None or self._closing or quick.method == "HEAD"
+                or len(quick.body) > self.cfg.max_body_bytes):
+            return None
+        conn = pool.take_idle()
+        if conn is None:
+            return None
+        body = quick.body
+        try:
+            # the path decides the dialect (detect_dialect does not read the content type)
+            dialect = detect_dialect(quick.method, quick.path, None, self.cfg.dialect)
+            info = inspect_request(dialect, quick.path, body)
+            raw, inject = self._upstream_request(
+                quick.method, quick.target, quick.raw_headers, quick.has_length, body, info,
+                dialect)
+            head = conn.send(raw, False)
+        except Exception:  # a bug of ours: the handler sends it the ordinary way
+            pool.release(conn)
+            return None
+        headers = quick.headers()
+        ex = self._begin(quick.method, quick.path, None, t0_ns, dialect)
+        early = _Early(self, ex, body, info, conn, head, raw, inject)
+        try:
+            active = ex.active
+            transport = protocol.transport
+            peer = transport.get_extra_info("peername") if transport is not None else None
+            remote = str(peer[0]) if isinstance(peer, list | tuple) else (
+                None if peer is None else str(peer))
+            active.user = self._identity.resolve(headers, info.user, remote)
+            active.model = info.model
+            active.stream = ex.stream = info.stream
+        except Exception:
+            self._undo(early)
+            return None
+        self.early_starts += 1
+        return early
+
+    def _undo(self, early: _Early) -> None:
+        """Stop an early start without a record (the ordinary path takes the request)."""
+        self.early_undone += 1
+        conn, early.conn = early.conn, None
+        if conn is not None:
+            conn.abort()
+        head = early.head
+        if head is not None and not head.done():
+            head.cancel()
+        self.active.pop(early.ex.active.id, None)
+
+    def _abandon(self, early: _Early) -> None:
+        """The connection of an early-started request closed before its handler ran."""
+        conn, early.conn = early.conn, None
+        if conn is not None:
+            conn.abort()  # the engine sees the disconnect now and stops generating
+        head = early.head
+        if head is not None and not head.done():
+            head.cancel()
+        ex = early.ex
+        ex.status = _CLIENT_GONE
+        ex.fail("cancelled", self._cancel_reason())
+        ex.end_ns = perf_counter_ns()
+        self.active.pop(ex.active.id, None)
+        self.bus.publish(ex.to_record())
 
     async def _serve(
         self, request: web.BaseRequest, ex: Exchange, task: asyncio.Task[object]
@@ -274,7 +390,12 @@ class ProxyServer:
             resp.force_close()
             ex.end_ns = perf_counter_ns()
             return resp
-        info = inspect_request(dialect, active.path, body)
+        return await self._after_body(request, ex, wd, body)
+
+    async def _after_body(self, request: web.BaseRequest, ex: Exchange, wd: Watchdog,
+                          body: bytes) -> web.StreamResponse:
+        active = ex.active
+        info = inspect_request(active.dialect, active.path, body)
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model
         active.stream = ex.stream = info.stream
@@ -283,6 +404,26 @@ class ProxyServer:
     def _cancel_reason(self) -> str:
         return "proxy shut down" if self._closing else "client disconnected"
 
+    def _upstream_request(self, method: str, target: str,
+                          raw_headers: tuple[tuple[bytes, bytes], ...], length_declared: bool,
+                          body: bytes, info: RequestInfo, dialect: Dialect,
+                          ) -> tuple[bytes, bool]:
+        """The request's bytes as they go upstream, and whether ``stream_options`` was
+        injected into its body (``inject_usage``)."""
+        pool = self._pool
+        assert pool is not None
+        headers = upstream_request_headers(raw_headers)
+        with_length = bool(body) or method in _BODY_METHODS or length_declared
+        inject = (
+            dialect == "openai" and self.cfg.inject_usage and info.stream
+            and not info.wants_usage and not self.usage_rejected
+        )
+        sent = _with_usage(body) if inject else None
+        if sent is None:
+            inject = False
+            sent = body
+        return pool.request_bytes(method, target, headers, sent, with_length), inject
+
     async def _forward(
         self,
         request: web.BaseRequest,
@@ -290,32 +431,25 @@ class ProxyServer:
         wd: Watchdog,
         body: bytes,
         info: RequestInfo,
+        started: _Early | None = None,
     ) -> web.StreamResponse:
         cfg = self.cfg
         dialect = ex.active.dialect
         pool, loop = self._pool, self._loop
         assert pool is not None and loop is not None
         method = request.method
-        headers = upstream_request_headers(request.raw_headers)
-        with_length = bool(body) or method in _BODY_METHODS or (
-            request.content_length is not None)
-        target = _target(request)
-        inject = (
-            dialect == "openai" and cfg.inject_usage and info.stream
-            and not info.wants_usage and not self.usage_rejected
-        )
-        sent = _with_usage(body) if inject else None
-        if sent is None:
-            inject = False
-            sent = body
+        if started is not None:
+            raw, inject = started.raw, started.inject
+        else:
+            raw, inject = self._upstream_request(
+                method, _target(request), request.raw_headers,
+                request.content_length is not None, body, info, dialect)
         conn: UpstreamConnection | None = None
         early: bytes | None = None
         try:
             try:
                 wd.arm(cfg.timeouts.first_byte_s, "first byte")
-                conn, head = await self._exchange(
-                    pool, pool.request_bytes(method, target, headers, sent, with_length),
-                    method == "HEAD")
+                conn, head = await self._exchange(pool, raw, method == "HEAD", started)
                 if inject and head.status in (400, 422):
                     buffered = BufferSink(loop)
                     conn.attach(buffered)
@@ -326,9 +460,10 @@ class ProxyServer:
                         self.usage_rejected = True
                         inject = False
                         wd.arm(cfg.timeouts.first_byte_s, "first byte")
-                        conn, head = await self._exchange(
-                            pool, pool.request_bytes(method, target, headers, body, with_length),
-                            method == "HEAD")
+                        plain, _ = self._upstream_request(
+                            method, _target(request), request.raw_headers,
+                            request.content_length is not None, body, info, dialect)
+                        conn, head = await self._exchange(pool, plain, method == "HEAD")
                     else:
                         inject = False
                 self.upstream_down = False
@@ -361,13 +496,19 @@ class ProxyServer:
             wd.stop()
 
     async def _exchange(
-        self, pool: UpstreamPool, raw: bytes, head_request: bool
+        self, pool: UpstreamPool, raw: bytes, head_request: bool, started: _Early | None = None
     ) -> tuple[UpstreamConnection, ResponseHead]:
         """Send one request and wait for the response head; once more on a fresh connection
-        when a reused keep-alive connection turns out to have been closed by the upstream."""
-        conn = await pool.acquire()
+        when a reused keep-alive connection turns out to have been closed by the upstream.
+        ``started``: the request went out early on ``started.conn``; wait for its head."""
+        if started is not None and started.conn is not None:
+            conn, head = started.conn, started.head
+            started.conn = None  # this handler owns the connection from now on
+        else:
+            conn = await pool.acquire()
+            head = conn.send(raw, head_request)
         try:
-            return conn, await conn.send(raw, head_request)
+            return conn, await head
         except UpstreamClosed as exc:
             conn.abort()
             if not exc.retryable:
@@ -419,14 +560,23 @@ class ProxyServer:
         parser = make_parser(parser_dialect, ex.stream, ctype or None)
         ex.parser = parser
         sink: RelaySink | None = None
+        protocol = request.protocol
+
+        def complete() -> None:
+            # the end of the body is out: the upstream connection is free now, and the
+            # client's next request on this connection may start early
+            pool.release(conn)
+            if isinstance(protocol, StampingRequestHandler):
+                protocol.request_done(request)
+
         try:
             transport = request.transport
             if transport is None:
                 raise ClientGone("client disconnected")
             wd.arm(self.cfg.timeouts.idle_s, "idle")
             sink = RelaySink(ex, parser, strip, transport, frame.head, frame.chunked,
-                             request.protocol, cast(StreamWriter, request.writer), conn, wd,
-                             loop)
+                             protocol, cast(StreamWriter, request.writer), conn, wd, loop,
+                             complete)
             ex.headers_sent = True
             if early is not None:
                 if early:
@@ -447,7 +597,12 @@ class ProxyServer:
             ex.fail("cancelled", "client disconnected")
             return sent_response(keep_alive=False)
         except asyncio.CancelledError:
-            conn.abort()  # the engine sees the disconnect now and stops generating
+            if sink is not None and sink.completed:
+                sink.finish()
+                if not wd.fired:
+                    raise  # delivered in full (the connection went back to the pool)
+            else:
+                conn.abort()  # the engine sees the disconnect now and stops generating
             if sink is not None:
                 sink.cancel()
             if not wd.fired:
@@ -456,7 +611,9 @@ class ProxyServer:
             wd.absorb()
             ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
             return _abort(request)
-        pool.release(conn)
+        assert sink is not None
+        if not sink.completed:
+            pool.release(conn)
         if status >= 400:
             ex.fail("error", f"upstream answered HTTP {status}")
         elif parser.error:

@@ -12,19 +12,50 @@ aiohttp hands every parsed message — errors too — through the factory, first
 This leans on one private attribute of aiohttp's ``RequestHandler`` (``_messages``, the
 queue of parsed requests). Where it is missing, :func:`t0_ns_of` falls back to the time
 the handler started, which is what a plain aiohttp handler would see.
+
+Early start: aiohttp's parse and those loop turns also sit between a request's arrival and
+its departure upstream — on an idle machine, with cold caches, about half a millisecond.
+So when one read holds exactly one plain request (:func:`llmtop.proxy.quickhead.read_request`)
+on a connection with no other request open, the server's ``early_start`` hook is called
+with it first thing in ``data_received``; the proxy sends the request upstream from there
+(when a pooled connection is idle), and its handler, a few turns later, carries on from the
+upstream's answer. aiohttp then parses the same bytes as always; if its request differs
+from the quick reading (or it rejects the bytes), the early start is undone (``undo()``)
+and the request goes the ordinary way. The protocol holds the started request until the
+handler claims it (:func:`claim_early`); if the connection is lost first (the handler then
+never runs), it is ended through its ``abandon()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
+
+from llmtop.proxy.quickhead import QuickRequest, read_request
+
+
+class EarlyStart(Protocol):
+    """A request the proxy started from ``data_received`` (see the module docstring)."""
+
+    def abandon(self) -> None:
+        """The connection closed before the handler claimed it: end it and record it."""
+
+    def undo(self) -> None:
+        """aiohttp read the request differently: stop it, leave no trace (the ordinary
+        path handles the request)."""
+
+
+EarlyHook = Callable[[QuickRequest, "StampingRequestHandler", int], EarlyStart | None]
+"""``(request, protocol, t0_ns)`` → the started request, or None to leave the request to
+its handler."""
 
 
 class StampingRequestHandler(web.RequestHandler):
@@ -33,12 +64,20 @@ class StampingRequestHandler(web.RequestHandler):
     (after it opens, and after each response): aiohttp's server has no header timeout,
     so a client sending half a request head would hold its connection for ever."""
 
-    __slots__ = ("_head_since", "_head_timer", "head_timeout_s", "rx_stamps")
+    __slots__ = ("_head_since", "_head_timer", "early", "early_payload", "early_start",
+                 "head_timeout_s", "open_requests", "rx_stamps")
 
     def __init__(self, manager: web.Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.rx_stamps: deque[int] = deque()
         self.head_timeout_s: float | None = None
+        self.early_start: EarlyHook | None = None
+        self.early: EarlyStart | None = None
+        """The request started early and not yet claimed by its handler."""
+        self.early_payload: StreamReader | None = None
+        """Its body stream: the handler's request is matched to it by this."""
+        self.open_requests = 0
+        """Requests handed to a handler whose response is not written in full yet."""
         self._head_since: float | None = None  # loop time since a head is awaited
         self._head_timer: asyncio.TimerHandle | None = None
 
@@ -51,6 +90,9 @@ class StampingRequestHandler(web.RequestHandler):
             self._head_timer.cancel()
             self._head_timer = None
         super().connection_lost(exc)
+        early, self.early, self.early_payload = self.early, None, None
+        if early is not None:
+            early.abandon()
 
     def data_received(self, data: bytes) -> None:
         now = perf_counter_ns()
@@ -58,6 +100,17 @@ class StampingRequestHandler(web.RequestHandler):
         if queue is None:
             super().data_received(data)
             return
+        early: EarlyStart | None = None
+        quick: QuickRequest | None = None
+        start = self.early_start
+        # nothing else open on this connection (pipelined requests keep their order)
+        if start is not None and not queue and not self.open_requests and self.early is None:
+            quick = read_request(data)
+            if quick is not None:
+                try:
+                    early = start(quick, self, now)
+                except Exception:  # never at the cost of the connection: the ordinary way
+                    early = None
         before = len(queue)
         super().data_received(data)
         added = len(queue) - before
@@ -65,6 +118,16 @@ class StampingRequestHandler(web.RequestHandler):
             self._head_since = None
             for _ in range(added):
                 self.rx_stamps.append(now)
+        if early is not None:
+            assert quick is not None
+            message, payload = queue[-1] if added == 1 else (None, None)
+            if (isinstance(message, RawRequestMessage) and payload is not None
+                    and payload.is_eof() and message.method == quick.method
+                    and message.path == quick.target and message.version == quick.version
+                    and not message.upgrade):
+                self.early, self.early_payload = early, payload
+            else:
+                early.undo()
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this after every read of a request body, paused or
@@ -76,10 +139,21 @@ class StampingRequestHandler(web.RequestHandler):
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
-        out = await super().finish_response(request, resp, start_time)
+        try:
+            out = await super().finish_response(request, resp, start_time)
+        finally:
+            self.request_done(request)
         if not getattr(self, "_messages", None):
             self._await_head()
         return out
+
+    def request_done(self, request: web.BaseRequest) -> None:
+        """``request``'s response is written in full (by the relay as its last byte goes
+        out, or when aiohttp finishes it, whichever comes first): the next request on this
+        connection may start early."""
+        if isinstance(request, StampedRequest) and request.open:
+            request.open = False
+            self.open_requests = max(0, self.open_requests - 1)
 
     def _await_head(self) -> None:
         """From now on a complete request head is due within ``head_timeout_s``. One timer
@@ -108,13 +182,16 @@ class StampingRequestHandler(web.RequestHandler):
 class StampingServer(web.Server):
     """``web.Server`` whose connections are :class:`StampingRequestHandler`."""
 
-    def __init__(self, *args: Any, head_timeout_s: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, head_timeout_s: float | None = None,
+                 early_start: EarlyHook | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.head_timeout_s = head_timeout_s
+        self.early_start = early_start
 
     def __call__(self) -> web.RequestHandler:
         handler = StampingRequestHandler(self, loop=self._loop, **self._kwargs)
         handler.head_timeout_s = self.head_timeout_s
+        handler.early_start = self.early_start
         return handler
 
     def _make_request(
@@ -126,9 +203,12 @@ class StampingServer(web.Server):
         task: asyncio.Task[None],
     ) -> web.BaseRequest:
         request = StampedRequest(message, payload, protocol, writer, task, self._loop)
-        stamps = getattr(protocol, "rx_stamps", None)
-        if stamps:
-            request.t0_ns = stamps.popleft()
+        if isinstance(protocol, StampingRequestHandler):
+            stamps = protocol.rx_stamps
+            if stamps:
+                request.t0_ns = stamps.popleft()
+            protocol.open_requests += 1
+            request.open = True
         return request
 
 
@@ -136,9 +216,21 @@ class StampedRequest(web.BaseRequest):
     """A request that knows when its headers were read."""
 
     t0_ns: int | None = None
+    open: bool = False
+    """Counted in its connection's ``open_requests``."""
 
 
 def t0_ns_of(request: web.BaseRequest) -> int:
     """The request's headers-read time (``perf_counter_ns``), or now when unknown."""
     stamp = getattr(request, "t0_ns", None)
     return stamp if isinstance(stamp, int) else perf_counter_ns()
+
+
+def claim_early(request: web.BaseRequest) -> EarlyStart | None:
+    """The request's early start, taken from its connection (None when it had none)."""
+    protocol = request.protocol
+    if isinstance(protocol, StampingRequestHandler) and protocol.early is not None and (
+            protocol.early_payload is request.content):
+        early, protocol.early, protocol.early_payload = protocol.early, None, None
+        return early
+    return None

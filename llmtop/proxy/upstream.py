@@ -460,13 +460,21 @@ class UpstreamPool:
         self._idle: deque[UpstreamConnection] = deque()
         self._all: set[UpstreamConnection] = set()
 
-    async def acquire(self, fresh: bool = False) -> UpstreamConnection:
-        """An idle keep-alive connection, or a new one. Raises ConnectFailed/ConnectTimeout."""
+    def take_idle(self) -> UpstreamConnection | None:
+        """An idle keep-alive connection now, or None when there is none."""
         idle = self._idle
-        while idle and not fresh:
+        while idle:
             conn = idle.pop()
             if conn.usable:
                 conn.reused = True
+                return conn
+        return None
+
+    async def acquire(self, fresh: bool = False) -> UpstreamConnection:
+        """An idle keep-alive connection, or a new one. Raises ConnectFailed/ConnectTimeout."""
+        if not fresh:
+            conn = self.take_idle()
+            if conn is not None:
                 return conn
         loop = asyncio.get_running_loop()
         try:
