@@ -296,3 +296,21 @@ async def test_client_reads_replies_and_reconnects_after_close(
     client.close()
     with pytest.raises(ValueError):
         IngestClient("https://127.0.0.1:1/x", TOKEN)
+
+
+def test_fleet_active_is_the_union_of_the_workers_open_requests() -> None:
+    fleet = FleetActive()
+    a = [dataclasses.replace(active(i), id=f"w0-{i}") for i in range(3)]
+    b = [dataclasses.replace(active(i), id=f"w1-{i}") for i in range(2)]
+    fleet.update(0, a)
+    fleet.update(1, b)
+    assert len(fleet) == 5 and sorted(fleet) == sorted(x.id for x in a + b)
+    assert list(fleet.values()) == [fleet[k] for k in fleet] == a + b
+    assert dict(fleet.items()) == {x.id: x for x in a + b}
+    assert b[1] in fleet.values() and "w1-1" in fleet and "nope" not in fleet
+    fleet.update(0, a[:1])  # worker 0's next report replaces its set
+    assert list(fleet.values()) == a[:1] + b
+    fleet.drop(1)
+    assert list(fleet.values()) == a[:1] and len(fleet) == 1
+    with pytest.raises(KeyError):
+        fleet["w1-0"]
