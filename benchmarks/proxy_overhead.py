@@ -17,7 +17,10 @@ to level), and compares what the client saw with the simulator's ground truth
 * coalesced chunks: content chunks that reached the client in the same read as an
   earlier content chunk (direct shows what the machine itself merges);
 * proxy CPU µs per content chunk, from ``/proc/<pid>/stat`` of the proxy's process tree;
-* RSS per open stream: (peak RSS during the phase − RSS of the idle, warmed-up proxy) / N.
+* RSS per open stream: RSS sampled every 0.2 s during the phase is fitted as idle + N ×
+  per-stream + growth × t (``split_rss``): memory that comes with open streams is there
+  from the first second; what the proxy keeps of finished requests (bounded histories)
+  grows with time and is shown apart, as KiB/s. The JSON also has the peak-over-idle figure.
 
 The load generator is a bare asyncio protocol on uvloop in this process; every process
 shares this machine's cores, so at high concurrency the absolute figures measure the
@@ -374,6 +377,11 @@ class Result:
     chunk_delay: list[float] = field(default_factory=list)
     cpu_us_per_chunk: float | None = None
     rss_kib_per_stream: float | None = None
+    """Memory that comes with an open stream (see ``split_rss``)."""
+    rss_growth_kib_s: float | None = None
+    """What the phase's RSS grew by per second besides (kept history of finished requests)."""
+    rss_peak_kib_per_stream: float | None = None
+    """(Peak RSS − idle RSS) / streams: the two above in one figure."""
     chunks_per_s: float = 0.0
     unmatched: int = 0
 
@@ -382,18 +390,17 @@ async def measure(target: str, url: str, pids: list[int], idle_rss: int, sim_url
                   n: int, duration: float, max_tokens: int, usage: bool,
                   session: aiohttp.ClientSession) -> Result:
     cpu0 = cpu_s(pids)
-    peak = 0
+    samples: list[tuple[float, int]] = []
     stop = asyncio.Event()
+    t0 = time.time()
 
     async def sample() -> None:
-        nonlocal peak
         while not stop.is_set():
-            peak = max(peak, rss_kib(pids))
+            samples.append((time.time() - t0, rss_kib(pids)))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.2)
 
     sampler = asyncio.create_task(sample())
-    t0 = time.time()
     phase = await run_load(url, n, duration, max_tokens, usage)
     took = time.time() - t0
     stop.set()
@@ -418,9 +425,34 @@ async def measure(target: str, url: str, pids: list[int], idle_rss: int, sim_url
     res.chunks_per_s = res.chunks / took if took > 0 else 0.0
     if pids and res.chunks:
         res.cpu_us_per_chunk = (cpu1 - cpu0) / res.chunks * 1e6
-    if pids and peak:
-        res.rss_kib_per_stream = max(0, peak - idle_rss) / n
+    if pids and samples:
+        per_stream, growth = split_rss(samples, idle_rss, n, ramp_s=min(1.0, duration / 4))
+        res.rss_kib_per_stream = per_stream
+        res.rss_growth_kib_s = growth
+        res.rss_peak_kib_per_stream = max(0, max(r for _, r in samples) - idle_rss) / n
     return res
+
+
+def split_rss(samples: list[tuple[float, int]], idle_kib: int, n: int, ramp_s: float
+              ) -> tuple[float, float | None]:
+    """RSS while ``n`` streams are open = idle + n × per-stream + growth × t: the memory
+    that comes with open streams is there from the first second on; what the proxy keeps of
+    finished requests (bounded histories: recent requests, the detectors' last 30 s, the
+    histogram tables) grows with time instead, and would otherwise be counted as per-stream
+    cost by a short phase. A least-squares line through the samples after ``ramp_s`` splits
+    the two: per-stream KiB from its value at t = 0, history growth KiB/s from its slope
+    (both reported). Too few samples: the peak over idle, as one figure."""
+    pts = [(t, r) for t, r in samples if t >= ramp_s]
+    if len(pts) < 3:
+        return max(0, max(r for _, r in samples) - idle_kib) / n, None
+    k = len(pts)
+    mt = sum(t for t, _ in pts) / k
+    mr = sum(r for _, r in pts) / k
+    var = sum((t - mt) ** 2 for t, _ in pts)
+    slope = sum((t - mt) * (r - mr) for t, r in pts) / var if var > 0 else 0.0
+    slope = max(0.0, slope)
+    at0 = mr - slope * mt
+    return max(0.0, at0 - idle_kib) / n, slope
 
 
 def ms(x: float | None) -> str:
@@ -436,7 +468,7 @@ def print_table(mode: str, rows: list[tuple[Result, Result]]) -> None:
     print(f"\n== {mode} ==")
     print(f"{'streams':>7} {'via':<7} {'reqs':>5} {'chunks/s':>8} "
           f"{'+TTFT p50':>9} {'+TTFT p99':>9} {'+chunk p50':>10} {'+chunk p99':>10} "
-          f"{'coalesced':>9} {'CPU us/chunk':>12} {'RSS KiB/stream':>14}")
+          f"{'coalesced':>9} {'CPU us/chunk':>12} {'RSS KiB/stream':>14} {'+KiB/s':>6}")
     for res, base in rows:
         if res.target == "direct":
             extra = (f"  (direct: client-engine TTFT overhead p50 {ms(pct(res.ttft_over, 50))}"
@@ -447,12 +479,13 @@ def print_table(mode: str, rows: list[tuple[Result, Result]]) -> None:
             continue
         cpu = "n/a" if res.cpu_us_per_chunk is None else f"{res.cpu_us_per_chunk:.1f}"
         rss = "n/a" if res.rss_kib_per_stream is None else f"{res.rss_kib_per_stream:.1f}"
+        grow = "n/a" if res.rss_growth_kib_s is None else f"{res.rss_growth_kib_s:.0f}"
         print(f"{res.n:>7} {res.target:<7} {res.requests:>5} {res.chunks_per_s:>8.0f} "
               f"{ms(added(res, base, 'ttft_over', 50)):>9} "
               f"{ms(added(res, base, 'ttft_over', 99)):>9} "
               f"{ms(added(res, base, 'chunk_delay', 50)):>10} "
               f"{ms(added(res, base, 'chunk_delay', 99)):>10} {res.coalesced:>9} "
-              f"{cpu:>12} {rss:>14}"
+              f"{cpu:>12} {rss:>14} {grow:>6}"
               + (f"  errors {res.errors}" if res.errors else "")
               + (f"  unmatched {res.unmatched}" if res.unmatched else ""))
 
@@ -578,6 +611,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 "chunk_delay_p99_s": pct(r.chunk_delay, 99),
                 "cpu_us_per_chunk": r.cpu_us_per_chunk,
                 "rss_kib_per_stream": r.rss_kib_per_stream,
+                "rss_growth_kib_s": r.rss_growth_kib_s,
+                "rss_peak_kib_per_stream": r.rss_peak_kib_per_stream,
             } for name, r in by.items()} for n, by in level_rows.items()}
         return verdict(mode, level_rows)
     finally:
