@@ -7,7 +7,9 @@
                                         ``max_age=S`` accepts a snapshot built up to S
                                         seconds ago (0–10; default 0: a fresh one)
 ``GET  /llmtop/v1/requests``            ``?state=active|recent`` (default active),
-                                        ``&limit=N`` (recent: the last N, default 100)
+                                        ``&limit=N`` (recent: the last N, default 100);
+                                        ``max_age=S`` as for the snapshot (a list built
+                                        up to S seconds ago will do)
 ``GET  /metrics``                       Prometheus text exposition
 ``POST /llmtop/v1/recording``           ``{"action": "start", "path": "..."}`` or
                                         ``{"action": "stop"}``
@@ -89,6 +91,9 @@ class AdminContext:
     """The last snapshot built per (window, mergeable): when (monotonic) and its JSON.
     Callers that accept some age (``max_age``: the TUI, dashboards polling fast) share
     it, so ten TUIs at 10 Hz cost the proxy what one costs."""
+    request_lists: dict[tuple[str, int], tuple[float, bytes]] = field(default_factory=dict)
+    """The same for ``/requests``, per (state, limit): the active list is built and
+    encoded once per ``max_age`` however many screens poll it."""
 
 
 CTX: Final = web.AppKey("llmtop_admin_ctx", AdminContext)
@@ -153,13 +158,9 @@ async def snapshot(request: web.Request) -> web.Response:
         return json_error(400, f"window must be one of 10, 60, 300, all (got {raw!r})")
     flag = request.query.get("user_histograms", "").lower()
     mergeable = flag in ("1", "true", "yes")
-    try:
-        max_age = float(request.query.get("max_age", "0"))
-    except ValueError:
-        max_age = -1.0
-    if not 0.0 <= max_age <= MAX_AGE_LIMIT_S:  # also NaN
-        return json_error(400, f"max_age must be a number of seconds from 0 to "
-                               f"{MAX_AGE_LIMIT_S:g}")
+    max_age = _max_age(request)
+    if max_age is None:
+        return _max_age_error()
     key = (raw, mergeable)
     now = time.monotonic()
     hit = ctx.snapshots.get(key)
@@ -175,6 +176,20 @@ async def snapshot(request: web.Request) -> web.Response:
     return resp
 
 
+def _max_age(request: web.Request) -> float | None:
+    """The ``max_age`` parameter (0 when absent: a fresh answer); ``None`` when invalid."""
+    try:
+        max_age = float(request.query.get("max_age", "0"))
+    except ValueError:
+        return None
+    return max_age if 0.0 <= max_age <= MAX_AGE_LIMIT_S else None  # also NaN
+
+
+def _max_age_error() -> web.Response:
+    return json_error(400, f"max_age must be a number of seconds from 0 to "
+                           f"{MAX_AGE_LIMIT_S:g}")
+
+
 async def requests_(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     state = request.query.get("state", "active").strip().lower()
@@ -184,13 +199,25 @@ async def requests_(request: web.Request) -> web.Response:
         return json_error(400, "limit must be an integer")
     if not 0 <= limit <= RECENT_MAX:
         return json_error(400, f"limit must be between 0 and {RECENT_MAX}")
+    if state not in ("active", "recent"):
+        return json_error(400, f"state must be active or recent (got {state!r})")
+    max_age = _max_age(request)
+    if max_age is None:
+        return _max_age_error()
+    key = (state, limit if state == "recent" else 0)
+    now = time.monotonic()
+    hit = ctx.request_lists.get(key)
+    if hit is not None and now - hit[0] <= max_age:
+        return web.Response(body=hit[1], content_type="application/json")
     if state == "active":
         now_ns = time.perf_counter_ns()
         acts = sorted(ctx.active.values(), key=lambda a: a.t0_ns)
-        return json_response([a.to_json_dict(now_ns) for a in acts])
-    if state == "recent":
-        return json_response(ctx.aggregator.recent_requests(limit))
-    return json_error(400, f"state must be active or recent (got {state!r})")
+        resp = json_response([a.to_json_dict(now_ns) for a in acts])
+    else:
+        resp = json_response(ctx.aggregator.recent_requests(limit))
+    if isinstance(resp.body, bytes):
+        ctx.request_lists[key] = (now, resp.body)
+    return resp
 
 
 class _Collected:

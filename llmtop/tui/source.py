@@ -189,8 +189,9 @@ class AdminSource:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._merge: MergeFn | None = merge
         self.max_age_s = max_age_s
-        """A snapshot built up to this long ago will do (``?max_age``): a proxy then builds
-        at most one per that period however many screens poll it, however fast."""
+        """A snapshot (and a list of active requests) built up to this long ago will do
+        (``?max_age``): a proxy then builds at most one per that period however many
+        screens poll it, however fast."""
         if len(self.urls) > 1 and self._merge is None:
             self._merge = load_merge()
         self._session: aiohttp.ClientSession | None = None
@@ -254,9 +255,13 @@ class AdminSource:
             raise SourceUnavailable(f"cannot merge the proxies' snapshots: {exc}") from None
 
     async def active_requests(self) -> list[dict[str, Any]]:
+        params = {"state": "active"}
+        if self.max_age_s > 0:
+            params["max_age"] = f"{self.max_age_s:g}"
+
         async def one(url: str) -> list[dict[str, Any]]:
             try:
-                got = await self._get(url, REQUESTS_PATH, {"state": "active"})
+                got = await self._get(url, REQUESTS_PATH, params)
             except _Failure:
                 return []
             if isinstance(got, dict):

@@ -259,3 +259,40 @@ async def test_max_age_shares_one_snapshot_between_fast_pollers(
     finally:
         await source.close()
     assert via_tui["system"]["requests"] == 7 and via_tui["time"] == fresh["time"]
+
+
+async def test_max_age_shares_the_request_lists_between_fast_pollers(
+        make_server: Callable[..., Any]) -> None:
+    from llmtop.tui.source import AdminSource
+
+    srv = await make_server()
+    url = srv.url + "/llmtop/v1/requests"
+    for bad in ("abc", "-1", "11", "nan"):
+        status, body, _ = await get(f"{url}?state=active&max_age={bad}")
+        assert status == 400 and "max_age" in body["error"], bad
+    _, first, _ = await get(url + "?state=active&max_age=5")
+    assert [r["id"] for r in first] == ["live"]
+    srv.ctx.active["next"] = ActiveRequest("next", "dave", "m", "openai",
+                                           "/v1/chat/completions", True, T0,
+                                           time.perf_counter_ns())
+    _, shared, _ = await get(url + "?state=active&max_age=5")
+    assert shared == first  # built once, served twice (ages and all)
+    _, fresh, _ = await get(url + "?state=active")  # no max_age: always a fresh list
+    assert [r["id"] for r in fresh] == ["live", "next"]
+    assert fresh[0]["age_s"] > first[0]["age_s"]
+    _, default_state, _ = await get(url + "?max_age=5")  # active is the default state
+    assert [r["id"] for r in default_state] == ["live", "next"]
+    _, recent2, _ = await get(url + "?state=recent&limit=2&max_age=5")
+    srv.bus.publish(rec(60, "erin"))
+    srv.bus.drain()
+    _, recent3, _ = await get(url + "?state=recent&limit=3&max_age=5")  # its own list
+    assert [r["id"] for r in recent2] == ["r4", "r5"]
+    assert [r["id"] for r in recent3] == ["r4", "r5", "r60"]
+    _, recent2_again, _ = await get(url + "?state=recent&limit=2&max_age=5")
+    assert recent2_again == recent2
+    source = AdminSource([srv.url], max_age_s=5)  # what the TUI commands send
+    try:
+        via_tui = await source.active_requests()
+    finally:
+        await source.close()
+    assert [r["id"] for r in via_tui] == ["live", "next"] and via_tui == default_state
