@@ -25,9 +25,14 @@ from dataclasses import dataclass
 
 from multidict import CIMultiDict
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_TARGET = re.compile(rb"/[!-~]*")
-_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_T = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_HEAD = re.compile(
+    _T + rb" /[!-~]* HTTP/1\.[01]"  # request line: origin-form target, no blanks or controls
+    rb"(?:\r\n" + _T + rb":[\t\x20-\x7e\x80-\xff]*)*"  # fields: token, values w/o controls
+)
+"""A whole request head (less its blank line) of the plain kind: CRLF line ends only (a
+bare CR or LF is a control byte, allowed nowhere), no line folding (a field line starts
+with a token)."""
 _NOT_HERE = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
 MAX_HEAD = 16384
 """A longer head is left to aiohttp (its own limit is 8190 bytes per line)."""
@@ -62,35 +67,21 @@ def read_request(data: bytes) -> QuickRequest | None:
     if end < 0:
         return None
     head = data[:end]
-    if head.count(b"\n") != head.count(b"\r\n") or head.count(b"\r") != head.count(b"\r\n"):
-        return None  # a bare LF or CR
+    if _HEAD.fullmatch(head) is None:
+        return None
     lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3:
-        return None
-    method, target, version = parts
-    if _TOKEN.fullmatch(method) is None or _TARGET.fullmatch(target) is None:
-        return None
+    method, target, version = lines[0].split(b" ")
     if b"%" in target or b"/." in target.partition(b"?")[0] or target.startswith(b"//"):
-        return None
-    if version == b"HTTP/1.1":
-        ver = (1, 1)
-    elif version == b"HTTP/1.0":
-        ver = (1, 0)
-    else:
         return None
     raw: list[tuple[bytes, bytes]] = []
     length: int | None = None
+    not_here = _NOT_HERE
     for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or _TOKEN.fullmatch(name) is None:
-            return None  # also an obs-fold line, which starts with a blank
-        value = value.strip(b" \t")
-        if _BAD_VALUE.search(value) is not None:
-            return None
+        name, _, value = line.partition(b":")
         low = name.lower()
-        if low in _NOT_HERE:
+        if low in not_here:
             return None
+        value = value.strip(b" \t")
         if low == b"content-length":
             if length is not None or not value.isdigit():
                 return None
@@ -104,7 +95,7 @@ def read_request(data: bytes) -> QuickRequest | None:
         method=method.decode("ascii"),
         target=text_target,
         path=text_target.partition("?")[0],
-        version=ver,
+        version=(1, 1) if version == b"HTTP/1.1" else (1, 0),
         raw_headers=tuple(raw),
         has_length=length is not None,
         body=data[start:],

@@ -58,6 +58,11 @@ def test_a_plain_request_is_read_whole() -> None:
     _request().replace(b"Host: h", b"Ho st: h"),
     _request().replace(b"Host: h", b"Host: h\x01"),
     _request().replace(b"Host: h", b"Host h"),
+    _request().replace(b"Host: h", b": h"),  # no name
+    _request().replace(b"Host: h", b"Host: h\rX"),  # a bare CR inside a value
+    _request().replace(b"Host: h", b"Host: h\x7f"),
+    _request().replace(b"POST /v1", b"POST\t/v1"),
+    _request().replace(b"HTTP/1.1", b"http/1.1"),
     b"POST / HTTP/1.1\r\nHost: h\r\n",  # head not ended
 ])
 def test_anything_unusual_is_left_to_the_ordinary_path(raw: bytes) -> None:
