@@ -155,6 +155,40 @@ def test_fast_path_agrees_with_json(obj: dict[str, Any], spaced: bool, ascii_onl
     assert (n, t) == ((1, 1) if want else (0, 0))
 
 
+@settings(max_examples=200, deadline=None)
+@given(obj=_chunk, spaced=st.booleans())
+def test_the_first_event_reads_the_same_off_its_bytes(obj: dict[str, Any], spaced: bool
+                                                      ) -> None:
+    """The first event's model is read off its bytes when written plainly (no full decode);
+    the content verdict and the model are what the JSON says."""
+    seps = (", ", ": ") if spaced else (",", ":")
+    p = OpenAIStreamParser()
+    n, t = p.feed(b"data: " + json.dumps(obj, separators=seps).encode() + b"\n\n")
+    want = _choices_have_content(obj["choices"], "delta")
+    assert (n, t) == ((1, 1) if want else (0, 0))
+    assert p.model == obj["model"]
+
+
+def test_a_model_with_escapes_is_decoded_in_full() -> None:
+    p = OpenAIStreamParser()
+    first = {"id": "c", "model": 'org/m "q"', "choices": [{"delta": {"content": "x"}}]}
+    assert feed(p, sse(first)) == (1, 1)
+    assert p.model == 'org/m "q"'
+
+
+def test_the_usage_event_read_by_stripper_and_parser_is_decoded_once() -> None:
+    from llmtop.proxy.dialects import _common
+
+    event = {"id": "c", "model": "m", "choices": [], "usage": {
+        "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    raw = json.dumps(event).encode()
+    first = _common.loads_event(raw)
+    again = _common.loads_event(bytes(bytearray(raw)))  # equal bytes, another object
+    assert first == event and again is first
+    other = _common.loads_event(raw.replace(b'"m"', b'"n"'))
+    assert other["model"] == "n" and _common.loads_event(raw) == event
+
+
 # -- non-streaming bodies ----------------------------------------------------------------
 
 def body(obj: Any, max_body_bytes: int = 1 << 20) -> tuple[OpenAIBodyParser, tuple[int, int]]:

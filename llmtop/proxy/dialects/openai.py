@@ -30,6 +30,7 @@ from llmtop.proxy.dialects._common import (
     ParserState,
     error_text,
     loads,
+    loads_event,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.openai_usage import (
@@ -111,6 +112,10 @@ def _error_of(obj: dict[str, Any]) -> str | None:
     return None
 
 
+_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
+"""The model of a chunk, when written plainly (no escapes in it)."""
+
+
 class OpenAIStreamParser(ParserState):
     """An OpenAI-style SSE stream (see the module docstring for what counts)."""
 
@@ -169,6 +174,16 @@ class OpenAIStreamParser(ParserState):
         events = self._sse.finish()
         return self._handle(events) if events else ZERO
 
+    def _model_from_bytes(self, data: bytes) -> bool:
+        """The first event's model read off its bytes (the fast path needs it read once);
+        False when it is not there plainly, and the event is then decoded in full."""
+        m = _MODEL.search(data)
+        if m is None:
+            return False
+        self._set_model(m.group(1).decode("utf-8", "replace"))
+        self._warm = True
+        return True
+
     def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
         n = tokens = 0
         for ev in events:
@@ -177,12 +192,12 @@ class OpenAIStreamParser(ParserState):
                 self.done = True
                 continue
             if (
-                self._warm
-                and data.startswith(b"{")
+                data.startswith(b"{")
                 and data.endswith(b"}")
                 and ev.event != "error"
                 and data.find(b'"error"') < 0
                 and (data.find(b'"usage"') < 0 or _USAGE_OBJ.search(data) is None)
+                and (self._warm or self._model_from_bytes(data))
             ):
                 i = data.find(b'"content":"')  # compact JSON, the common case
                 if (i >= 0 and data[i + 11 : i + 12] != b'"') or _CONTENT_KEY.search(
@@ -192,7 +207,7 @@ class OpenAIStreamParser(ParserState):
                     tokens += 1
                     self._counted += 1
                 continue
-            obj = loads(data)
+            obj = loads_event(data)
             if obj is BAD or not isinstance(obj, dict):
                 if ev.event == "error":
                     self._fail(error_text(data.decode("utf-8", "replace")))

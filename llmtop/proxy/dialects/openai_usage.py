@@ -14,7 +14,7 @@ import json
 import re
 from typing import Final
 
-from llmtop.proxy.dialects._common import BAD, MAX_EVENT_BYTES, loads
+from llmtop.proxy.dialects._common import BAD, MAX_EVENT_BYTES, loads, loads_event
 from llmtop.proxy.dialects.sse import SSEFramer
 
 __all__ = ["UsageChunkStripper", "add_include_usage", "is_usage_event", "is_usage_rejection"]
@@ -48,7 +48,7 @@ def is_usage_event(block: bytes) -> bool:
         framer = SSEFramer(len(block) + 1)
         datas = [ev.data for ev in framer.feed(block) + framer.finish()]
     for data in datas:
-        obj = loads(data)
+        obj = loads_event(data)
         if isinstance(obj, dict) and obj.get("choices") == [] and isinstance(
             obj.get("usage"), dict
         ):
