@@ -5,7 +5,9 @@
                                         ``user_histograms=1`` for what an exact merge
                                         needs: per-user histograms and ``capacity.bins``;
                                         ``max_age=S`` accepts a snapshot built up to S
-                                        seconds ago (0–10; default 0: a fresh one)
+                                        seconds ago (0–10; default 0: a fresh one);
+                                        ``histograms=0`` leaves the system's encoded
+                                        histograms out (a screen that does not merge)
 ``GET  /llmtop/v1/requests``            ``?state=active|recent`` (default active),
                                         ``&limit=N`` (recent: the last N, default 100);
                                         ``max_age=S`` as for the snapshot (a list built
@@ -87,8 +89,9 @@ class AdminContext:
     """Paths whose handlers authenticate the caller themselves (the coordinator's ingest
     route, checked against the workers' own secret): the admin token is not asked there,
     since the workers do not hold it."""
-    snapshots: dict[tuple[str, bool], tuple[float, bytes]] = field(default_factory=dict)
-    """The last snapshot built per (window, mergeable): when (monotonic) and its JSON.
+    snapshots: dict[tuple[str, bool, bool], tuple[float, bytes]] = field(default_factory=dict)
+    """The last snapshot built per (window, mergeable, histograms): when (monotonic) and
+    its JSON.
     Callers that accept some age (``max_age``: the TUI, dashboards polling fast) share
     it, so ten TUIs at 10 Hz cost the proxy what one costs."""
     request_lists: dict[tuple[str, int], tuple[float, bytes]] = field(default_factory=dict)
@@ -158,16 +161,17 @@ async def snapshot(request: web.Request) -> web.Response:
         return json_error(400, f"window must be one of 10, 60, 300, all (got {raw!r})")
     flag = request.query.get("user_histograms", "").lower()
     mergeable = flag in ("1", "true", "yes")
+    with_hist = request.query.get("histograms", "1").lower() not in ("0", "false", "no")
     max_age = _max_age(request)
     if max_age is None:
         return _max_age_error()
-    key = (raw, mergeable)
+    key = (raw, mergeable, with_hist)
     now = time.monotonic()
     hit = ctx.snapshots.get(key)
     if hit is not None and now - hit[0] <= max_age:
         return web.Response(body=hit[1], content_type="application/json")
     snap = ctx.aggregator.snapshot(WINDOW_PARAMS[raw], user_histograms=mergeable,
-                                   capacity_bins=mergeable)
+                                   capacity_bins=mergeable, histograms=with_hist)
     snap.update(ctx.extra_info)
     snap["recording"] = ctx.recording.status() if ctx.recording is not None else None
     resp = json_response(snap)

@@ -351,7 +351,7 @@ class Aggregator:
 
     def snapshot(
         self, window_s: int | None = 60, *, user_histograms: bool = False,
-        capacity_bins: bool = True,
+        capacity_bins: bool = True, histograms: bool = True,
     ) -> dict[str, Any]:
         """The admin API's snapshot over the last ``window_s`` seconds (``None`` = all).
 
@@ -359,11 +359,14 @@ class Aggregator:
         :func:`llmtop.metrics.merge.merge_snapshots` merges per-user percentiles exactly
         (opt-in: a zlib stream per histogram, tens of ms with 100 users).
         ``capacity_bins`` keeps ``capacity.bins`` (what merging the capacity estimate needs).
+        ``histograms=False`` leaves the system's encoded histograms (``histograms``) out:
+        a screen of one proxy does not read them, and encoding them is a quarter of the
+        build.
         """
         from llmtop.metrics.snapshot import build_snapshot
 
         return build_snapshot(self, window_s, user_histograms=user_histograms,
-                              capacity_bins=capacity_bins)
+                              capacity_bins=capacity_bins, histograms=histograms)
 
     def recent_requests(self, limit: int = 100) -> list[dict[str, Any]]:
         """The last ``limit`` finished requests, oldest first, in the recording's shape."""

@@ -189,8 +189,8 @@ def _rates(c: Sequence[int], span: float) -> dict[str, Any]:
 
 
 def build_snapshot(agg: Aggregator, window_s: int | None,
-                   *, user_histograms: bool = False, capacity_bins: bool = True
-                   ) -> dict[str, Any]:
+                   *, user_histograms: bool = False, capacity_bins: bool = True,
+                   histograms: bool = True) -> dict[str, Any]:
     """The snapshot dict of ``agg`` over ``window_s`` (10, 60, 300 or ``None`` = all).
     ``capacity_bins=False`` leaves ``capacity.bins`` out (one per concurrency level seen:
     a thousand after a soak, most of the snapshot's JSON; only merging needs them)."""
@@ -223,8 +223,8 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
     }
     sys_table = split.extract([group_id(m, 0) for m in range(len(METRICS))])
     latency = summaries(sys_table, METRICS)
-    histograms = dict(zip(METRICS, encode_many(sys_table.keys, sys_table.counts,
-                                               len(METRICS)), strict=True))
+    encoded = dict(zip(METRICS, encode_many(sys_table.keys, sys_table.counts,
+                                            len(METRICS)), strict=True)) if histograms else None
 
     user_ids = [sid for sid in agg.users.tracked()
                 if counters[sid][C_REQ] or counters[sid][C_OUT] or sid in per_user_live]
@@ -279,7 +279,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         for w in sorted(agg.warnings.values(), key=lambda w: (w.t, w.code))
     ]
     cap = agg.capacity.estimate(agg.slo.target, with_bins=capacity_bins)
-    return {
+    snap = {
         "version": VERSION,
         "time": now,
         "window_s": window_s,
@@ -290,7 +290,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "engine": engine_section(agg, window_s, now),
         "capacity": cap,
         "warnings": warnings,
-        "histograms": histograms,
+        "histograms": encoded,
         "models": models,
         "series": list(agg.series),
         "slo": agg.slo.as_dict(),
@@ -301,4 +301,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "top_users": agg.users.capacity,
         "clamped_values": agg.clamped,
     }
+    if encoded is None:
+        del snap["histograms"]
+    return snap
 

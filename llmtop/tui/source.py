@@ -241,6 +241,8 @@ class AdminSource:
             params["max_age"] = f"{self.max_age_s:g}"
         if len(self.urls) > 1:
             params["user_histograms"] = "1"  # per-user percentiles then merge exactly
+        else:
+            params["histograms"] = "0"  # only a merge reads them
         snaps = await asyncio.gather(*(self._snapshot_from(u, params) for u in self.urls))
         ok = [s for s in snaps if s is not None]
         if not ok:

@@ -296,3 +296,26 @@ async def test_max_age_shares_the_request_lists_between_fast_pollers(
     finally:
         await source.close()
     assert [r["id"] for r in via_tui] == ["live", "next"] and via_tui == default_state
+
+
+async def test_histograms_0_leaves_the_encoded_histograms_out(
+        make_server: Callable[..., Any]) -> None:
+    from llmtop.tui.source import AdminSource
+
+    srv = await make_server()
+    snap_url = srv.url + "/llmtop/v1/snapshot"
+    _, full, _ = await get(snap_url + "?max_age=5")
+    _, lean, _ = await get(snap_url + "?max_age=5&histograms=0")
+    assert set(full["histograms"]) == {"ttft", "itl", "chunk_gap", "tpot", "e2e"}
+    assert "histograms" not in lean  # not the shared full one: cached apart
+    full.pop("histograms")
+    assert {k: v for k, v in lean.items() if k != "time"} == \
+        {k: v for k, v in full.items() if k != "time"}
+    _, again, _ = await get(snap_url + "?max_age=5")
+    assert "histograms" in again
+    source = AdminSource([srv.url], max_age_s=5)  # one proxy: the TUI does not ask them
+    try:
+        via_tui = await source.fetch(60)
+    finally:
+        await source.close()
+    assert "histograms" not in via_tui and via_tui["system"]["requests"] == 6
