@@ -21,18 +21,16 @@ from aiohttp import web
 from llmtop import workers
 from llmtop.bus import EventBus
 from llmtop.events import ActiveRequest, Event, RequestRecord, WarningEvent
-from llmtop.workers import (
+from llmtop.workers import EventForwarder, FleetActive, IngestClient, ingest_route
+from llmtop.workers_wire import (
     INGEST_PATH,
     RECORD_FIELDS,
+    RECORD_ROW,
     TOKEN_HEADER,
     WIRE_VERSION,
-    EventForwarder,
-    FleetActive,
-    IngestClient,
     IngestError,
     decode_batch,
     encode_batch,
-    ingest_route,
 )
 
 TOKEN = "s3cret-token"
@@ -96,9 +94,9 @@ def _payload(items: list[object], rows: list[object], *, worker: object = 0) -> 
 
 
 def _bad_row(field: str, value: object) -> bytes:
-    row = list(workers.RECORD_ROW(record(0)))
+    row = list(RECORD_ROW(record(0)))
     row[RECORD_FIELDS.index(field)] = value
-    return _payload([workers.RECORD_ROW(record(1)), tuple(row)], [])
+    return _payload([RECORD_ROW(record(1)), tuple(row)], [])
 
 
 BAD_PAYLOADS = {
@@ -111,7 +109,7 @@ BAD_PAYLOADS = {
     "short payload": _pickled((WIRE_VERSION, 0, 0, [], [])),
     "a global": _payload([_Boom()], []),
     "a class": _payload([record(0)], []),
-    "short row": _payload([workers.RECORD_ROW(record(0))[:-1]], []),
+    "short row": _payload([RECORD_ROW(record(0))[:-1]], []),
     "string e2e": _bad_row("e2e_s", "1.0"),
     "unknown outcome": _bad_row("outcome", "meh"),
     "unknown dialect": _bad_row("dialect", "klingon"),
