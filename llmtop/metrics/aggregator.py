@@ -226,13 +226,15 @@ class Aggregator:
         records = self._pending
         if not records:
             return
-        b = ingest(records, self._pending_users, self._pending_models, self._pending_rest,
-                   self.slo, self.shape)
+        users, models, rest = self._pending_users, self._pending_models, self._pending_rest
+        # the queue is emptied first: a batch that cannot be filed is dropped (and its
+        # error raised) once, as when filing happened on delivery, not raised at every read
         self._pending = []
         self._pending_users = []
         self._pending_models = []
         self._pending_rest = []
         self._pending_chunks = 0
+        b = ingest(records, users, models, rest, self.slo, self.shape)
         self._windows.add(b.table, b.counters)
         self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s)
         self._clamped += b.clamped

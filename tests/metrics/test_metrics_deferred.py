@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from metrics_records import Clock, record
 
 from llmtop.config import Config
@@ -95,3 +96,15 @@ def test_the_queue_is_filed_once_it_is_long() -> None:
     agg.on_events([record(), long])
     assert agg.pending_records == 0
     assert agg.snapshot(10)["system"]["requests"] == PENDING_RECORDS + 2
+
+
+def test_a_batch_that_cannot_be_filed_is_dropped_once() -> None:
+    agg = Aggregator(Config(), clock=Clock())
+    bad = record()
+    object.__setattr__(bad, "chunk_offsets_s", ("not a number", "x"))  # a broken producer
+    agg.on_events([bad, record()])
+    with pytest.raises((TypeError, ValueError)):
+        agg.snapshot(10)
+    assert agg.pending_records == 0
+    agg.on_events([record()])
+    assert agg.snapshot(10)["system"]["requests"] == 1  # readers work again
