@@ -127,6 +127,9 @@ class Aggregator:
         self._pending_models: list[int] = []
         self._pending_rest: list[int] = []
         self._pending_chunks = 0
+        self.filing_errors = 0
+        """Batches of records dropped because filing them raised (a bug, not traffic)."""
+        self.last_filing_error: BaseException | None = None
         self._live: dict[str, int] = {}
         self._live_seen: dict[str, float] = {}
         self._scored: set[str] = set()
@@ -227,14 +230,19 @@ class Aggregator:
         if not records:
             return
         users, models, rest = self._pending_users, self._pending_models, self._pending_rest
-        # the queue is emptied first: a batch that cannot be filed is dropped (and its
-        # error raised) once, as when filing happened on delivery, not raised at every read
         self._pending = []
         self._pending_users = []
         self._pending_models = []
         self._pending_rest = []
         self._pending_chunks = 0
-        b = ingest(records, users, models, rest, self.slo, self.shape)
+        try:
+            b = ingest(records, users, models, rest, self.slo, self.shape)
+        except Exception as exc:  # filing runs inside readers and ticks too
+            # a batch that cannot be filed is dropped (as a failing bus subscriber's batch
+            # is), counted, and never breaks the tick or the snapshot that asked
+            self.filing_errors += 1
+            self.last_filing_error = exc
+            return
         self._windows.add(b.table, b.counters)
         self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s)
         self._clamped += b.clamped
