@@ -563,8 +563,10 @@ class ProxyServer:
         protocol = request.protocol
 
         def complete() -> None:
-            # the end of the body is out: the upstream connection is free now, and the
-            # client's next request on this connection may start early
+            # the end of the body is out: the request is no longer open, the upstream
+            # connection is free, and the client's next request on this connection may
+            # start early (the handler, woken a moment later, publishes the record)
+            self.active.pop(ex.active.id, None)
             pool.release(conn)
             if isinstance(protocol, StampingRequestHandler):
                 protocol.request_done(request)
