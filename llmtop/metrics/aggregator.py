@@ -64,6 +64,7 @@ from llmtop.metrics.ingest import (
 )
 from llmtop.metrics.labels import LabelSlots
 from llmtop.metrics.slo import Slo
+from llmtop.metrics.snapshot import build_snapshot  # not at the first request: no compile there
 from llmtop.metrics.table import CountTable
 from llmtop.metrics.windows import COARSE_S, FINE_S, Interval, Windows, WindowView
 
@@ -373,8 +374,6 @@ class Aggregator:
         a screen of one proxy does not read them, and encoding them is a quarter of the
         build.
         """
-        from llmtop.metrics.snapshot import build_snapshot
-
         return build_snapshot(self, window_s, user_histograms=user_histograms,
                               capacity_bins=capacity_bins, histograms=histograms)
 
