@@ -13,11 +13,13 @@ same closed-loop load, interleaved (the order rotates from level to level), agai
 * ``llmtop-1w``   one process;
 * ``llmtop-2w``   coordinator + 2 workers (CPU and RSS are the whole process tree);
 * ``llmtop-1w+poll`` the same one-process proxy while a separate process GETs
-  ``/llmtop/v1/snapshot?window=60&max_age=0.5`` and ``/llmtop/v1/requests?state=active``
-  from its admin API 10 times a second — exactly the requests ``llmtop attach --refresh-hz
-  10`` makes (the TUI needs a terminal; its rendering runs in its own process and is not
-  the proxy's cost; ``max_age``: the TUI commands accept a snapshot up to 0.5 s old, so the
-  proxy builds at most two a second however many screens poll it).
+  ``/llmtop/v1/snapshot?window=60&max_age=0.5&histograms=0`` and
+  ``/llmtop/v1/requests?state=active&max_age=0.5`` from its admin API 10 times a second —
+  exactly the requests ``llmtop attach --refresh-hz 10`` makes to one proxy (the TUI needs
+  a terminal; its rendering runs in its own process and is not the proxy's cost;
+  ``max_age``: the TUI commands accept answers up to 0.5 s old, so the proxy builds at most
+  two of each a second however many screens poll it; ``histograms=0``: one proxy's TUI
+  never decodes the encoded histograms, only a merge of several does).
 
 Accounting for the shared cores: the load generator (this process), the simulator and the
 proxies share this machine's cores, so wall throughput with 2 workers says little about the
@@ -71,8 +73,8 @@ async def main() -> None:
         print("poller ready", flush=True)
         nxt = time.monotonic()
         while not stop.is_set():
-            for path in ("/llmtop/v1/snapshot?window=60&max_age=0.5",
-                         "/llmtop/v1/requests?state=active"):
+            for path in ("/llmtop/v1/snapshot?window=60&max_age=0.5&histograms=0",
+                         "/llmtop/v1/requests?state=active&max_age=0.5"):
                 try:
                     async with s.get(admin + path) as r:
                         await r.read()
