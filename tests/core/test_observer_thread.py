@@ -109,11 +109,11 @@ async def test_streams_flow_while_the_observers_are_stuck() -> None:
 
 
 async def test_stop_ends_the_observers_thread() -> None:
-    before = {t.ident for t in threading.enumerate()}
+    before = set(threading.enumerate())  # Thread objects: idents of ended threads are reused
     async with running_sim("tiny", time_scale=0.05) as sim:
         server = _server(sim.url)
         await server.start()
-        started = [t for t in threading.enumerate() if t.ident not in before]
+        started = [t for t in threading.enumerate() if t not in before]
         assert any(t.name == "llmtop-observers" for t in started)
         await server.stop(1.0)  # joins the thread
     assert not any(t.name == "llmtop-observers" for t in threading.enumerate())
