@@ -146,7 +146,8 @@ class ProxyServer:
         self.early_starts = 0
         """Requests sent upstream from their connection's ``data_received`` (early start)."""
         self.early_undone = 0
-        """Early starts undone because aiohttp read the request differently."""
+        """Early starts undone (aiohttp read the request differently, or the bookkeeping
+        after the send failed)."""
         self._base = cfg.upstream.rstrip("/")
         self._identity = IdentityResolver(cfg.user_header, cfg.user_salt)
         self._pool: UpstreamPool | None = None
@@ -324,28 +325,28 @@ class ProxyServer:
     def _undo(self, early: _Early) -> None:
         """Stop an early start without a record (the ordinary path takes the request)."""
         self.early_undone += 1
-        conn, early.conn = early.conn, None
-        if conn is not None:
-            conn.abort()
-        head = early.head
-        if head is not None and not head.done():
-            head.cancel()
+        self._drop_upstream(early)
         self.active.pop(early.ex.active.id, None)
 
     def _abandon(self, early: _Early) -> None:
         """The connection of an early-started request closed before its handler ran."""
-        conn, early.conn = early.conn, None
-        if conn is not None:
-            conn.abort()  # the engine sees the disconnect now and stops generating
-        head = early.head
-        if head is not None and not head.done():
-            head.cancel()
+        self._drop_upstream(early)
         ex = early.ex
         ex.status = _CLIENT_GONE
         ex.fail("cancelled", self._cancel_reason())
         ex.end_ns = perf_counter_ns()
         self.active.pop(ex.active.id, None)
         self.bus.publish(ex.to_record())
+
+    @staticmethod
+    def _drop_upstream(early: _Early) -> None:
+        """Close an early start's upstream connection (the engine sees the disconnect at
+        once and stops generating); nobody will wait for its head."""
+        conn, early.conn = early.conn, None
+        if conn is not None:
+            conn.abort()
+        if not early.head.done():
+            early.head.cancel()
 
     async def _serve(
         self, request: web.BaseRequest, ex: Exchange, task: asyncio.Task[object]
@@ -390,12 +391,7 @@ class ProxyServer:
             resp.force_close()
             ex.end_ns = perf_counter_ns()
             return resp
-        return await self._after_body(request, ex, wd, body)
-
-    async def _after_body(self, request: web.BaseRequest, ex: Exchange, wd: Watchdog,
-                          body: bytes) -> web.StreamResponse:
-        active = ex.active
-        info = inspect_request(active.dialect, active.path, body)
+        info = inspect_request(dialect, active.path, body)
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model
         active.stream = ex.stream = info.stream
@@ -613,9 +609,7 @@ class ProxyServer:
             wd.absorb()
             ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
             return _abort(request)
-        assert sink is not None
-        if not sink.completed:
-            pool.release(conn)
+        # the body ended cleanly: complete() already gave the connection back to the pool
         if status >= 400:
             ex.fail("error", f"upstream answered HTTP {status}")
         elif parser.error:

@@ -6,13 +6,23 @@ path gives: the same upstream bytes, the same records, the same order on a conne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
+from collections.abc import AsyncIterator
 
 import pytest
-from test_proxy_support import Script, openai_chunks, running_proxy, scripted_upstream
+from test_proxy_support import (
+    Records,
+    Script,
+    ScriptedUpstream,
+    openai_chunks,
+    running_proxy,
+    scripted_upstream,
+)
 
 from llmtop.proxy.quickhead import QuickRequest, read_request
+from llmtop.proxy.server import ProxyServer
 from llmtop.proxy.stamping import EarlyStart, StampingRequestHandler, StampingServer
 
 BODY = b'{"model":"m1","user":"u1","stream":true,"messages":[{"role":"user","content":"hi"}]}'
@@ -148,34 +158,39 @@ async def test_a_request_sent_before_the_last_response_ended_keeps_its_order() -
     assert ends[1] <= got[2].t_start + got[2].e2e_s
 
 
-async def _one_warm_request(url: str) -> None:
-    """One request on a connection of its own, so an upstream connection is idle."""
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(b"GET /warm HTTP/1.1\r\nHost: h\r\n\r\n")
-    await reader.readuntil(b"{}")
-    writer.close()
-
-
-async def test_a_client_that_resets_at_once_is_recorded_once_and_cancelled() -> None:
+@contextlib.asynccontextmanager
+async def _proxy_with_an_idle_upstream_connection(
+) -> AsyncIterator[tuple[ScriptedUpstream, ProxyServer, str, Records]]:
+    """A proxy whose upstream waits 5 s before answering a stream, after one request on a
+    connection of its own has left an upstream connection idle (so the next can start
+    early)."""
     async with scripted_upstream() as up:
         up.script = Script(chunks=openai_chunks(["a"]), first_delay_s=5.0,
                            headers={"Content-Type": "text/event-stream"})
         up.by_path["/warm"] = Script(chunks=[b"{}"])
         async with running_proxy(up.url) as (proxy, url, recs):
-            await _one_warm_request(url)
-            await recs.wait(1)
             host, port = url.removeprefix("http://").split(":")
-            sock = socket.create_connection((host, int(port)))
-            await asyncio.sleep(0.05)  # the proxy has accepted it
-            # request and reset wait together for the proxy's next poll (no await between)
-            sock.sendall(_request())
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            sock.close()
-            got = await recs.wait(2)
-            await up.wait_disconnect()
-            await asyncio.sleep(0.05)
-            assert len(recs.items) == 2
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /warm HTTP/1.1\r\nHost: h\r\n\r\n")
+            await reader.readuntil(b"{}")
+            writer.close()
+            await recs.wait(1)
+            yield up, proxy, url, recs
+
+
+async def test_a_client_that_resets_at_once_is_recorded_once_and_cancelled() -> None:
+    async with _proxy_with_an_idle_upstream_connection() as (up, proxy, url, recs):
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)))
+        await asyncio.sleep(0.05)  # the proxy has accepted it
+        # request and reset wait together for the proxy's next poll (no await between)
+        sock.sendall(_request())
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        got = await recs.wait(2)
+        await up.wait_disconnect()
+        await asyncio.sleep(0.05)
+        assert len(recs.items) == 2
     r = got[1]
     assert proxy.early_starts == 1
     assert (r.outcome, r.status, r.user, r.model) == ("cancelled", 499, "u1", "m1")
@@ -186,34 +201,28 @@ async def test_a_connection_lost_before_the_handler_claims_its_request_abandons_
     """The connection drops in the very callback that started the request early (its
     handler is then never run): the protocol abandons the early start — the upstream sees
     the disconnect, the record says cancelled, nothing stays open."""
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a"]), first_delay_s=5.0,
-                           headers={"Content-Type": "text/event-stream"})
-        up.by_path["/warm"] = Script(chunks=[b"{}"])
-        async with running_proxy(up.url) as (proxy, url, recs):
-            await _one_warm_request(url)
-            await recs.wait(1)
-            server = proxy._runner.server if proxy._runner is not None else None
-            assert isinstance(server, StampingServer) and server.early_start is not None
-            start = server.early_start
+    async with _proxy_with_an_idle_upstream_connection() as (up, proxy, url, recs):
+        server = proxy._runner.server if proxy._runner is not None else None
+        assert isinstance(server, StampingServer) and server.early_start is not None
+        start = server.early_start
 
-            def start_then_drop(quick: QuickRequest, protocol: StampingRequestHandler,
-                                t0_ns: int) -> EarlyStart | None:
-                early = start(quick, protocol, t0_ns)
-                assert protocol.transport is not None
-                protocol.transport.abort()  # connection_lost runs before the handler can
-                return early
+        def start_then_drop(quick: QuickRequest, protocol: StampingRequestHandler,
+                            t0_ns: int) -> EarlyStart | None:
+            early = start(quick, protocol, t0_ns)
+            assert protocol.transport is not None
+            protocol.transport.abort()  # connection_lost runs before the handler can
+            return early
 
-            server.early_start = start_then_drop
-            host, port = url.removeprefix("http://").split(":")
-            reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(_request())
-            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, no response
-            writer.close()
-            got = await recs.wait(2)
-            await up.wait_disconnect()
-            await asyncio.sleep(0.05)
-            assert len(recs.items) == 2
+        server.early_start = start_then_drop
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(_request())
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, no response
+        writer.close()
+        got = await recs.wait(2)
+        await up.wait_disconnect()
+        await asyncio.sleep(0.05)
+        assert len(recs.items) == 2
     r = got[1]
     assert proxy.early_starts == 1 and proxy.early_undone == 0
     assert (r.outcome, r.status, r.user, r.model) == ("cancelled", 499, "u1", "m1")
