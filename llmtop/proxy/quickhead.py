@@ -1,14 +1,15 @@
 """A strict, minimal reading of one whole HTTP/1.x request in one network read.
 
-The proxy's early start (:mod:`llmtop.proxy.stamping`) sends a request upstream from the
-very callback that read it, before aiohttp's parser has built its request objects (on an
-idle machine with cold caches that parse alone takes a quarter of a millisecond). It
-needs only the method, the target, the headers and the body, and only for the plain case:
-one read that holds exactly one request — request line, headers, blank line and a body of
-exactly ``Content-Length`` bytes (or none) — and nothing unusual. Anything else returns
-None and takes the ordinary path; so does anything this reading might see differently from
-aiohttp's parser, which still parses the same bytes right after and is checked against
-(a disagreement undoes the early start):
+The proxy serves such a request itself (:mod:`llmtop.proxy.direct`): it goes upstream from
+the very callback that read it, and aiohttp's parser, request objects and handler task
+never see it (on an idle machine with cold caches that parse alone takes a quarter of a
+millisecond). It needs only the method, the target, the headers, the body and whether
+the connection stays open, and only for the plain case: one read that holds exactly one
+request — request line, headers, blank line and a body of exactly ``Content-Length``
+bytes (or none) — and nothing unusual. Anything else returns None and goes to aiohttp;
+so does anything this reading might see differently from aiohttp's parser (the protocol
+also checks, on every read aiohttp parses, that both read it alike before it lets the next
+read bypass aiohttp):
 
 * lines end with CRLF only; no obsolete line folding; no control bytes in values;
 * method and header names are RFC 9110 tokens; the target is origin-form (one leading
@@ -40,7 +41,7 @@ MAX_HEAD = 16384
 
 @dataclass(frozen=True, slots=True)
 class QuickRequest:
-    """One request read whole: what an early start needs."""
+    """One request read whole: what serving it directly needs."""
 
     method: str
     target: str
@@ -53,6 +54,9 @@ class QuickRequest:
     has_length: bool
     """A ``Content-Length`` was sent."""
     body: bytes
+    keep_alive: bool
+    """The connection may carry another request after this one (HTTP/1.1 unless
+    ``Connection: close``; HTTP/1.0 only with ``Connection: keep-alive``)."""
 
     def headers(self) -> CIMultiDict[str]:
         """The headers as text, by case-insensitive name (built on demand: the request
@@ -75,6 +79,7 @@ def read_request(data: bytes) -> QuickRequest | None:
         return None
     raw: list[tuple[bytes, bytes]] = []
     length: int | None = None
+    connection = b""
     not_here = _NOT_HERE
     for line in lines[1:]:
         name, _, value = line.partition(b":")
@@ -86,17 +91,22 @@ def read_request(data: bytes) -> QuickRequest | None:
             if length is not None or not value.isdigit():
                 return None
             length = int(value)
+        elif low == b"connection":
+            connection += b"," + value.lower()
         raw.append((name, value))
     start = end + 4
     if len(data) != start + (length or 0):
         return None  # a body still to come, or a second request behind this one
     text_target = target.decode("utf-8", "surrogateescape")
+    tokens = {t.strip(b" \t") for t in connection.split(b",")}
+    http11 = version == b"HTTP/1.1"
     return QuickRequest(
         method=method.decode("ascii"),
         target=text_target,
         path=text_target.partition("?")[0],
-        version=(1, 1) if version == b"HTTP/1.1" else (1, 0),
+        version=(1, 1) if http11 else (1, 0),
         raw_headers=tuple(raw),
         has_length=length is not None,
         body=data[start:],
+        keep_alive=b"close" not in tokens if http11 else b"keep-alive" in tokens,
     )

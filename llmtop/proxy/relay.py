@@ -64,6 +64,15 @@ class UpstreamBroken(Exception):
     """Reading the upstream body failed after the response had started."""
 
 
+class Guarded(Protocol):
+    """What a :class:`Watchdog` stops when it fires: the request's handler task, or a
+    request served from callbacks (:class:`llmtop.proxy.direct.DirectExchange`)."""
+
+    def cancel(self) -> object: ...
+
+    def uncancel(self) -> int: ...
+
+
 class Watchdog:
     """The upstream first-byte and idle timeouts of one request, checked by a shared
     :class:`WatchdogSweeper`.
@@ -75,7 +84,7 @@ class Watchdog:
 
     __slots__ = ("_sweeper", "_task", "fired", "last_ns", "limit_ns", "phase")
 
-    def __init__(self, task: asyncio.Task[object], sweeper: WatchdogSweeper) -> None:
+    def __init__(self, task: Guarded, sweeper: WatchdogSweeper) -> None:
         self._task = task
         self._sweeper = sweeper
         self.limit_ns = 0
@@ -101,6 +110,24 @@ class Watchdog:
 
     def stop(self) -> None:
         self._sweeper.unwatch(self)
+
+    def disown(self) -> None:
+        """Stop for good and forget what was guarded (a request served from callbacks
+        holds its watchdog: this breaks the reference cycle, so the request is freed as
+        soon as it ends rather than at the next full garbage collection)."""
+        self.stop()
+        self._task = _UNGUARDED
+
+
+class _Unguarded:
+    def cancel(self) -> bool:
+        return False
+
+    def uncancel(self) -> int:
+        return 0
+
+
+_UNGUARDED = _Unguarded()
 
 
 class WatchdogSweeper:
@@ -445,6 +472,11 @@ class RelaySink:
             self.done.set_result(None)
         else:
             self.done.set_exception(exc)
+
+    @property
+    def parser_error(self) -> str | None:
+        """What the dialect parser found wrong with the stream (None: nothing)."""
+        return self._parser.error
 
     def finish(self) -> None:
         """After the end of the body was written: a last event that had no trailing blank

@@ -10,6 +10,14 @@ client from the very callback that delivered it. Each finished request becomes o
 :class:`~llmtop.events.RequestRecord` on the bus; requests in flight are visible in
 :attr:`ProxyServer.active`.
 
+Two ways in, one way through: a plain request that arrives whole in one read is served
+directly from the connection's callbacks (:meth:`ProxyServer.direct_start`,
+:mod:`llmtop.proxy.direct`, without aiohttp's request machinery); every other request
+goes through aiohttp's server to :meth:`ProxyServer._handle`. Both send upstream with the
+same bytes (:meth:`ProxyServer._upstream_request`), relay with the same code
+(:meth:`ProxyServer.open_relay`) and end with the same outcomes and record; the unusual
+cases of a direct request go on through :meth:`ProxyServer.forward` like any handler's.
+
 Fidelity: the response body reaches the client byte for byte (nothing is decompressed:
 gzip bodies pass through unchanged and are timed as dialect ``other``, since the parser
 cannot read them); request headers go upstream byte for byte, less hop-by-hop fields;
@@ -32,12 +40,12 @@ import itertools
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import cast
+from typing import Any, Protocol
 
 from aiohttp import web
-from aiohttp.http_writer import StreamWriter
 from aiohttp.streams import StreamReader
 
 from llmtop.bus import EventBus
@@ -50,25 +58,23 @@ from llmtop.proxy.dialects.openai import (
     is_usage_rejection,
 )
 from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make_parser
+from llmtop.proxy.direct import CLIENT_GONE, DirectClient, DirectExchange, Started
 from llmtop.proxy.errors import error_response
 from llmtop.proxy.headers import upstream_request_headers
 from llmtop.proxy.identity import IdentityResolver
 from llmtop.proxy.quickhead import QuickRequest
 from llmtop.proxy.relay import (
     ClientGone,
+    Drainable,
     Exchange,
+    FlowControlled,
     RelaySink,
     UpstreamBroken,
     Watchdog,
     WatchdogSweeper,
 )
 from llmtop.proxy.response import response_head, sent_response
-from llmtop.proxy.stamping import (
-    StampingRequestHandler,
-    StampingServer,
-    claim_early,
-    t0_ns_of,
-)
+from llmtop.proxy.stamping import StampingRequestHandler, StampingServer, t0_ns_of
 from llmtop.proxy.upstream import (
     BufferSink,
     ConnectFailed,
@@ -88,8 +94,7 @@ _OWN_PARSER_ERROR = re.compile(
     r"malformed JSON( body| in stream event| line in stream)?"
     r"|line longer than \d+ bytes discarded|SSE event larger than \d+ bytes discarded")
 """The dialect parsers' own messages (no upstream text in them)."""
-_CLIENT_GONE = 499
-"""Status recorded for a request whose client left before any response (nginx's 499)."""
+_CLIENT_GONE = CLIENT_GONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,26 +105,36 @@ class ShutdownSummary:
     cancelled: int
 
 
-@dataclass(slots=True, eq=False)
-class _Early:
-    """A request sent upstream from its connection's ``data_received``, before its handler
-    ran (``early_start`` in :mod:`llmtop.proxy.stamping`). ``conn`` is None once the
-    handler has taken it over, or the start was undone or abandoned."""
+class ClientRequest(Protocol):
+    """What :meth:`ProxyServer.forward` reads of the client's request: aiohttp's
+    ``BaseRequest``, or a :class:`~llmtop.proxy.direct.DirectClient`."""
 
-    server: ProxyServer
-    ex: Exchange
-    body: bytes
-    info: RequestInfo
-    conn: UpstreamConnection | None
-    head: asyncio.Future[ResponseHead]
-    raw: bytes
-    inject: bool
+    @property
+    def method(self) -> str: ...
 
-    def abandon(self) -> None:
-        self.server._abandon(self)
+    @property
+    def version(self) -> tuple[int, int]: ...
 
-    def undo(self) -> None:
-        self.server._undo(self)
+    @property
+    def keep_alive(self) -> bool: ...
+
+    @property
+    def raw_headers(self) -> tuple[tuple[bytes, bytes], ...]: ...
+
+    @property
+    def raw_path(self) -> str: ...
+
+    @property
+    def content_length(self) -> int | None: ...
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    @property
+    def protocol(self) -> FlowControlled: ...
+
+    @property
+    def writer(self) -> Drainable: ...
 
 
 class ProxyServer:
@@ -143,11 +158,11 @@ class ProxyServer:
         request's ``concurrency_at_start`` so capacity bins count the whole proxy."""
         self.usage_rejected = False
         """The upstream refused ``stream_options`` once: injection is off from then on."""
-        self.early_starts = 0
-        """Requests sent upstream from their connection's ``data_received`` (early start)."""
-        self.early_undone = 0
-        """Early starts undone (aiohttp read the request differently, or the bookkeeping
-        after the send failed)."""
+        self.direct_starts = 0
+        """Requests served directly (sent upstream from their connection's
+        ``data_received``, without aiohttp: :mod:`llmtop.proxy.direct`)."""
+        self._direct: set[DirectExchange] = set()
+        """Direct requests open now."""
         self._base = cfg.upstream.rstrip("/")
         self._identity = IdentityResolver(cfg.user_header, cfg.user_salt)
         self._pool: UpstreamPool | None = None
@@ -156,12 +171,22 @@ class ProxyServer:
         self._runner: web.ServerRunner | None = None
         self._handlers: set[asyncio.Task[object]] = set()
         self._closing = False
+        self._stopping = False
         self._ids = itertools.count(1)
         self._id_prefix = secrets.token_hex(4)
         t = cfg.timeouts
         # timeouts are checked by one sweep for all requests, often enough to fire within
         # a tenth of the shortest limit (at most every 0.5 s, at least every 10 ms)
         self._sweeper = WatchdogSweeper(min(0.5, max(0.01, min(t.first_byte_s, t.idle_s) / 10)))
+
+    @property
+    def pool(self) -> UpstreamPool | None:
+        """The upstream connections (None when not serving)."""
+        return self._pool
+
+    @property
+    def sweeper(self) -> WatchdogSweeper:
+        return self._sweeper
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -180,7 +205,7 @@ class ProxyServer:
         server = StampingServer(self._handle, handler_cancellation=True, access_log=None,
                                 auto_decompress=False,
                                 head_timeout_s=self.cfg.timeouts.idle_s,
-                                early_start=self._early_start)
+                                direct_start=self.direct_start)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None,
@@ -211,13 +236,21 @@ class ProxyServer:
                 await site.stop()
             if runner.server is not None:
                 runner.server.pre_shutdown()  # idle keep-alive connections close now
-            pending = set(self._handlers)
+            self._stopping = True  # no more direct requests
+            direct: dict[asyncio.Future[Any], DirectExchange] = {
+                x.ended(): x for x in self._direct if x.task is None}
+            pending: set[asyncio.Future[Any]] = set(self._handlers)
+            pending.update(direct)
             if pending:
                 _, still = await asyncio.wait(pending, timeout=max(grace, 0.0))
                 finished = len(pending) - len(still)
                 self._closing = True
-                for task in still:
-                    task.cancel()
+                for fut in still:
+                    x = direct.get(fut)
+                    if x is not None:
+                        x.shut()
+                    else:
+                        fut.cancel()
                 if still:
                     await asyncio.wait(still, timeout=5.0)
                 cancelled = len(still)
@@ -250,23 +283,14 @@ class ProxyServer:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         # t0: noted by the server protocol when the request line and headers came off the
-        # socket (stamping.py), a few loop turns before this handler runs — or the request
-        # was begun, and maybe sent upstream, right there (early start)
-        early = claim_early(request)
-        if isinstance(early, _Early):
-            ex = early.ex
-        else:
-            ex = self._begin(request.method, request.path, request.headers.get("Content-Type"),
-                             t0_ns_of(request))
-            early = None
+        # socket (stamping.py), a few loop turns before this handler runs
+        ex = self._begin(request.method, request.path, request.headers.get("Content-Type"),
+                         t0_ns_of(request))
         task = asyncio.current_task(self._loop)
         assert task is not None
         self._handlers.add(task)
         try:
-            if early is None:
-                return await self._serve(request, ex, task)
-            return await self._forward(request, ex, Watchdog(task, self._sweeper), early.body,
-                                       early.info, early)
+            return await self._serve(request, ex, task)
         except Exception as exc:  # a bug of ours: aiohttp answers 500; the record says so
             if not ex.headers_sent:
                 ex.status = 500
@@ -277,16 +301,15 @@ class ProxyServer:
             self.active.pop(ex.active.id, None)
             self.bus.publish(ex.to_record())
 
-    def _early_start(self, quick: QuickRequest, protocol: StampingRequestHandler, t0_ns: int
-                     ) -> _Early | None:
+    def direct_start(self, quick: QuickRequest, protocol: StampingRequestHandler,
+                     t0_ns: int) -> DirectExchange | None:
         """Called first thing in the connection's ``data_received`` when the read holds
         exactly one plain request and nothing else is open on the connection: when a pooled
-        upstream connection is idle, send the request now, then do the bookkeeping — the
-        parse and loop turns until its handler runs are then spent while the upstream works.
-        HEAD, bodies over the limit, no idle connection and shutting down are left to the
-        handler."""
+        upstream connection is idle, send the request now, do the bookkeeping after, and
+        serve it without aiohttp (:mod:`llmtop.proxy.direct`). HEAD, bodies over the limit,
+        no idle connection and shutting down are left to aiohttp's path."""
         pool = self._pool
-        if (pool is None or self._closing or quick.method == "HEAD"
+        if (pool is None or self._stopping or quick.method == "HEAD"
                 or len(quick.body) > self.cfg.max_body_bytes):
             return None
         conn = pool.take_idle()
@@ -301,52 +324,34 @@ class ProxyServer:
                 quick.method, quick.target, quick.raw_headers, quick.has_length, body, info,
                 dialect)
             head = conn.send(raw, False)
-        except Exception:  # a bug of ours: the handler sends it the ordinary way
+        except Exception:  # a bug of ours: aiohttp's path sends it the ordinary way
             pool.release(conn)
             return None
-        headers = quick.headers()
         ex = self._begin(quick.method, quick.path, None, t0_ns, dialect)
-        early = _Early(self, ex, body, info, conn, head, raw, inject)
+        active = ex.active
         try:
-            active = ex.active
             transport = protocol.transport
             peer = transport.get_extra_info("peername") if transport is not None else None
             remote = str(peer[0]) if isinstance(peer, list | tuple) else (
                 None if peer is None else str(peer))
-            active.user = self._identity.resolve(headers, info.user, remote)
-            active.model = info.model
-            active.stream = ex.stream = info.stream
-        except Exception:
-            self._undo(early)
-            return None
-        self.early_starts += 1
-        return early
+            active.user = self._identity.resolve(quick.headers(), info.user, remote)
+        except Exception:  # a bug of ours: the request goes on, its user unnamed
+            active.user = ""
+        active.model = info.model
+        active.stream = ex.stream = info.stream
+        direct = DirectExchange(self, protocol, DirectClient(quick, protocol), ex, conn, head,
+                                raw, inject, body, info)
+        self._direct.add(direct)
+        self.direct_starts += 1
+        return direct
 
-    def _undo(self, early: _Early) -> None:
-        """Stop an early start without a record (the ordinary path takes the request)."""
-        self.early_undone += 1
-        self._drop_upstream(early)
-        self.active.pop(early.ex.active.id, None)
+    def direct_task(self, task: asyncio.Task[None]) -> None:
+        """A direct request goes on in ``task`` (shutdown waits for it as for a handler)."""
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
 
-    def _abandon(self, early: _Early) -> None:
-        """The connection of an early-started request closed before its handler ran."""
-        self._drop_upstream(early)
-        ex = early.ex
-        ex.status = _CLIENT_GONE
-        ex.fail("cancelled", self._cancel_reason())
-        ex.end_ns = perf_counter_ns()
-        self.active.pop(ex.active.id, None)
-        self.bus.publish(ex.to_record())
-
-    @staticmethod
-    def _drop_upstream(early: _Early) -> None:
-        """Close an early start's upstream connection (the engine sees the disconnect at
-        once and stops generating); nobody will wait for its head."""
-        conn, early.conn = early.conn, None
-        if conn is not None:
-            conn.abort()
-        if not early.head.done():
-            early.head.cancel()
+    def direct_ended(self, direct: DirectExchange) -> None:
+        self._direct.discard(direct)
 
     async def _serve(
         self, request: web.BaseRequest, ex: Exchange, task: asyncio.Task[object]
@@ -373,10 +378,10 @@ class ProxyServer:
         except asyncio.CancelledError:
             if not wd.fired:
                 ex.status = _CLIENT_GONE
-                ex.fail("cancelled", self._cancel_reason())
+                ex.fail("cancelled", self.cancel_reason())
                 raise
             wd.absorb()
-            resp = self._proxy_error(ex, dialect, 408, "timeout",
+            resp = self.proxy_error(ex, dialect, 408, "timeout",
                                      f"client sent no body for {idle_s:g} s", "request_timeout")
             resp.force_close()
             return resp
@@ -395,9 +400,9 @@ class ProxyServer:
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model
         active.stream = ex.stream = info.stream
-        return await self._forward(request, ex, wd, body, info)
+        return await self.forward(request, ex, wd, body, info)
 
-    def _cancel_reason(self) -> str:
+    def cancel_reason(self) -> str:
         return "proxy shut down" if self._closing else "client disconnected"
 
     def _upstream_request(self, method: str, target: str,
@@ -420,15 +425,17 @@ class ProxyServer:
             sent = body
         return pool.request_bytes(method, target, headers, sent, with_length), inject
 
-    async def _forward(
+    async def forward(
         self,
-        request: web.BaseRequest,
+        request: ClientRequest,
         ex: Exchange,
         wd: Watchdog,
         body: bytes,
         info: RequestInfo,
-        started: _Early | None = None,
+        started: Started | None = None,
     ) -> web.StreamResponse:
+        """Send the request upstream (or carry on from ``started``, a request already sent)
+        and relay the response; the record's outcome is set on ``ex``."""
         cfg = self.cfg
         dialect = ex.active.dialect
         pool, loop = self._pool, self._loop
@@ -464,16 +471,16 @@ class ProxyServer:
                         inject = False
                 self.upstream_down = False
             except ConnectTimeout as exc:
-                return self._proxy_error(ex, dialect, 504, "timeout",
+                return self.proxy_error(ex, dialect, 504, "timeout",
                                          f"upstream connect timed out: {exc}", "upstream_timeout")
             except ConnectFailed as exc:
                 self.upstream_down = True
-                return self._proxy_error(ex, dialect, 502, "error",
+                return self.proxy_error(ex, dialect, 502, "error",
                                          f"upstream unreachable: {exc}", "upstream_unreachable")
             except UpstreamError as exc:
                 if conn is not None:
                     conn.abort()
-                return self._proxy_error(ex, dialect, 502, "error",
+                return self.proxy_error(ex, dialect, 502, "error",
                                          f"upstream failed before responding: {exc}",
                                          "upstream_error")
             except asyncio.CancelledError:
@@ -481,10 +488,10 @@ class ProxyServer:
                     conn.abort()  # the engine sees the disconnect now and stops generating
                 if not wd.fired:
                     ex.status = _CLIENT_GONE
-                    ex.fail("cancelled", self._cancel_reason())
+                    ex.fail("cancelled", self.cancel_reason())
                     raise
                 wd.absorb()
-                return self._proxy_error(ex, dialect, 504, "timeout",
+                return self.proxy_error(ex, dialect, 504, "timeout",
                                          f"upstream {wd.phase} timed out after "
                                          f"{wd.limit_ns / 1e9:g} s", "upstream_timeout")
             return await self._relay(request, ex, wd, pool, conn, head, inject, early)
@@ -492,11 +499,11 @@ class ProxyServer:
             wd.stop()
 
     async def _exchange(
-        self, pool: UpstreamPool, raw: bytes, head_request: bool, started: _Early | None = None
+        self, pool: UpstreamPool, raw: bytes, head_request: bool, started: Started | None = None
     ) -> tuple[UpstreamConnection, ResponseHead]:
         """Send one request and wait for the response head; once more on a fresh connection
         when a reused keep-alive connection turns out to have been closed by the upstream.
-        ``started``: the request went out early on ``started.conn``; wait for its head."""
+        ``started``: the request went out already on ``started.conn``; wait for its head."""
         if started is not None and started.conn is not None:
             conn, head = started.conn, started.head
             started.conn = None  # this handler owns the connection from now on
@@ -521,7 +528,7 @@ class ProxyServer:
 
     async def _relay(
         self,
-        request: web.BaseRequest,
+        request: ClientRequest,
         ex: Exchange,
         wd: Watchdog,
         pool: UpstreamPool,
@@ -531,6 +538,70 @@ class ProxyServer:
         early: bytes | None,
     ) -> web.StreamResponse:
         """Send status and headers at once, then the body as it comes."""
+        protocol = request.protocol
+
+        def complete() -> None:
+            # the end of the body is out: the request is no longer open, the upstream
+            # connection is free, and the client's next request on this connection may
+            # be served directly (the handler, woken a moment later, publishes the record)
+            self.active.pop(ex.active.id, None)
+            pool.release(conn)
+            if isinstance(protocol, StampingRequestHandler):
+                protocol.request_done(request)
+
+        sink: RelaySink | None = None
+        keep_alive = False
+        try:
+            sink, keep_alive = self.open_relay(request, ex, wd, conn, head, inject, early,
+                                               complete)
+            await sink.done
+            sink.finish()
+        except UpstreamBroken as exc:
+            conn.abort()
+            ex.fail("error", str(exc))
+            return _abort(request)
+        except ConnectionError:
+            conn.abort()
+            ex.fail("cancelled", "client disconnected")
+            return sent_response(keep_alive=False)
+        except asyncio.CancelledError:
+            if sink is not None and sink.completed:
+                sink.finish()
+                if not wd.fired:
+                    # delivered in full (the connection went back to the pool)
+                    self.relay_outcome(ex, sink)
+                    raise
+            else:
+                conn.abort()  # the engine sees the disconnect now and stops generating
+            if sink is not None:
+                sink.cancel()
+            if not wd.fired:
+                ex.fail("cancelled", self.cancel_reason())
+                raise
+            wd.absorb()
+            ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
+            return _abort(request)
+        # the body ended cleanly: complete() already gave the connection back to the pool
+        self.relay_outcome(ex, sink)
+        return sent_response(keep_alive)
+
+    def open_relay(
+        self,
+        request: ClientRequest,
+        ex: Exchange,
+        wd: Watchdog,
+        conn: UpstreamConnection,
+        head: ResponseHead,
+        inject: bool,
+        early: bytes | None,
+        complete: Callable[[], None],
+    ) -> tuple[RelaySink, bool]:
+        """Start relaying the response whose ``head`` came on ``conn``: the status and
+        headers go out at once (with any body bytes that came with them), the body as it
+        comes (``early``: the whole body, already read). Returns the sink (its ``done``
+        resolves at the end of the body) and whether the client's connection stays open.
+        ``complete`` is called as the end of the body is written. Raises
+        :class:`ClientGone` when the client has gone already."""
         loop = self._loop
         assert loop is not None
         status = head.status
@@ -548,73 +619,36 @@ class ProxyServer:
         frame = response_head(request.version, request.method, status, head.reason,
                               head.headers, length=head.length if strip is None else None,
                               stream=is_stream, keep_alive=request.keep_alive)
-        out = sent_response(frame.keep_alive)
         encoding = head.content_encoding.lower()
         parser_dialect: Dialect = ex.active.dialect
         if encoding not in ("", "identity"):
             parser_dialect = "other"  # compressed bytes pass through; not parsed
         parser = make_parser(parser_dialect, ex.stream, ctype or None)
         ex.parser = parser
-        sink: RelaySink | None = None
-        protocol = request.protocol
-
-        def complete() -> None:
-            # the end of the body is out: the request is no longer open, the upstream
-            # connection is free, and the client's next request on this connection may
-            # start early (the handler, woken a moment later, publishes the record)
-            self.active.pop(ex.active.id, None)
-            pool.release(conn)
-            if isinstance(protocol, StampingRequestHandler):
-                protocol.request_done(request)
-
-        try:
-            transport = request.transport
-            if transport is None:
-                raise ClientGone("client disconnected")
-            wd.arm(self.cfg.timeouts.idle_s, "idle")
-            sink = RelaySink(ex, parser, strip, transport, frame.head, frame.chunked,
-                             protocol, cast(StreamWriter, request.writer), conn, wd, loop,
-                             complete)
-            ex.headers_sent = True
-            if early is not None:
-                if early:
-                    sink.on_last(early)
-                else:
-                    sink.on_end()
+        transport = request.transport
+        if transport is None:
+            raise ClientGone("client disconnected")
+        wd.arm(self.cfg.timeouts.idle_s, "idle")
+        sink = RelaySink(ex, parser, strip, transport, frame.head, frame.chunked,
+                         request.protocol, request.writer, conn, wd, loop, complete)
+        ex.headers_sent = True
+        if early is not None:
+            if early:
+                sink.on_last(early)
             else:
-                conn.attach(sink)  # body bytes that came with the head go out with it
-                sink.send_head()
-            await sink.done
-            sink.finish()
-        except UpstreamBroken as exc:
-            conn.abort()
-            ex.fail("error", str(exc))
-            return _abort(request)
-        except ConnectionError:
-            conn.abort()
-            ex.fail("cancelled", "client disconnected")
-            return sent_response(keep_alive=False)
-        except asyncio.CancelledError:
-            if sink is not None and sink.completed:
-                sink.finish()
-                if not wd.fired:
-                    raise  # delivered in full (the connection went back to the pool)
-            else:
-                conn.abort()  # the engine sees the disconnect now and stops generating
-            if sink is not None:
-                sink.cancel()
-            if not wd.fired:
-                ex.fail("cancelled", self._cancel_reason())
-                raise
-            wd.absorb()
-            ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
-            return _abort(request)
-        # the body ended cleanly: complete() already gave the connection back to the pool
-        if status >= 400:
-            ex.fail("error", f"upstream answered HTTP {status}")
-        elif parser.error:
-            ex.fail("error", self._stream_error(parser.error))
-        return out
+                sink.on_end()
+        else:
+            conn.attach(sink)  # body bytes that came with the head go out with it
+            sink.send_head()
+        return sink, frame.keep_alive
+
+    def relay_outcome(self, ex: Exchange, sink: RelaySink) -> None:
+        """After a body relayed in full: an error status or a stream the parser found
+        wrong makes the outcome ``error``."""
+        if ex.status >= 400:
+            ex.fail("error", f"upstream answered HTTP {ex.status}")
+        elif sink.parser_error:
+            ex.fail("error", self._stream_error(sink.parser_error))
 
     def _stream_error(self, error: str) -> str:
         """The record's ``error`` for a stream the parser found wrong. llmtop's own findings
@@ -627,10 +661,10 @@ class ProxyServer:
             return f"upstream error event: {error}"
         return "upstream error event"
 
-    def _proxy_error(
+    def proxy_error(
         self, ex: Exchange, dialect: Dialect, status: int, outcome: str, message: str,
         code: str,
-    ) -> web.StreamResponse:
+    ) -> web.Response:
         ex.status = status
         ex.fail("timeout" if outcome == "timeout" else "error", message)
         ex.end_ns = perf_counter_ns()
@@ -654,10 +688,10 @@ def _with_usage(body: bytes) -> bytes | None:
     return add_include_usage(body)
 
 
-def _target(request: web.BaseRequest) -> str:
+def _target(request: ClientRequest) -> str:
     """The request target as the client wrote it (path and query, still encoded)."""
     raw = request.raw_path
-    if raw.startswith("/"):
+    if raw.startswith("/") or not isinstance(request, web.BaseRequest):
         return raw
     return request.rel_url.raw_path_qs
 
@@ -687,7 +721,7 @@ async def _read_body(content: StreamReader, limit: int, wd: Watchdog) -> bytes |
     return b"".join(parts)
 
 
-def _abort(request: web.BaseRequest) -> web.StreamResponse:
+def _abort(request: ClientRequest) -> web.StreamResponse:
     """End a response that has already started and cannot end cleanly: close the client's
     connection without the end of the body, so the client sees a truncated response."""
     transport = request.transport

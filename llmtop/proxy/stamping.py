@@ -13,17 +13,20 @@ This leans on one private attribute of aiohttp's ``RequestHandler`` (``_messages
 queue of parsed requests). Where it is missing, :func:`t0_ns_of` falls back to the time
 the handler started, which is what a plain aiohttp handler would see.
 
-Early start: aiohttp's parse and those loop turns also sit between a request's arrival and
-its departure upstream — on an idle machine, with cold caches, about half a millisecond.
-So when one read holds exactly one plain request (:func:`llmtop.proxy.quickhead.read_request`)
-on a connection with no other request open, the server's ``early_start`` hook is called
-with it first thing in ``data_received``; the proxy sends the request upstream from there
-(when a pooled connection is idle), and its handler, a few turns later, carries on from the
-upstream's answer. aiohttp then parses the same bytes as always; if its request differs
-from the quick reading (or it rejects the bytes), the early start is undone (``undo()``)
-and the request goes the ordinary way. The protocol holds the started request until the
-handler claims it (:func:`claim_early`); if the connection is lost first (the handler then
-never runs), it is ended through its ``abandon()``.
+Requests served directly: aiohttp's parse, its request objects, its handler task and those
+loop turns cost a plain request about as much as the rest of the proxy's work on it. So
+when one read holds exactly one plain request (:func:`llmtop.proxy.quickhead.read_request`)
+on a connection with nothing else open, the server's ``direct_start`` hook is offered it
+first thing in ``data_received``; when it takes it (a pooled upstream connection is idle),
+the proxy serves it from callbacks (:class:`llmtop.proxy.direct.DirectExchange`) and
+aiohttp never sees those bytes. Reads that arrive while it is open are held and handed on,
+in order, once its response has ended (``direct_done``); a connection that closes first
+tells it (``client_lost``).
+
+Only while aiohttp's parser is at a message boundary may a read bypass it: after every
+read aiohttp parsed, the connection stays *aligned* only when that read was exactly one
+plain request and aiohttp read it the same way (else the parser may hold part of a
+message, and every later read must go to it).
 """
 
 from __future__ import annotations
@@ -42,20 +45,19 @@ from aiohttp.streams import StreamReader
 from llmtop.proxy.quickhead import QuickRequest, read_request
 
 
-class EarlyStart(Protocol):
-    """A request the proxy started from ``data_received`` (see the module docstring)."""
+class Direct(Protocol):
+    """A request served without aiohttp (see the module docstring)."""
 
-    def abandon(self) -> None:
-        """The connection closed before the handler claimed it: end it and record it."""
-
-    def undo(self) -> None:
-        """aiohttp read the request differently: stop it, leave no trace (the ordinary
-        path handles the request)."""
+    def client_lost(self) -> None:
+        """The client's connection closed before the response ended."""
 
 
-EarlyHook = Callable[[QuickRequest, "StampingRequestHandler", int], EarlyStart | None]
-"""``(request, protocol, t0_ns)`` → the started request, or None to leave the request to
-its handler."""
+DirectHook = Callable[[QuickRequest, "StampingRequestHandler", int], Direct | None]
+"""``(request, protocol, t0_ns)`` → the request being served, or None to leave it to
+aiohttp."""
+
+_HOLD_MAX = 1 << 16
+"""Bytes held behind a direct request before reading from the client pauses."""
 
 
 class StampingRequestHandler(web.RequestHandler):
@@ -64,18 +66,23 @@ class StampingRequestHandler(web.RequestHandler):
     (after it opens, and after each response): aiohttp's server has no header timeout,
     so a client sending half a request head would hold its connection for ever."""
 
-    __slots__ = ("_head_since", "_head_timer", "early", "early_payload", "early_start",
-                 "head_timeout_s", "open_requests", "rx_stamps")
+    __slots__ = ("_aligned", "_head_since", "_head_timer", "_held", "_held_bytes",
+                 "_held_paused", "direct", "direct_start", "head_timeout_s", "open_requests",
+                 "rx_stamps")
 
     def __init__(self, manager: web.Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.rx_stamps: deque[int] = deque()
         self.head_timeout_s: float | None = None
-        self.early_start: EarlyHook | None = None
-        self.early: EarlyStart | None = None
-        """The request started early and not yet claimed by its handler."""
-        self.early_payload: StreamReader | None = None
-        """Its body stream: the handler's request is matched to it by this."""
+        self.direct_start: DirectHook | None = None
+        self.direct: Direct | None = None
+        """The request being served directly, until its response has ended."""
+        self._held: list[tuple[int, bytes]] = []
+        """Reads (with their arrival times) that came while ``direct`` was open."""
+        self._held_bytes = 0
+        self._held_paused = False
+        self._aligned = True
+        """aiohttp's parser holds no part of a message (see the module docstring)."""
         self.open_requests = 0
         """Requests handed to a handler whose response is not written in full yet."""
         self._head_since: float | None = None  # loop time since a head is awaited
@@ -90,27 +97,37 @@ class StampingRequestHandler(web.RequestHandler):
             self._head_timer.cancel()
             self._head_timer = None
         super().connection_lost(exc)
-        early, self.early, self.early_payload = self.early, None, None
-        if early is not None:
-            early.abandon()
+        self._held.clear()
+        direct, self.direct = self.direct, None
+        if direct is not None:
+            direct.client_lost()
 
     def data_received(self, data: bytes) -> None:
-        now = perf_counter_ns()
+        self._received(data, perf_counter_ns())
+
+    def _received(self, data: bytes, now: int) -> None:
+        if self.direct is not None:  # after the open response, in order
+            self._hold(now, data)
+            return
         queue = getattr(self, "_messages", None)
         if queue is None:
             super().data_received(data)
             return
-        early: EarlyStart | None = None
-        quick: QuickRequest | None = None
-        start = self.early_start
-        # nothing else open on this connection (pipelined requests keep their order)
-        if start is not None and not queue and not self.open_requests and self.early is None:
-            quick = read_request(data)
-            if quick is not None:
+        quick = read_request(data)
+        if quick is not None and self._aligned:
+            start = self.direct_start
+            # nothing else open on this connection (pipelined requests keep their order)
+            if (start is not None and not queue
+                    and not self.open_requests and not getattr(self, "_close", True)
+                    and not getattr(self, "_force_close", True)):
                 try:
-                    early = start(quick, self, now)
-                except Exception:  # never at the cost of the connection: the ordinary way
-                    early = None
+                    direct = start(quick, self, now)
+                except Exception:  # never at the cost of the connection: aiohttp's way
+                    direct = None
+                if direct is not None:
+                    self.direct = direct
+                    self._head_since = None
+                    return
         before = len(queue)
         super().data_received(data)
         added = len(queue) - before
@@ -118,16 +135,64 @@ class StampingRequestHandler(web.RequestHandler):
             self._head_since = None
             for _ in range(added):
                 self.rx_stamps.append(now)
-        if early is not None:
-            assert quick is not None
+        if quick is None:
+            self._aligned = False
+        else:
             message, payload = queue[-1] if added == 1 else (None, None)
-            if (isinstance(message, RawRequestMessage) and payload is not None
-                    and payload.is_eof() and message.method == quick.method
-                    and message.path == quick.target and message.version == quick.version
-                    and not message.upgrade):
-                self.early, self.early_payload = early, payload
-            else:
-                early.undo()
+            self._aligned = (
+                isinstance(message, RawRequestMessage) and payload is not None
+                and payload.is_eof() and message.method == quick.method
+                and message.path == quick.target and message.version == quick.version
+                and not message.upgrade)
+
+    def _hold(self, now: int, data: bytes) -> None:
+        self._held.append((now, data))
+        self._held_bytes += len(data)
+        if self._held_bytes > _HOLD_MAX and not self._held_paused and self.transport:
+            self._held_paused = True
+            self.transport.pause_reading()
+
+    def direct_done(self, direct: Direct, keep_alive: bool) -> None:
+        """``direct``'s response has ended: close the connection, or carry on with what
+        the client sent meanwhile."""
+        if self.direct is not direct:
+            return
+        self.direct = None
+        transport = self.transport
+        if transport is None:
+            return
+        if not keep_alive or getattr(self, "_close", True) or getattr(
+                self, "_force_close", True):
+            self._held.clear()
+            transport.close()
+            return
+        # aiohttp's keep-alive clock counts from the end of the last response
+        self._next_keepalive_close_time = asyncio.get_running_loop().time() + (
+            self._keepalive_timeout)
+        if self._held_paused:
+            self._held_paused = False
+            transport.resume_reading()
+        held, self._held, self._held_bytes = self._held, [], 0
+        if held:
+            self._head_since = None
+            for now, data in held:
+                if self.transport is None:
+                    break
+                self._received(data, now)
+        else:
+            self._await_head()
+
+    def _process_keepalive(self) -> None:
+        # aiohttp closes a connection whose handler has waited for a request for its
+        # keep-alive time: while a direct request streams, its handler waits all along
+        if self.direct is not None:
+            self._keepalive_handle = None
+            loop = asyncio.get_running_loop()
+            close_time = loop.time() + self._keepalive_timeout
+            self._next_keepalive_close_time = close_time
+            self._keepalive_handle = loop.call_at(close_time, self._process_keepalive)
+            return
+        super()._process_keepalive()
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this after every read of a request body, paused or
@@ -147,7 +212,7 @@ class StampingRequestHandler(web.RequestHandler):
             self._await_head()
         return out
 
-    def request_done(self, request: web.BaseRequest) -> None:
+    def request_done(self, request: object) -> None:
         """``request``'s response is written in full (by the relay as its last byte goes
         out, or when aiohttp finishes it, whichever comes first): the next request on this
         connection may start early."""
@@ -183,15 +248,15 @@ class StampingServer(web.Server):
     """``web.Server`` whose connections are :class:`StampingRequestHandler`."""
 
     def __init__(self, *args: Any, head_timeout_s: float | None = None,
-                 early_start: EarlyHook | None = None, **kwargs: Any) -> None:
+                 direct_start: DirectHook | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.head_timeout_s = head_timeout_s
-        self.early_start = early_start
+        self.direct_start = direct_start
 
     def __call__(self) -> web.RequestHandler:
         handler = StampingRequestHandler(self, loop=self._loop, **self._kwargs)
         handler.head_timeout_s = self.head_timeout_s
-        handler.early_start = self.early_start
+        handler.direct_start = self.direct_start
         return handler
 
     def _make_request(
@@ -224,13 +289,3 @@ def t0_ns_of(request: web.BaseRequest) -> int:
     """The request's headers-read time (``perf_counter_ns``), or now when unknown."""
     stamp = getattr(request, "t0_ns", None)
     return stamp if isinstance(stamp, int) else perf_counter_ns()
-
-
-def claim_early(request: web.BaseRequest) -> EarlyStart | None:
-    """The request's early start, taken from its connection (None when it had none)."""
-    protocol = request.protocol
-    if isinstance(protocol, StampingRequestHandler) and protocol.early is not None and (
-            protocol.early_payload is request.content):
-        early, protocol.early, protocol.early_payload = protocol.early, None, None
-        return early
-    return None

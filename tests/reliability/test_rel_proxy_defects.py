@@ -142,7 +142,7 @@ async def test_an_internal_error_is_recorded_as_one() -> None:
         # the fault is injected into this one proxy object only: the next step after
         # reading the request raises
         assert isinstance(px.server, ProxyServer)
-        px.server._forward = fail  # type: ignore[method-assign]
+        px.server.forward = fail  # type: ignore[method-assign]
         async with s.post(px.url + CHAT, json={"model": "m"}) as r:
             assert r.status == 500
         (rec,) = await px.records.wait(1)
