@@ -155,7 +155,7 @@ class DirectExchange:
         sink.done.add_done_callback(self._on_done)
 
     def _on_done(self, fut: asyncio.Future[None]) -> None:
-        exc = fut.exception()
+        exc = ClientGone("relay cancelled") if fut.cancelled() else fut.exception()
         if self.finished:
             return
         sink, ex = self.sink, self.ex
