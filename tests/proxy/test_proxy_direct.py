@@ -15,7 +15,8 @@ import json
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from test_proxy_support import (
@@ -28,6 +29,7 @@ from test_proxy_support import (
     scripted_upstream,
 )
 
+from llmtop.events import RequestRecord
 from llmtop.proxy.direct import DirectExchange
 from llmtop.proxy.quickhead import QuickRequest, read_request
 from llmtop.proxy.server import ProxyServer
@@ -133,6 +135,22 @@ async def _warm(up: ScriptedUpstream, url: str, recs: Records
         writer.close()
 
 
+@contextlib.asynccontextmanager
+async def _direct(texts: list[str], *, proxy: dict[str, Any] | None = None,
+                  **script: Any) -> AsyncIterator[
+        tuple[ScriptedUpstream, ProxyServer, Records, asyncio.StreamReader,
+              asyncio.StreamWriter]]:
+    """A proxy in front of an upstream streaming ``texts`` as an OpenAI chat stream
+    (``script``: more of its :class:`Script`), and a warm keep-alive client connection on
+    which the next request is served directly."""
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=openai_chunks(texts),
+                           headers={"Content-Type": "text/event-stream"}, **script)
+        async with running_proxy(up.url, **(proxy or {})) as (px, url, recs), _warm(
+                up, url, recs) as (reader, writer):
+            yield up, px, recs, reader, writer
+
+
 async def test_direct_and_aiohttp_paths_send_the_same_bytes_and_records() -> None:
     async with scripted_upstream() as up:
         up.script = Script(chunks=openai_chunks(["a", "b"]),
@@ -173,17 +191,13 @@ async def test_direct_and_aiohttp_paths_send_the_same_bytes_and_records() -> Non
 
 
 async def test_requests_sent_before_a_direct_response_ended_are_served_after_it() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b", "c"]), gap_s=0.05,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                await writer.drain()
-                await asyncio.sleep(0.03)  # the first response is streaming now
-                writer.write(_request() + _request())  # pipelined behind it, in one write
-                bodies = [await _read_response(reader) for _ in range(3)]
-            got = await recs.wait(4)
+    async with _direct(["a", "b", "c"], gap_s=0.05) as (up, proxy, recs, reader, writer):
+        writer.write(_request())
+        await writer.drain()
+        await asyncio.sleep(0.03)  # the first response is streaming now
+        writer.write(_request() + _request())  # pipelined behind it, in one write
+        bodies = [await _read_response(reader) for _ in range(3)]
+        got = await recs.wait(4)
     assert bodies[0] == bodies[1] == bodies[2]
     assert [r.outcome for r in got] == ["ok"] * 4
     assert proxy.direct_starts == 1  # the pipelined pair went to aiohttp, in order
@@ -195,18 +209,14 @@ async def test_requests_sent_before_a_direct_response_ended_are_served_after_it(
 
 
 async def test_a_request_held_behind_a_direct_one_keeps_its_arrival_time() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b", "c"]), gap_s=0.05,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                await writer.drain()
-                await asyncio.sleep(0.03)
-                writer.write(_request())  # held until the first has ended, then direct
-                await _read_response(reader)
-                await _read_response(reader)
-            got = await recs.wait(3)
+    async with _direct(["a", "b", "c"], gap_s=0.05) as (_up, proxy, recs, reader, writer):
+        writer.write(_request())
+        await writer.drain()
+        await asyncio.sleep(0.03)
+        writer.write(_request())  # held until the first has ended, then direct
+        await _read_response(reader)
+        await _read_response(reader)
+        got = await recs.wait(3)
     assert proxy.direct_starts == 2
     first, second = got[1], got[2]
     # its t0 is when it arrived, so its TTFT includes the wait behind the first
@@ -260,6 +270,28 @@ async def test_the_connection_stays_open_as_the_client_asked(
     assert proxy.direct_starts == (2 if open_after else 1)
 
 
+MODELS = b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
+
+
+@contextlib.asynccontextmanager
+async def _raw_upstream(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[tuple[ProxyServer, Records, asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A proxy in front of an upstream that ``handle`` plays byte by byte, and a client
+    connection to the proxy."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with running_proxy(f"http://127.0.0.1:{port}") as (proxy, url, recs):
+            reader, writer = await asyncio.open_connection(*_hostport(url))
+            try:
+                yield proxy, recs, reader, writer
+            finally:
+                writer.close()
+    finally:
+        server.close()
+
+
 async def test_a_kept_alive_upstream_connection_found_closed_is_retried() -> None:
     """The upstream closes its idle connection as the direct request goes out on it: the
     request is sent again on a fresh connection and the client never knows."""
@@ -284,20 +316,11 @@ async def test_a_kept_alive_upstream_connection_found_closed_is_retried() -> Non
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
-    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with running_proxy(f"http://127.0.0.1:{port}") as (proxy, url, recs):
-            reader, writer = await asyncio.open_connection(*_hostport(url))
-            try:
-                for _ in range(2):
-                    writer.write(b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n")
-                    assert await _read_response(reader) == b"{}"
-            finally:
-                writer.close()
-            got = await recs.wait(2)
-    finally:
-        server.close()
+    async with _raw_upstream(upstream) as (proxy, recs, reader, writer):
+        for _ in range(2):
+            writer.write(MODELS)
+            assert await _read_response(reader) == b"{}"
+        got = await recs.wait(2)
     assert proxy.direct_starts == 1 and served == 3
     assert [(r.outcome, r.status) for r in got] == [("ok", 200)] * 2
 
@@ -336,38 +359,26 @@ async def test_a_malformed_upstream_head_is_a_502_in_the_api_shape() -> None:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with running_proxy(f"http://127.0.0.1:{port}") as (proxy, url, recs):
-            reader, writer = await asyncio.open_connection(*_hostport(url))
-            try:
-                writer.write(b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n")
-                await _read_response(reader)
-                writer.write(b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n")
-                body = await _read_response(reader, b"502")
-            finally:
-                writer.close()
-            got = await recs.wait(2)
-    finally:
-        server.close()
+    async with _raw_upstream(upstream) as (proxy, recs, reader, writer):
+        writer.write(MODELS)
+        await _read_response(reader)
+        writer.write(MODELS)
+        body = await _read_response(reader, b"502")
+        got = await recs.wait(2)
     assert proxy.direct_starts == 1
     assert json.loads(body)["error"]["code"] == "upstream_error"
     assert (got[1].outcome, got[1].status) == ("error", 502)
 
 
 async def test_a_silent_upstream_gets_a_504_then_the_connection_carries_on() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a"]), first_delay_s=5.0,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url, timeouts__first_byte_s=0.2) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                body = await _read_response(reader, b"504")
-                writer.write(b"GET /warm HTTP/1.1\r\nHost: h\r\n\r\n")
-                assert await _read_response(reader) == b"{}"
-            got = await recs.wait(3)
-            await up.wait_disconnect()  # the engine saw the request dropped
+    async with _direct(["a"], first_delay_s=5.0, proxy={"timeouts__first_byte_s": 0.2}
+                       ) as (up, proxy, recs, reader, writer):
+        writer.write(_request())
+        body = await _read_response(reader, b"504")
+        writer.write(b"GET /warm HTTP/1.1\r\nHost: h\r\n\r\n")
+        assert await _read_response(reader) == b"{}"
+        got = await recs.wait(3)
+        await up.wait_disconnect()  # the engine saw the request dropped
     assert proxy.direct_starts >= 1
     assert json.loads(body)["error"]["code"] == "upstream_timeout"
     r = got[1]
@@ -376,17 +387,14 @@ async def test_a_silent_upstream_gets_a_504_then_the_connection_carries_on() -> 
 
 
 async def test_an_upstream_silent_mid_stream_is_cut_off_as_a_timeout() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b", "c"]), hang_after=2,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url, timeouts__idle_s=0.2) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                head = await reader.readuntil(b"\r\n\r\n")
-                assert head.startswith(b"HTTP/1.1 200")
-                rest = await asyncio.wait_for(reader.read(), 3)  # until the proxy closes
-            got = await recs.wait(2)
-            await up.wait_disconnect()
+    async with _direct(["a", "b", "c"], hang_after=2, proxy={"timeouts__idle_s": 0.2}
+                       ) as (up, proxy, recs, reader, writer):
+        writer.write(_request())
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        rest = await asyncio.wait_for(reader.read(), 3)  # until the proxy closes
+        got = await recs.wait(2)
+        await up.wait_disconnect()
     assert proxy.direct_starts == 1
     assert b"0\r\n\r\n" not in rest  # truncated: no end of body
     r = got[1]
@@ -395,31 +403,23 @@ async def test_an_upstream_silent_mid_stream_is_cut_off_as_a_timeout() -> None:
 
 
 async def test_an_upstream_that_breaks_mid_stream_is_an_error_and_a_truncated_body() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b", "c"]), break_after=2,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                await reader.readuntil(b"\r\n\r\n")
-                rest = await asyncio.wait_for(reader.read(), 3)
-            got = await recs.wait(2)
+    async with _direct(["a", "b", "c"], break_after=2) as (_up, proxy, recs, reader, writer):
+        writer.write(_request())
+        await reader.readuntil(b"\r\n\r\n")
+        rest = await asyncio.wait_for(reader.read(), 3)
+        got = await recs.wait(2)
     assert proxy.direct_starts == 1 and b"0\r\n\r\n" not in rest
     assert got[1].outcome == "error" and "upstream stream broke" in (got[1].error or "")
 
 
 async def test_a_client_that_leaves_mid_stream_stops_the_engine() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b", "c"]), hang_after=2,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                await reader.readuntil(b'"content":"a"')
-                left = time.perf_counter()
-                writer.transport.abort()
-                gone = await up.wait_disconnect()
-            got = await recs.wait(2)
+    async with _direct(["a", "b", "c"], hang_after=2) as (up, proxy, recs, reader, writer):
+        writer.write(_request())
+        await reader.readuntil(b'"content":"a"')
+        left = time.perf_counter()
+        writer.transport.abort()
+        gone = await up.wait_disconnect()
+        got = await recs.wait(2)
     assert proxy.direct_starts == 1
     assert gone - left < 0.5  # at once (the 100 ms figure is the simulator test's)
     r = got[1]
@@ -429,16 +429,12 @@ async def test_a_client_that_leaves_mid_stream_stops_the_engine() -> None:
 
 
 async def test_shutdown_lets_a_direct_stream_finish_within_its_grace() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b", "c"]), gap_s=0.1,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                await reader.readuntil(b'"role"')
-                summary = await proxy.shutdown(5.0)
-                body = await asyncio.wait_for(reader.read(), 2)  # then the proxy closes
-            got = await recs.wait(2)
+    async with _direct(["a", "b", "c"], gap_s=0.1) as (_up, proxy, recs, reader, writer):
+        writer.write(_request())
+        await reader.readuntil(b'"role"')
+        summary = await proxy.shutdown(5.0)
+        body = await asyncio.wait_for(reader.read(), 2)  # then the proxy closes
+        got = await recs.wait(2)
     assert proxy.direct_starts == 1
     assert (summary.finished_in_grace, summary.cancelled) == (1, 0)
     assert body.endswith(b"0\r\n\r\n") and b'"content":"c"' in body
@@ -446,42 +442,34 @@ async def test_shutdown_lets_a_direct_stream_finish_within_its_grace() -> None:
 
 
 async def test_shutdown_cancels_a_direct_stream_past_its_grace() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b", "c"]), hang_after=2,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                await reader.readuntil(b'"content":"a"')
-                summary = await proxy.shutdown(0.1)
-                rest = await asyncio.wait_for(reader.read(), 2)
-            got = await recs.wait(2)
-            await up.wait_disconnect()
+    async with _direct(["a", "b", "c"], hang_after=2) as (up, proxy, recs, reader, writer):
+        writer.write(_request())
+        await reader.readuntil(b'"content":"a"')
+        summary = await proxy.shutdown(0.1)
+        rest = await asyncio.wait_for(reader.read(), 2)
+        got = await recs.wait(2)
+        await up.wait_disconnect()
     assert (summary.finished_in_grace, summary.cancelled) == (0, 1)
     assert b"0\r\n\r\n" not in rest
     assert (got[1].outcome, got[1].error) == ("cancelled", "proxy shut down")
 
 
 async def test_aiohttp_keep_alive_clock_does_not_close_a_streaming_direct_request() -> None:
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b"]), gap_s=0.2,
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs):
-            async with _warm(up, url, recs) as (reader, writer):
-                writer.write(_request())
-                await reader.readuntil(b'"role"')
-                runner = proxy._runner
-                assert runner is not None and runner.server is not None
-                (protocol,) = [c for c in runner.server.connections
-                               if isinstance(c, StampingRequestHandler) and c.direct]
-                protocol._next_keepalive_close_time = 0.0  # its keep-alive time is up
-                protocol._process_keepalive()
-                body = b""
-                while not body.endswith(b"0\r\n\r\n"):
-                    data = await asyncio.wait_for(reader.read(65536), 3)
-                    assert data, body  # not closed
-                    body += data
-            got = await recs.wait(2)
+    async with _direct(["a", "b"], gap_s=0.2) as (_up, proxy, recs, reader, writer):
+        writer.write(_request())
+        await reader.readuntil(b'"role"')
+        runner = proxy._runner
+        assert runner is not None and runner.server is not None
+        (protocol,) = [c for c in runner.server.connections
+                       if isinstance(c, StampingRequestHandler) and c.direct]
+        protocol._next_keepalive_close_time = 0.0  # its keep-alive time is up
+        protocol._process_keepalive()
+        body = b""
+        while not body.endswith(b"0\r\n\r\n"):
+            data = await asyncio.wait_for(reader.read(65536), 3)
+            assert data, body  # not closed
+            body += data
+        got = await recs.wait(2)
     assert b'"content":"b"' in body and got[1].outcome == "ok"
 
 
@@ -515,6 +503,21 @@ async def _proxy_with_an_idle_upstream_connection(
             yield up, proxy, url, recs
 
 
+async def _one_cancelled_record(up: ScriptedUpstream, proxy: ProxyServer, recs: Records
+                                ) -> RequestRecord:
+    """After a direct request whose client left before any response: the upstream saw the
+    disconnect, and one record (after the warm-up's) says cancelled; nothing stays open."""
+    got = await recs.wait(2)
+    await up.wait_disconnect()
+    await asyncio.sleep(0.05)
+    assert len(recs.items) == 2
+    r = got[1]
+    assert proxy.direct_starts == 1
+    assert (r.outcome, r.status, r.user, r.model) == ("cancelled", 499, "u1", "m1")
+    assert not proxy.active and not proxy._direct
+    return r
+
+
 async def test_a_client_that_resets_at_once_is_recorded_once_and_cancelled() -> None:
     async with _proxy_with_an_idle_upstream_connection() as (up, proxy, url, recs):
         sock = socket.create_connection(_hostport(url))
@@ -523,14 +526,7 @@ async def test_a_client_that_resets_at_once_is_recorded_once_and_cancelled() -> 
         sock.sendall(_request())
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
-        got = await recs.wait(2)
-        await up.wait_disconnect()
-        await asyncio.sleep(0.05)
-        assert len(recs.items) == 2
-    r = got[1]
-    assert proxy.direct_starts == 1
-    assert (r.outcome, r.status, r.user, r.model) == ("cancelled", 499, "u1", "m1")
-    assert not proxy.active
+        await _one_cancelled_record(up, proxy, recs)
 
 
 async def test_a_connection_lost_in_the_callback_that_started_the_request() -> None:
@@ -554,34 +550,23 @@ async def test_a_connection_lost_in_the_callback_that_started_the_request() -> N
         writer.write(_request())
         assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, no response
         writer.close()
-        got = await recs.wait(2)
-        await up.wait_disconnect()
-        await asyncio.sleep(0.05)
-        assert len(recs.items) == 2
-    r = got[1]
-    assert proxy.direct_starts == 1
-    assert (r.outcome, r.status, r.user, r.model) == ("cancelled", 499, "u1", "m1")
+        r = await _one_cancelled_record(up, proxy, recs)
     assert r.error == "client disconnected" and r.ttft_s is None
-    assert not proxy.active and not proxy._direct
 
 
 async def test_a_direct_request_is_freed_as_it_ends_not_by_the_garbage_collector() -> None:
     """No reference cycles: with the cyclic collector off, finished direct requests do not
     pile up (in the 1,024-stream soak they held ~8 MB until the next full collection)."""
-    async with scripted_upstream() as up:
-        up.script = Script(chunks=openai_chunks(["a", "b"]),
-                           headers={"Content-Type": "text/event-stream"})
-        async with running_proxy(up.url) as (proxy, url, recs), _warm(
-                up, url, recs) as (reader, writer):
-            gc.collect()
-            gc.disable()
-            try:
-                for _ in range(50):
-                    writer.write(_request())
-                    await _read_response(reader)
-                await recs.wait(51)
-                left = sum(isinstance(o, DirectExchange) for o in gc.get_objects())
-            finally:
-                gc.enable()
+    async with _direct(["a", "b"]) as (_, proxy, recs, reader, writer):
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(50):
+                writer.write(_request())
+                await _read_response(reader)
+            await recs.wait(51)
+            left = sum(isinstance(o, DirectExchange) for o in gc.get_objects())
+        finally:
+            gc.enable()
     assert proxy.direct_starts == 50
     assert left <= 1  # the last one, until its upstream connection carries the next
