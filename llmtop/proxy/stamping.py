@@ -173,14 +173,11 @@ class StampingRequestHandler(web.RequestHandler):
             self._held_paused = False
             transport.resume_reading()
         held, self._held, self._held_bytes = self._held, [], 0
-        if held:
-            self._head_since = None
-            for now, data in held:
-                if self.transport is None:
-                    break
-                self._received(data, now)
-        else:
-            self._await_head()
+        self._await_head()  # what was held may be only part of a head: it is due now
+        for now, data in held:
+            if self.transport is None:
+                break
+            self._received(data, now)
 
     def _process_keepalive(self) -> None:
         # aiohttp closes a connection whose handler has waited for a request for its

@@ -570,3 +570,18 @@ async def test_a_direct_request_is_freed_as_it_ends_not_by_the_garbage_collector
             gc.enable()
     assert proxy.direct_starts == 50
     assert left <= 1  # the last one, until its upstream connection carries the next
+
+
+async def test_half_a_head_sent_behind_a_direct_request_still_times_out() -> None:
+    async with _direct(["a", "b"], gap_s=0.1, proxy={"timeouts__idle_s": 0.5}
+                       ) as (_, proxy, recs, reader, writer):
+        writer.write(_request())
+        await reader.readuntil(b"\r\n\r\n")  # the response has started
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\n")  # held; never ended
+        await _read_chunked(reader)
+        t = time.perf_counter()
+        assert await asyncio.wait_for(reader.read(), 3) == b""  # closed by the head timeout
+        waited = time.perf_counter() - t
+        await recs.wait(2)
+    assert proxy.direct_starts == 1
+    assert 0.3 < waited < 2.0
