@@ -73,8 +73,8 @@ async def main() -> None:
         print("poller ready", flush=True)
         nxt = time.monotonic()
         while not stop.is_set():
-            for path in ("/llmtop/v1/snapshot?window=60&max_age=0.5&histograms=0",
-                         "/llmtop/v1/requests?state=active&max_age=0.5"):
+            # what the TUI asks each tick: the snapshot with the active list in it
+            for path in ("/llmtop/v1/snapshot?window=60&max_age=0.5&histograms=0&active=1",):
                 try:
                     async with s.get(admin + path) as r:
                         await r.read()

@@ -7,7 +7,10 @@
                                         ``max_age=S`` accepts a snapshot built up to S
                                         seconds ago (0–10; default 0: a fresh one);
                                         ``histograms=0`` leaves the system's encoded
-                                        histograms out (a screen that does not merge)
+                                        histograms out (a screen that does not merge);
+                                        ``active=1`` adds ``active_requests`` (what
+                                        ``/requests?state=active`` answers), so a
+                                        screen's tick is one request
 ``GET  /llmtop/v1/requests``            ``?state=active|recent`` (default active),
                                         ``&limit=N`` (recent: the last N, default 100);
                                         ``max_age=S`` as for the snapshot (a list built
@@ -89,9 +92,10 @@ class AdminContext:
     """Paths whose handlers authenticate the caller themselves (the coordinator's ingest
     route, checked against the workers' own secret): the admin token is not asked there,
     since the workers do not hold it."""
-    snapshots: dict[tuple[str, bool, bool], tuple[float, bytes]] = field(default_factory=dict)
-    """The last snapshot built per (window, mergeable, histograms): when (monotonic) and
-    its JSON.
+    snapshots: dict[tuple[str, bool, bool, bool], tuple[float, bytes]] = field(
+        default_factory=dict)
+    """The last snapshot built per (window, mergeable, histograms, active): when
+    (monotonic) and its JSON.
     Callers that accept some age (``max_age``: the TUI, dashboards polling fast) share
     it, so ten TUIs at 10 Hz cost the proxy what one costs."""
     request_lists: dict[tuple[str, int], tuple[float, bytes]] = field(default_factory=dict)
@@ -162,10 +166,11 @@ async def snapshot(request: web.Request) -> web.Response:
     flag = request.query.get("user_histograms", "").lower()
     mergeable = flag in ("1", "true", "yes")
     with_hist = request.query.get("histograms", "1").lower() not in ("0", "false", "no")
+    with_active = request.query.get("active", "").lower() in ("1", "true", "yes")
     max_age = _max_age(request)
     if max_age is None:
         return _max_age_error()
-    key = (raw, mergeable, with_hist)
+    key = (raw, mergeable, with_hist, with_active)
     now = time.monotonic()
     hit = ctx.snapshots.get(key)
     if hit is not None and now - hit[0] <= max_age:
@@ -174,10 +179,18 @@ async def snapshot(request: web.Request) -> web.Response:
                                    capacity_bins=mergeable, histograms=with_hist)
     snap.update(ctx.extra_info)
     snap["recording"] = ctx.recording.status() if ctx.recording is not None else None
+    if with_active:  # a screen's whole tick in one request (one GET, not two)
+        snap["active_requests"] = _active_rows(ctx.active)
     resp = json_response(snap)
     if isinstance(resp.body, bytes):
         ctx.snapshots[key] = (now, resp.body)
     return resp
+
+
+def _active_rows(active: Mapping[str, ActiveRequest]) -> list[dict[str, Any]]:
+    """The requests open now, oldest first (``/requests?state=active``)."""
+    now_ns = time.perf_counter_ns()
+    return [a.to_json_dict(now_ns) for a in sorted(active.values(), key=lambda a: a.t0_ns)]
 
 
 def _max_age(request: web.Request) -> float | None:
@@ -214,9 +227,7 @@ async def requests_(request: web.Request) -> web.Response:
     if hit is not None and now - hit[0] <= max_age:
         return web.Response(body=hit[1], content_type="application/json")
     if state == "active":
-        now_ns = time.perf_counter_ns()
-        acts = sorted(ctx.active.values(), key=lambda a: a.t0_ns)
-        resp = json_response([a.to_json_dict(now_ns) for a in acts])
+        resp = json_response(_active_rows(ctx.active))
     else:
         resp = json_response(ctx.aggregator.recent_requests(limit))
     if isinstance(resp.body, bytes):

@@ -195,6 +195,9 @@ class AdminSource:
         if len(self.urls) > 1 and self._merge is None:
             self._merge = load_merge()
         self._session: aiohttp.ClientSession | None = None
+        self._active: dict[str, list[dict[str, Any]]] = {}
+        """Per URL, the active requests that came with the last snapshot (``active=1``),
+        until :meth:`active_requests` takes them."""
         self.errors: dict[str, str | None] = dict.fromkeys(self.urls)
         """Per URL: ``None`` while it answers, else why it did not (last attempt)."""
 
@@ -231,14 +234,18 @@ class AdminSource:
             self.errors[url] = str(exc)
             return None
         self.errors[url] = None
+        rows = snap.pop("active_requests", None)  # an older proxy leaves it out
+        if isinstance(rows, list):
+            self._active[url] = rows
         return snap
 
     # -- SnapshotSource ----------------------------------------------------------------------
 
     async def fetch(self, window_s: int | None) -> dict[str, Any]:
-        params = {"window": "all" if window_s is None else str(int(window_s))}
+        params = {"window": "all" if window_s is None else str(int(window_s)), "active": "1"}
         if self.max_age_s > 0:
             params["max_age"] = f"{self.max_age_s:g}"
+        self._active.clear()
         if len(self.urls) > 1:
             params["user_histograms"] = "1"  # per-user percentiles then merge exactly
         else:
@@ -262,10 +269,12 @@ class AdminSource:
             params["max_age"] = f"{self.max_age_s:g}"
 
         async def one(url: str) -> list[dict[str, Any]]:
-            try:
-                got = await self._get(url, REQUESTS_PATH, params)
-            except _Failure:
-                return []
+            got: Any = self._active.pop(url, None)  # came with the snapshot just fetched
+            if got is None:
+                try:
+                    got = await self._get(url, REQUESTS_PATH, params)
+                except _Failure:
+                    return []
             if isinstance(got, dict):
                 got = got.get("requests")
             if not isinstance(got, list):

@@ -319,3 +319,40 @@ async def test_histograms_0_leaves_the_encoded_histograms_out(
     finally:
         await source.close()
     assert "histograms" not in via_tui and via_tui["system"]["requests"] == 6
+
+
+async def test_a_screen_tick_is_one_request_with_active_1(
+        make_server: Callable[..., Any]) -> None:
+    """``?active=1`` puts the active list (as ``/requests?state=active`` answers it) in the
+    snapshot, so the TUI's tick costs the proxy one request, not two; an older proxy that
+    leaves it out still gets the list asked for on its own."""
+    from llmtop.tui.source import REQUESTS_PATH, SNAPSHOT_PATH, AdminSource
+
+    srv = await make_server()
+    _, plain, _ = await get(srv.url + "/llmtop/v1/snapshot?max_age=5")
+    _, with_active, _ = await get(srv.url + "/llmtop/v1/snapshot?max_age=5&active=1")
+    _, listed, _ = await get(srv.url + "/llmtop/v1/requests?state=active")
+    assert "active_requests" not in plain  # a cached snapshot of its own per flag
+    assert [r["id"] for r in with_active["active_requests"]] == [r["id"] for r in listed]
+    assert with_active["active_requests"][0].keys() == listed[0].keys()
+
+    source = AdminSource([srv.url], max_age_s=0.5)
+    paths: list[str] = []
+    real_get = source._get
+
+    async def counting_get(url: str, path: str, params: dict[str, str]) -> Any:
+        paths.append(path)
+        return await real_get(url, path, params)
+
+    source._get = counting_get  # type: ignore[method-assign]
+    try:
+        for _ in range(3):  # three ticks of the screen
+            await source.fetch(60)
+            rows = await source.active_requests()
+            assert [r["id"] for r in rows] == ["live"]
+        assert paths == [SNAPSHOT_PATH] * 3
+        # without a snapshot just fetched, the list is asked for on its own
+        assert [r["id"] for r in await source.active_requests()] == ["live"]
+        assert paths[-1] == REQUESTS_PATH
+    finally:
+        await source.close()
