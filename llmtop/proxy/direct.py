@@ -133,19 +133,13 @@ class DirectExchange:
 
     def _relay(self, head: ResponseHead) -> None:
         server, conn = self.server, self.conn
-        pool = server.pool
-        assert pool is not None and conn is not None
+        assert conn is not None
         server.upstream_down = False
-
-        def complete() -> None:
-            # the end of the body is out: the request is no longer open and the upstream
-            # connection is free (the record follows a loop turn later, in _on_done)
-            server.active.pop(self.ex.active.id, None)
-            pool.release(conn)
-
         try:
+            # open_relay's completion frees the request and the upstream connection as the
+            # end of the body goes out; the record follows a loop turn later, in _on_done
             sink, self.keep_alive = server.open_relay(self.client, self.ex, self.wd, conn,
-                                                      head, self.inject, None, complete)
+                                                      head, self.inject, None)
         except ClientGone:
             self._drop_upstream()
             self.ex.fail("cancelled", "client disconnected")

@@ -40,7 +40,6 @@ import itertools
 import re
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, Protocol
@@ -94,7 +93,6 @@ _OWN_PARSER_ERROR = re.compile(
     r"malformed JSON( body| in stream event| line in stream)?"
     r"|line longer than \d+ bytes discarded|SSE event larger than \d+ bytes discarded")
 """The dialect parsers' own messages (no upstream text in them)."""
-_CLIENT_GONE = CLIENT_GONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,12 +375,12 @@ class ProxyServer:
                 body = await _read_body(content, limit, wd)
         except asyncio.CancelledError:
             if not wd.fired:
-                ex.status = _CLIENT_GONE
+                ex.status = CLIENT_GONE
                 ex.fail("cancelled", self.cancel_reason())
                 raise
             wd.absorb()
             resp = self.proxy_error(ex, dialect, 408, "timeout",
-                                     f"client sent no body for {idle_s:g} s", "request_timeout")
+                                    f"client sent no body for {idle_s:g} s", "request_timeout")
             resp.force_close()
             return resp
         finally:
@@ -472,28 +470,28 @@ class ProxyServer:
                 self.upstream_down = False
             except ConnectTimeout as exc:
                 return self.proxy_error(ex, dialect, 504, "timeout",
-                                         f"upstream connect timed out: {exc}", "upstream_timeout")
+                                        f"upstream connect timed out: {exc}", "upstream_timeout")
             except ConnectFailed as exc:
                 self.upstream_down = True
                 return self.proxy_error(ex, dialect, 502, "error",
-                                         f"upstream unreachable: {exc}", "upstream_unreachable")
+                                        f"upstream unreachable: {exc}", "upstream_unreachable")
             except UpstreamError as exc:
                 if conn is not None:
                     conn.abort()
                 return self.proxy_error(ex, dialect, 502, "error",
-                                         f"upstream failed before responding: {exc}",
-                                         "upstream_error")
+                                        f"upstream failed before responding: {exc}",
+                                        "upstream_error")
             except asyncio.CancelledError:
                 if conn is not None:
                     conn.abort()  # the engine sees the disconnect now and stops generating
                 if not wd.fired:
-                    ex.status = _CLIENT_GONE
+                    ex.status = CLIENT_GONE
                     ex.fail("cancelled", self.cancel_reason())
                     raise
                 wd.absorb()
                 return self.proxy_error(ex, dialect, 504, "timeout",
-                                         f"upstream {wd.phase} timed out after "
-                                         f"{wd.limit_ns / 1e9:g} s", "upstream_timeout")
+                                        f"upstream {wd.phase} timed out after "
+                                        f"{wd.limit_ns / 1e9:g} s", "upstream_timeout")
             return await self._relay(request, ex, wd, pool, conn, head, inject, early)
         finally:
             wd.stop()
@@ -538,22 +536,10 @@ class ProxyServer:
         early: bytes | None,
     ) -> web.StreamResponse:
         """Send status and headers at once, then the body as it comes."""
-        protocol = request.protocol
-
-        def complete() -> None:
-            # the end of the body is out: the request is no longer open, the upstream
-            # connection is free, and the client's next request on this connection may
-            # be served directly (the handler, woken a moment later, publishes the record)
-            self.active.pop(ex.active.id, None)
-            pool.release(conn)
-            if isinstance(protocol, StampingRequestHandler):
-                protocol.request_done(request)
-
         sink: RelaySink | None = None
         keep_alive = False
         try:
-            sink, keep_alive = self.open_relay(request, ex, wd, conn, head, inject, early,
-                                               complete)
+            sink, keep_alive = self.open_relay(request, ex, wd, conn, head, inject, early)
             await sink.done
             sink.finish()
         except UpstreamBroken as exc:
@@ -594,16 +580,25 @@ class ProxyServer:
         head: ResponseHead,
         inject: bool,
         early: bytes | None,
-        complete: Callable[[], None],
     ) -> tuple[RelaySink, bool]:
         """Start relaying the response whose ``head`` came on ``conn``: the status and
         headers go out at once (with any body bytes that came with them), the body as it
         comes (``early``: the whole body, already read). Returns the sink (its ``done``
         resolves at the end of the body) and whether the client's connection stays open.
-        ``complete`` is called as the end of the body is written. Raises
-        :class:`ClientGone` when the client has gone already."""
-        loop = self._loop
-        assert loop is not None
+        Raises :class:`ClientGone` when the client has gone already."""
+        loop, pool = self._loop, self._pool
+        assert loop is not None and pool is not None
+        protocol = request.protocol
+
+        def complete() -> None:
+            # the end of the body is out: the request is no longer open, the upstream
+            # connection is free, and the client's next request on this connection may
+            # be served directly (the record follows when the relay's owner wakes)
+            self.active.pop(ex.active.id, None)
+            pool.release(conn)
+            if isinstance(protocol, StampingRequestHandler):
+                protocol.request_done(request)
+
         status = head.status
         ex.status = status
         ctype = head.content_type
@@ -630,7 +625,7 @@ class ProxyServer:
             raise ClientGone("client disconnected")
         wd.arm(self.cfg.timeouts.idle_s, "idle")
         sink = RelaySink(ex, parser, strip, transport, frame.head, frame.chunked,
-                         request.protocol, request.writer, conn, wd, loop, complete)
+                         protocol, request.writer, conn, wd, loop, complete)
         ex.headers_sent = True
         if early is not None:
             if early:

@@ -166,9 +166,7 @@ class StampingRequestHandler(web.RequestHandler):
             self._held.clear()
             transport.close()
             return
-        # aiohttp's keep-alive clock counts from the end of the last response
-        self._next_keepalive_close_time = asyncio.get_running_loop().time() + (
-            self._keepalive_timeout)
+        self._keepalive_from_now()  # as aiohttp does at the end of each response
         if self._held_paused:
             self._held_paused = False
             transport.resume_reading()
@@ -183,13 +181,16 @@ class StampingRequestHandler(web.RequestHandler):
         # aiohttp closes a connection whose handler has waited for a request for its
         # keep-alive time: while a direct request streams, its handler waits all along
         if self.direct is not None:
-            self._keepalive_handle = None
-            loop = asyncio.get_running_loop()
-            close_time = loop.time() + self._keepalive_timeout
-            self._next_keepalive_close_time = close_time
-            self._keepalive_handle = loop.call_at(close_time, self._process_keepalive)
+            self._keepalive_handle = asyncio.get_running_loop().call_at(
+                self._keepalive_from_now(), self._process_keepalive)
             return
         super()._process_keepalive()
+
+    def _keepalive_from_now(self) -> float:
+        """Restart aiohttp's keep-alive clock; returns when it runs out (loop time)."""
+        close_time = asyncio.get_running_loop().time() + self._keepalive_timeout
+        self._next_keepalive_close_time = close_time
+        return close_time
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this after every read of a request body, paused or
@@ -212,7 +213,7 @@ class StampingRequestHandler(web.RequestHandler):
     def request_done(self, request: object) -> None:
         """``request``'s response is written in full (by the relay as its last byte goes
         out, or when aiohttp finishes it, whichever comes first): the next request on this
-        connection may start early."""
+        connection may be served directly."""
         if isinstance(request, StampedRequest) and request.open:
             request.open = False
             self.open_requests = max(0, self.open_requests - 1)
