@@ -12,14 +12,15 @@ same closed-loop load, interleaved (the order rotates from level to level), agai
 * ``nginx``       the reference proxy: the targets are ratios to it in the same run;
 * ``llmtop-1w``   one process;
 * ``llmtop-2w``   coordinator + 2 workers (CPU and RSS are the whole process tree);
-* ``llmtop-1w+poll`` the same one-process proxy while a separate process GETs
-  ``/llmtop/v1/snapshot?window=60&max_age=0.5&histograms=0`` and
-  ``/llmtop/v1/requests?state=active&max_age=0.5`` from its admin API 10 times a second —
-  exactly the requests ``llmtop attach --refresh-hz 10`` makes to one proxy (the TUI needs
-  a terminal; its rendering runs in its own process and is not the proxy's cost;
-  ``max_age``: the TUI commands accept answers up to 0.5 s old, so the proxy builds at most
-  two of each a second however many screens poll it; ``histograms=0``: one proxy's TUI
-  never decodes the encoded histograms, only a merge of several does).
+* ``llmtop-1w+poll`` the same one-process proxy while a separate process ticks 10 times a
+  second with the TUI's own ``AdminSource`` — what ``llmtop attach --refresh-hz 10`` asks
+  of one proxy (the TUI needs a terminal; its rendering runs in its own process and is not
+  the proxy's cost). A tick asks ``/llmtop/v1/snapshot?window=60&histograms=0&active=1
+  &max_age=0.5`` only when the answer it holds is older than 0.5 s (the proxy says how old
+  in ``X-Llmtop-Age``): the snapshot a screen shows is at most 0.5 s old, and the proxy
+  builds and sends about two a second however fast, and however many, screens tick
+  (``histograms=0``: one proxy's TUI never decodes the encoded histograms, only a merge of
+  several does). The GETs it made are printed beside the cell.
 
 Accounting for the shared cores: the load generator (this process), the simulator and the
 proxies share this machine's cores, so wall throughput with 2 workers says little about the
@@ -61,33 +62,33 @@ POLL_HZ = 10.0
 
 POLLER = """
 import asyncio, signal, sys, time
-import aiohttp
+from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource, SourceUnavailable
 
 async def main() -> None:
     admin, hz = sys.argv[1], float(sys.argv[2])
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    polls = errors = 0
-    async with aiohttp.ClientSession() as s:
-        print("poller ready", flush=True)
-        nxt = time.monotonic()
-        while not stop.is_set():
-            # what the TUI asks each tick: the snapshot with the active list in it
-            for path in ("/llmtop/v1/snapshot?window=60&max_age=0.5&histograms=0&active=1",):
-                try:
-                    async with s.get(admin + path) as r:
-                        await r.read()
-                        polls += 1
-                        errors += r.status != 200
-                except aiohttp.ClientError:
-                    errors += 1
-            nxt += 1.0 / hz
-            try:
-                await asyncio.wait_for(stop.wait(), max(0.0, nxt - time.monotonic()))
-            except TimeoutError:
-                pass
-    print(f"poller polls {polls} errors {errors}", flush=True)
+    # the TUI's own source, as `llmtop attach` makes it; each tick asks what the app's
+    # refresh_now asks (the snapshot, then the active requests), without drawing
+    source = AdminSource([admin], max_age_s=SHARED_SNAPSHOT_AGE_S)
+    ticks = errors = 0
+    print("poller ready", flush=True)
+    nxt = time.monotonic()
+    while not stop.is_set():
+        try:
+            await source.fetch(60)
+            await source.active_requests()
+            ticks += 1
+        except SourceUnavailable:
+            errors += 1
+        nxt += 1.0 / hz
+        try:
+            await asyncio.wait_for(stop.wait(), max(0.0, nxt - time.monotonic()))
+        except TimeoutError:
+            pass
+    await source.close()
+    print(f"poller polls {source.gets} ticks {ticks} errors {errors}", flush=True)
 
 asyncio.run(main())
 """
@@ -103,6 +104,7 @@ class Cell:
     wall_s: float
     cpu_by_pid: dict[int, float] = field(default_factory=dict)
     polls: int | None = None
+    ticks: int | None = None
 
     @property
     def capacity(self) -> float | None:
@@ -156,7 +158,9 @@ def _stop_all(procs: Sequence[po.Proc]) -> None:
 
 
 def _start_poller(admin: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A separate process GETting the admin API at POLL_HZ, as ``llmtop attach`` does."""
+    """A separate process ticking at POLL_HZ with the TUI's ``AdminSource``, as ``llmtop
+    attach`` does (a tick asks a proxy only when its last answer is older than the
+    TUI's ``max_age``)."""
     proc = subprocess.Popen([sys.executable, "-c", POLLER, admin, str(POLL_HZ)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
@@ -169,8 +173,9 @@ def _start_poller(admin: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return proc
 
 
-def _stop_poller(proc: subprocess.Popen[str]) -> int | None:
-    """Stop the poller; the number of admin GETs it made (None if it did not say)."""
+def _stop_poller(proc: subprocess.Popen[str]) -> tuple[int | None, int | None]:
+    """Stop the poller: the admin GETs it made and its screen ticks (None if it did not
+    say)."""
     proc.send_signal(signal.SIGTERM)
     try:
         out, _ = proc.communicate(timeout=10)
@@ -179,8 +184,9 @@ def _stop_poller(proc: subprocess.Popen[str]) -> int | None:
         out, _ = proc.communicate()
     for line in out.splitlines():
         if line.startswith("poller polls "):
-            return int(line.split()[2])
-    return None
+            f = line.split()
+            return int(f[2]), int(f[4])
+    return None, None
 
 
 def _start_llmtop(upstream: str, workers: int, env: dict[str, str]) -> tuple[po.Proc, str]:
@@ -259,14 +265,15 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                                               args, session)
                     finally:
                         if poller is not None:
-                            polls = await asyncio.to_thread(_stop_poller, poller)
+                            polls, ticks = await asyncio.to_thread(_stop_poller, poller)
                     if poller is not None:
-                        cell.polls = polls
+                        cell.polls, cell.ticks = polls, ticks
                     by[name] = cell
                     r = cell.res
                     print(f"  {mode} n={n} {name}: {r.requests} requests, "
                           f"{r.chunks_per_s:.0f} chunks/s"
-                          + (f", {cell.polls} admin GETs" if cell.polls is not None else "")
+                          + (f", {cell.ticks} screen ticks, {cell.polls} admin GETs"
+                             if cell.polls is not None else "")
                           + (f", errors {r.errors}" if r.errors else "")
                           + (f", unmatched {r.unmatched}" if r.unmatched else ""), flush=True)
                     await asyncio.sleep(0.3)
@@ -380,7 +387,8 @@ def targets_table(report: ScaleReport) -> str:
                 if a is not None and b is not None:
                     row(mode, n, "1w polled 10 Hz", "Δ added chunk p99 ≤ 0.1 ms",
                         f"{(a - b) * 1e3:+.2f} ms", f"{_ms(a)} vs {_ms(b)} ms"
-                        + (f"; {p.polls} GETs" if p.polls is not None else ""),
+                        + (f"; {p.ticks} ticks, {p.polls} GETs" if p.polls is not None
+                           else ""),
                         abs(a - b) <= 1e-4)
                 pc, qc = p.res.cpu_us_per_chunk, q.res.cpu_us_per_chunk
                 if pc is not None and qc:
@@ -429,6 +437,7 @@ def to_json(report: ScaleReport) -> dict[str, Any]:
             "chunk_delay_p99_s": po.pct(c.res.chunk_delay, 99),
             "cpu_us_per_chunk": c.res.cpu_us_per_chunk,
             "rss_kib_per_stream": c.res.rss_kib_per_stream, "admin_gets": c.polls,
+            "screen_ticks": c.ticks,
             "cpu_us_per_chunk_by_process": c.cpu_split(),
             "busiest_process_core_share": c.busiest_util,
         } for name, c in by.items()} for n, by in levels.items()}

@@ -10,7 +10,8 @@
                                         histograms out (a screen that does not merge);
                                         ``active=1`` adds ``active_requests`` (what
                                         ``/requests?state=active`` answers), so a
-                                        screen's tick is one request
+                                        screen's tick is one request; the answer's
+                                        ``X-Llmtop-Age`` header says how old it is
 ``GET  /llmtop/v1/requests``            ``?state=active|recent`` (default active),
                                         ``&limit=N`` (recent: the last N, default 100);
                                         ``max_age=S`` as for the snapshot (a list built
@@ -45,11 +46,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from llmtop import __version__
+from llmtop.admin import AGE_HEADER
 from llmtop.events import ActiveRequest
 from llmtop.metrics.aggregator import RECENT_MAX, Aggregator
 from llmtop.metrics.prometheus import LlmtopCollector
@@ -107,15 +110,25 @@ CTX: Final = web.AppKey("llmtop_admin_ctx", AdminContext)
 COLLECTOR: Final = web.AppKey("llmtop_admin_collector", LlmtopCollector)
 
 
+_ORJSON_OPTIONS: Final = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+"""Keys that are not strings become strings and numpy scalars plain numbers, as with
+``json.dumps`` (which takes ``np.float64`` as the float it subclasses)."""
+
+
 def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
                   ) -> web.Response:
-    """A JSON response that is always valid JSON (non-finite floats become null)."""
+    """A JSON response that is always valid JSON (non-finite floats become null).
+
+    Encoded by orjson: a screen's snapshot (~40 KB, thousands of floats) in 0.1 ms where
+    ``json.dumps`` takes 1 ms, on the loop that also files the proxy's records. What
+    orjson refuses (an int past 64 bits) goes through ``json`` instead.
+    """
     try:
-        text = json.dumps(data, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_finite(data), allow_nan=False)
-    return web.Response(text=text, status=status, content_type="application/json",
-                        headers=headers)
+        body = orjson.dumps(data, option=_ORJSON_OPTIONS)
+    except TypeError:
+        body = json.dumps(_finite(data), allow_nan=False).encode()
+    return web.Response(body=body, status=status, content_type="application/json",
+                        charset="utf-8", headers=headers)
 
 
 def _finite(x: Any) -> Any:
@@ -174,7 +187,7 @@ async def snapshot(request: web.Request) -> web.Response:
     now = time.monotonic()
     hit = ctx.snapshots.get(key)
     if hit is not None and now - hit[0] <= max_age:
-        return web.Response(body=hit[1], content_type="application/json")
+        return _shared(hit, now)
     snap = ctx.aggregator.snapshot(WINDOW_PARAMS[raw], user_histograms=mergeable,
                                    capacity_bins=mergeable, histograms=with_hist)
     snap.update(ctx.extra_info)
@@ -184,7 +197,14 @@ async def snapshot(request: web.Request) -> web.Response:
     resp = json_response(snap)
     if isinstance(resp.body, bytes):
         ctx.snapshots[key] = (now, resp.body)
+    resp.headers[AGE_HEADER] = "0"
     return resp
+
+
+def _shared(hit: tuple[float, bytes], now: float) -> web.Response:
+    """A snapshot or list built earlier (``max_age``), with its age in :data:`AGE_HEADER`."""
+    return web.Response(body=hit[1], content_type="application/json",
+                        headers={AGE_HEADER: f"{max(0.0, now - hit[0]):.3f}"})
 
 
 def _active_rows(active: Mapping[str, ActiveRequest]) -> list[dict[str, Any]]:
@@ -225,13 +245,14 @@ async def requests_(request: web.Request) -> web.Response:
     now = time.monotonic()
     hit = ctx.request_lists.get(key)
     if hit is not None and now - hit[0] <= max_age:
-        return web.Response(body=hit[1], content_type="application/json")
+        return _shared(hit, now)
     if state == "active":
         resp = json_response(_active_rows(ctx.active))
     else:
         resp = json_response(ctx.aggregator.recent_requests(limit))
     if isinstance(resp.body, bytes):
         ctx.request_lists[key] = (now, resp.body)
+    resp.headers[AGE_HEADER] = "0"
     return resp
 
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+import orjson
+
+from llmtop.admin import AGE_HEADER
 
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
 REQUESTS_PATH = "/llmtop/v1/requests"
@@ -164,6 +169,23 @@ SHARED_SNAPSHOT_AGE_S = 0.5
 or more, and a screen polling at 10 Hz then costs the proxy two snapshots a second."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    until: float
+    snap: dict[str, Any]
+    active: list[dict[str, Any]] | None
+
+
+def _age(header: str | None) -> float:
+    """:data:`AGE_HEADER`'s seconds; 0 when absent or not a number (then the reply is
+    taken as just built, the most a client can assume)."""
+    try:
+        age = float(header) if header else 0.0
+    except ValueError:
+        return 0.0
+    return age if 0.0 <= age <= 3600.0 else 0.0  # also NaN
+
+
 class AdminSource:
     """Snapshots from one or several running proxies' admin APIs over HTTP.
 
@@ -198,6 +220,12 @@ class AdminSource:
         self._active: dict[str, list[dict[str, Any]]] = {}
         """Per URL, the active requests that came with the last snapshot (``active=1``),
         until :meth:`active_requests` takes them."""
+        self._kept: dict[tuple[str, str], _Kept] = {}
+        """Per (URL, query), the last snapshot and until when (monotonic) it is young
+        enough for ``max_age_s``: a screen ticking faster than that asks no proxy for
+        the bytes it already has."""
+        self.gets = 0
+        """HTTP requests made so far (what polling costs the proxies; benchmarks read it)."""
         self.errors: dict[str, str | None] = dict.fromkeys(self.urls)
         """Per URL: ``None`` while it answers, else why it did not (last attempt)."""
 
@@ -210,6 +238,12 @@ class AdminSource:
         return self._session
 
     async def _get(self, url: str, path: str, params: dict[str, str]) -> Any:
+        return (await self._get_aged(url, path, params))[0]
+
+    async def _get_aged(self, url: str, path: str, params: dict[str, str]
+                        ) -> tuple[Any, float]:
+        """The decoded reply and its age in seconds (:data:`AGE_HEADER`; 0 when absent)."""
+        self.gets += 1
         try:
             async with self._http().get(url + path, params=params) as resp:
                 if resp.status in (401, 403):
@@ -217,7 +251,8 @@ class AdminSource:
                 if resp.status != 200:
                     reason = _error_text(await resp.text())
                     raise _Failure(f"HTTP {resp.status} {reason}".strip())
-                return await resp.json(content_type=None)
+                return (await resp.json(content_type=None, loads=orjson.loads),
+                        _age(resp.headers.get(AGE_HEADER)))
         except _Failure:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -226,17 +261,29 @@ class AdminSource:
             raise _Failure("reply is not JSON") from None
 
     async def _snapshot_from(self, url: str, params: dict[str, str]) -> dict[str, Any] | None:
+        key = (url, "&".join(f"{k}={v}" for k, v in sorted(params.items())))
+        asked = time.monotonic()
+        kept = self._kept.get(key)
+        if kept is not None and asked < kept.until:  # the proxy would send the same bytes
+            if kept.active is not None:
+                self._active[url] = kept.active
+            return kept.snap
         try:
-            snap = await self._get(url, SNAPSHOT_PATH, params)
+            snap, age = await self._get_aged(url, SNAPSHOT_PATH, params)
             if not isinstance(snap, dict):
                 raise _Failure("reply is not a snapshot object")
         except _Failure as exc:
             self.errors[url] = str(exc)
+            self._kept.pop(key, None)
             return None
         self.errors[url] = None
         rows = snap.pop("active_requests", None)  # an older proxy leaves it out
-        if isinstance(rows, list):
-            self._active[url] = rows
+        active = rows if isinstance(rows, list) else None
+        if active is not None:
+            self._active[url] = active
+        if self.max_age_s > 0:
+            # built at least `age` before we asked: young enough until then + max_age
+            self._kept[key] = _Kept(asked - age + self.max_age_s, snap, active)
         return snap
 
     # -- SnapshotSource ----------------------------------------------------------------------

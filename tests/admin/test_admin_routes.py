@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -336,23 +337,79 @@ async def test_a_screen_tick_is_one_request_with_active_1(
     assert [r["id"] for r in with_active["active_requests"]] == [r["id"] for r in listed]
     assert with_active["active_requests"][0].keys() == listed[0].keys()
 
-    source = AdminSource([srv.url], max_age_s=0.5)
-    paths: list[str] = []
-    real_get = source._get
+    for max_age_s, gets in ((0.0, 3), (5.0, 1)):
+        source = AdminSource([srv.url], max_age_s=max_age_s)
+        paths: list[str] = []
+        real_get = source._get_aged
 
-    async def counting_get(url: str, path: str, params: dict[str, str]) -> Any:
-        paths.append(path)
-        return await real_get(url, path, params)
+        async def counting_get(url: str, path: str, params: dict[str, str],
+                               real: Any = real_get, seen: list[str] = paths) -> Any:
+            seen.append(path)
+            return await real(url, path, params)
 
-    source._get = counting_get  # type: ignore[method-assign]
+        source._get_aged = counting_get  # type: ignore[method-assign]
+        try:
+            for _ in range(3):  # three ticks of the screen
+                await source.fetch(60)
+                rows = await source.active_requests()
+                assert [r["id"] for r in rows] == ["live"]
+            # one request a tick; none while the last answer is young enough (max_age)
+            assert paths == [SNAPSHOT_PATH] * gets and source.gets == gets
+            # without a snapshot just fetched, the list is asked for on its own
+            assert [r["id"] for r in await source.active_requests()] == ["live"]
+            assert paths[-1] == REQUESTS_PATH and source.gets == gets + 1
+        finally:
+            await source.close()
+
+
+async def test_answers_say_their_age_and_the_tui_keeps_them_until_max_age(
+        make_server: Callable[..., Any]) -> None:
+    """``X-Llmtop-Age``: 0 on a fresh answer, the seconds since it was built on a shared
+    one. ``AdminSource`` keeps a snapshot until it is ``max_age_s`` old counting that age,
+    so a screen never shows data older than it asked for."""
+    from llmtop.admin import AGE_HEADER
+    from llmtop.tui.source import AdminSource
+
+    srv = await make_server()
+    for path in ("/llmtop/v1/snapshot?window=60&active=1", "/llmtop/v1/requests?state=active"):
+        _, _, fresh = await get(srv.url + path)  # built now, and kept for max_age askers
+        assert fresh[AGE_HEADER] == "0", path
+        await asyncio.sleep(0.05)
+        _, _, shared = await get(srv.url + path + "&max_age=5")
+        assert 0.05 <= float(shared[AGE_HEADER]) < 5, path
+
+    first = AdminSource([srv.url], max_age_s=1.0)
+    late = AdminSource([srv.url], max_age_s=1.0)
     try:
-        for _ in range(3):  # three ticks of the screen
-            await source.fetch(60)
-            rows = await source.active_requests()
-            assert [r["id"] for r in rows] == ["live"]
-        assert paths == [SNAPSHOT_PATH] * 3
-        # without a snapshot just fetched, the list is asked for on its own
-        assert [r["id"] for r in await source.active_requests()] == ["live"]
-        assert paths[-1] == REQUESTS_PATH
+        await first.fetch(60)  # the proxy builds one (age 0)
+        await asyncio.sleep(0.6)
+        snap = await late.fetch(60)  # shared: 0.6 s old already, so young for 0.4 s more
+        assert late.gets == 1 and snap["system"]["requests"] == 6
+        assert await late.fetch(60) is snap and late.gets == 1  # kept: no request
+        assert [r["id"] for r in await late.active_requests()] == ["live"]
+        srv.bus.publish(rec(70, "dave"))
+        srv.bus.drain()
+        await asyncio.sleep(0.6)  # 1.2 s old: were the age ignored it would still be kept (0.6 s)
+        again = await late.fetch(60)
+        assert late.gets == 2 and again["system"]["requests"] == 7
     finally:
-        await source.close()
+        await first.close()
+        await late.close()
+
+
+async def test_snapshot_json_is_valid_whatever_the_numbers(
+        make_server: Callable[..., Any]) -> None:
+    """Non-finite floats become null (JSON has no NaN); an int past 64 bits, which orjson
+    refuses, still comes out right through the standard encoder."""
+    import numpy as np
+
+    srv = await make_server()
+    srv.ctx.extra_info.update({"nan": float("nan"), "inf": np.float64("inf"),
+                               "np_int": np.int64(7), "ok": 1.5})
+    status, snap, headers = await get(srv.url + "/llmtop/v1/snapshot")
+    assert status == 200 and headers["Content-Type"] == "application/json; charset=utf-8"
+    assert (snap["nan"], snap["inf"], snap["np_int"], snap["ok"]) == (None, None, 7, 1.5)
+    srv.ctx.extra_info.pop("np_int")
+    srv.ctx.extra_info["big"] = 2**70
+    status, snap, _ = await get(srv.url + "/llmtop/v1/snapshot")
+    assert status == 200 and snap["big"] == 2**70 and snap["nan"] is None
