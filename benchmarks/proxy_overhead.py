@@ -440,6 +440,31 @@ async def measure(target: str, url: str, pids: list[int], idle_rss: int, sim_url
     return res
 
 
+def merge_rounds(a: Result, b: Result) -> Result:
+    """Two rounds of one target and level as one: samples pooled (percentiles over both),
+    counts summed, CPU per chunk weighted by each round's chunks, rates over both phases,
+    RSS per stream the larger (a stream's memory is a bound, not an average)."""
+    chunks = a.chunks + b.chunks
+    cpu = None
+    if a.cpu_us_per_chunk is not None and b.cpu_us_per_chunk is not None and chunks:
+        cpu = (a.cpu_us_per_chunk * a.chunks + b.cpu_us_per_chunk * b.chunks) / chunks
+    took = (a.chunks / a.chunks_per_s if a.chunks_per_s else 0.0) + (
+        b.chunks / b.chunks_per_s if b.chunks_per_s else 0.0)
+
+    def larger(x: float | None, y: float | None) -> float | None:
+        return y if x is None else x if y is None else max(x, y)
+
+    return Result(
+        a.target, a.n, requests=a.requests + b.requests, errors=a.errors + b.errors,
+        chunks=chunks, coalesced=a.coalesced + b.coalesced,
+        ttft_over=a.ttft_over + b.ttft_over, ttft_client=a.ttft_client + b.ttft_client,
+        chunk_delay=a.chunk_delay + b.chunk_delay, cpu_us_per_chunk=cpu,
+        rss_kib_per_stream=larger(a.rss_kib_per_stream, b.rss_kib_per_stream),
+        rss_growth_kib_s=larger(a.rss_growth_kib_s, b.rss_growth_kib_s),
+        rss_peak_kib_per_stream=larger(a.rss_peak_kib_per_stream, b.rss_peak_kib_per_stream),
+        chunks_per_s=chunks / took if took > 0 else 0.0, unmatched=a.unmatched + b.unmatched)
+
+
 def split_rss(samples: list[tuple[float, int]], idle_kib: int, n: int, ramp_s: float
               ) -> tuple[float, float | None]:
     """RSS while ``n`` streams are open = idle + n × per-stream + growth × t: the memory
@@ -594,17 +619,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                                             args.duration, args.max_tokens, args.client_usage,
                                             session)
                         prev = by.get(name)
-                        if prev is not None:  # merge rounds
-                            prev.requests += res.requests
-                            prev.errors += res.errors
-                            prev.chunks += res.chunks
-                            prev.coalesced += res.coalesced
-                            prev.unmatched += res.unmatched
-                            prev.ttft_over += res.ttft_over
-                            prev.ttft_client += res.ttft_client
-                            prev.chunk_delay += res.chunk_delay
-                        else:
-                            by[name] = res
+                        by[name] = res if prev is None else merge_rounds(prev, res)
                         print(f"  {mode} n={n} {name}: {res.requests} requests, "
                               f"{res.chunks_per_s:.0f} chunks/s", flush=True)
                         await asyncio.sleep(0.3)

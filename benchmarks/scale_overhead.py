@@ -31,7 +31,8 @@ the throughput it would reach with a core of its own, and a configuration's capa
 for one process and 2 for two workers. The wall ratio is printed next to it.
 
     python benchmarks/scale_overhead.py [--streams 1,64,256,1024] [--duration 10]
-        [--modes paced,firehose] [--max-tokens 64] [--no-nginx] [--quick] [--json OUT]
+        [--modes paced,firehose] [--max-tokens 64] [--rounds 1] [--no-nginx] [--quick]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class ScaleReport:
     streams: list[int]
     duration_s: float
     max_tokens: int
+    rounds: int = 1
     cells: dict[str, dict[int, dict[str, Cell]]] = field(default_factory=dict)
     """mode -> streams -> configuration -> figures"""
     notes: list[str] = field(default_factory=list)
@@ -217,6 +219,20 @@ async def _measure(name: str, url: str, proc: po.Proc | None, idle: int, sim_url
     return Cell(res, wall, {p: after[p] - before.get(p, after[p]) for p in after})
 
 
+def _merge_cells(a: Cell, b: Cell) -> Cell:
+    """Two rounds of one cell as one (``--rounds``): see ``proxy_overhead.merge_rounds``;
+    CPU, wall time, ticks and GETs summed."""
+    cpu = dict(a.cpu_by_pid)
+    for pid, c in b.cpu_by_pid.items():
+        cpu[pid] = cpu.get(pid, 0.0) + c
+
+    def add(x: int | None, y: int | None) -> int | None:
+        return None if x is None or y is None else x + y
+
+    return Cell(po.merge_rounds(a.res, b.res), a.wall_s + b.wall_s, cpu,
+                add(a.polls, b.polls), add(a.ticks, b.ticks))
+
+
 async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                    env: dict[str, str], tmp: Path, report: ScaleReport) -> None:
     py = sys.executable
@@ -253,7 +269,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             for li, n in enumerate(args.streams):
                 by: dict[str, Cell] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
-                for name in rot:
+                for name in [x for _ in range(args.rounds) for x in rot]:
                     poller: subprocess.Popen[str] | None = None
                     if name == "llmtop-1w+poll":
                         poller = _start_poller(admin, env)
@@ -268,7 +284,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                             polls, ticks = await asyncio.to_thread(_stop_poller, poller)
                     if poller is not None:
                         cell.polls, cell.ticks = polls, ticks
-                    by[name] = cell
+                    prev = by.get(name)
+                    by[name] = cell if prev is None else _merge_cells(prev, cell)
                     r = cell.res
                     print(f"  {mode} n={n} {name}: {r.requests} requests, "
                           f"{r.chunks_per_s:.0f} chunks/s"
@@ -404,7 +421,7 @@ def targets_table(report: ScaleReport) -> str:
 async def run_scale(args: argparse.Namespace) -> ScaleReport:
     """Run every mode and stream count; ``args`` as parsed by :func:`parse_args`."""
     env = {**os.environ, "LLMTOP_GPU_SOURCE": "none", "PYTHONUNBUFFERED": "1"}
-    report = ScaleReport(list(args.streams), args.duration, args.max_tokens)
+    report = ScaleReport(list(args.streams), args.duration, args.max_tokens, args.rounds)
     nginx_bin, why = (None, "--no-nginx") if args.no_nginx else po.ensure_nginx()
     if nginx_bin is None:
         report.notes.append(f"nginx not measured ({why})")
@@ -417,7 +434,8 @@ async def run_scale(args: argparse.Namespace) -> ScaleReport:
 
 def render(report: ScaleReport) -> str:
     return "\n\n".join([
-        f"streams {report.streams}, {report.duration_s:g} s per cell, "
+        f"streams {report.streams}, {report.duration_s:g} s per cell"
+        + (f" x {report.rounds} rounds (pooled)" if report.rounds > 1 else "") + ", "
         f"{report.max_tokens} tokens per request"
         + "".join(f"; {n}" for n in report.notes),
         figures_table(report), targets_table(report)])
@@ -425,7 +443,8 @@ def render(report: ScaleReport) -> str:
 
 def to_json(report: ScaleReport) -> dict[str, Any]:
     out: dict[str, Any] = {"streams": report.streams, "duration_s": report.duration_s,
-                           "max_tokens": report.max_tokens, "notes": report.notes}
+                           "rounds": report.rounds, "max_tokens": report.max_tokens,
+                           "notes": report.notes}
     for mode, levels in report.cells.items():
         out[mode] = {str(n): {name: {
             "requests": c.res.requests, "errors": c.res.errors, "chunks": c.res.chunks,
@@ -455,6 +474,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="tokens per request (default 64; the simulator keeps the ground "
                         "truth of its last 10,000 requests)")
     p.add_argument("--workers", default="1,2", help="llmtop worker counts (default 1,2)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run each level's rotation this many times, pooled (default 1): "
+                        "one 10 s cell's p99 and CPU vary by more than the 5%% and 0.1 ms "
+                        "the poll targets ask")
     p.add_argument("--no-poll", dest="poll", action="store_false",
                    help="skip the admin-polled-at-10-Hz cell")
     p.add_argument("--no-nginx", action="store_true", help="skip the nginx comparison")
@@ -472,6 +495,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.workers = [int(x) for x in args.workers.split(",") if x]
     except ValueError:
         p.error("--streams and --workers must be comma-separated integers")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     if not args.streams or min(args.streams) < 1 or not args.workers \
             or min(args.workers) < 1:
         p.error("--streams and --workers must be positive")
@@ -484,7 +509,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 async def amain(args: argparse.Namespace) -> int:
-    print(f"llmtop scale overhead: streams {args.streams}, {args.duration:g} s per cell, "
+    print(f"llmtop scale overhead: streams {args.streams}, {args.duration:g} s per cell"
+          + (f" x {args.rounds} rounds" if args.rounds > 1 else "") + ", "
           f"modes {args.modes}, workers {args.workers}, admin poll "
           f"{'on' if args.poll else 'off'}; {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)

@@ -38,3 +38,38 @@ def test_shrinking_memory_is_no_negative_growth() -> None:
     assert slope == 0.0 and got == pytest.approx((sum(r for t, r in samples if t >= 0.5)
                                                   / len([1 for t, _ in samples if t >= 0.5])
                                                   - 1000) / 10)
+
+
+def test_rounds_pool_samples_and_weight_cpu_by_chunks() -> None:
+    """``--rounds``: the CPU per chunk of two rounds is their chunk-weighted mean (it was
+    the first round's alone), samples are pooled, RSS per stream is the larger."""
+    from proxy_overhead import Result, merge_rounds
+
+    a = Result("llmtop", 64, requests=10, chunks=1000, coalesced=2, ttft_over=[0.001],
+               chunk_delay=[0.002, 0.003], cpu_us_per_chunk=60.0, rss_kib_per_stream=40.0,
+               chunks_per_s=500.0)
+    b = Result("llmtop", 64, requests=30, chunks=3000, coalesced=1, ttft_over=[0.004],
+               chunk_delay=[0.005], cpu_us_per_chunk=80.0, rss_kib_per_stream=35.0,
+               rss_growth_kib_s=3.0, chunks_per_s=1000.0)
+    m = merge_rounds(a, b)
+    assert (m.requests, m.chunks, m.coalesced) == (40, 4000, 3)
+    assert m.cpu_us_per_chunk == pytest.approx(75.0)  # (60*1000 + 80*3000) / 4000
+    assert m.ttft_over == [0.001, 0.004] and m.chunk_delay == [0.002, 0.003, 0.005]
+    assert m.rss_kib_per_stream == 40.0 and m.rss_growth_kib_s == 3.0
+    assert m.chunks_per_s == pytest.approx(4000 / (2.0 + 3.0))
+    assert merge_rounds(a, Result("llmtop", 64)).cpu_us_per_chunk is None  # one unknown
+
+
+def test_scale_cells_of_several_rounds_add_up() -> None:
+    from proxy_overhead import Result
+    from scale_overhead import Cell, _merge_cells
+
+    a = Cell(Result("llmtop-1w+poll", 64, chunks=1000, cpu_us_per_chunk=60.0), 8.0,
+             {11: 0.05, 12: 0.01}, polls=16, ticks=80)
+    b = Cell(Result("llmtop-1w+poll", 64, chunks=1000, cpu_us_per_chunk=70.0), 8.5,
+             {11: 0.06, 12: 0.02}, polls=17, ticks=82)
+    m = _merge_cells(a, b)
+    assert m.res.chunks == 2000 and m.wall_s == 16.5
+    assert m.cpu_by_pid == pytest.approx({11: 0.11, 12: 0.03})
+    assert (m.polls, m.ticks) == (33, 162)
+    assert m.cpu_split() == [55.0, 15.0]
