@@ -443,7 +443,9 @@ async def measure(target: str, url: str, pids: list[int], idle_rss: int, sim_url
 def merge_rounds(a: Result, b: Result) -> Result:
     """Two rounds of one target and level as one: samples pooled (percentiles over both),
     counts summed, CPU per chunk weighted by each round's chunks, rates over both phases,
-    RSS per stream the larger (a stream's memory is a bound, not an average)."""
+    RSS figures the first round's: every round is measured against the process's idle RSS
+    after warm-up, so a later round would also count what the earlier ones left behind
+    (the kept history of their finished requests) as memory per open stream."""
     chunks = a.chunks + b.chunks
     cpu = None
     if a.cpu_us_per_chunk is not None and b.cpu_us_per_chunk is not None and chunks:
@@ -451,17 +453,13 @@ def merge_rounds(a: Result, b: Result) -> Result:
     took = (a.chunks / a.chunks_per_s if a.chunks_per_s else 0.0) + (
         b.chunks / b.chunks_per_s if b.chunks_per_s else 0.0)
 
-    def larger(x: float | None, y: float | None) -> float | None:
-        return y if x is None else x if y is None else max(x, y)
-
     return Result(
         a.target, a.n, requests=a.requests + b.requests, errors=a.errors + b.errors,
         chunks=chunks, coalesced=a.coalesced + b.coalesced,
         ttft_over=a.ttft_over + b.ttft_over, ttft_client=a.ttft_client + b.ttft_client,
         chunk_delay=a.chunk_delay + b.chunk_delay, cpu_us_per_chunk=cpu,
-        rss_kib_per_stream=larger(a.rss_kib_per_stream, b.rss_kib_per_stream),
-        rss_growth_kib_s=larger(a.rss_growth_kib_s, b.rss_growth_kib_s),
-        rss_peak_kib_per_stream=larger(a.rss_peak_kib_per_stream, b.rss_peak_kib_per_stream),
+        rss_kib_per_stream=a.rss_kib_per_stream, rss_growth_kib_s=a.rss_growth_kib_s,
+        rss_peak_kib_per_stream=a.rss_peak_kib_per_stream,
         chunks_per_s=chunks / took if took > 0 else 0.0, unmatched=a.unmatched + b.unmatched)
 
 

@@ -12,15 +12,17 @@ same closed-loop load, interleaved (the order rotates from level to level), agai
 * ``nginx``       the reference proxy: the targets are ratios to it in the same run;
 * ``llmtop-1w``   one process;
 * ``llmtop-2w``   coordinator + 2 workers (CPU and RSS are the whole process tree);
-* ``llmtop-1w+poll`` the same one-process proxy while a separate process ticks 10 times a
-  second with the TUI's own ``AdminSource`` — what ``llmtop attach --refresh-hz 10`` asks
-  of one proxy (the TUI needs a terminal; its rendering runs in its own process and is not
-  the proxy's cost). A tick asks ``/llmtop/v1/snapshot?window=60&histograms=0&active=1
-  &max_age=0.5`` only when the answer it holds is older than 0.5 s (the proxy says how old
-  in ``X-Llmtop-Age``): the snapshot a screen shows is at most 0.5 s old, and the proxy
-  builds and sends about two a second however fast, and however many, screens tick
-  (``histograms=0``: one proxy's TUI never decodes the encoded histograms, only a merge of
-  several does). The GETs it made are printed beside the cell.
+* ``llmtop-1w+poll`` a second one-process proxy like ``llmtop-1w`` (a process of its own,
+  so that neither cell's kept history counts as the other's memory per stream) while a
+  separate process ticks 10 times a second with the TUI's own ``AdminSource``: what
+  ``llmtop attach --refresh-hz 10`` asks of one proxy (the TUI needs a terminal; its
+  rendering runs in its own process and is not the proxy's cost). A tick asks
+  ``/llmtop/v1/snapshot?window=60&histograms=0&active=1&max_age=0.5`` only when the answer
+  it holds is older than 0.5 s (the proxy says how old in ``X-Llmtop-Age``): the snapshot a
+  screen shows is at most 0.5 s old, and the proxy builds and sends about two a second
+  however fast, and however many, screens tick (``histograms=0``: one proxy's TUI never
+  decodes the encoded histograms, only a merge of several does). The GETs it made are
+  printed beside the cell.
 
 Accounting for the shared cores: the load generator (this process), the simulator and the
 proxies share this machine's cores, so wall throughput with 2 workers says little about the
@@ -247,22 +249,24 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             ngx = po.start_nginx(nginx_bin, sim.url, tmp)
             procs.append(ngx)
             targets["nginx"] = (ngx.url, ngx)
-        admin = ""
         for w in args.workers:
-            llm, adm = _start_llmtop(sim.url, w, env)
+            llm, _ = _start_llmtop(sim.url, w, env)
             procs.append(llm)
             targets[f"llmtop-{w}w"] = (llm.url, llm)
-            if w == 1:
-                admin = adm
+        admin = ""
+        if args.poll:
+            # a process of its own, configured as llmtop-1w: RSS per stream is measured
+            # against the process's idle RSS after warm-up, and what one cell's requests
+            # leave behind (kept history) would count as the other's per-stream memory
+            polled, admin = _start_llmtop(sim.url, 1, env)
+            procs.append(polled)
+            targets["llmtop-1w+poll"] = (polled.url, polled)
         order = list(targets)
-        if args.poll and admin:
-            order.append("llmtop-1w+poll")
         idle: dict[str, int] = {}
         for name, (url, proc) in targets.items():
             await po.warm_up(url, args.max_tokens)
             if proc is not None:
                 idle[name] = po.rss_kib(proc.pids)
-        idle["llmtop-1w+poll"] = idle.get("llmtop-1w", 0)
         by_level: dict[int, dict[str, Cell]] = {}
         report.cells[mode] = by_level
         async with aiohttp.ClientSession() as session:
@@ -273,9 +277,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                     poller: subprocess.Popen[str] | None = None
                     if name == "llmtop-1w+poll":
                         poller = _start_poller(admin, env)
-                        url, proc = targets["llmtop-1w"]
-                    else:
-                        url, proc = targets[name]
+                    url, proc = targets[name]
                     try:
                         cell = await _measure(name, url, proc, idle.get(name, 0), sim.url, n,
                                               args, session)

@@ -42,7 +42,8 @@ def test_shrinking_memory_is_no_negative_growth() -> None:
 
 def test_rounds_pool_samples_and_weight_cpu_by_chunks() -> None:
     """``--rounds``: the CPU per chunk of two rounds is their chunk-weighted mean (it was
-    the first round's alone), samples are pooled, RSS per stream is the larger."""
+    the first round's alone), samples are pooled, RSS figures are the first round's (a
+    later one also carries what earlier rounds left behind)."""
     from proxy_overhead import Result, merge_rounds
 
     a = Result("llmtop", 64, requests=10, chunks=1000, coalesced=2, ttft_over=[0.001],
@@ -55,7 +56,7 @@ def test_rounds_pool_samples_and_weight_cpu_by_chunks() -> None:
     assert (m.requests, m.chunks, m.coalesced) == (40, 4000, 3)
     assert m.cpu_us_per_chunk == pytest.approx(75.0)  # (60*1000 + 80*3000) / 4000
     assert m.ttft_over == [0.001, 0.004] and m.chunk_delay == [0.002, 0.003, 0.005]
-    assert m.rss_kib_per_stream == 40.0 and m.rss_growth_kib_s == 3.0
+    assert m.rss_kib_per_stream == 40.0 and m.rss_growth_kib_s is None
     assert m.chunks_per_s == pytest.approx(4000 / (2.0 + 3.0))
     assert merge_rounds(a, Result("llmtop", 64)).cpu_us_per_chunk is None  # one unknown
 
