@@ -34,6 +34,7 @@ from llmtop.bus import EventBus
 from llmtop.config import Config, parse_hostport, slo_dict
 from llmtop.engines.scraper import EngineScraper, metrics_url_for
 from llmtop.events import ActiveRequest, Event, RequestRecord
+from llmtop.fleet_counts import FleetCounts
 from llmtop.gpu import open_gpu_source
 from llmtop.loopthread import LoopThread
 from llmtop.metrics.aggregator import Aggregator
@@ -307,17 +308,21 @@ async def serve_until_signal(cfg: Config, *, out: TextIO | None = None) -> RunSu
     return await server.stop()
 
 
-async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str) -> None:
-    """One of N proxy processes: proxy only, events forwarded to the coordinator."""
+async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str,
+                       fleet_path: str | None = None) -> None:
+    """One of N proxy processes: proxy only, events forwarded to the coordinator.
+    ``fleet_path``: the coordinator's table of open requests per worker (the worker's
+    records then count every worker's open requests in ``concurrency_at_start``)."""
     stop = _stop_event()
     bus = EventBus()
     active: dict[str, ActiveRequest] = {}
     proxy = ProxyServer(cfg, bus, active)
-
-    def set_elsewhere(n: int) -> None:
-        proxy.concurrency_elsewhere = n
-
-    forwarder = EventForwarder(ingest_url, token, index, active, on_fleet=set_elsewhere)
+    if fleet_path:
+        try:
+            proxy.fleet = FleetCounts.attach(fleet_path, index)
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"the workers' shared table {fleet_path}: {exc}") from exc
+    forwarder = EventForwarder(ingest_url, token, index, active)
     bus.subscribe(forwarder.on_events)
     try:
         await proxy.start(reuse_port=True)
@@ -328,6 +333,10 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str) -> 
     task = asyncio.create_task(forwarder.run(bus))
     await stop.wait()
     await proxy.shutdown()
+    if proxy.fleet is not None:
+        proxy.fleet.set_mine(0)  # gone: the other workers no longer count its requests
+        proxy.fleet.close()
+        proxy.fleet = None
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
@@ -346,11 +355,19 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     admin_url = await obs.start_admin([ingest_route(bus, fleet, token)],
                                       self_authenticated=frozenset({INGEST_PATH}))
     try:
+        counts, counts_path = FleetCounts.create(cfg.workers)
+    except OSError as exc:
+        await obs.stop()
+        raise StartupError(f"cannot create the workers' shared table: {exc}") from exc
+    try:
         procs, proxy_url = await spawn_workers(cfg, admin_url + "/llmtop/v1/_ingest", token,
-                                               config_path)
+                                               config_path, counts_path)
     except (StartupErrorProxy, OSError, TimeoutError) as exc:
+        counts.close()
         await obs.stop()
         raise StartupError(str(exc)) from exc
+    finally:
+        os.unlink(counts_path)  # every worker has it mapped (or failed): the name can go
     obs.say(f"llmtop: proxy listening on {proxy_url}")
     obs.say(f"llmtop: admin listening on {admin_url}")
     obs.say(f"llmtop: {len(procs)} workers sharing the port")
@@ -358,5 +375,6 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     _tune_process()
     await stop.wait()
     await stop_workers(procs, cfg.timeouts.shutdown_grace_s)
+    counts.close()
     await asyncio.sleep(0.1)
     return await obs.stop()

@@ -17,6 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream", required=True)
     p.add_argument("--ingest", required=True)
     p.add_argument("--config")
+    p.add_argument("--fleet", help="the coordinator's table of open requests per worker")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -35,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     })
     install_uvloop()
     try:
-        asyncio.run(serve_worker(cfg, args.index, args.ingest, token))
+        asyncio.run(serve_worker(cfg, args.index, args.ingest, token, args.fleet))
     except StartupError as exc:
         print(f"llmtop: worker {args.index} failed: {exc}", flush=True)
         return 2

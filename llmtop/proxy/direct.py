@@ -274,7 +274,7 @@ class DirectExchange:
         self.sink = None
         server, ex = self.server, self.ex
         server.direct_ended(self)
-        server.active.pop(ex.active.id, None)
+        server.closed(ex)
         server.bus.publish(ex.to_record())
         waiters, self._waiters = self._waiters, None
         for w in waiters or ():

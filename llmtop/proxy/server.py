@@ -50,6 +50,7 @@ from aiohttp.streams import StreamReader
 from llmtop.bus import EventBus
 from llmtop.config import Config, ConfigError, parse_hostport
 from llmtop.events import ActiveRequest, Dialect
+from llmtop.fleet_counts import FleetCounts
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.openai import (
     UsageChunkStripper,
@@ -151,9 +152,9 @@ class ProxyServer:
         self.bus = bus
         self.active: dict[str, ActiveRequest] = active if active is not None else {}
         self.upstream_down = False
-        self.concurrency_elsewhere = 0
-        """Requests open in sibling worker processes (``--workers N``), added to each new
-        request's ``concurrency_at_start`` so capacity bins count the whole proxy."""
+        self.fleet: FleetCounts | None = None
+        """With ``--workers N``: every worker's open requests (:mod:`llmtop.fleet_counts`),
+        so each new request's ``concurrency_at_start`` counts the whole proxy's."""
         self.usage_rejected = False
         """The upstream refused ``stream_options`` once: injection is off from then on."""
         self.direct_starts = 0
@@ -271,13 +272,22 @@ class ProxyServer:
         rid = f"{self._id_prefix}-{next(self._ids):x}"
         if dialect is None:
             dialect = detect_dialect(method, path, content_type, self.cfg.dialect)
+        fleet = self.fleet
         active = ActiveRequest(
             id=rid, user="", model=None, dialect=dialect, path=path, stream=False,
             t_start=t_start, t0_ns=t0_ns,
-            concurrency_at_start=len(self.active) + 1 + self.concurrency_elsewhere,
+            concurrency_at_start=len(self.active) + 1 + (fleet.others() if fleet else 0),
         )
         self.active[rid] = active
+        if fleet is not None:
+            fleet.set_mine(len(self.active))
         return Exchange(active)
+
+    def closed(self, ex: Exchange) -> None:
+        """``ex``'s request is no longer open."""
+        self.active.pop(ex.active.id, None)
+        if self.fleet is not None:
+            self.fleet.set_mine(len(self.active))
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         # t0: noted by the server protocol when the request line and headers came off the
@@ -296,7 +306,7 @@ class ProxyServer:
             raise
         finally:
             self._handlers.discard(task)
-            self.active.pop(ex.active.id, None)
+            self.closed(ex)
             self.bus.publish(ex.to_record())
 
     def direct_start(self, quick: QuickRequest, protocol: StampingRequestHandler,
@@ -594,7 +604,7 @@ class ProxyServer:
             # the end of the body is out: the request is no longer open, the upstream
             # connection is free, and the client's next request on this connection may
             # be served directly (the record follows when the relay's owner wakes)
-            self.active.pop(ex.active.id, None)
+            self.closed(ex)
             pool.release(conn)
             if isinstance(protocol, StampingRequestHandler):
                 protocol.request_done(request)

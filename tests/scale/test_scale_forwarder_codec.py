@@ -174,9 +174,7 @@ async def test_forwarder_ships_records_and_open_requests_exactly(
         coordinator: Coordinator) -> None:
     bus = EventBus()
     opened = {a.id: a for a in (active(0), active(1), active(2))}
-    fleet_seen: list[int] = []
-    fwd = EventForwarder(coordinator.url, TOKEN, 4, opened, interval_s=0.02,
-                         on_fleet=fleet_seen.append)
+    fwd = EventForwarder(coordinator.url, TOKEN, 4, opened, interval_s=0.02)
     bus.subscribe(fwd.on_events)
     sent = [record(i, n=i % 40) for i in range(300)]
     for r in sent:
@@ -185,7 +183,7 @@ async def test_forwarder_ships_records_and_open_requests_exactly(
     for _ in range(200):
         await asyncio.sleep(0.02)
         coordinator.bus.drain()
-        if len(coordinator.got) == len(sent) and fleet_seen:
+        if len(coordinator.got) == len(sent) and fwd.fleet_in_flight:
             break
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -194,7 +192,7 @@ async def test_forwarder_ships_records_and_open_requests_exactly(
     assert coordinator.got == sent
     assert sorted(coordinator.fleet) == sorted(opened)
     assert [coordinator.fleet[k] for k in opened] == list(opened.values())
-    assert fwd.fleet_in_flight == 3 and fleet_seen[-1] == 0
+    assert fwd.fleet_in_flight == 3
     assert fwd.buffer == [] and fwd.dropped == 0
 
 

@@ -57,9 +57,12 @@ async def test_two_workers_look_like_one_proxy(tmp_path: Path) -> None:
 
                 sizes = await asyncio.gather(*(one(i) for i in range(40)))
                 assert all(n > 0 for n in sizes)
-                await asyncio.sleep(1.0)  # workers forward every 0.2 s
-                async with s.get(admin + "/llmtop/v1/snapshot?window=all") as r:
-                    snap = await r.json()
+                for _ in range(100):  # workers forward every 0.5 s
+                    async with s.get(admin + "/llmtop/v1/snapshot?window=all") as r:
+                        snap = await r.json()
+                    if snap["system"]["requests"] >= 40:
+                        break
+                    await asyncio.sleep(0.1)
                 async with s.get(admin + "/llmtop/v1/requests?state=recent") as r:
                     recent = await r.json()
                 async with s.get(admin + "/metrics") as r:
@@ -83,3 +86,53 @@ async def test_two_workers_look_like_one_proxy(tmp_path: Path) -> None:
     records = [e for e in iter_recording(rec) if type(e).__name__ == "RequestRecord"]
     assert len(records) == 40
     assert len({r.id for r in records}) == 40  # type: ignore[union-attr]
+
+
+async def test_a_record_counts_every_workers_open_requests() -> None:
+    """``concurrency_at_start`` is the whole proxy's open requests: requests held open on
+    both workers count for a request that starts on either (the workers share a table of
+    their open requests; before, a worker knew the others' only from the coordinator's
+    last report)."""
+    async with running_sim("tiny", max_num_seqs=64) as sim:
+        proc, proxy, admin = await start_run(
+            "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+            "--workers", "2", "--gpu-source", "none")
+        try:
+            body = json.dumps({"model": "m", "max_tokens": 4, "stream": True,
+                               "messages": [{"role": "user", "content": "hello"}]})
+            conn = aiohttp.TCPConnector(force_close=True, limit=0)
+            async with aiohttp.ClientSession(connector=conn) as s:
+
+                async def one(fault: str) -> bytes:
+                    headers = {"Content-Type": "application/json"}
+                    if fault:
+                        headers["X-Sim-Fault"] = fault
+                    async with s.post(proxy + "/v1/chat/completions", data=body,
+                                      headers=headers) as r:
+                        return await r.read()
+
+                held = [asyncio.create_task(one("stall:4000@1")) for _ in range(12)]
+                for _ in range(100):  # until all 12 are open (summed over the workers)
+                    async with s.get(admin + "/llmtop/v1/requests?state=active") as r:
+                        if len(await r.json()) == 12:
+                            break
+                    await asyncio.sleep(0.1)
+                probes = [await one("") for _ in range(16)]  # new connections: both workers
+                assert all(probes)
+                for _ in range(100):  # workers forward every 0.5 s
+                    async with s.get(admin + "/llmtop/v1/requests?state=recent") as r:
+                        recent = await r.json()
+                    if len(recent) >= 16:
+                        break
+                    await asyncio.sleep(0.1)
+                for t in held:
+                    t.cancel()
+                await asyncio.gather(*held, return_exceptions=True)
+            rows = [r for r in recent if r["outcome"] == "ok"]
+            assert len(rows) == 16
+            assert len({str(r["id"]).split("-")[0] for r in rows}) == 2  # both workers
+            assert {r["concurrency_at_start"] for r in rows} == {13}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, out.decode()

@@ -1,0 +1,77 @@
+"""Open requests per worker of ``llmtop run --workers N``, in a small shared mapped file.
+
+A record's ``concurrency_at_start`` counts every open request of the whole proxy, not only
+its own worker's. Each worker writes its own count into one 8-byte slot as a request opens
+or closes, and sums the other slots when a request opens: exact at that moment, for the
+cost of a few hundred nanoseconds, where the coordinator's last report (what workers used
+before) was up to two forwarding intervals old.
+
+The coordinator creates the file (in ``/dev/shm`` where there is one), each worker maps it
+at start-up, and the coordinator removes its name as soon as every worker is up: the
+mappings stay valid and nothing is left behind, even after a crash. Slots are aligned
+8-byte integers, written and read whole.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+
+SLOT_BYTES = 8
+
+
+class FleetCounts:
+    """The slot table; ``index`` is this process's own slot (``-1``: the coordinator)."""
+
+    def __init__(self, mm: mmap.mmap, index: int) -> None:
+        slots = len(mm) // SLOT_BYTES
+        if slots < 1 or not -1 <= index < slots:
+            mm.close()
+            raise ValueError(f"slot {index} is not in a table of {slots}")
+        self._mm = mm
+        self._slots = memoryview(mm).cast("q")
+        self.index = index
+
+    @classmethod
+    def create(cls, workers: int) -> tuple[FleetCounts, str]:
+        """A zeroed table of ``workers`` slots, and the path the workers attach to."""
+        shm = "/dev/shm"
+        fd, path = tempfile.mkstemp(prefix="llmtop-fleet-",
+                                    dir=shm if os.path.isdir(shm) else None)
+        try:
+            os.ftruncate(fd, SLOT_BYTES * workers)
+            mm = mmap.mmap(fd, SLOT_BYTES * workers)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        return cls(mm, -1), path
+
+    @classmethod
+    def attach(cls, path: str, index: int) -> FleetCounts:
+        """Map the coordinator's table as worker ``index`` (``OSError``, ``ValueError``)."""
+        with open(path, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 0)
+        return cls(mm, index)
+
+    def set_mine(self, n: int) -> None:
+        """This worker has ``n`` open requests now."""
+        self._slots[self.index] = n
+
+    def others(self) -> int:
+        """Open requests of every other worker."""
+        slots = self._slots
+        return sum(slots) - slots[self.index] if self.index >= 0 else sum(slots)
+
+    def count(self, index: int) -> int:
+        return int(self._slots[index])
+
+    def clear(self, index: int) -> None:
+        """Zero a worker's slot (a worker that stopped)."""
+        self._slots[index] = 0
+
+    def close(self) -> None:
+        self._slots.release()
+        self._mm.close()
