@@ -36,9 +36,10 @@ class FleetCounts:
     @classmethod
     def create(cls, workers: int) -> tuple[FleetCounts, str]:
         """A zeroed table of ``workers`` slots, and the path the workers attach to."""
-        shm = "/dev/shm"
-        fd, path = tempfile.mkstemp(prefix="llmtop-fleet-",
-                                    dir=shm if os.path.isdir(shm) else None)
+        try:  # memory-backed where there is one; else the temporary directory
+            fd, path = tempfile.mkstemp(prefix="llmtop-fleet-", dir="/dev/shm")
+        except OSError:
+            fd, path = tempfile.mkstemp(prefix="llmtop-fleet-")
         try:
             os.ftruncate(fd, SLOT_BYTES * workers)
             mm = mmap.mmap(fd, SLOT_BYTES * workers)
