@@ -22,7 +22,10 @@ to level), and compares what the client saw with the simulator's ground truth
   earlier content chunk (direct shows what the machine itself merges);
 * proxy CPU µs per content chunk, from ``/proc/<pid>/stat`` of the proxy's process tree;
 * RSS per open stream: RSS sampled every 0.2 s during the phase is fitted as idle + N ×
-  per-stream + growth × t (``split_rss``): memory that comes with open streams is there
+  per-stream + growth × t (``split_rss``), idle being the RSS just before the phase; the
+  proxies are started afresh (and warmed up) for every level, so neither the kept history
+  of earlier phases' requests nor memory their streams left to the allocator (which this
+  phase's would reuse unseen) enters the figure: memory that comes with open streams is there
   from the first second; what the proxy keeps of finished requests (bounded histories)
   grows with time and is shown apart, as KiB/s. The JSON also has the peak-over-idle figure.
 
@@ -392,9 +395,10 @@ class Result:
     unmatched: int = 0
 
 
-async def measure(target: str, url: str, pids: list[int], idle_rss: int, sim_url: str,
+async def measure(target: str, url: str, pids: list[int], sim_url: str,
                   n: int, duration: float, max_tokens: int, usage: bool,
                   session: aiohttp.ClientSession) -> Result:
+    idle_rss = rss_kib(pids) if pids else 0  # nothing open: what the phase adds is on top
     cpu0 = cpu_s(pids)
     samples: list[tuple[float, int]] = []
     stop = asyncio.Event()
@@ -443,9 +447,8 @@ async def measure(target: str, url: str, pids: list[int], idle_rss: int, sim_url
 def merge_rounds(a: Result, b: Result) -> Result:
     """Two rounds of one target and level as one: samples pooled (percentiles over both),
     counts summed, CPU per chunk weighted by each round's chunks, rates over both phases,
-    RSS figures the first round's: every round is measured against the process's idle RSS
-    after warm-up, so a later round would also count what the earlier ones left behind
-    (the kept history of their finished requests) as memory per open stream."""
+    RSS figures the first round's: a later round finds memory the earlier one's streams
+    left to the allocator and would show less than an open stream needs."""
     chunks = a.chunks + b.chunks
     cpu = None
     if a.cpu_us_per_chunk is not None and b.cpu_us_per_chunk is not None and chunks:
@@ -581,39 +584,49 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
     sim_cmd = [py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1"]
     sim_cmd += ["--firehose"] if mode == "firehose" else PACED
     procs: list[Proc] = []
+    proxies: list[Proc] = []
     try:
         sim = Proc(sim_cmd, "llmtop: sim listening on ", env)
         procs.append(sim)
-        if args.bare:
-            llm = Proc([py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env)
-        else:
-            llm = Proc([py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
-                        "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-                       "llmtop: proxy listening on ", env)
-        procs.append(llm)
-        targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None),
-                                                        "llmtop": (llm.url, llm)}
-        if nginx_bin:
-            ngx = start_nginx(nginx_bin, sim.url, tmp / mode)
-            procs.append(ngx)
-            targets["nginx"] = (ngx.url, ngx)
-        idle: dict[str, int] = {}
-        for name, (url, proc) in targets.items():
-            await warm_up(url, args.max_tokens)
-            if proc is not None:
-                idle[name] = rss_kib(proc.pids)
+
+        async def start_proxies() -> dict[str, tuple[str, Proc | None]]:
+            """Fresh proxies, warmed up: each level's RSS per stream is then what its
+            streams add to a process that has served nothing else (after a busier phase
+            the allocator keeps memory the next phase's streams reuse unseen, and kept
+            history of finished requests would count as theirs)."""
+            for p in proxies:
+                p.stop()
+            proxies.clear()
+            if args.bare:
+                llm = Proc([py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env)
+            else:
+                llm = Proc([py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
+                            "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+                           "llmtop: proxy listening on ", env)
+            proxies.append(llm)
+            targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None),
+                                                            "llmtop": (llm.url, llm)}
+            if nginx_bin:
+                ngx = start_nginx(nginx_bin, sim.url, tmp / mode)
+                proxies.append(ngx)
+                targets["nginx"] = (ngx.url, ngx)
+            for url, _ in targets.values():
+                await warm_up(url, args.max_tokens)
+            return targets
+
         rows: list[tuple[Result, Result]] = []
         level_rows: dict[int, dict[str, Result]] = {}
-        order = list(targets)
+        order = ["direct", "llmtop"] + (["nginx"] if nginx_bin else [])
         async with aiohttp.ClientSession() as session:
             for li, n in enumerate(args.levels):
+                targets = await start_proxies()
                 by: dict[str, Result] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
                 for _ in range(args.rounds):
                     for name in rot:
                         url, proc = targets[name]
                         pids = proc.pids if proc is not None else []
-                        res = await measure(name, url, pids, idle.get(name, 0), sim.url, n,
+                        res = await measure(name, url, pids, sim.url, n,
                                             args.duration, args.max_tokens, args.client_usage,
                                             session)
                         prev = by.get(name)
@@ -640,7 +653,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             } for name, r in by.items()} for n, by in level_rows.items()}
         return verdict(mode, level_rows)
     finally:
-        for p in reversed(procs):
+        for p in [*reversed(proxies), *reversed(procs)]:
             p.stop()
 
 

@@ -6,14 +6,15 @@ its). For each mode (paced: one decode step every 20 ms; firehose: as fast as th
 can) it starts one simulator and, in front of it, nginx (one worker, ``proxy_buffering
 off``), ``llmtop run --headless`` (one process) and ``llmtop run --headless --workers 2``
 (a coordinator and two ``SO_REUSEPORT`` workers). Then for every stream count it runs the
-same closed-loop load, interleaved (the order rotates from level to level), against:
+same closed-loop load, interleaved (the order rotates from level to level; the proxies are
+started afresh for every level, as in ``proxy_overhead``), against:
 
 * ``direct``      the simulator itself (the baseline every "added" figure subtracts);
 * ``nginx``       the reference proxy: the targets are ratios to it in the same run;
 * ``llmtop-1w``   one process;
 * ``llmtop-2w``   coordinator + 2 workers (CPU and RSS are the whole process tree);
 * ``llmtop-1w+poll`` a second one-process proxy like ``llmtop-1w`` (a process of its own,
-  so that neither cell's kept history counts as the other's memory per stream) while a
+  so that neither cell's requests change the other's CPU or memory) while a
   separate process ticks 10 times a second with the TUI's own ``AdminSource``: what
   ``llmtop attach --refresh-hz 10`` asks of one proxy (the TUI needs a terminal; its
   rendering runs in its own process and is not the proxy's cost). A tick asks
@@ -209,12 +210,12 @@ def _start_llmtop(upstream: str, workers: int, env: dict[str, str]) -> tuple[po.
     raise RuntimeError(f"llmtop ({workers} workers) printed no admin address")
 
 
-async def _measure(name: str, url: str, proc: po.Proc | None, idle: int, sim_url: str,
+async def _measure(name: str, url: str, proc: po.Proc | None, sim_url: str,
                    n: int, args: argparse.Namespace, session: aiohttp.ClientSession) -> Cell:
     pids = proc.pids if proc is not None else []
     before = _cpu_each(pids)
     t0 = time.monotonic()
-    res = await po.measure(name, url, pids, idle, sim_url, n, args.duration, args.max_tokens,
+    res = await po.measure(name, url, pids, sim_url, n, args.duration, args.max_tokens,
                            False, session)
     wall = time.monotonic() - t0
     after = _cpu_each(pids)
@@ -241,36 +242,46 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
     sim_cmd = [py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1"]
     sim_cmd += ["--firehose"] if mode == "firehose" else po.PACED
     procs: list[po.Proc] = []
+    proxies: list[po.Proc] = []
     try:
         sim = po.Proc(sim_cmd, "llmtop: sim listening on ", env)
         procs.append(sim)
-        targets: dict[str, tuple[str, po.Proc | None]] = {"direct": (sim.url, None)}
-        if nginx_bin:
-            ngx = po.start_nginx(nginx_bin, sim.url, tmp)
-            procs.append(ngx)
-            targets["nginx"] = (ngx.url, ngx)
-        for w in args.workers:
-            llm, _ = _start_llmtop(sim.url, w, env)
-            procs.append(llm)
-            targets[f"llmtop-{w}w"] = (llm.url, llm)
         admin = ""
-        if args.poll:
-            # a process of its own, configured as llmtop-1w: RSS per stream is measured
-            # against the process's idle RSS after warm-up, and what one cell's requests
-            # leave behind (kept history) would count as the other's per-stream memory
-            polled, admin = _start_llmtop(sim.url, 1, env)
-            procs.append(polled)
-            targets["llmtop-1w+poll"] = (polled.url, polled)
-        order = list(targets)
-        idle: dict[str, int] = {}
-        for name, (url, proc) in targets.items():
-            await po.warm_up(url, args.max_tokens)
-            if proc is not None:
-                idle[name] = po.rss_kib(proc.pids)
+
+        async def start_proxies() -> dict[str, tuple[str, po.Proc | None]]:
+            """Fresh proxies for each level, warmed up (as ``proxy_overhead`` does: RSS per
+            stream is then what this level's streams add, not history earlier phases
+            left, nor memory they freed that this phase reuses unseen)."""
+            nonlocal admin
+            for p in proxies:
+                p.stop()
+            proxies.clear()
+            targets: dict[str, tuple[str, po.Proc | None]] = {"direct": (sim.url, None)}
+            if nginx_bin:
+                ngx = po.start_nginx(nginx_bin, sim.url, tmp)
+                proxies.append(ngx)
+                targets["nginx"] = (ngx.url, ngx)
+            for w in args.workers:
+                llm, _ = _start_llmtop(sim.url, w, env)
+                proxies.append(llm)
+                targets[f"llmtop-{w}w"] = (llm.url, llm)
+            if args.poll:
+                # a process of its own, configured as llmtop-1w, so that neither cell's
+                # requests change the other's CPU or memory
+                polled, admin = _start_llmtop(sim.url, 1, env)
+                proxies.append(polled)
+                targets["llmtop-1w+poll"] = (polled.url, polled)
+            for url, _ in targets.values():
+                await po.warm_up(url, args.max_tokens)
+            return targets
+
+        order = ["direct"] + (["nginx"] if nginx_bin else []) + [
+            f"llmtop-{w}w" for w in args.workers] + (["llmtop-1w+poll"] if args.poll else [])
         by_level: dict[int, dict[str, Cell]] = {}
         report.cells[mode] = by_level
         async with aiohttp.ClientSession() as session:
             for li, n in enumerate(args.streams):
+                targets = await start_proxies()
                 by: dict[str, Cell] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
                 for name in [x for _ in range(args.rounds) for x in rot]:
@@ -279,7 +290,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                         poller = _start_poller(admin, env)
                     url, proc = targets[name]
                     try:
-                        cell = await _measure(name, url, proc, idle.get(name, 0), sim.url, n,
+                        cell = await _measure(name, url, proc, sim.url, n,
                                               args, session)
                     finally:
                         if poller is not None:
@@ -298,7 +309,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                     await asyncio.sleep(0.3)
                 by_level[n] = by
     finally:
-        _stop_all(procs)
+        _stop_all([*proxies, *procs])
 
 
 # -- the tables ------------------------------------------------------------------------------
