@@ -23,9 +23,10 @@ to level), and compares what the client saw with the simulator's ground truth
 * proxy CPU µs per content chunk, from ``/proc/<pid>/stat`` of the proxy's process tree;
 * RSS per open stream: RSS sampled every 0.2 s during the phase is fitted as idle + N ×
   per-stream + growth × t (``split_rss``), idle being the RSS just before the phase; the
-  proxies are started afresh (and warmed up) for every level, so neither the kept history
-  of earlier phases' requests nor memory their streams left to the allocator (which this
-  phase's would reuse unseen) enters the figure: memory that comes with open streams is there
+  proxies are started afresh (and warmed up) for every level and the figure is taken in
+  a first, untimed phase at the level's concurrency (``settle``), so neither the kept
+  history of earlier phases' requests nor memory their streams left to the allocator
+  (which a later phase would reuse unseen) enters it: memory that comes with open streams is there
   from the first second; what the proxy keeps of finished requests (bounded histories)
   grows with time and is shown apart, as KiB/s. The JSON also has the peak-over-idle figure.
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -447,8 +449,9 @@ async def measure(target: str, url: str, pids: list[int], sim_url: str,
 def merge_rounds(a: Result, b: Result) -> Result:
     """Two rounds of one target and level as one: samples pooled (percentiles over both),
     counts summed, CPU per chunk weighted by each round's chunks, rates over both phases,
-    RSS figures the first round's: a later round finds memory the earlier one's streams
-    left to the allocator and would show less than an open stream needs."""
+    RSS figures the first round's (a later round finds memory the earlier one's streams
+    left to the allocator and would show less than an open stream needs; ``run_mode``
+    reports the settling phase's anyway)."""
     chunks = a.chunks + b.chunks
     cpu = None
     if a.cpu_us_per_chunk is not None and b.cpu_us_per_chunk is not None and chunks:
@@ -573,6 +576,32 @@ def verdict(mode: str, level_rows: dict[int, dict[str, Result]]) -> list[str]:
 # -- main ---------------------------------------------------------------------------------
 
 
+async def settle(targets: dict[str, tuple[str, Proc | None]], sim_url: str, n: int,
+                 duration: float, max_tokens: int, usage: bool,
+                 session: aiohttp.ClientSession) -> dict[str, Result]:
+    """A first phase at the level's concurrency for each fresh proxy, not counted in the
+    timed rounds. Its RSS figures are the level's (a process that has served nothing but
+    the warm-up: no earlier phase's history counts as this level's streams, and no memory
+    earlier streams freed is reused unseen); and it brings the proxy to the steady state
+    the timed rounds measure — upstream connections open, as in a proxy that has been
+    running (a fresh process meeting 1,024 streams at once opens 1,024 upstream
+    connections in one burst, which this machine's simulator takes seconds to accept)."""
+    out: dict[str, Result] = {}
+    for name, (url, proc) in targets.items():
+        if proc is not None:
+            out[name] = await measure(name, url, proc.pids, sim_url, n, duration, max_tokens,
+                                      usage, session)
+            await asyncio.sleep(0.3)
+    return out
+
+
+def with_rss_of(res: Result, cold: Result) -> Result:
+    """``res`` with the RSS figures of the settling phase (see :func:`settle`)."""
+    return dataclasses.replace(res, rss_kib_per_stream=cold.rss_kib_per_stream,
+                               rss_growth_kib_s=cold.rss_growth_kib_s,
+                               rss_peak_kib_per_stream=cold.rss_peak_kib_per_stream)
+
+
 async def warm_up(url: str, max_tokens: int) -> None:
     with contextlib.suppress(Exception):
         await run_load(url, 2, 0.3, max_tokens, False)
@@ -620,6 +649,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
         async with aiohttp.ClientSession() as session:
             for li, n in enumerate(args.levels):
                 targets = await start_proxies()
+                cold = await settle(targets, sim.url, n, args.duration, args.max_tokens,
+                                    args.client_usage, session)
                 by: dict[str, Result] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
                 for _ in range(args.rounds):
@@ -634,6 +665,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                         print(f"  {mode} n={n} {name}: {res.requests} requests, "
                               f"{res.chunks_per_s:.0f} chunks/s", flush=True)
                         await asyncio.sleep(0.3)
+                by = {name: with_rss_of(r, cold[name]) if name in cold else r
+                      for name, r in by.items()}
                 level_rows[n] = by
                 rows.extend((by[name], by["direct"]) for name in order)
         print_table(mode, rows)

@@ -7,7 +7,8 @@ can) it starts one simulator and, in front of it, nginx (one worker, ``proxy_buf
 off``), ``llmtop run --headless`` (one process) and ``llmtop run --headless --workers 2``
 (a coordinator and two ``SO_REUSEPORT`` workers). Then for every stream count it runs the
 same closed-loop load, interleaved (the order rotates from level to level; the proxies are
-started afresh for every level, as in ``proxy_overhead``), against:
+started afresh for every level and first run untimed at its concurrency, which gives the RSS
+figures, as in ``proxy_overhead``), against:
 
 * ``direct``      the simulator itself (the baseline every "added" figure subtracts);
 * ``nginx``       the reference proxy: the targets are ratios to it in the same run;
@@ -282,6 +283,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
         async with aiohttp.ClientSession() as session:
             for li, n in enumerate(args.streams):
                 targets = await start_proxies()
+                cold = await po.settle(targets, sim.url, n, args.duration, args.max_tokens,
+                                       False, session)
                 by: dict[str, Cell] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
                 for name in [x for _ in range(args.rounds) for x in rot]:
@@ -307,6 +310,9 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                           + (f", errors {r.errors}" if r.errors else "")
                           + (f", unmatched {r.unmatched}" if r.unmatched else ""), flush=True)
                     await asyncio.sleep(0.3)
+                for name, cell in by.items():
+                    if name in cold:
+                        cell.res = po.with_rss_of(cell.res, cold[name])
                 by_level[n] = by
     finally:
         _stop_all([*proxies, *procs])

@@ -74,3 +74,15 @@ def test_scale_cells_of_several_rounds_add_up() -> None:
     assert m.cpu_by_pid == pytest.approx({11: 0.11, 12: 0.03})
     assert (m.polls, m.ticks) == (33, 162)
     assert m.cpu_split() == [55.0, 15.0]
+
+
+def test_a_level_reports_the_settling_phases_rss() -> None:
+    from proxy_overhead import Result, with_rss_of
+
+    timed = Result("llmtop", 256, chunks=900, cpu_us_per_chunk=60.0, rss_kib_per_stream=2.0)
+    cold = Result("llmtop", 256, chunks=100, cpu_us_per_chunk=90.0, rss_kib_per_stream=30.0,
+                  rss_growth_kib_s=400.0, rss_peak_kib_per_stream=41.0)
+    got = with_rss_of(timed, cold)
+    assert (got.rss_kib_per_stream, got.rss_growth_kib_s, got.rss_peak_kib_per_stream) == (
+        30.0, 400.0, 41.0)
+    assert got.chunks == 900 and got.cpu_us_per_chunk == 60.0  # the timed rounds' own
