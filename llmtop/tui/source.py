@@ -176,14 +176,14 @@ class _Kept:
     active: list[dict[str, Any]] | None
 
 
-def _age(header: str | None) -> float:
-    """:data:`AGE_HEADER`'s seconds; 0 when absent or not a number (then the reply is
-    taken as just built, the most a client can assume)."""
+def _age(header: str | None) -> float | None:
+    """:data:`AGE_HEADER`'s seconds; ``None`` when absent or not a number of seconds (an
+    older proxy: its reply may be up to ``max_age`` old already, so it is not kept)."""
     try:
-        age = float(header) if header else 0.0
+        age = float(header) if header else None
     except ValueError:
-        return 0.0
-    return age if 0.0 <= age <= 3600.0 else 0.0  # also NaN
+        return None
+    return age if age is not None and 0.0 <= age <= 3600.0 else None  # also NaN
 
 
 class AdminSource:
@@ -241,8 +241,9 @@ class AdminSource:
         return (await self._get_aged(url, path, params))[0]
 
     async def _get_aged(self, url: str, path: str, params: dict[str, str]
-                        ) -> tuple[Any, float]:
-        """The decoded reply and its age in seconds (:data:`AGE_HEADER`; 0 when absent)."""
+                        ) -> tuple[Any, float | None]:
+        """The decoded reply and its age in seconds (:data:`AGE_HEADER`; ``None`` when
+        the proxy does not say)."""
         self.gets += 1
         try:
             async with self._http().get(url + path, params=params) as resp:
@@ -281,7 +282,7 @@ class AdminSource:
         active = rows if isinstance(rows, list) else None
         if active is not None:
             self._active[url] = active
-        if self.max_age_s > 0:
+        if self.max_age_s > 0 and age is not None:
             # built at least `age` before we asked: young enough until then + max_age
             self._kept[key] = _Kept(asked - age + self.max_age_s, snap, active)
         return snap

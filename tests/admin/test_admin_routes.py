@@ -397,6 +397,33 @@ async def test_answers_say_their_age_and_the_tui_keeps_them_until_max_age(
         await late.close()
 
 
+async def test_a_proxy_that_does_not_say_the_age_is_asked_every_tick() -> None:
+    """An older proxy sends no ``X-Llmtop-Age``: its answer may already be ``max_age``
+    old, so the TUI keeps nothing and asks each tick, as it did before."""
+    from llmtop.tui.source import AdminSource
+
+    served = 0
+
+    async def old_snapshot(request: web.Request) -> web.Response:
+        nonlocal served
+        served += 1
+        return web.json_response({"version": 1, "window_s": 60, "n": served})
+
+    app = web.Application()
+    app.router.add_get("/llmtop/v1/snapshot", old_snapshot)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    source = AdminSource([f"http://127.0.0.1:{runner.addresses[0][1]}"], max_age_s=5.0)
+    try:
+        got = [(await source.fetch(60))["n"] for _ in range(3)]
+    finally:
+        await source.close()
+        await runner.cleanup()
+    assert got == [1, 2, 3] and source.gets == 3
+
+
 async def test_snapshot_json_is_valid_whatever_the_numbers(
         make_server: Callable[..., Any]) -> None:
     """Non-finite floats become null (JSON has no NaN); an int past 64 bits, which orjson
