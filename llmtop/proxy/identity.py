@@ -40,13 +40,18 @@ def _clean(value: str | None) -> str | None:
 class IdentityResolver:
     """Maps a request to its user name; one per proxy (it holds the salt)."""
 
-    __slots__ = ("_header", "_salt")
+    __slots__ = ("_header", "_salt", "header_names")
 
     def __init__(self, user_header: str, salt: str | bytes = "") -> None:
         self._header = user_header
         if isinstance(salt, str):
             salt = salt.encode()
         self._salt = salt or os.urandom(32)
+        self.header_names: frozenset[bytes] = frozenset(
+            {b"authorization", b"x-api-key"}
+            | ({user_header.lower().encode("latin-1", "replace")} if user_header else set()))
+        """The only headers :meth:`resolve` reads (lower-case): a request read by hand
+        need not decode the others."""
 
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         """The credential a request carries: a Bearer token, else ``x-api-key``, else the

@@ -58,11 +58,12 @@ class QuickRequest:
     """The connection may carry another request after this one (HTTP/1.1 unless
     ``Connection: close``; HTTP/1.0 only with ``Connection: keep-alive``)."""
 
-    def headers(self) -> CIMultiDict[str]:
+    def headers(self, only: frozenset[bytes] | None = None) -> CIMultiDict[str]:
         """The headers as text, by case-insensitive name (built on demand: the request
-        goes upstream without it)."""
+        goes upstream without it); ``only``: just those of these lower-case names."""
         return CIMultiDict((n.decode("latin-1"), v.decode("utf-8", "surrogateescape"))
-                           for n, v in self.raw_headers)
+                           for n, v in self.raw_headers
+                           if only is None or n.lower() in only)
 
 
 def read_request(data: bytes) -> QuickRequest | None:

@@ -342,7 +342,9 @@ class ProxyServer:
             peer = transport.get_extra_info("peername") if transport is not None else None
             remote = str(peer[0]) if isinstance(peer, list | tuple) else (
                 None if peer is None else str(peer))
-            active.user = self._identity.resolve(quick.headers(), info.user, remote)
+            identity = self._identity
+            active.user = identity.resolve(quick.headers(identity.header_names), info.user,
+                                           remote)
         except Exception:  # a bug of ours: the request goes on, its user unnamed
             active.user = ""
         active.model = info.model

@@ -190,6 +190,45 @@ async def test_direct_and_aiohttp_paths_send_the_same_bytes_and_records() -> Non
     assert not proxy.active and not proxy._direct
 
 
+async def test_the_user_is_named_alike_on_both_paths() -> None:
+    """Served directly, only the headers identity reads are decoded: the configured user
+    header (in any case), ``Authorization`` and ``x-api-key`` (any case) name the user as
+    aiohttp's path does."""
+    nobody = BODY.replace(b',"user":"u1"', b"")
+
+    def raw(fields: bytes, body: bytes) -> bytes:
+        return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nX-Other: 1\r\n" + fields
+                + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    cases = [raw(b"x-llmtop-user: alice\r\nAuthorization: Bearer sk-1\r\n", nobody),
+             raw(b"AUTHORIZATION: Bearer sk-1\r\n", nobody),
+             raw(b"X-API-KEY: sk-2\r\n", nobody),
+             raw(b"Authorization: Bearer sk-1\r\n", BODY)]
+    async with _direct(["a"]) as (_, proxy, recs, reader, writer):
+        for req in cases:
+            writer.write(req)  # whole: served directly
+            await _read_response(reader)
+        direct = [r.user for r in (await recs.wait(1 + len(cases)))[1:]]
+        assert proxy.direct_starts == len(cases)
+        r2, w2 = await asyncio.open_connection(*writer.get_extra_info("peername")[:2])
+        try:
+            for req in cases:
+                split = req.index(b"\r\n\r\n") + 4
+                w2.write(req[:split])  # head, then body: aiohttp's path
+                await w2.drain()
+                await asyncio.sleep(0.05)
+                w2.write(req[split:])
+                await _read_response(r2)
+        finally:
+            w2.close()
+        plain = [r.user for r in (await recs.wait(1 + 2 * len(cases)))[1 + len(cases):]]
+    assert proxy.direct_starts == len(cases)
+    assert direct == plain  # case by case
+    alice, bearer, xkey, body_user = direct
+    assert alice == "alice" and body_user == "u1"
+    assert bearer.startswith("key:") and xkey.startswith("key:") and bearer != xkey
+
+
 async def test_requests_sent_before_a_direct_response_ended_are_served_after_it() -> None:
     async with _direct(["a", "b", "c"], gap_s=0.05) as (up, proxy, recs, reader, writer):
         writer.write(_request())
