@@ -69,10 +69,6 @@ class FleetCounts:
     def count(self, index: int) -> int:
         return int(self._slots[index])
 
-    def clear(self, index: int) -> None:
-        """Zero a worker's slot (a worker that stopped)."""
-        self._slots[index] = 0
-
     def close(self) -> None:
         self._slots.release()
         self._mm.close()

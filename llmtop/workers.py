@@ -281,8 +281,7 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str) -> web.RouteDef:
             for ev in batch.events:
                 bus.publish(ev)
             fleet.update(batch.worker, batch.active)
-        return web.json_response({"in_flight": len(fleet),
-                                  "worker_in_flight": len(fleet.by_worker.get(batch.worker, {}))})
+        return web.json_response({"in_flight": len(fleet)})
 
     return web.post(INGEST_PATH, ingest)
 

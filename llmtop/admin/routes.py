@@ -54,7 +54,7 @@ from prometheus_client.metrics_core import Metric
 from llmtop import __version__
 from llmtop.admin import AGE_HEADER
 from llmtop.events import ActiveRequest
-from llmtop.metrics.aggregator import RECENT_MAX, Aggregator
+from llmtop.metrics.aggregator import RECENT_MAX, Aggregator, active_rows
 from llmtop.metrics.prometheus import LlmtopCollector
 
 PREFIX: Final = "/llmtop/v1"
@@ -193,7 +193,7 @@ async def snapshot(request: web.Request) -> web.Response:
     snap.update(ctx.extra_info)
     snap["recording"] = ctx.recording.status() if ctx.recording is not None else None
     if with_active:  # a screen's whole tick in one request (one GET, not two)
-        snap["active_requests"] = _active_rows(ctx.active)
+        snap["active_requests"] = active_rows(ctx.active)
     resp = json_response(snap)
     if isinstance(resp.body, bytes):
         ctx.snapshots[key] = (now, resp.body)
@@ -203,14 +203,8 @@ async def snapshot(request: web.Request) -> web.Response:
 
 def _shared(hit: tuple[float, bytes], now: float) -> web.Response:
     """A snapshot or list built earlier (``max_age``), with its age in :data:`AGE_HEADER`."""
-    return web.Response(body=hit[1], content_type="application/json",
+    return web.Response(body=hit[1], content_type="application/json", charset="utf-8",
                         headers={AGE_HEADER: f"{max(0.0, now - hit[0]):.3f}"})
-
-
-def _active_rows(active: Mapping[str, ActiveRequest]) -> list[dict[str, Any]]:
-    """The requests open now, oldest first (``/requests?state=active``)."""
-    now_ns = time.perf_counter_ns()
-    return [a.to_json_dict(now_ns) for a in sorted(active.values(), key=lambda a: a.t0_ns)]
 
 
 def _max_age(request: web.Request) -> float | None:
@@ -247,7 +241,7 @@ async def requests_(request: web.Request) -> web.Response:
     if hit is not None and now - hit[0] <= max_age:
         return _shared(hit, now)
     if state == "active":
-        resp = json_response(_active_rows(ctx.active))
+        resp = json_response(active_rows(ctx.active))
     else:
         resp = json_response(ctx.aggregator.recent_requests(limit))
     if isinstance(resp.body, bytes):

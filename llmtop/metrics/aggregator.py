@@ -82,6 +82,14 @@ PENDING_CHUNKS: Final = 2048
 """... or chunks (a flush of 2,048 chunks: ~5 ms on a busy 2-core machine)."""
 
 
+
+def active_rows(active: Mapping[str, ActiveRequest], now_ns: int | None = None
+                ) -> list[dict[str, Any]]:
+    """The requests in ``active`` as ``/requests?state=active`` lists them, oldest first
+    (ages as of ``now_ns``, default now)."""
+    t = time.perf_counter_ns() if now_ns is None else now_ns
+    return [a.to_json_dict(t) for a in sorted(active.values(), key=lambda a: a.t0_ns)]
+
 class Aggregator:
     """Aggregates request records and readings into windows; builds snapshots.
 
@@ -384,9 +392,7 @@ class Aggregator:
 
     def active_requests(self, now_ns: int | None = None) -> list[dict[str, Any]]:
         """Requests open now (fields so far), oldest first."""
-        t = time.perf_counter_ns() if now_ns is None else now_ns
-        acts = sorted(self.active.values(), key=lambda a: a.t0_ns)
-        return [a.to_json_dict(t) for a in acts]
+        return active_rows(self.active, now_ns)
 
     @property
     def interval_s(self) -> tuple[float, float]:

@@ -35,7 +35,7 @@ def test_each_worker_sees_the_others_exactly_and_the_name_can_go() -> None:
         assert coord.others() == 13 and coord.count(1) == 7
         w1.set_mine(0)  # its requests ended
         assert w0.others() == 1
-        coord.clear(0)  # a worker that stopped counts for nothing
+        w0.set_mine(0)  # a worker that stops leaves a zero behind
         assert w2.others() == 0
     finally:
         for t in (w0, w1, w2, coord):
