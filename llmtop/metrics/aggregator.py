@@ -253,7 +253,7 @@ class Aggregator:
             self.last_filing_error = exc
             return
         self._windows.add(b.table, b.counters)
-        self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s)
+        self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s, b.judged)
         self._clamped += b.clamped
 
     def tick(self, now: float | None = None) -> None:

@@ -2,8 +2,11 @@
 
 Every finished request is binned by ``concurrency_at_start`` (how many requests the proxy
 had in flight when it started, itself included). A bin *qualifies* once it holds at least
-:data:`MIN_REQUESTS_PER_BIN` requests; a qualified bin *holds* the SLOs when its share of
-requests meeting every SLO is at least the target.
+:data:`MIN_REQUESTS_PER_BIN` judged requests; a qualified bin *holds* the SLOs when its
+share of judged requests meeting every SLO is at least the target. A request is *judged*
+unless its client cancelled it while it was still within every objective (see
+:mod:`llmtop.metrics.slo`); bins from an llmtop without the ``judged`` count use
+``requests``.
 
 **Rule.** Walk the qualified bins from the lowest concurrency up; the capacity is the
 highest concurrency reached before the first qualified bin that misses the target
@@ -34,14 +37,20 @@ MIN_REQUESTS_PER_BIN: Final = 20
 MAX_CONCURRENCY_BIN: Final = 65_536
 """Concurrency values above this share the last bin."""
 
-_REQ, _MET, _GOOD_TOK, _E2E = range(4)
+_REQ, _MET, _GOOD_TOK, _E2E, _JUDGED = range(5)
+_COLS: Final = 5
+
+
+def judged_of(b: Mapping[str, Any]) -> int:
+    """A bin's judged requests (its ``requests`` when it has no ``judged`` count)."""
+    return int(b.get("judged", b["requests"]))
 
 
 class CapacityBins:
-    """Per-concurrency sums: requests, met, good output tokens, E2E seconds."""
+    """Per-concurrency sums: requests, met, good output tokens, E2E seconds, judged."""
 
     def __init__(self) -> None:
-        self.data = np.zeros((64, 4), dtype=np.float64)
+        self.data = np.zeros((64, _COLS), dtype=np.float64)
 
     def add(
         self,
@@ -49,21 +58,25 @@ class CapacityBins:
         met: npt.NDArray[np.bool_],
         good_tokens: npt.NDArray[np.float64],
         e2e_s: npt.NDArray[np.float64],
+        judged: npt.NDArray[np.bool_] | None = None,
     ) -> None:
+        """Add one batch; ``judged`` defaults to every request."""
         if len(concurrency) == 0:
             return
         c = np.clip(concurrency, 0, MAX_CONCURRENCY_BIN)
         top = int(c.max())
         if top >= len(self.data):
-            grown = np.zeros((max(top + 1, 2 * len(self.data)), 4))
+            grown = np.zeros((max(top + 1, 2 * len(self.data)), _COLS))
             grown[: len(self.data)] = self.data
             self.data = grown
-        vals = np.stack([np.ones(len(c)), met.astype(np.float64), good_tokens, e2e_s], axis=1)
+        ones = np.ones(len(c))
+        vals = np.stack([ones, met.astype(np.float64), good_tokens, e2e_s,
+                         ones if judged is None else judged.astype(np.float64)], axis=1)
         np.add.at(self.data, c, vals)
 
     def bins(self) -> list[dict[str, Any]]:
         """Non-empty bins, ascending: ``{"concurrency", "requests", "met", "good_tokens",
-        "e2e_sum_s"}``. (Built column-wise: a proxy that has seen a thousand concurrency
+        "e2e_sum_s", "judged"}``. (Built column-wise: a proxy that has seen a thousand concurrency
         levels has a thousand bins, and every snapshot carries them.)"""
         rows = np.flatnonzero(self.data[:, _REQ] > 0)
         d = self.data[rows]
@@ -71,9 +84,12 @@ class CapacityBins:
         met = d[:, _MET].astype(np.int64).tolist()
         good = d[:, _GOOD_TOK].astype(np.int64).tolist()  # sums of token counts: integers
         e2e = d[:, _E2E].tolist()
+        judged = d[:, _JUDGED].astype(np.int64).tolist()
         return [
-            {"concurrency": c, "requests": n, "met": m, "good_tokens": g, "e2e_sum_s": e}
-            for c, n, m, g, e in zip(rows.tolist(), req, met, good, e2e, strict=True)
+            {"concurrency": c, "requests": n, "met": m, "good_tokens": g, "e2e_sum_s": e,
+             "judged": j}
+            for c, n, m, g, e, j in zip(rows.tolist(), req, met, good, e2e, judged,
+                                        strict=True)
         ]
 
 
@@ -83,9 +99,9 @@ class CapacityBins:
         proxy's snapshot; without ``with_bins`` no per-bin dicts are built at all)."""
         if with_bins:
             return estimate(self.bins(), target, min_requests)
-        rows = np.flatnonzero(self.data[:, _REQ] >= max(min_requests, 1))
+        rows = np.flatnonzero(self.data[:, _JUDGED] >= max(min_requests, 1))
         d = self.data[rows]
-        holds = d[:, _MET] / d[:, _REQ] >= target
+        holds = d[:, _MET] / d[:, _JUDGED] >= target
         failing = np.flatnonzero(~holds)
         first = int(failing[0]) if len(failing) else len(rows)
         out: dict[str, Any] = {
@@ -102,11 +118,11 @@ class CapacityBins:
         if cap == 0:  # as estimate(): no load level holds the target
             out["goodput_tps_at_slo"] = out["goodput_rps_at_slo"] = 0.0
         elif cap is not None:
-            req, met, good, e2e = (float(x) for x in d[first - 1])
+            _, met, good, e2e, judged = (float(x) for x in d[first - 1])
             if e2e > 0:
                 out["goodput_tps_at_slo"] = cap * good / e2e
                 out["goodput_rps_at_slo"] = cap * int(met) / e2e
-            out["attainment_at_slo"] = int(met) / int(req)
+            out["attainment_at_slo"] = int(met) / int(judged)
         return out
 
 
@@ -117,8 +133,9 @@ def merge_bins(bin_lists: Iterable[Sequence[Mapping[str, Any]]]) -> list[dict[st
         for b in bins:
             c = int(b["concurrency"])
             a = acc.setdefault(c, {"concurrency": c, "requests": 0, "met": 0,
-                                   "good_tokens": 0.0, "e2e_sum_s": 0.0})
+                                   "good_tokens": 0.0, "e2e_sum_s": 0.0, "judged": 0})
             a["requests"] += int(b.get("requests", 0))
+            a["judged"] += int(b.get("judged", b.get("requests", 0)))
             a["met"] += int(b.get("met", 0))
             a["good_tokens"] += float(b.get("good_tokens", 0.0))
             a["e2e_sum_s"] += float(b.get("e2e_sum_s", 0.0))
@@ -140,8 +157,8 @@ def estimate(
     if conc != sorted(conc):
         bins = sorted(bins, key=lambda b: int(b["concurrency"]))
     for b in bins:
-        n = int(b["requests"])
-        if n < min_requests:
+        n = judged_of(b)
+        if n < max(min_requests, 1):
             continue
         if int(b["met"]) / n >= target:
             cap, at = int(b["concurrency"]), b
@@ -169,5 +186,5 @@ def estimate(
         if e2e > 0:
             out["goodput_tps_at_slo"] = c * float(at["good_tokens"]) / e2e
             out["goodput_rps_at_slo"] = c * int(at["met"]) / e2e
-        out["attainment_at_slo"] = int(at["met"]) / int(at["requests"])
+        out["attainment_at_slo"] = int(at["met"]) / judged_of(at)
     return out

@@ -40,10 +40,13 @@ M_TTFT, M_ITL, M_GAP, M_TPOT, M_E2E = range(5)
 COUNTERS: Final = (
     "requests", "ok", "errors", "cancelled", "timeouts",
     "output_tokens", "output_tokens_done", "input_tokens", "slo_met", "good_tokens",
+    "slo_judged",
 )
 """Counter columns. ``output_tokens`` is attributed as tokens stream (live, for TPS);
-``output_tokens_done`` when the request finishes (monotonic, for Prometheus)."""
-(C_REQ, C_OK, C_ERR, C_CANC, C_TMO, C_OUT, C_OUT_DONE, C_IN, C_MET, C_GOOD) = range(
+``output_tokens_done`` when the request finishes (monotonic, for Prometheus);
+``slo_judged`` counts the requests SLO attainment is taken over (see :mod:`llmtop.metrics.slo`:
+all but those the client cancelled while still within every objective)."""
+(C_REQ, C_OK, C_ERR, C_CANC, C_TMO, C_OUT, C_OUT_DONE, C_IN, C_MET, C_GOOD, C_JUDGED) = range(
     len(COUNTERS)
 )
 _OUTCOME_COL: Final = {"ok": C_OK, "error": C_ERR, "cancelled": C_CANC, "timeout": C_TMO}
@@ -58,6 +61,7 @@ class Batch:
     table: CountTable
     counters: I64
     met: npt.NDArray[np.bool_]
+    judged: npt.NDArray[np.bool_]
     concurrency: I64
     good_tokens: F64
     e2e_s: F64
@@ -90,6 +94,7 @@ def ingest(
     e2e_l: list[float] = []
     tpot_l: list[float] = []
     ok_l: list[bool] = []
+    canc_l: list[bool] = []
     col_l: list[int] = []
     out_l: list[int] = []
     in_l: list[int] = []
@@ -105,6 +110,7 @@ def ingest(
         e2e_l.append(r.e2e_s)
         outcome = r.outcome
         ok_l.append(outcome == "ok")
+        canc_l.append(outcome == "cancelled")
         col_l.append(outcome_col.get(outcome, C_ERR))
         t = r.tpot_s()
         tpot_l.append(nan if t is None else t)
@@ -128,6 +134,7 @@ def ingest(
     e2e = np.array(e2e_l, dtype=np.float64)
     tpot = np.array(tpot_l, dtype=np.float64)
     ok = np.array(ok_l, dtype=bool)
+    cancelled = np.array(canc_l, dtype=bool)
     conc = np.array(conc_l, dtype=np.int64)
     lens = np.array(lens_l, dtype=np.int64)
     rec_all = np.arange(n, dtype=np.int64)
@@ -152,23 +159,33 @@ def ingest(
     k = toks_a[1:][hp]
     itl = np.divide(gaps, np.maximum(k, 1))
 
-    # SLO pass/fail
+    # SLO pass/fail; ``within``: no objective broken so far (what a cancelled request is
+    # judged by: TTFT, its ITL p95 and E2E up to the cancel, not its partial TPOT)
+    has_ttft = ~np.isnan(ttft)
     met = ok.copy()
+    within = np.ones(n, dtype=bool)
     if slo.ttft_s is not None:
-        met &= ~np.isnan(ttft) & (ttft <= slo.ttft_s)
+        ttft_ok = has_ttft & (ttft <= slo.ttft_s)
+        met &= ttft_ok
+        within &= ttft_ok | (~has_ttft & (e2e <= slo.ttft_s))
     if slo.e2e_s is not None:
-        met &= e2e <= slo.e2e_s
+        e2e_ok = e2e <= slo.e2e_s
+        met &= e2e_ok
+        within &= e2e_ok
     if slo.tpot_s is not None:
         met &= np.isnan(tpot) | (tpot <= slo.tpot_s)
     if slo.itl_p95_s is not None:
-        met &= grouped_itl_within(gap_rec, itl, k, n, slo.itl_p95_s)
+        itl_ok = grouped_itl_within(gap_rec, itl, k, n, slo.itl_p95_s)
+        met &= itl_ok
+        within &= itl_ok
+    judged = ~cancelled | ~within
+    rows[:, C_JUDGED] = judged
     rows[:, C_MET] = met
     good_i = np.where(met, rows[:, C_OUT_DONE], 0)
     rows[:, C_GOOD] = good_i
 
     # latency samples, chunk gaps first (they go to the system only): value (seconds),
     # metric, weight, record
-    has_ttft = ~np.isnan(ttft)
     has_tpot = ok & ~np.isnan(tpot)
     itl_keep = k > 0
     k_itl = k[itl_keep]
@@ -206,4 +223,4 @@ def ingest(
     counters[0] += rows.sum(axis=0)
     np.add.at(counters, np.asarray(user_series, dtype=np.int64), rows)
     np.add.at(counters, np.asarray(model_series, dtype=np.int64), rows)
-    return Batch(table, counters, met, conc, good_i.astype(np.float64), e2e, clamped)
+    return Batch(table, counters, met, judged, conc, good_i.astype(np.float64), e2e, clamped)

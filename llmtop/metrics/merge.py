@@ -57,6 +57,15 @@ def _mapping(x: object) -> Mapping[str, Any]:
     return x if isinstance(x, Mapping) else {}
 
 
+def _judged(row: Mapping[str, Any]) -> int:
+    """The requests a row's attainment is over: ``slo_judged``, or ``requests`` from an
+    llmtop that did not send it."""
+    v = _num(row.get("slo_judged"))
+    if v is None:
+        v = _num(row.get("requests"))
+    return int(v or 0)
+
+
 def _max(values: Iterable[object]) -> float | None:
     nums = [v for v in (_num(x) for x in values) if v is not None]
     return max(nums) if nums else None
@@ -76,8 +85,8 @@ def _merge_rows(rows: list[Mapping[str, Any]], key: str, pcts: Sequence[str]) ->
     for k in _ROW_SUM_KEYS:
         if any(k in r for r in rows):
             out[k] = _sum(r.get(k) for r in rows) or 0
-    req = out.get("requests") or 0
-    out["slo_attainment"] = (out.get("slo_met", 0) / req) if req else None
+    judged = out["slo_judged"] = sum(_judged(r) for r in rows)
+    out["slo_attainment"] = (out.get("slo_met", 0) / judged) if judged else None
     if "tracked" in rows[0]:
         out["tracked"] = any(bool(r.get("tracked")) for r in rows)
     hists = [r.get("histograms") for r in rows]
@@ -232,8 +241,8 @@ def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         system[k] = int(system.get(k) or 0)
     for k in ("rps", "output_tps", "input_tps", "goodput_rps", "goodput_tps"):
         system[k] = float(system.get(k) or 0.0)
-    req = system["requests"]
-    system["slo_attainment"] = system["slo_met"] / req if req else None
+    judged = system["slo_judged"] = sum(_judged(sy) for sy in systems)
+    system["slo_attainment"] = system["slo_met"] / judged if judged else None
 
     slo_d = _mapping(first.get("slo"))
     cap_first = _mapping(first.get("capacity"))

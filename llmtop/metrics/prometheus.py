@@ -8,7 +8,8 @@ aggregators can live in one process (tests, workers).
 Families (all prefixed ``llmtop_``):
 
 - counters: ``requests_total{outcome}``, ``output_tokens_total`` (of finished requests),
-  ``input_tokens_total``, ``slo_met_requests_total``, ``goodput_output_tokens_total``,
+  ``input_tokens_total``, ``slo_met_requests_total``, ``slo_judged_requests_total`` (the
+  attainment's denominator: ``slo_met`` ÷ ``slo_judged``), ``goodput_output_tokens_total``,
   ``histogram_clamped_values_total``; per user ``user_requests_total{user,outcome}``,
   ``user_output_tokens_total{user}``; per model ``model_requests_total{model,outcome}``,
   ``model_output_tokens_total{model}``;
@@ -51,6 +52,7 @@ from llmtop.metrics.ingest import (
     C_ERR,
     C_GOOD,
     C_IN,
+    C_JUDGED,
     C_MET,
     C_OK,
     C_OUT,
@@ -135,6 +137,9 @@ class LlmtopCollector(Collector):
             ("output_tokens", C_OUT_DONE, "Output tokens of finished requests"),
             ("input_tokens", C_IN, "Prompt tokens of finished requests"),
             ("slo_met_requests", C_MET, "Finished requests that met every SLO"),
+            ("slo_judged_requests", C_JUDGED,
+             "Finished requests SLO attainment counts (all but those cancelled while within "
+             "every objective)"),
             ("goodput_output_tokens", C_GOOD, "Output tokens of requests that met every SLO"),
         ):
             out.append(CounterMetricFamily(_P + name, doc, value=float(c[0, col])))
@@ -176,11 +181,13 @@ class LlmtopCollector(Collector):
     def _window_gauges(self, c: np.ndarray, span: float,
                        users: dict[int, str]) -> list[Metric]:
         out: list[Metric] = []
-        req = float(c[0, C_REQ])
+        judged = float(c[0, C_JUDGED])
         att = GaugeMetricFamily(_P + "slo_attainment",
-                                "Share of finished requests meeting every SLO", labels=["window"])
-        if req:
-            att.add_metric(["60"], float(c[0, C_MET]) / req)
+                                "Share of finished requests meeting every SLO (not counting "
+                                "those cancelled while within every objective)",
+                                labels=["window"])
+        if judged:
+            att.add_metric(["60"], float(c[0, C_MET]) / judged)
         out.append(att)
         for name, col, doc in (
             ("goodput_rps", C_MET, "Requests per second meeting every SLO"),
@@ -196,8 +203,8 @@ class LlmtopCollector(Collector):
         utps = GaugeMetricFamily(_P + "user_output_tps", "Output tokens per second by user (60 s)",
                                  labels=["user"])
         for sid, name in users.items():
-            if c[sid, C_REQ]:
-                uatt.add_metric([name], float(c[sid, C_MET]) / float(c[sid, C_REQ]))
+            if c[sid, C_JUDGED]:
+                uatt.add_metric([name], float(c[sid, C_MET]) / float(c[sid, C_JUDGED]))
             utps.add_metric([name], float(c[sid, C_OUT]) / span)
         return [*out, uatt, utps]
 

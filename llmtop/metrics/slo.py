@@ -14,8 +14,17 @@ objective holds (``≤``, any subset may be configured):
 - ``e2e_s``: E2E ≤ the limit.
 
 With no objective configured a request meets the SLOs exactly when its outcome is ok.
-*Attainment* is met ÷ finished requests in the window (``None`` with no request);
-*goodput* is met requests per second and their output tokens per second.
+
+A request is **judged** (counted in attainment's denominator) unless its client cancelled
+it while it was still within every objective: then nothing the server did failed it (a
+load generator ending a level, a user pressing stop on a fast answer). A cancelled request
+that had already broken one — its TTFT over the limit, or no first token yet after the
+limit; its ITL P95 so far; its E2E so far — is judged and fails: the user gave up on a
+slow server. (A cancelled request's partial TPOT includes the wait before the cancel, so
+it is not judged on TPOT.) Errors and timeouts are always judged, and fail.
+
+*Attainment* is met ÷ judged requests in the window (``None`` with none); *goodput* is
+met requests per second and their output tokens per second.
 """
 
 from __future__ import annotations
@@ -97,6 +106,23 @@ def meets_slo(r: RequestRecord, slo: Slo, itl_p95: float | None = None,
         if p95 is not None and p95 > slo.itl_p95_s:
             return False
     return True
+
+
+def slo_judged(r: RequestRecord, slo: Slo) -> bool:
+    """Whether a finished request counts in attainment (see the module docstring)."""
+    if r.outcome != "cancelled":
+        return True
+    if slo.ttft_s is not None:
+        waited = r.e2e_s if r.ttft_s is None else r.ttft_s
+        if waited > slo.ttft_s:
+            return True
+    if slo.e2e_s is not None and r.e2e_s > slo.e2e_s:
+        return True
+    if slo.itl_p95_s is not None:
+        p95 = request_itl_p95(r)
+        if p95 is not None and p95 > slo.itl_p95_s:
+            return True
+    return False
 
 
 def grouped_itl_p95(

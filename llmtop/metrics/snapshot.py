@@ -8,6 +8,8 @@ Fields beyond the documented ones (extensions; the documented ones never change 
   ``output_tps``, ``input_tps``, ``goodput_tps``, ``errors``, ``requests``, ``slo_met``,
   ``in_flight``/``waiting``/``streaming`` (means of the samples), ``ttft_p95``,
   ``itl_p95``);
+- ``system`` and ``users[*]``: ``slo_judged``, the requests ``slo_attainment`` is taken
+  over (all but those cancelled while within every objective: :mod:`llmtop.metrics.slo`);
 - ``system``: ``timeouts``, ``ok``, ``slo_met``, ``output_tokens``, ``input_tokens``,
   ``span_s`` (the seconds the rates are divided by: the window's real coverage, at least
   1), ``in_flight_mean``/``_max``, ``waiting_mean``/``_max``, ``streaming_mean``;
@@ -40,6 +42,7 @@ from llmtop.metrics.ingest import (
     C_ERR,
     C_GOOD,
     C_IN,
+    C_JUDGED,
     C_MET,
     C_OK,
     C_OUT,
@@ -171,7 +174,7 @@ def engine_section(agg: Aggregator, window_s: int | None, now: float) -> dict[st
 
 def _rates(c: Sequence[int], span: float) -> dict[str, Any]:
     """Counts and per-second rates of one series' counter row (a list of ints)."""
-    req, met = c[C_REQ], c[C_MET]
+    req, met, judged = c[C_REQ], c[C_MET], c[C_JUDGED]
     return {
         "requests": req,
         "rps": req / span,
@@ -183,7 +186,8 @@ def _rates(c: Sequence[int], span: float) -> dict[str, Any]:
         "slo_met": met,
         "goodput_rps": met / span,
         "goodput_tps": c[C_GOOD] / span,
-        "slo_attainment": (met / req) if req else None,
+        "slo_judged": judged,
+        "slo_attainment": (met / judged) if judged else None,
         "output_tokens": c[C_OUT],
     }
 

@@ -86,11 +86,29 @@ def test_bins_merge_by_concurrency() -> None:
     b = [{"concurrency": 1, "requests": 15, "met": 14, "good_tokens": 90.0, "e2e_sum_s": 7.0},
          {"concurrency": 2, "requests": 3, "met": 0, "good_tokens": 0.0, "e2e_sum_s": 3.0}]
     m = capacity.merge_bins([a, b])
-    assert m == [
-        {"concurrency": 1, "requests": 25, "met": 24, "good_tokens": 190.0, "e2e_sum_s": 12.0},
-        {"concurrency": 2, "requests": 3, "met": 0, "good_tokens": 0.0, "e2e_sum_s": 3.0},
+    assert m == [  # bins without a judged count (an older llmtop's) judge every request
+        {"concurrency": 1, "requests": 25, "met": 24, "good_tokens": 190.0, "e2e_sum_s": 12.0,
+         "judged": 25},
+        {"concurrency": 2, "requests": 3, "met": 0, "good_tokens": 0.0, "e2e_sum_s": 3.0,
+         "judged": 3},
     ]
     assert capacity.estimate(m, 0.95)["max_concurrency_at_slo"] == 1
+
+
+def test_attainment_per_bin_is_over_judged_requests() -> None:
+    """Requests cancelled on track (not judged) neither fail a bin nor qualify it."""
+    on_track_cancels = {"concurrency": 2, "requests": 24, "met": 20, "good_tokens": 200.0,
+                        "e2e_sum_s": 24.0, "judged": 20}
+    low = {"concurrency": 1, "requests": 30, "met": 30, "good_tokens": 300.0,
+           "e2e_sum_s": 30.0, "judged": 30}
+    est = capacity.estimate([low, on_track_cancels], 0.95)
+    assert est["max_concurrency_at_slo"] == 2  # 20/20, though only 20 of 24 met
+    assert est["attainment_at_slo"] == 1.0
+    few_judged = dict(on_track_cancels, concurrency=3, met=10, judged=12)  # 12 < 20: skipped
+    est = capacity.estimate([low, on_track_cancels, few_judged], 0.95)
+    assert est["max_concurrency_at_slo"] == 2 and est["first_failing_concurrency"] is None
+    merged = capacity.merge_bins([[on_track_cancels], [dict(low, concurrency=2)]])
+    assert merged[0]["judged"] == 50 and merged[0]["requests"] == 54
 
 
 def test_the_array_estimate_equals_the_estimate_over_bin_dicts() -> None:
@@ -105,8 +123,9 @@ def test_the_array_estimate_equals_the_estimate_over_bin_dicts() -> None:
         conc = rng.integers(0, int(rng.integers(1, 80)), n)
         bad_from = int(rng.integers(0, 90))
         met = (rng.random(n) < np.where(conc >= bad_from, 0.5, 0.99))
+        judged = met | (rng.random(n) < 0.8)  # a met request is always judged
         bins.add(conc.astype(np.int64), met, rng.integers(1, 50, n).astype(np.float64),
-                 rng.random(n) * 3)
+                 rng.random(n) * 3, judged)
         target = float(rng.choice([0.5, 0.9, 0.95, 0.99]))
         want = capacity.estimate(bins.bins(), target)
         del want["bins"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llmtop.events import RequestRecord
 from llmtop.metrics.hdr import COUNTS_LEN, HIGHEST, bucket_index
-from llmtop.metrics.ingest import M_E2E, M_GAP, M_ITL, M_TPOT, M_TTFT, ingest
+from llmtop.metrics.ingest import COUNTERS, M_E2E, M_GAP, M_ITL, M_TPOT, M_TTFT, ingest
 from llmtop.metrics.slo import Slo, grouped_itl_p95, grouped_itl_within
 from llmtop.metrics.table import SERIES_SPAN, CountTable
 
@@ -83,7 +83,7 @@ def _reference(recs: list[RequestRecord], users: list[int], models: list[int]
 def test_a_batch_table_equals_the_samples_one_by_one(recs: list[RequestRecord]) -> None:
     users = [2 + i % 3 for i in range(len(recs))]
     models = [9 + i % 2 for i in range(len(recs))]
-    b = ingest(recs, users, models, [0] * len(recs), Slo(), (12, 10))
+    b = ingest(recs, users, models, [0] * len(recs), Slo(), (12, len(COUNTERS)))
     want, clamped = _reference(recs, users, models)
     assert dict(zip(b.table.keys.tolist(), b.table.counts.tolist(), strict=True)) == want
     assert b.clamped == clamped

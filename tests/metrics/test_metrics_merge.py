@@ -64,14 +64,15 @@ def test_merged_equals_one_proxy_seeing_everything(rows: list, window: int | Non
         a, b = decode_sparse(text), decode_sparse(merged["histograms"][name])
         assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist(), name
     for k in ("requests", "errors", "cancelled", "timeouts", "slo_met", "rps", "output_tps",
-              "input_tps", "goodput_rps", "goodput_tps", "slo_attainment"):
+              "input_tps", "goodput_rps", "goodput_tps", "slo_attainment", "slo_judged"):
         approx_equal(one["system"][k], merged["system"][k], k)
     users_one = {u["user"]: u for u in one["users"]}
     users_merged = {u["user"]: u for u in merged["users"]}
     assert set(users_one) == set(users_merged)
     for name, u in users_one.items():
         m = users_merged[name]
-        for k in ("requests", "errors", "slo_met", "slo_attainment", "output_tps", "ttft_p50",
+        for k in ("requests", "errors", "slo_met", "slo_judged", "slo_attainment", "output_tps",
+                  "ttft_p50",
                   "ttft_p95", "ttft_p99", "itl_p50", "itl_p95", "itl_p99", "tpot_p95",
                   "e2e_p95"):
             approx_equal(u[k], m[k], f"users.{name}.{k}")
@@ -126,3 +127,16 @@ def test_refuses_what_cannot_be_merged() -> None:
     bad["histograms"]["ttft"] = "garbage!"
     with pytest.raises(ValueError):
         merge_snapshots([bad, agg.snapshot(60)])
+
+
+def test_a_snapshot_without_slo_judged_judges_all_its_requests() -> None:
+    """An older llmtop sends no ``slo_judged``: its requests all count in attainment."""
+    new = {"system": {"requests": 10, "slo_met": 8, "slo_judged": 8},
+           "users": [{"user": "a", "requests": 10, "slo_met": 8, "slo_judged": 8}]}
+    old = {"system": {"requests": 10, "slo_met": 5},
+           "users": [{"user": "a", "requests": 10, "slo_met": 5}]}
+    merged = merge_snapshots([new, old])
+    assert merged["system"]["slo_judged"] == 18
+    assert merged["system"]["slo_attainment"] == pytest.approx(13 / 18)
+    (user,) = merged["users"]
+    assert user["slo_judged"] == 18 and user["slo_attainment"] == pytest.approx(13 / 18)

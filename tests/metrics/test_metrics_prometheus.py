@@ -76,6 +76,24 @@ def test_counters_and_histograms_agree_with_the_snapshot(agg: Aggregator) -> Non
         agg.snapshot(60)["system"]["slo_attainment"])
 
 
+def test_attainment_counters_leave_out_cancels_on_track() -> None:
+    """slo_met ÷ slo_judged is the attainment the snapshot shows: a request cancelled
+    while within every objective is in requests_total but not in slo_judged."""
+    clock = Clock()
+    a = Aggregator(Config(), {}, clock=clock)
+    clock.advance(1.0)
+    a.on_events([record(), record(outcome="cancelled"), record(outcome="error"),
+                 record(outcome="cancelled", ttft=2.0)])  # the last gave up on a slow TTFT
+    a.tick()
+    s = scrape(a)
+    snap = a.snapshot(60)["system"]
+    assert value(s, "llmtop_requests_total", outcome="cancelled") == 2
+    assert value(s, "llmtop_slo_met_requests_total") == snap["slo_met"] == 1
+    assert value(s, "llmtop_slo_judged_requests_total") == snap["slo_judged"] == 3
+    assert value(s, "llmtop_slo_attainment", window="60") == pytest.approx(1 / 3)
+    assert snap["slo_attainment"] == pytest.approx(1 / 3)
+
+
 def test_user_labels_are_bounded_and_escaped(agg: Aggregator) -> None:
     s = scrape(agg)
     users = {x.labels["user"] for x in s["llmtop_user_requests_total"]}

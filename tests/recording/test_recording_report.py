@@ -191,3 +191,36 @@ def test_report_cli_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["report", *[subst.get(a, a) for a in argv]]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_requests_cancelled_on_track_do_not_fail_capacity(tmp_path: Path) -> None:
+    """A load generator ends each level by cancelling what is still streaming; those
+    requests were within every objective, so they must not read as misses (they made the
+    report say capacity 16 for a run whose every level held the SLOs up to 64)."""
+    import dataclasses
+
+    events = session(240, max_conc=4, errors_every=0, timeouts_every=0)
+    n_cancelled = 0
+    for i, e in enumerate(events):
+        if isinstance(e, RequestRecord) and i % 3 == 0:
+            events[i] = dataclasses.replace(e, outcome="cancelled", status=200)
+            n_cancelled += 1
+    path = tmp_path / "c.jsonl.gz"
+    write_recording(path, events, header={"upstream": "http://127.0.0.1:9/v1", "slo": SLO})
+    r = analyse(path)
+    assert r["outcomes"]["cancelled"] == n_cancelled > 40
+    assert r["slo"]["attainment"] == 1.0
+    full = [b["concurrency"] for b in r["by_concurrency"] if b["requests"] >= 30]
+    assert full and r["capacity"]["max_concurrency_at_slo"] == max(full)  # not 0
+    assert {b["slo_attainment"] for b in r["by_concurrency"]} <= {1.0, None}  # None: 0 judged
+    # a cancel after a slow start is a user giving up: it counts, and fails
+    slow = next(i for i, e in enumerate(events)
+                if isinstance(e, RequestRecord) and e.outcome == "ok")
+    events[slow] = dataclasses.replace(events[slow], outcome="cancelled",  # type: ignore[arg-type]
+                                       ttft_s=None, e2e_s=0.9, chunk_offsets_s=(),
+                                       chunk_tokens=(), completion_tokens=None)
+    path2 = tmp_path / "d.jsonl.gz"
+    write_recording(path2, events, header={"upstream": "http://127.0.0.1:9/v1", "slo": SLO})
+    r2 = analyse(path2)
+    judged = sum(isinstance(e, RequestRecord) and e.outcome == "ok" for e in events) + 1
+    assert r2["slo"]["attainment"] == pytest.approx((judged - 1) / judged)

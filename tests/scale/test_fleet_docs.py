@@ -247,7 +247,8 @@ def test_docs_have_the_promised_queries() -> None:
     joined = "\n".join(exprs)
     for needed in ("llmtop_ttft_seconds_bucket", "llmtop_itl_seconds_bucket",
                    "llmtop_output_tokens_total", "llmtop_goodput_output_tokens_total",
-                   "llmtop_slo_met_requests_total", "llmtop_waiting", "llmtop_streaming",
+                   "llmtop_slo_met_requests_total", "llmtop_slo_judged_requests_total",
+                   "llmtop_waiting", "llmtop_streaming",
                    "llmtop_user_output_tokens_total", "llmtop_warning_active"):
         assert needed in joined, needed
     assert "histogram_quantile(0.95, sum by (le) (rate(llmtop_ttft_seconds_bucket" in joined

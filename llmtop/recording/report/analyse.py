@@ -28,7 +28,16 @@ import numpy as np
 
 from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
 from llmtop.metrics.hdr import HIGHEST_EQ, Histogram, decode_sparse
-from llmtop.metrics.ingest import C_GOOD, C_MET, C_OUT_DONE, C_REQ, COUNTERS, METRICS, ingest
+from llmtop.metrics.ingest import (
+    C_GOOD,
+    C_JUDGED,
+    C_MET,
+    C_OUT_DONE,
+    C_REQ,
+    COUNTERS,
+    METRICS,
+    ingest,
+)
 from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
 from llmtop.recording.reader import Progress, read_header
@@ -261,6 +270,7 @@ def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
         conc = int(s) - _CONC_BASE
         cnt = c.conc_counters[s]
         n = int(cnt[C_REQ])
+        judged = int(cnt[C_JUDGED])
         e2e = float(c.conc_e2e[s])
         # Little's law, as the capacity estimate: c in flight × tokens per request-second
         tps = conc * float(cnt[C_OUT_DONE]) / e2e if e2e > 0 and conc > 0 else None
@@ -269,8 +279,8 @@ def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
             "concurrency": conc,
             "requests": n,
             "errors": n - int(cnt[COUNTERS.index("ok")]),
-            "slo_attainment": int(cnt[C_MET]) / n if n else None,
-            "meets_target": (int(cnt[C_MET]) / n >= slo.target) if n else None,
+            "slo_attainment": int(cnt[C_MET]) / judged if judged else None,
+            "meets_target": (int(cnt[C_MET]) / judged >= slo.target) if judged else None,
             "ttft_p50": p(m_ttft, int(s), 0),
             "ttft_p95": p(m_ttft, int(s), 2),
             "itl_p50": p(m_itl, int(s), 0),
