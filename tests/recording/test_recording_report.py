@@ -213,6 +213,9 @@ def test_requests_cancelled_on_track_do_not_fail_capacity(tmp_path: Path) -> Non
     full = [b["concurrency"] for b in r["by_concurrency"] if b["requests"] >= 30]
     assert full and r["capacity"]["max_concurrency_at_slo"] == max(full)  # not 0
     assert {b["slo_attainment"] for b in r["by_concurrency"]} <= {1.0, None}  # None: 0 judged
+    assert r["capacity"]["first_failing_concurrency"] is None
+    assert "no level failed: the limit may be higher" in render_text(r)
+    assert "no level failed: the limit may be higher" in render_html(r)
     # a cancel after a slow start is a user giving up: it counts, and fails
     slow = next(i for i, e in enumerate(events)
                 if isinstance(e, RequestRecord) and e.outcome == "ok")

@@ -142,3 +142,25 @@ def test_active_requests_oldest_first() -> None:
     """Active requests are listed oldest first, unknown ages last."""
     rows = [{"id": "a", "age_s": 1.0}, {"id": "b"}, {"id": "c", "age_s": 9.0}]
     assert [r["id"] for r in order_requests(rows)] == ["c", "a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("failing", "said", "style"),
+    [(16, "now 48 in flight: over capacity", "red"),
+     (None, "now 48 in flight: above every level measured so far", "yellow")],
+)
+def test_capacity_line_says_over_capacity_only_once_a_level_failed(
+        failing: int | None, said: str, style: str) -> None:
+    """Capacity ≈ 12 with 48 in flight is "over capacity" only when a higher level failed
+    the target; without one, 12 is the highest level with data (a load ramp that has just
+    reached 48), not a limit."""
+    from llmtop.tui.widgets.capacity import CapacityLine
+
+    line = CapacityLine()
+    line.view = SnapView({"capacity": {"max_concurrency_at_slo": 12, "goodput_tps_at_slo": 1105.0,
+                                       "first_failing_concurrency": failing},
+                          "system": {"in_flight": 48}})
+    text = line.build(160)
+    assert text.plain.endswith(said), text.plain  # type: ignore[union-attr]
+    assert any(str(span.style) == style and said in text.plain[span.start:span.end]  # type: ignore[union-attr]
+               for span in text.spans)  # type: ignore[union-attr]

@@ -189,7 +189,8 @@ def render_html(r: dict[str, Any]) -> str:
                      f"<b>{esc(cap['max_concurrency_at_slo'])}</b>, goodput there ≈ "
                      f"<b>{esc(num(cap.get('goodput_tps_at_slo')))} tok/s</b>"
                      + (f"; first failing level {esc(cap['first_failing_concurrency'])}"
-                        if cap.get("first_failing_concurrency") is not None else "")
+                        if cap.get("first_failing_concurrency") is not None else
+                        "; no level failed: the limit may be higher")
                      + ".</p>")
     parts.append(figure(r, "plot-knee", "Each point is one concurrency level (requests in "
                         "flight when a request started). Past the knee, latency grows while "

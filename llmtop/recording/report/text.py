@@ -158,7 +158,8 @@ def render_text(r: dict[str, Any]) -> str:
         out.append(f"  max concurrency meeting the SLOs ≈ {cap['max_concurrency_at_slo']}, "
                    f"goodput there ≈ {num(cap.get('goodput_tps_at_slo'))} tok/s"
                    + (f"; first failing level {cap['first_failing_concurrency']}"
-                      if cap.get("first_failing_concurrency") is not None else ""))
+                      if cap.get("first_failing_concurrency") is not None else
+                      "; no level failed: the limit may be higher"))
     bc = [b for b in r["by_concurrency"] if b["requests"]]
     if bc:
         step = max(1, len(bc) // 20)

@@ -12,7 +12,9 @@ from llmtop.tui.widgets.base import ViewPanel
 
 
 class CapacityLine(ViewPanel):
-    """"max concurrency at SLO ≈ N, goodput ≈ X tok/s", or "collecting data…"."""
+    """"max concurrency at SLO ≈ N, goodput ≈ X tok/s", or "collecting data…". With more
+    requests in flight than N: "over capacity" once a level above N has failed the target,
+    else "above every level measured so far" (no evidence yet that it is too many)."""
 
     READS = ("capacity", "system")
 
@@ -38,8 +40,13 @@ class CapacityLine(ViewPanel):
             t.append(fmt.rate(tps), f"bold {pal.accent}" if tps is not None else pal.dim)
             t.append(" tok/s", pal.dim)
             in_flight = v.num("system", "in_flight")
+            failing = v.num("capacity", "first_failing_concurrency")
             if in_flight is not None and in_flight > n:
-                t.append(f"  — now {fmt.count(in_flight)} in flight: over capacity", pal.bad)
+                if failing is not None:
+                    t.append(f"  — now {fmt.count(in_flight)} in flight: over capacity", pal.bad)
+                else:  # nothing above n has failed: n is what was measured, not a limit
+                    t.append(f"  — now {fmt.count(in_flight)} in flight: above every level "
+                             "measured so far", pal.warn)
         note = v.text("capacity", "note") or v.text("capacity", "reason")
         need = v.num("capacity", "min_requests_per_bin")
         if not note and n is None and need is not None:
