@@ -8,6 +8,8 @@
 #
 #   OUT=/tmp/gpu-out bash benchmarks/gpu_device_run.sh
 #
+# The README's screenshots/tui-h200.svg is $OUT/tui-h200.svg from a run on an H200.
+#
 # Needs python3 with torch (CUDA) and llmtop's dependencies importable (PY= to choose
 # another interpreter). Writes at most 8 files to $OUT (the device tool's limit). Always
 # exits 0 once it has run: it reports, it does not gate. A dry run without a GPU:
@@ -64,7 +66,7 @@ load_pid=$!
 timeout 120 $PY -m llmtop bench http://$PROXY --concurrency 16,64 --duration 10 --warmup 2 \
     --max-tokens 64 >"$OUT/bench.txt" 2>&1 &
 bench_pid=$!
-sleep 12
+sleep 18  # mid-way through the 64-stream level
 timeout 60 $PY - "$ADMIN" "$OUT/tui-h200.svg" <<'EOF' 2>&1 | tee -a "$LOG"
 import sys
 sys.path.insert(0, "tools")
