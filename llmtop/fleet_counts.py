@@ -6,9 +6,10 @@ or closes, and sums the other slots when a request opens: exact at that moment, 
 cost of a few hundred nanoseconds, where the coordinator's last report (what workers used
 before) was up to two forwarding intervals old.
 
-The coordinator creates the file (in ``/dev/shm`` where there is one), each worker maps it
-at start-up, and the coordinator removes its name as soon as every worker is up: the
-mappings stay valid and nothing is left behind, even after a crash. Slots are aligned
+The coordinator creates the file (in ``/dev/shm`` where there is one), opens it and removes
+its name at once; each worker maps it at start-up through the descriptor it inherits
+(``/dev/fd/N``, :mod:`llmtop.worker_procs`), a restarted one too: the mappings stay valid
+and nothing is left behind, even after a crash. Slots are aligned
 8-byte integers, written and read whole.
 """
 
@@ -65,6 +66,11 @@ class FleetCounts:
         """Open requests of every other worker."""
         slots = self._slots
         return sum(slots) - slots[self.index] if self.index >= 0 else sum(slots)
+
+    def clear(self, index: int) -> None:
+        """Worker ``index`` is gone (the coordinator's call, once the process has exited):
+        the others no longer count its requests."""
+        self._slots[index] = 0
 
     def count(self, index: int) -> int:
         return int(self._slots[index])

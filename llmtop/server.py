@@ -42,14 +42,12 @@ from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.writer import RecordingController
 from llmtop.saturation import SaturationMonitor
+from llmtop.worker_procs import StartupErrorProxy, Supervisor, spawn_workers
 from llmtop.workers import (
     INGEST_PATH,
     EventForwarder,
     FleetActive,
-    StartupErrorProxy,
     ingest_route,
-    spawn_workers,
-    stop_workers,
 )
 
 T = TypeVar("T")
@@ -359,22 +357,28 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     except OSError as exc:
         await obs.stop()
         raise StartupError(f"cannot create the workers' shared table: {exc}") from exc
+    try:  # the workers map it through this descriptor: the name can go at once
+        counts_fd = os.open(counts_path, os.O_RDWR)
+    finally:
+        os.unlink(counts_path)
     try:
-        procs, proxy_url = await spawn_workers(cfg, admin_url + "/llmtop/v1/_ingest", token,
-                                               config_path, counts_path)
+        procs, proxy_url, launcher = await spawn_workers(
+            cfg, admin_url + "/llmtop/v1/_ingest", token, config_path, counts_fd)
     except (StartupErrorProxy, OSError, TimeoutError) as exc:
+        os.close(counts_fd)
         counts.close()
         await obs.stop()
         raise StartupError(str(exc)) from exc
-    finally:
-        os.unlink(counts_path)  # every worker has it mapped (or failed): the name can go
     obs.say(f"llmtop: proxy listening on {proxy_url}")
     obs.say(f"llmtop: admin listening on {admin_url}")
     obs.say(f"llmtop: {len(procs)} workers sharing the port")
+    supervisor = Supervisor(launcher, procs, counts, fleet, obs.say)
+    watching = asyncio.create_task(supervisor.run())
     obs.start_background()
     _tune_process()
     await stop.wait()
-    await stop_workers(procs, cfg.timeouts.shutdown_grace_s)
+    await supervisor.stop_all(watching, cfg.timeouts.shutdown_grace_s)
+    os.close(counts_fd)
     counts.close()
     await asyncio.sleep(0.1)
     return await obs.stop()

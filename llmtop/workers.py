@@ -24,10 +24,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-import signal
-import socket
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence, ValuesView
 from itertools import chain
 from urllib.parse import urlsplit
@@ -35,7 +32,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from llmtop.bus import EventBus
-from llmtop.config import Config, parse_hostport
+from llmtop.config import Config
 from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.workers_wire import (
     BATCH_CHUNKS,
@@ -286,17 +283,6 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str) -> web.RouteDef:
     return web.post(INGEST_PATH, ingest)
 
 
-def reserve_port(host: str, port: int) -> socket.socket:
-    """Bind (without listening) a SO_REUSEPORT socket so every worker gets the same port
-    even when the user asked for port 0."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    s.bind((host, port))
-    return s
-
-
 def run_workers(cfg: Config, config_path: str | None = None) -> int:
     """The coordinator of ``llmtop run --workers N --headless`` (blocks until a signal)."""
     from llmtop.server import StartupError, serve_coordinator
@@ -309,64 +295,3 @@ def run_workers(cfg: Config, config_path: str | None = None) -> int:
     for line in summary.lines():
         print(line, flush=True)
     return 0
-
-
-async def spawn_workers(cfg: Config, ingest_url: str, token: str, config_path: str | None,
-                        fleet_path: str | None = None,
-                        ) -> tuple[list[asyncio.subprocess.Process], str]:
-    """Start ``cfg.workers`` proxy processes on one port; returns them and the proxy URL.
-    ``fleet_path``: the table of open requests per worker they map
-    (:mod:`llmtop.fleet_counts`)."""
-    host, port = parse_hostport(cfg.listen, "listen")
-    holder = reserve_port(host, port)
-    port = holder.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    procs: list[asyncio.subprocess.Process] = []
-    try:
-        for i in range(cfg.workers):
-            cmd = [sys.executable, "-m", "llmtop", "_worker", "--index", str(i),
-                   "--listen", f"{shown}:{port}", "--upstream", cfg.upstream,
-                   "--ingest", ingest_url]
-            if config_path:
-                cmd += ["--config", config_path]
-            if fleet_path:
-                cmd += ["--fleet", fleet_path]
-            proc = await asyncio.create_subprocess_exec(
-                *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                start_new_session=True,
-            )
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(token.encode() + b"\n")
-            await proc.stdin.drain()
-            proc.stdin.close()
-            line = await asyncio.wait_for(proc.stdout.readline(), 30)
-            if not line.startswith(b"llmtop: worker ready"):
-                raise StartupErrorProxy(
-                    f"worker {i} did not start: {line.decode(errors='replace').strip()}")
-            procs.append(proc)
-    except BaseException:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGTERM)
-        holder.close()
-        raise
-    holder.close()
-    return procs, f"http://{shown}:{port}"
-
-
-class StartupErrorProxy(RuntimeError):
-    """A worker failed to start (mapped to StartupError by the coordinator)."""
-
-
-async def stop_workers(procs: list[asyncio.subprocess.Process], grace_s: float) -> None:
-    for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s + 10
-    for p in procs:
-        try:
-            await asyncio.wait_for(p.wait(), max(0.1, deadline - time.monotonic()))
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-            await p.wait()

@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream", required=True)
     p.add_argument("--ingest", required=True)
     p.add_argument("--config")
-    p.add_argument("--fleet", help="the coordinator's table of open requests per worker")
+    p.add_argument("--fleet", help="the coordinator's table of open requests per worker "
+                   "(a path; /dev/fd/N for the descriptor it passed)")
 
 
 def main(args: argparse.Namespace) -> int:

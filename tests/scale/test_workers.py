@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -136,3 +137,107 @@ async def test_a_record_counts_every_workers_open_requests() -> None:
             proc.send_signal(signal.SIGTERM)
             out, _ = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == 0, out.decode()
+
+
+def worker_pids(coordinator: int) -> list[int]:
+    """The coordinator's child processes (its workers), from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == coordinator:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+async def test_a_worker_that_dies_is_restarted_and_forgotten() -> None:
+    """SIGKILL one of two workers while both hold requests open: the coordinator says so,
+    its open requests leave the active list, the others stop counting them in
+    ``concurrency_at_start``, and a new worker serves on the same port."""
+    async with running_sim("tiny", max_num_seqs=64) as sim:
+        proc, proxy, admin = await start_run(
+            "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+            "--workers", "2", "--gpu-source", "none")
+        assert proc.stdout is not None
+        try:
+            body = json.dumps({"model": "m", "max_tokens": 4, "stream": True,
+                               "messages": [{"role": "user", "content": "hello"}]})
+            conn = aiohttp.TCPConnector(force_close=True, limit=0)
+            async with aiohttp.ClientSession(connector=conn) as s:
+
+                async def one(fault: str = "") -> bytes:
+                    headers = {"Content-Type": "application/json"}
+                    if fault:
+                        headers["X-Sim-Fault"] = fault
+                    async with s.post(proxy + "/v1/chat/completions", data=body,
+                                      headers=headers) as r:
+                        return await r.read()
+
+                async def active() -> list[dict[str, object]]:
+                    async with s.get(admin + "/llmtop/v1/requests?state=active") as r:
+                        rows: list[dict[str, object]] = await r.json()
+                        return rows
+
+                held = [asyncio.create_task(one("stall:30000@1")) for _ in range(10)]
+                for _ in range(100):  # until all 10 are open, reported by both workers
+                    rows = await active()
+                    if len(rows) == 10 and len({str(r["id"]).split("-")[0] for r in rows}) == 2:
+                        break
+                    await asyncio.sleep(0.1)
+                by_worker: dict[str, int] = {}
+                for r in rows:
+                    prefix = str(r["id"]).split("-")[0]
+                    by_worker[prefix] = by_worker.get(prefix, 0) + 1
+                assert len(by_worker) == 2, by_worker
+
+                pids = worker_pids(proc.pid)
+                assert len(pids) == 2, pids
+                os.kill(pids[0], signal.SIGKILL)
+
+                async def said(what: str) -> list[str]:
+                    lines: list[str] = []
+                    while not any(what in line for line in lines):
+                        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+                        assert line, "the coordinator exited"
+                        lines.append(line)
+                    return lines
+
+                exited = await said("exited")
+                assert "killed by SIGKILL" in exited[-1], exited
+                # before the new worker is up (0.5 s and its start-up): the dead one's
+                # requests are off the active list, and not counted by the survivor
+                rows = await active()
+                survivors = {str(r["id"]).split("-")[0] for r in rows}
+                assert len(survivors) == 1, rows
+                survivor = survivors.pop()
+                dead = (set(by_worker) - {survivor}).pop()
+                assert len(rows) == by_worker[survivor]
+                assert await one()  # the survivor alone listens now
+                await said("restarted")
+                assert len(worker_pids(proc.pid)) == 2  # a new one beside the survivor
+                lost = sum(t.done() and t.exception() is not None for t in held)
+                assert lost == by_worker[dead]  # their clients saw the connection close
+
+                probes = [await one() for _ in range(16)]  # new connections: both workers
+                assert all(probes)
+                for _ in range(100):
+                    async with s.get(admin + "/llmtop/v1/requests?state=recent") as r:
+                        recent = [x for x in await r.json() if x["outcome"] == "ok"]
+                    if len(recent) >= 17:
+                        break
+                    await asyncio.sleep(0.1)
+                for t in held:
+                    t.cancel()
+                await asyncio.gather(*held, return_exceptions=True)
+            assert len(recent) == 17
+            prefixes = {str(x["id"]).split("-")[0] for x in recent}
+            assert len(prefixes) == 2 and survivor in prefixes and dead not in prefixes
+            # only the survivor's held requests count: the dead worker's slot was cleared
+            assert {x["concurrency_at_start"] for x in recent} == {len(rows) + 1}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, out.decode()
+

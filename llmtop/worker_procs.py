@@ -1,0 +1,237 @@
+"""The worker processes of ``llmtop run --workers N``: started, watched, restarted, stopped.
+
+The coordinator starts N ``llmtop _worker`` processes on one port (``SO_REUSEPORT``) and
+then watches them (:class:`Supervisor`). A worker that exits while the proxy is running —
+killed by the OOM killer, a crash in a C extension, a bug — would otherwise leave the
+proxy one worker short in silence, its open requests on the live screens for ever and its
+count in every other worker's ``concurrency_at_start``. The supervisor says so on the
+coordinator's output, clears the worker's slot in the shared table of open requests and
+its rows among the open requests, and starts it again on the same port (after 0.5 s, then
+doubling while it keeps failing). A worker that exits more than
+:data:`MAX_RESTARTS` times within :data:`RESTART_WINDOW_S` is left stopped, with a line
+that says so: a worker that cannot live is better reported than restarted in a loop. The
+requests it had open are lost with it (their clients see the connection close); every
+other worker goes on serving throughout.
+
+The workers map the shared table through a descriptor the coordinator holds
+(``/dev/fd/N``, passed at start): the file has no name from the moment it is created, so
+a restarted worker maps the same table and nothing is left behind whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmtop.config import Config, parse_hostport
+from llmtop.fleet_counts import FleetCounts
+from llmtop.workers import FleetActive
+
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+FIRST_DELAY_S = 0.5
+READY_TIMEOUT_S = 30.0
+
+
+class StartupErrorProxy(RuntimeError):
+    """A worker failed to start (mapped to StartupError by the coordinator)."""
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """Bind (without listening) a SO_REUSEPORT socket so every worker gets the same port
+    even when the user asked for port 0."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind((host, port))
+    return s
+
+
+@dataclass(frozen=True)
+class WorkerLauncher:
+    """How to start worker ``i``: the same command line for a first start and a restart."""
+
+    cfg: Config
+    listen: str
+    """``host:port`` with the port resolved (every worker binds the same one)."""
+    ingest_url: str
+    token: str
+    config_path: str | None = None
+    fleet_fd: int | None = None
+    """The coordinator's descriptor of the shared table (:mod:`llmtop.fleet_counts`)."""
+
+    async def start(self, index: int) -> asyncio.subprocess.Process:
+        """Start worker ``index`` and wait until it listens (``StartupErrorProxy``,
+        ``OSError``, ``TimeoutError``)."""
+        cmd = [sys.executable, "-m", "llmtop", "_worker", "--index", str(index),
+               "--listen", self.listen, "--upstream", self.cfg.upstream,
+               "--ingest", self.ingest_url]
+        if self.config_path:
+            cmd += ["--config", self.config_path]
+        if self.fleet_fd is not None:
+            cmd += ["--fleet", f"/dev/fd/{self.fleet_fd}"]
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=() if self.fleet_fd is None else (self.fleet_fd,),
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(self.token.encode() + b"\n")
+            await proc.stdin.drain()
+            proc.stdin.close()
+            line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
+        except BaseException:
+            _terminate(proc)
+            raise
+        if not line.startswith(b"llmtop: worker ready"):
+            _terminate(proc)
+            raise StartupErrorProxy(
+                f"worker {index} did not start: {line.decode(errors='replace').strip()}")
+        return proc
+
+
+def _terminate(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+
+
+async def spawn_workers(cfg: Config, ingest_url: str, token: str, config_path: str | None,
+                        fleet_fd: int | None = None,
+                        ) -> tuple[list[asyncio.subprocess.Process], str, WorkerLauncher]:
+    """Start ``cfg.workers`` proxy processes on one port; returns them, the proxy URL and
+    the launcher that starts them again."""
+    host, port = parse_hostport(cfg.listen, "listen")
+    holder = reserve_port(host, port)
+    port = holder.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    launcher = WorkerLauncher(cfg, f"{shown}:{port}", ingest_url, token, config_path, fleet_fd)
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        for i in range(cfg.workers):
+            procs.append(await launcher.start(i))  # noqa: PERF401 (kept as they start: stopped on a failure)
+    except BaseException:
+        for p in procs:
+            _terminate(p)
+        raise
+    finally:
+        holder.close()
+    return procs, f"http://{shown}:{port}", launcher
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``exit code 3``, ``killed by SIGKILL``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class Supervisor:
+    """Watches the workers while the proxy runs and restarts one that exits (module
+    docstring). ``procs[i]`` is always worker i's current process."""
+
+    def __init__(self, launcher: WorkerLauncher, procs: list[asyncio.subprocess.Process],
+                 counts: FleetCounts | None, active: FleetActive, say: Callable[[str], None],
+                 *, clock: Callable[[], float] = time.monotonic,
+                 first_delay_s: float = FIRST_DELAY_S) -> None:
+        self.launcher = launcher
+        self.procs = procs
+        self.counts = counts
+        self.active = active
+        self.say = say
+        self.clock = clock
+        self.first_delay_s = first_delay_s
+        self.exits: dict[int, deque[float]] = {}
+        self.restarts = 0
+        """Workers started again since the proxy started."""
+        self.given_up: set[int] = set()
+        self._stopping = False
+
+    async def run(self) -> None:
+        """Until cancelled (:meth:`stop_all` cancels it)."""
+        waits = {asyncio.ensure_future(p.wait()): i for i, p in enumerate(self.procs)}
+        try:
+            while waits:
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    i = waits.pop(fut)
+                    proc = await self._exited(i)
+                    if proc is not None:
+                        waits[asyncio.ensure_future(proc.wait())] = i
+        finally:
+            for fut in waits:
+                fut.cancel()
+
+    async def _exited(self, i: int) -> asyncio.subprocess.Process | None:
+        """Worker i is gone: clean up after it; its new process, or None."""
+        if self._stopping:
+            return None
+        how = describe_exit(self.procs[i].returncode)
+        if self.counts is not None:
+            self.counts.clear(i)  # the others no longer count its requests
+        self.active.drop(i)  # nor do the screens show them
+        now = self.clock()
+        recent = self.exits.setdefault(i, deque())
+        recent.append(now)
+        while recent and recent[0] < now - RESTART_WINDOW_S:
+            recent.popleft()
+        if len(recent) > MAX_RESTARTS:
+            self.given_up.add(i)
+            self.say(f"llmtop: worker {i} exited ({how}), {len(recent)} times in "
+                     f"{RESTART_WINDOW_S:.0f} s: not restarted; the other workers go on")
+            return None
+        delay = self.first_delay_s * 2 ** (len(recent) - 1)
+        self.say(f"llmtop: worker {i} exited ({how}); its open requests are lost; "
+                 f"restarting it in {delay:g} s")
+        await asyncio.sleep(delay)
+        if self.stopping():  # stop_all came during the wait
+            return None
+        try:
+            proc = await self.launcher.start(i)
+        except (StartupErrorProxy, OSError, TimeoutError) as exc:
+            self.given_up.add(i)
+            self.say(f"llmtop: worker {i} could not be restarted: {exc}")
+            return None
+        self.procs[i] = proc
+        self.restarts += 1
+        self.say(f"llmtop: worker {i} restarted")
+        return proc
+
+    def stopping(self) -> bool:
+        return self._stopping
+
+    async def stop_all(self, task: asyncio.Task[None] | None, grace_s: float) -> None:
+        """Stop watching (``task``: :meth:`run`'s), then stop every worker gracefully."""
+        self._stopping = True
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await stop_workers(self.procs, grace_s)
+
+
+async def stop_workers(procs: list[asyncio.subprocess.Process], grace_s: float) -> None:
+    for p in procs:
+        if p.returncode is None:
+            _terminate(p)
+    deadline = time.monotonic() + grace_s + 10
+    for p in procs:
+        try:
+            await asyncio.wait_for(p.wait(), max(0.1, deadline - time.monotonic()))
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            await p.wait()

@@ -1,0 +1,87 @@
+"""The coordinator's watch over its workers (``llmtop.worker_procs.Supervisor``), with real
+child processes that exit at once, a real shared table and the real open-request list."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from llmtop.events import ActiveRequest
+from llmtop.fleet_counts import FleetCounts
+from llmtop.worker_procs import MAX_RESTARTS, Supervisor, describe_exit
+from llmtop.workers import FleetActive
+
+
+class ExitingLauncher:
+    """Starts processes that exit with ``code`` at once (or sleep, with ``code`` None)."""
+
+    def __init__(self, code: int | None) -> None:
+        self.code = code
+        self.started: list[int] = []
+
+    async def start(self, index: int) -> asyncio.subprocess.Process:
+        self.started.append(index)
+        prog = "import time; time.sleep(60)" if self.code is None else \
+            f"raise SystemExit({self.code})"
+        return await asyncio.create_subprocess_exec(sys.executable, "-c", prog)
+
+
+def held(n: int) -> list[ActiveRequest]:
+    return [ActiveRequest(f"w-{i}", "u", "m", "openai", "/v1", True, 0.0, 0)
+            for i in range(n)]
+
+
+async def test_a_worker_that_keeps_dying_is_restarted_then_left_stopped() -> None:
+    counts, path = FleetCounts.create(2)
+    os.unlink(path)
+    counts._slots[1] = 7  # worker 1's last count before it died
+    active = FleetActive()
+    active.update(1, held(3))
+    active.update(0, held(2))
+    said: list[str] = []
+    dying = ExitingLauncher(3)
+    first = await dying.start(1)
+    dying.started.clear()
+    sleeper = await ExitingLauncher(None).start(0)
+    sup = Supervisor(dying, [sleeper, first], counts, active, said.append,  # type: ignore[arg-type]
+                     first_delay_s=0.001)
+    task = asyncio.create_task(sup.run())
+    try:
+        for _ in range(500):
+            if sup.given_up:
+                break
+            await asyncio.sleep(0.01)
+        assert sup.given_up == {1}
+        assert dying.started == [1] * MAX_RESTARTS and sup.restarts == MAX_RESTARTS
+        assert counts.count(1) == 0 and len(active) == 2  # worker 0's requests remain
+        assert said[0].startswith("llmtop: worker 1 exited (exit code 3)")
+        assert "restarting it in 0.001 s" in said[0]
+        assert "restarting it in 0.002 s" in said[2]  # doubling while it keeps failing
+        assert "not restarted; the other workers go on" in said[-1]
+        assert sup.procs[0] is sleeper and sleeper.returncode is None
+    finally:
+        await sup.stop_all(task, 1.0)
+        counts.close()
+    assert sleeper.returncode is not None  # stopped with the rest
+    assert not any("worker 0" in line for line in said)  # a stop is not a death
+
+
+async def test_no_restart_once_stopping() -> None:
+    """A worker that exits because the proxy is stopping is not started again."""
+    launcher = ExitingLauncher(None)
+    procs = [await launcher.start(0)]
+    said: list[str] = []
+    sup = Supervisor(launcher, procs, None, FleetActive(), said.append)  # type: ignore[arg-type]
+    task = asyncio.create_task(sup.run())
+    await asyncio.sleep(0.05)
+    await sup.stop_all(task, 1.0)
+    assert procs[0].returncode is not None
+    assert launcher.started == [0] and said == [] and sup.restarts == 0
+
+
+def test_exits_are_described_for_people() -> None:
+    assert describe_exit(3) == "exit code 3"
+    assert describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(-11) == "killed by SIGSEGV"
+    assert describe_exit(None) == "still running"
