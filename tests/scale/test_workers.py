@@ -36,6 +36,17 @@ async def start_run(*args: str) -> tuple[asyncio.subprocess.Process, str, str]:
     return proc, proxy, admin
 
 
+async def chat(s: aiohttp.ClientSession, proxy: str, fault: str = "") -> bytes:
+    """A 4-token streamed chat completion (``fault``: the simulator's X-Sim-Fault)."""
+    body = json.dumps({"model": "m", "max_tokens": 4, "stream": True,
+                       "messages": [{"role": "user", "content": "hello"}]})
+    headers = {"Content-Type": "application/json"}
+    if fault:
+        headers["X-Sim-Fault"] = fault
+    async with s.post(proxy + "/v1/chat/completions", data=body, headers=headers) as r:
+        return await r.read()
+
+
 async def test_two_workers_look_like_one_proxy(tmp_path: Path) -> None:
     rec = tmp_path / "w.jsonl"
     async with running_sim("tiny", max_num_seqs=16) as sim:
@@ -99,18 +110,11 @@ async def test_a_record_counts_every_workers_open_requests() -> None:
             "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
             "--workers", "2", "--gpu-source", "none")
         try:
-            body = json.dumps({"model": "m", "max_tokens": 4, "stream": True,
-                               "messages": [{"role": "user", "content": "hello"}]})
             conn = aiohttp.TCPConnector(force_close=True, limit=0)
             async with aiohttp.ClientSession(connector=conn) as s:
 
                 async def one(fault: str) -> bytes:
-                    headers = {"Content-Type": "application/json"}
-                    if fault:
-                        headers["X-Sim-Fault"] = fault
-                    async with s.post(proxy + "/v1/chat/completions", data=body,
-                                      headers=headers) as r:
-                        return await r.read()
+                    return await chat(s, proxy, fault)
 
                 held = [asyncio.create_task(one("stall:4000@1")) for _ in range(12)]
                 for _ in range(100):  # until all 12 are open (summed over the workers)
@@ -162,18 +166,11 @@ async def test_a_worker_that_dies_is_restarted_and_forgotten() -> None:
             "--workers", "2", "--gpu-source", "none")
         assert proc.stdout is not None
         try:
-            body = json.dumps({"model": "m", "max_tokens": 4, "stream": True,
-                               "messages": [{"role": "user", "content": "hello"}]})
             conn = aiohttp.TCPConnector(force_close=True, limit=0)
             async with aiohttp.ClientSession(connector=conn) as s:
 
                 async def one(fault: str = "") -> bytes:
-                    headers = {"Content-Type": "application/json"}
-                    if fault:
-                        headers["X-Sim-Fault"] = fault
-                    async with s.post(proxy + "/v1/chat/completions", data=body,
-                                      headers=headers) as r:
-                        return await r.read()
+                    return await chat(s, proxy, fault)
 
                 async def active() -> list[dict[str, object]]:
                     async with s.get(admin + "/llmtop/v1/requests?state=active") as r:
