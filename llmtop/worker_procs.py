@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from llmtop.config import Config, parse_hostport
 from llmtop.fleet_counts import FleetCounts
+from llmtop.parent_watch import child_env
 from llmtop.workers import FleetActive
 
 MAX_RESTARTS = 5
@@ -80,7 +81,7 @@ class WorkerLauncher:
             cmd += ["--fleet", f"/dev/fd/{self.fleet_fd}"]
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True, env=child_env(),  # it stops if the coordinator dies
             pass_fds=() if self.fleet_fd is None else (self.fleet_fd,),
         )
         assert proc.stdin is not None and proc.stdout is not None

@@ -18,6 +18,7 @@ from types import ModuleType
 from llmtop import __version__
 from llmtop.cli.common import UsageError
 from llmtop.config import ConfigError
+from llmtop.parent_watch import watch_parent
 
 ORDER = ("run", "attach", "replay", "report", "export", "bench", "sim", "demo")
 
@@ -57,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
+    watch_parent()  # started by another llmtop process: stop if it dies
     try:
         return int(args._main(args))
     except (ConfigError, UsageError) as exc:

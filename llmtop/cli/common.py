@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from llmtop.config import Config, load_config
+from llmtop.parent_watch import child_env
 
 
 class UsageError(ValueError):
@@ -81,7 +82,7 @@ class Child:
         self._ready = threading.Event()
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, env=child_env(),
         )
         self._threads = [
             threading.Thread(target=self._pump, args=(s,), daemon=True)

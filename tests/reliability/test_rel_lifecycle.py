@@ -9,6 +9,7 @@ back, missing at most the last second; SIGTERM must let streams finish within
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -178,3 +179,61 @@ async def test_sigterm_finishes_short_streams_cancels_long_ones_and_exits_0(
         assert long_rec["outcome"] == "cancelled", long_rec
         assert long_rec["error"] == "proxy shut down"
         assert long_rec["status"] == 200 and long_rec["ttft_s"] is not None
+
+
+PARENT = """
+import sys, time
+from llmtop.cli.common import Child, llmtop_cmd
+from llmtop.cli.run import ADMIN_PREFIX, LISTEN_PREFIX
+child = Child(llmtop_cmd(*sys.argv[1:]), (LISTEN_PREFIX, ADMIN_PREFIX))
+print(child.proc.pid, child.found[LISTEN_PREFIX], flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int, timeout_s: float) -> bool:
+    """Whether ``pid`` exits within ``timeout_s`` (a zombie waiting for init to reap it
+    has exited)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+async def test_a_child_proxy_stops_cleanly_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """The proxy a TUI (or the demo) starts runs in a session of its own; killed with -9,
+    the parent cannot stop it. The child notices within a second or two and shuts down as
+    on SIGTERM: its port is released and its recording is complete."""
+    sim, sim_url, _ = start_sim(tmp_path, step_s=0.01)
+    record = tmp_path / "orphan.jsonl"
+    child = 0
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PARENT, "run", "--headless", "--upstream", sim_url,
+        "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--record", str(record),
+        "--gpu-source", "none", stdout=asyncio.subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        pid_s, purl = (await asyncio.wait_for(parent.stdout.readline(), 60)).decode().split()
+        child = int(pid_s)
+        async with aiohttp.ClientSession() as s:
+            for i in range(5):
+                assert (await _stream(s, purl, f"u{i}", 4))[0] == "ok"
+        parent.kill()
+        await parent.wait()
+        assert await asyncio.to_thread(_gone, child, 15), "the orphaned proxy still runs"
+    finally:
+        if parent.returncode is None:
+            parent.kill()
+            await parent.wait()
+        if child and not _gone(child, 0):
+            os.kill(child, signal.SIGKILL)  # the test failed: leave nothing running
+        sim.kill()
+        sim.wait(10)
+    records, summary = read_request_records(record)
+    assert summary["complete"] and len(records) == 5
