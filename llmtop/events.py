@@ -28,6 +28,9 @@ WARNING_CODES: Final = (
     "ERRORS", "UPSTREAM_DOWN", "PREFILL_INTERFERENCE",
 )
 """Every saturation warning code (llmtop.saturation raises them; /metrics exports each)."""
+OPERATIONAL_CODES: Final = ("WORKER_DOWN",)
+"""Warnings about llmtop itself, not the service (``WORKER_DOWN``: a ``--workers`` process
+exited; raised by :mod:`llmtop.worker_procs`, cleared once it serves again)."""
 
 
 @dataclass(frozen=True, slots=True)

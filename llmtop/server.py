@@ -372,7 +372,7 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     obs.say(f"llmtop: proxy listening on {proxy_url}")
     obs.say(f"llmtop: admin listening on {admin_url}")
     obs.say(f"llmtop: {len(procs)} workers sharing the port")
-    supervisor = Supervisor(launcher, procs, counts, fleet, obs.say)
+    supervisor = Supervisor(launcher, procs, counts, fleet, obs.say, publish=bus.publish)
     watching = asyncio.create_task(supervisor.run())
     obs.start_background()
     _tune_process()

@@ -5,13 +5,14 @@ then watches them (:class:`Supervisor`). A worker that exits while the proxy is 
 killed by the OOM killer, a crash in a C extension, a bug — would otherwise leave the
 proxy one worker short in silence, its open requests on the live screens for ever and its
 count in every other worker's ``concurrency_at_start``. The supervisor says so on the
-coordinator's output, clears the worker's slot in the shared table of open requests and
-its rows among the open requests, and starts it again on the same port (after 0.5 s, then
-doubling while it keeps failing). A worker that exits more than
-:data:`MAX_RESTARTS` times within :data:`RESTART_WINDOW_S` is left stopped, with a line
-that says so: a worker that cannot live is better reported than restarted in a loop. The
-requests it had open are lost with it (their clients see the connection close); every
-other worker goes on serving throughout.
+coordinator's output and raises the ``WORKER_DOWN`` warning (the live views, the recording
+and /metrics show it; cleared once every worker serves again), clears the worker's slot in
+the shared table of open requests and its rows among the open requests, and starts it
+again on the same port (after 0.5 s, then doubling while it keeps failing). A worker that
+exits more than :data:`MAX_RESTARTS` times within :data:`RESTART_WINDOW_S` is left
+stopped, with a line that says so: a worker that cannot live is better reported than
+restarted in a loop. The requests it had open are lost with it (their clients see the
+connection close); every other worker goes on serving throughout.
 
 The workers map the shared table through a descriptor the coordinator holds
 (``/dev/fd/N``, passed at start): the file has no name from the moment it is created, so
@@ -29,8 +30,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from llmtop.config import Config, parse_hostport
+from llmtop.events import Event, WarningEvent
 from llmtop.fleet_counts import FleetCounts
 from llmtop.parent_watch import child_env
 from llmtop.workers import FleetActive
@@ -146,9 +149,15 @@ class Supervisor:
 
     def __init__(self, launcher: WorkerLauncher, procs: list[asyncio.subprocess.Process],
                  counts: FleetCounts | None, active: FleetActive, say: Callable[[str], None],
-                 *, clock: Callable[[], float] = time.monotonic,
+                 *, publish: Callable[[Event], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  first_delay_s: float = FIRST_DELAY_S) -> None:
         self.launcher = launcher
+        self.publish = publish
+        """Where the ``WORKER_DOWN`` warning goes (the coordinator's bus: the live views,
+        the recording and /metrics show it)."""
+        self.down: dict[int, str] = {}
+        """Workers not serving now, and why."""
         self.procs = procs
         self.counts = counts
         self.active = active
@@ -191,10 +200,13 @@ class Supervisor:
             recent.popleft()
         if len(recent) > MAX_RESTARTS:
             self.given_up.add(i)
+            self._down(i, f"worker {i} exited ({how}) {len(recent)} times in "
+                       f"{RESTART_WINDOW_S:.0f} s: not restarted")
             self.say(f"llmtop: worker {i} exited ({how}), {len(recent)} times in "
                      f"{RESTART_WINDOW_S:.0f} s: not restarted; the other workers go on")
             return None
         delay = self.first_delay_s * 2 ** (len(recent) - 1)
+        self._down(i, f"worker {i} exited ({how}); restarting it")
         self.say(f"llmtop: worker {i} exited ({how}); its open requests are lost; "
                  f"restarting it in {delay:g} s")
         await asyncio.sleep(delay)
@@ -204,12 +216,33 @@ class Supervisor:
             proc = await self.launcher.start(i)
         except (StartupErrorProxy, OSError, TimeoutError) as exc:
             self.given_up.add(i)
+            self._down(i, f"worker {i} could not be restarted: {exc}")
             self.say(f"llmtop: worker {i} could not be restarted: {exc}")
             return None
         self.procs[i] = proc
         self.restarts += 1
+        self._up(i)
         self.say(f"llmtop: worker {i} restarted")
         return proc
+
+    def _down(self, i: int, why: str) -> None:
+        self.down[i] = why
+        self._warn("raised")
+
+    def _up(self, i: int) -> None:
+        self.down.pop(i, None)
+        self._warn("raised" if self.down else "cleared")
+
+    def _warn(self, state: Literal["raised", "cleared"]) -> None:
+        if self.publish is None:
+            return
+        n = len(self.procs)
+        serving = n - len(self.down)
+        msg = (f"{serving} of {n} workers serving: " + "; ".join(
+            self.down[i] for i in sorted(self.down)) + " (the coordinator's output has "
+               "the details; a worker's open requests are lost when it exits)"
+               if self.down else f"all {n} workers serving again")
+        self.publish(WarningEvent(time.time(), "WORKER_DOWN", "critical", msg, state))
 
     def stopping(self) -> bool:
         return self._stopping

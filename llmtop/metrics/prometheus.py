@@ -44,7 +44,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from llmtop.events import WARNING_CODES
+from llmtop.events import OPERATIONAL_CODES, WARNING_CODES
 from llmtop.metrics import capacity
 from llmtop.metrics.hdr import COUNTS_LEN, bucket_index
 from llmtop.metrics.ingest import (
@@ -279,7 +279,7 @@ class LlmtopCollector(Collector):
                                  labels=["code"])
         # every known code from the start (0 = not raised), so "no warning" and "no data"
         # differ and absent()-style alerts work
-        for code in sorted(set(agg.warning_codes) | set(WARNING_CODES)):
+        for code in sorted(set(agg.warning_codes) | set(WARNING_CODES) | set(OPERATIONAL_CODES)):
             warn.add_metric([code], 1.0 if code in agg.warnings else 0.0)
         out.append(warn)
         out.append(GaugeMetricFamily(_P + "uptime_seconds", "Seconds since the aggregator started",

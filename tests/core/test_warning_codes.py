@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 from llmtop.config import load_config
-from llmtop.events import WARNING_CODES
+from llmtop.events import OPERATIONAL_CODES, WARNING_CODES
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.metrics.prometheus import make_registry
 from llmtop.saturation import SaturationMonitor
@@ -21,5 +21,5 @@ def test_detectors_evaluate_exactly_the_known_codes() -> None:
 def test_metrics_export_every_code_as_zero_before_any_warning() -> None:
     agg = Aggregator(load_config(None, env={}), {})
     text = generate_latest(make_registry(agg)).decode()
-    for code in WARNING_CODES:
+    for code in (*WARNING_CODES, *OPERATIONAL_CODES):
         assert f'llmtop_warning_active{{code="{code}"}} 0.0' in text

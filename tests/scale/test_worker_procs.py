@@ -7,23 +7,28 @@ import asyncio
 import os
 import sys
 
-from llmtop.events import ActiveRequest
+from llmtop.events import ActiveRequest, WarningEvent
 from llmtop.fleet_counts import FleetCounts
 from llmtop.worker_procs import MAX_RESTARTS, Supervisor, describe_exit
 from llmtop.workers import FleetActive
 
 
 class ExitingLauncher:
-    """Starts processes that exit with ``code`` at once (or sleep, with ``code`` None)."""
+    """Starts processes that exit with ``code`` at once (or sleep, with ``code`` None);
+    ``then``: the code for the starts after the first ``times``."""
 
-    def __init__(self, code: int | None) -> None:
+    def __init__(self, code: int | None, *, times: int | None = None,
+                 then: int | None = None) -> None:
         self.code = code
+        self.times = times
+        self.then = then
         self.started: list[int] = []
 
     async def start(self, index: int) -> asyncio.subprocess.Process:
         self.started.append(index)
-        prog = "import time; time.sleep(60)" if self.code is None else \
-            f"raise SystemExit({self.code})"
+        code = self.code if self.times is None or len(self.started) <= self.times \
+            else self.then
+        prog = "import time; time.sleep(60)" if code is None else f"raise SystemExit({code})"
         return await asyncio.create_subprocess_exec(sys.executable, "-c", prog)
 
 
@@ -40,12 +45,13 @@ async def test_a_worker_that_keeps_dying_is_restarted_then_left_stopped() -> Non
     active.update(1, held(3))
     active.update(0, held(2))
     said: list[str] = []
+    warned: list[WarningEvent] = []
     dying = ExitingLauncher(3)
     first = await dying.start(1)
     dying.started.clear()
     sleeper = await ExitingLauncher(None).start(0)
     sup = Supervisor(dying, [sleeper, first], counts, active, said.append,  # type: ignore[arg-type]
-                     first_delay_s=0.001)
+                     publish=warned.append, first_delay_s=0.001)  # type: ignore[arg-type]
     task = asyncio.create_task(sup.run())
     try:
         for _ in range(500):
@@ -60,11 +66,37 @@ async def test_a_worker_that_keeps_dying_is_restarted_then_left_stopped() -> Non
         assert "restarting it in 0.002 s" in said[2]  # doubling while it keeps failing
         assert "not restarted; the other workers go on" in said[-1]
         assert sup.procs[0] is sleeper and sleeper.returncode is None
+        assert {w.code for w in warned} == {"WORKER_DOWN"}
+        assert warned[-1].state == "raised" and warned[-1].severity == "critical"
+        assert warned[-1].message.startswith("1 of 2 workers serving: worker 1 exited "
+                                             "(exit code 3) 6 times in 60 s: not restarted")
     finally:
         await sup.stop_all(task, 1.0)
         counts.close()
     assert sleeper.returncode is not None  # stopped with the rest
     assert not any("worker 0" in line for line in said)  # a stop is not a death
+
+
+async def test_a_worker_that_exits_once_raises_then_clears_worker_down() -> None:
+    launcher = ExitingLauncher(None)
+    once = ExitingLauncher(5, times=1, then=None)  # exits, then its restart stays up
+    procs = [await launcher.start(0), await once.start(1)]
+    warned: list[WarningEvent] = []
+    sup = Supervisor(once, procs, None, FleetActive(), lambda line: None,  # type: ignore[arg-type]
+                     publish=warned.append, first_delay_s=0.001)  # type: ignore[arg-type]
+    task = asyncio.create_task(sup.run())
+    try:
+        for _ in range(500):
+            if sup.restarts:
+                break
+            await asyncio.sleep(0.01)
+        assert sup.restarts == 1 and not sup.down and not sup.given_up
+        assert [w.state for w in warned] == ["raised", "cleared"]
+        assert warned[0].message.startswith("1 of 2 workers serving: worker 1 exited "
+                                            "(exit code 5); restarting it")
+        assert warned[1].message == "all 2 workers serving again"
+    finally:
+        await sup.stop_all(task, 1.0)
 
 
 async def test_no_restart_once_stopping() -> None:

@@ -156,14 +156,16 @@ def worker_pids(coordinator: int) -> list[int]:
     return pids
 
 
-async def test_a_worker_that_dies_is_restarted_and_forgotten() -> None:
-    """SIGKILL one of two workers while both hold requests open: the coordinator says so,
-    its open requests leave the active list, the others stop counting them in
-    ``concurrency_at_start``, and a new worker serves on the same port."""
+async def test_a_worker_that_dies_is_restarted_and_forgotten(tmp_path: Path) -> None:
+    """SIGKILL one of two workers while both hold requests open: the coordinator says so
+    (and raises WORKER_DOWN until the new one serves), its open requests leave the active
+    list, the others stop counting them in ``concurrency_at_start``, and a new worker
+    serves on the same port."""
+    rec = tmp_path / "w.jsonl"
     async with running_sim("tiny", max_num_seqs=64) as sim:
         proc, proxy, admin = await start_run(
             "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-            "--workers", "2", "--gpu-source", "none")
+            "--workers", "2", "--gpu-source", "none", "--record", str(rec))
         assert proc.stdout is not None
         try:
             conn = aiohttp.TCPConnector(force_close=True, limit=0)
@@ -237,4 +239,8 @@ async def test_a_worker_that_dies_is_restarted_and_forgotten() -> None:
             proc.send_signal(signal.SIGTERM)
             out, _ = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == 0, out.decode()
+    warnings = [e for e in iter_recording(rec) if type(e).__name__ == "WarningEvent"]
+    assert [(w.code, w.state) for w in warnings] == [  # type: ignore[attr-defined]
+        ("WORKER_DOWN", "raised"), ("WORKER_DOWN", "cleared")]
+    assert "killed by SIGKILL" in warnings[0].message  # type: ignore[attr-defined]
 
