@@ -15,7 +15,10 @@ so a lucky high bin past the knee cannot inflate it). Bins with too little data 
 count nor stop the walk.
 
 - ``max_concurrency_at_slo`` is ``None`` until some bin qualifies; ``0`` when the lowest
-  qualified bin already misses the target (the SLOs are not met at any observed load).
+  qualified bin already misses the target and no lower concurrency was seen at all (the
+  SLOs are not met at any observed load). When lower levels were seen but none of them
+  has enough requests yet (a load ramp's first pass), it stays ``None`` with
+  ``first_failing_concurrency`` set: the capacity is below that level, not zero.
 - ``goodput_tps_at_slo`` at concurrency c, by Little's law: with c requests always in
   flight, throughput = c × (work per request ÷ time per request), so
   ``c × Σ output tokens of SLO-meeting requests ÷ Σ E2E of all requests`` in that bin
@@ -114,6 +117,8 @@ class CapacityBins:
             "min_requests_per_bin": min_requests,
         }
         cap = None if not len(rows) else 0 if first == 0 else int(rows[first - 1])
+        if cap == 0 and self.data[:int(rows[0]), _JUDGED].any():
+            cap = None  # lower levels seen, none with enough requests yet
         out["max_concurrency_at_slo"] = cap
         if cap == 0:  # as estimate(): no load level holds the target
             out["goodput_tps_at_slo"] = out["goodput_rps_at_slo"] = 0.0
@@ -164,7 +169,8 @@ def estimate(
             cap, at = int(b["concurrency"]), b
         else:
             first_fail = int(b["concurrency"])
-            if cap is None:
+            if cap is None and not any(  # as the module rule: 0 only with nothing below
+                    judged_of(x) for x in bins if int(x["concurrency"]) < first_fail):
                 cap = 0
             break
     out: dict[str, Any] = {

@@ -81,6 +81,32 @@ def test_zero_when_even_the_lowest_level_misses() -> None:
     assert est["goodput_tps_at_slo"] == 0.0
 
 
+def test_not_zero_when_lower_levels_were_seen_but_are_short_of_requests() -> None:
+    """A load ramp's first pass: levels 1..13 were visited (a few requests each, all within
+    the SLOs), then 14 collected enough requests and failed. The capacity is below 14, not
+    0 ("the SLOs are not met at any load" would be false); it stays unknown until a lower
+    level qualifies."""
+    low = [{"concurrency": c, "requests": 5, "met": 5, "good_tokens": 50.0, "e2e_sum_s": 5.0,
+            "judged": 5} for c in range(1, 14)]
+    failing = {"concurrency": 14, "requests": 30, "met": 3, "good_tokens": 30.0,
+               "e2e_sum_s": 60.0, "judged": 30}
+    est = capacity.estimate([*low, failing], 0.95)
+    assert est["max_concurrency_at_slo"] is None and est["first_failing_concurrency"] == 14
+    assert est["goodput_tps_at_slo"] is None
+    # cancels on track (nothing judged) below do not count as levels seen
+    unjudged = [dict(b, judged=0, met=0) for b in low]
+    assert capacity.estimate([*unjudged, failing], 0.95)["max_concurrency_at_slo"] == 0
+    # the array estimate says the same
+    import numpy as np
+
+    bins = capacity.CapacityBins()
+    conc = np.array([c for c in range(1, 14) for _ in range(5)] + [14] * 30, dtype=np.int64)
+    met = np.array([True] * 65 + [True] * 3 + [False] * 27)
+    bins.add(conc, met, np.ones(len(conc)), np.ones(len(conc)))
+    est = bins.estimate(0.95, with_bins=False)
+    assert est["max_concurrency_at_slo"] is None and est["first_failing_concurrency"] == 14
+
+
 def test_bins_merge_by_concurrency() -> None:
     a = [{"concurrency": 1, "requests": 10, "met": 10, "good_tokens": 100.0, "e2e_sum_s": 5.0}]
     b = [{"concurrency": 1, "requests": 15, "met": 14, "good_tokens": 90.0, "e2e_sum_s": 7.0},

@@ -227,3 +227,12 @@ def test_requests_cancelled_on_track_do_not_fail_capacity(tmp_path: Path) -> Non
     r2 = analyse(path2)
     judged = sum(isinstance(e, RequestRecord) and e.outcome == "ok" for e in events) + 1
     assert r2["slo"]["attainment"] == pytest.approx((judged - 1) / judged)
+
+
+def test_capacity_below_a_failing_level_is_said_as_such(
+        rec: tuple[Path, list[Event], dict[str, Any]]) -> None:
+    _, _, r = rec
+    below = dict(r, capacity={"max_concurrency_at_slo": None, "first_failing_concurrency": 14,
+                              "min_requests_per_bin": 20, "goodput_tps_at_slo": None})
+    assert "below 14: the SLOs fail there" in render_text(below)
+    assert "Below <b>14</b>: the SLOs fail there" in render_html(below)

@@ -164,3 +164,16 @@ def test_capacity_line_says_over_capacity_only_once_a_level_failed(
     assert text.plain.endswith(said), text.plain  # type: ignore[union-attr]
     assert any(str(span.style) == style and said in text.plain[span.start:span.end]  # type: ignore[union-attr]
                for span in text.spans)  # type: ignore[union-attr]
+
+
+def test_capacity_line_below_a_failing_level_with_too_little_data_under_it() -> None:
+    from llmtop.tui.widgets.capacity import CapacityLine
+
+    line = CapacityLine()
+    line.view = SnapView({"capacity": {"max_concurrency_at_slo": None,
+                                       "first_failing_concurrency": 14,
+                                       "min_requests_per_bin": 20},
+                          "system": {"in_flight": 10}})
+    text = line.build(160).plain  # type: ignore[union-attr]
+    assert text.startswith("capacity max concurrency at SLO < 14"), text
+    assert "collecting" not in text

@@ -181,7 +181,13 @@ def render_html(r: dict[str, Any]) -> str:
 
     cap = r["capacity"]
     parts.append("<h2>Capacity at SLO</h2>")
-    if cap.get("max_concurrency_at_slo") is None:
+    if cap.get("max_concurrency_at_slo") is None and \
+            cap.get("first_failing_concurrency") is not None:
+        parts.append(f"<p>Below <b>{esc(cap['first_failing_concurrency'])}</b>: the SLOs "
+                     f"fail there, and no lower level has "
+                     f"{esc(cap.get('min_requests_per_bin'))} requests to say where they "
+                     "hold.</p>")
+    elif cap.get("max_concurrency_at_slo") is None:
         parts.append(f'<p class="note">Not enough data: each concurrency level needs '
                      f"{esc(cap.get('min_requests_per_bin'))} requests.</p>")
     else:

@@ -151,7 +151,12 @@ def render_text(r: dict[str, Any]) -> str:
 
     cap = r["capacity"]
     out.append("CAPACITY AT SLO (requests binned by concurrency at their start)")
-    if cap.get("max_concurrency_at_slo") is None:
+    if cap.get("max_concurrency_at_slo") is None and \
+            cap.get("first_failing_concurrency") is not None:
+        out.append(f"  below {cap['first_failing_concurrency']}: the SLOs fail there, and no "
+                   f"lower level has {cap.get('min_requests_per_bin')} requests to say where "
+                   "they hold")
+    elif cap.get("max_concurrency_at_slo") is None:
         out.append(f"  not enough data: needs {cap.get('min_requests_per_bin')} requests at a "
                    "concurrency level")
     else:

@@ -31,6 +31,12 @@ class CapacityLine(ViewPanel):
         t.append("capacity ", "bold")
         n = v.num("capacity", "max_concurrency_at_slo")
         tps = v.num("capacity", "goodput_tps_at_slo")
+        failing = v.num("capacity", "first_failing_concurrency")
+        if n is None and failing is not None:  # a level failed; too little data below it
+            t.append("max concurrency at SLO < ", pal.dim)
+            t.append(fmt.count(failing), f"bold {pal.warn}")
+            t.append("  (the SLOs fail there; too few requests at lower levels yet)", pal.dim)
+            return t
         if n is None:
             t.append("max concurrency at SLO: collecting data…", pal.dim)
         else:
@@ -40,7 +46,6 @@ class CapacityLine(ViewPanel):
             t.append(fmt.rate(tps), f"bold {pal.accent}" if tps is not None else pal.dim)
             t.append(" tok/s", pal.dim)
             in_flight = v.num("system", "in_flight")
-            failing = v.num("capacity", "first_failing_concurrency")
             if in_flight is not None and in_flight > n:
                 if failing is not None:
                     t.append(f"  — now {fmt.count(in_flight)} in flight: over capacity", pal.bad)
