@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from llmtop.config import Config, parse_hostport
 from llmtop.events import Event, WarningEvent
@@ -171,22 +171,35 @@ class Supervisor:
         self._stopping = False
 
     async def run(self) -> None:
-        """Until cancelled (:meth:`stop_all` cancels it)."""
-        waits = {asyncio.ensure_future(p.wait()): i for i, p in enumerate(self.procs)}
+        """Until cancelled (:meth:`stop_all` cancels it). Each exit is cleaned up at once;
+        restarts run beside (one slow to start delays no other worker's cleanup)."""
+        pending: dict[asyncio.Future[Any], int] = {
+            asyncio.ensure_future(p.wait()): i for i, p in enumerate(self.procs)}
+        restarts: set[asyncio.Future[Any]] = set()
         try:
-            while waits:
-                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:
-                    i = waits.pop(fut)
-                    proc = await self._exited(i)
-                    if proc is not None:
-                        waits[asyncio.ensure_future(proc.wait())] = i
+                    i = pending.pop(fut)
+                    if fut in restarts:
+                        restarts.discard(fut)
+                        proc = fut.result()
+                        if proc is not None:
+                            pending[asyncio.ensure_future(proc.wait())] = i
+                        continue
+                    delay = self._exited(i)
+                    if delay is not None:
+                        task = asyncio.ensure_future(self._restart(i, delay))
+                        restarts.add(task)
+                        pending[task] = i
         finally:
-            for fut in waits:
+            for fut in pending:
                 fut.cancel()
+            with contextlib.suppress(BaseException):  # a restart under way stops its child
+                await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _exited(self, i: int) -> asyncio.subprocess.Process | None:
-        """Worker i is gone: clean up after it; its new process, or None."""
+    def _exited(self, i: int) -> float | None:
+        """Worker i is gone: clean up after it; the delay before its restart, or None."""
         if self._stopping:
             return None
         how = describe_exit(self.procs[i].returncode)
@@ -205,12 +218,16 @@ class Supervisor:
             self.say(f"llmtop: worker {i} exited ({how}), {len(recent)} times in "
                      f"{RESTART_WINDOW_S:.0f} s: not restarted; the other workers go on")
             return None
-        delay = self.first_delay_s * 2 ** (len(recent) - 1)
+        delay = self.first_delay_s * (1 << (len(recent) - 1))
         self._down(i, f"worker {i} exited ({how}); restarting it")
         self.say(f"llmtop: worker {i} exited ({how}); its open requests are lost; "
                  f"restarting it in {delay:g} s")
+        return delay
+
+    async def _restart(self, i: int, delay: float) -> asyncio.subprocess.Process | None:
+        """Worker i's new process after ``delay``, or None."""
         await asyncio.sleep(delay)
-        if self.stopping():  # stop_all came during the wait
+        if self._stopping:  # stop_all came during the wait
             return None
         try:
             proc = await self.launcher.start(i)
@@ -243,9 +260,6 @@ class Supervisor:
                "the details; a worker's open requests are lost when it exits)"
                if self.down else f"all {n} workers serving again")
         self.publish(WarningEvent(time.time(), "WORKER_DOWN", "critical", msg, state))
-
-    def stopping(self) -> bool:
-        return self._stopping
 
     async def stop_all(self, task: asyncio.Task[None] | None, grace_s: float) -> None:
         """Stop watching (``task``: :meth:`run`'s), then stop every worker gracefully."""

@@ -99,6 +99,53 @@ async def test_a_worker_that_exits_once_raises_then_clears_worker_down() -> None
         await sup.stop_all(task, 1.0)
 
 
+class SlowLauncher(ExitingLauncher):
+    """Worker 0 takes ``slow_s`` to start (a loaded machine); the others start at once."""
+
+    def __init__(self, slow_s: float) -> None:
+        super().__init__(None)
+        self.slow_s = slow_s
+
+    async def start(self, index: int) -> asyncio.subprocess.Process:
+        if index == 0:
+            await asyncio.sleep(self.slow_s)
+        return await super().start(index)
+
+
+async def test_one_slow_restart_delays_no_other_workers_cleanup() -> None:
+    """Worker 0 dies and its restart hangs; worker 1 dies a moment later: worker 1's slot
+    and open requests are cleared at once, not after worker 0's restart."""
+    counts, path = FleetCounts.create(2)
+    os.unlink(path)
+    active = FleetActive()
+    launcher = SlowLauncher(slow_s=5.0)
+    procs = [await ExitingLauncher(0).start(0), await ExitingLauncher(None).start(1)]
+    said: list[str] = []
+    sup = Supervisor(launcher, procs, counts, active, said.append,  # type: ignore[arg-type]
+                     first_delay_s=0.001)
+    task = asyncio.create_task(sup.run())
+    try:
+        for _ in range(300):  # worker 0 gone, its restart under way
+            if 0 in sup.down:
+                break
+            await asyncio.sleep(0.01)
+        counts._slots[1] = 9
+        active.update(1, held(4))
+        procs[1].kill()
+        for _ in range(100):
+            if any("worker 1 restarted" in line for line in said):
+                break
+            await asyncio.sleep(0.01)
+        # worker 1 was cleaned up and started again while worker 0 is still starting
+        assert any("worker 1 exited (killed by SIGKILL)" in line for line in said), said
+        assert any("worker 1 restarted" in line for line in said), said
+        assert counts.count(1) == 0 and len(active) == 0
+        assert list(sup.down) == [0] and sup.restarts == 1
+    finally:
+        await sup.stop_all(task, 1.0)
+        counts.close()
+
+
 async def test_no_restart_once_stopping() -> None:
     """A worker that exits because the proxy is stopping is not started again."""
     launcher = ExitingLauncher(None)
