@@ -381,4 +381,11 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     os.close(counts_fd)
     counts.close()
     await asyncio.sleep(0.1)
-    return await obs.stop()
+    summary = await obs.stop()
+    if supervisor.restarts or supervisor.given_up:
+        summary.notes.append(
+            f"llmtop: {supervisor.restarts} worker "
+            f"restart{'' if supervisor.restarts == 1 else 's'}"
+            + (f"; not running at the end: {', '.join(map(str, sorted(supervisor.given_up)))}"
+               if supervisor.given_up else ""))
+    return summary

@@ -239,6 +239,7 @@ async def test_a_worker_that_dies_is_restarted_and_forgotten(tmp_path: Path) -> 
             proc.send_signal(signal.SIGTERM)
             out, _ = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == 0, out.decode()
+    assert b"llmtop: 1 worker restart\n" in out, out
     warnings = [e for e in iter_recording(rec) if type(e).__name__ == "WarningEvent"]
     assert [(w.code, w.state) for w in warnings] == [  # type: ignore[attr-defined]
         ("WORKER_DOWN", "raised"), ("WORKER_DOWN", "cleared")]
