@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 
 from llmtop.events import ActiveRequest, WarningEvent
 from llmtop.fleet_counts import FleetCounts
@@ -32,6 +33,15 @@ class ExitingLauncher:
         return await asyncio.create_subprocess_exec(sys.executable, "-c", prog)
 
 
+async def until(cond: Callable[[], object], timeout_s: float = 5.0) -> None:
+    """Poll ``cond`` every 10 ms until it holds or ``timeout_s`` passes (the asserts after
+    say what failed)."""
+    for _ in range(int(timeout_s / 0.01)):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+
+
 def held(n: int) -> list[ActiveRequest]:
     return [ActiveRequest(f"w-{i}", "u", "m", "openai", "/v1", True, 0.0, 0)
             for i in range(n)]
@@ -54,10 +64,7 @@ async def test_a_worker_that_keeps_dying_is_restarted_then_left_stopped() -> Non
                      publish=warned.append, first_delay_s=0.001)  # type: ignore[arg-type]
     task = asyncio.create_task(sup.run())
     try:
-        for _ in range(500):
-            if sup.given_up:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: sup.given_up)
         assert sup.given_up == {1}
         assert dying.started == [1] * MAX_RESTARTS and sup.restarts == MAX_RESTARTS
         assert counts.count(1) == 0 and len(active) == 2  # worker 0's requests remain
@@ -86,10 +93,7 @@ async def test_a_worker_that_exits_once_raises_then_clears_worker_down() -> None
                      publish=warned.append, first_delay_s=0.001)  # type: ignore[arg-type]
     task = asyncio.create_task(sup.run())
     try:
-        for _ in range(500):
-            if sup.restarts:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: sup.restarts)
         assert sup.restarts == 1 and not sup.down and not sup.given_up
         assert [w.state for w in warned] == ["raised", "cleared"]
         assert warned[0].message.startswith("1 of 2 workers serving: worker 1 exited "
@@ -125,17 +129,11 @@ async def test_one_slow_restart_delays_no_other_workers_cleanup() -> None:
                      first_delay_s=0.001)
     task = asyncio.create_task(sup.run())
     try:
-        for _ in range(300):  # worker 0 gone, its restart under way
-            if 0 in sup.down:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: 0 in sup.down)  # worker 0 gone, its restart under way
         counts._slots[1] = 9
         active.update(1, held(4))
         procs[1].kill()
-        for _ in range(100):
-            if any("worker 1 restarted" in line for line in said):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: any("worker 1 restarted" in line for line in said), 1.0)
         # worker 1 was cleaned up and started again while worker 0 is still starting
         assert any("worker 1 exited (killed by SIGKILL)" in line for line in said), said
         assert any("worker 1 restarted" in line for line in said), said
