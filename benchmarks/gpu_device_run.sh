@@ -11,7 +11,8 @@
 # The README's screenshots/tui-h200.svg is $OUT/tui-h200.svg from a run on an H200.
 #
 # Needs python3 with torch (CUDA) and llmtop's dependencies importable (PY= to choose
-# another interpreter). Writes at most 8 files to $OUT (the device tool's limit). Always
+# another interpreter; benchmarks/device_bundle.sh gathers the wheels a bare GPU image
+# lacks). Writes at most 8 files to $OUT (the device tool's limit). Always
 # exits 0 once it has run: it reports, it does not gate. A dry run without a GPU:
 #   PY=.venv/bin/python GPU_SOURCE=sim OUT=/tmp/gpu-dry bash benchmarks/gpu_device_run.sh
 set -u
