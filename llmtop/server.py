@@ -359,6 +359,10 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
         raise StartupError(f"cannot create the workers' shared table: {exc}") from exc
     try:  # the workers map it through this descriptor: the name can go at once
         counts_fd = os.open(counts_path, os.O_RDWR)
+    except OSError as exc:
+        counts.close()
+        await obs.stop()
+        raise StartupError(f"cannot open the workers' shared table: {exc}") from exc
     finally:
         os.unlink(counts_path)
     try:
