@@ -1,34 +1,28 @@
 """Capacity at SLO, estimated live from production traffic.
 
 Every finished request is binned by ``concurrency_at_start`` (how many requests the proxy
-had in flight when it started, itself included). A request is *judged* unless its client
-cancelled it while it was still within every objective (see :mod:`llmtop.metrics.slo`);
-bins from an llmtop without the ``judged`` count use ``requests``.
+had in flight when it started, itself included). A bin *qualifies* once it holds at least
+:data:`MIN_REQUESTS_PER_BIN` judged requests; a qualified bin *holds* the SLOs when its
+share of judged requests meeting every SLO is at least the target. A request is *judged*
+unless its client cancelled it while it was still within every objective (see
+:mod:`llmtop.metrics.slo`); bins from an llmtop without the ``judged`` count use
+``requests``.
 
-**Levels.** A bin with at least :data:`MIN_REQUESTS_PER_BIN` judged requests is a level
-of its own. Bins with fewer are pooled with their neighbours above, in order, until the
-pool has that many (a load ramp visits each concurrency briefly: its first pass gives a
-few requests per level, and pooled they say something at once); a pool left short when
-the next bin stands on its own, or at the top, is set aside. A level *holds* the SLOs
-when its share of judged requests meeting every SLO is at least the target.
-
-**Rule.** Walk the levels from the lowest concurrency up; the capacity is the highest
-concurrency of the last level that holds before the first one that misses the target
+**Rule.** Walk the qualified bins from the lowest concurrency up; the capacity is the
+highest concurrency reached before the first qualified bin that misses the target
 ("the largest concurrency that still holds the target at every lower observed level" —
-so a lucky high bin past the knee cannot inflate it). Pools set aside neither count nor
-stop the walk; ``first_failing_concurrency`` is the lowest concurrency of the first
-level that misses.
+so a lucky high bin past the knee cannot inflate it). Bins with too little data neither
+count nor stop the walk.
 
-- ``max_concurrency_at_slo`` is ``None`` until some level forms; ``0`` when the lowest
-  level already misses the target and no lower concurrency was seen at all (the SLOs are
-  not met at any observed load). When lower concurrencies were seen but too few to form a
-  level, it stays ``None`` with ``first_failing_concurrency`` set: the capacity is below
-  that, not zero.
-- ``goodput_tps_at_slo`` at the capacity's level, by Little's law: with c requests always
-  in flight, throughput = c × (work per request ÷ time per request), so
-  ``c × Σ output tokens of SLO-meeting requests ÷ Σ E2E of all requests`` in that level,
-  c being its concurrency (its requests' mean for a pool); ``goodput_rps_at_slo``
-  likewise with request counts.
+- ``max_concurrency_at_slo`` is ``None`` until some bin qualifies; ``0`` when the lowest
+  qualified bin already misses the target and no lower concurrency was seen at all (the
+  SLOs are not met at any observed load). When lower levels were seen but none of them
+  has enough requests yet (a load ramp's first pass), it stays ``None`` with
+  ``first_failing_concurrency`` set: the capacity is below that level, not zero.
+- ``goodput_tps_at_slo`` at concurrency c, by Little's law: with c requests always in
+  flight, throughput = c × (work per request ÷ time per request), so
+  ``c × Σ output tokens of SLO-meeting requests ÷ Σ E2E of all requests`` in that bin
+  (``goodput_rps_at_slo`` likewise with request counts).
 
 The estimate uses every request since the aggregator started (the bins need many
 requests per level); bins are carried in the snapshot so proxies merge exactly.
@@ -108,11 +102,33 @@ class CapacityBins:
         proxy's snapshot; without ``with_bins`` no per-bin dicts are built at all)."""
         if with_bins:
             return estimate(self.bins(), target, min_requests)
-        rows = np.flatnonzero(self.data[:, _REQ] > 0)
+        rows = np.flatnonzero(self.data[:, _JUDGED] >= max(min_requests, 1))
         d = self.data[rows]
-        return _estimate(rows.tolist(), d[:, _REQ].tolist(), d[:, _JUDGED].tolist(),
-                         d[:, _MET].tolist(), d[:, _GOOD_TOK].tolist(), d[:, _E2E].tolist(),
-                         target, min_requests)
+        holds = d[:, _MET] / d[:, _JUDGED] >= target
+        failing = np.flatnonzero(~holds)
+        first = int(failing[0]) if len(failing) else len(rows)
+        out: dict[str, Any] = {
+            "max_concurrency_at_slo": None,
+            "goodput_tps_at_slo": None,
+            "goodput_rps_at_slo": None,
+            "attainment_at_slo": None,
+            "first_failing_concurrency": int(rows[first]) if first < len(rows) else None,
+            "target": target,
+            "min_requests_per_bin": min_requests,
+        }
+        cap = None if not len(rows) else 0 if first == 0 else int(rows[first - 1])
+        if cap == 0 and self.data[:int(rows[0]), _JUDGED].any():
+            cap = None  # lower levels seen, none with enough requests yet
+        out["max_concurrency_at_slo"] = cap
+        if cap == 0:  # as estimate(): no load level holds the target
+            out["goodput_tps_at_slo"] = out["goodput_rps_at_slo"] = 0.0
+        elif cap is not None:
+            _, met, good, e2e, judged = (float(x) for x in d[first - 1])
+            if e2e > 0:
+                out["goodput_tps_at_slo"] = cap * good / e2e
+                out["goodput_rps_at_slo"] = cap * int(met) / e2e
+            out["attainment_at_slo"] = int(met) / int(judged)
+        return out
 
 
 def merge_bins(bin_lists: Iterable[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -139,55 +155,22 @@ def estimate(
     """The capacity section of a snapshot from ``bins`` (see the module rule). The
     section's ``bins`` is ``bins`` itself, in ascending order (sorted here when it is not):
     pass a list the caller does not keep."""
+    cap: int | None = None
+    at: Mapping[str, Any] | None = None
+    first_fail: int | None = None
     conc = [int(b["concurrency"]) for b in bins]
     if conc != sorted(conc):
         bins = sorted(bins, key=lambda b: int(b["concurrency"]))
-        conc = [int(b["concurrency"]) for b in bins]
-    out = _estimate(conc, [float(b["requests"]) for b in bins],
-                    [float(judged_of(b)) for b in bins], [float(b["met"]) for b in bins],
-                    [float(b["good_tokens"]) for b in bins],
-                    [float(b["e2e_sum_s"]) for b in bins], target, min_requests)
-    out["bins"] = bins if isinstance(bins, list) else list(bins)
-    return out
-
-
-def _estimate(conc: list[int], req: list[float], judged: list[float], met: list[float],
-              good: list[float], e2e: list[float], target: float,
-              min_requests: int) -> dict[str, Any]:
-    """The module rule over bins given column-wise, ascending by concurrency."""
-    need = max(min_requests, 1)
-    levels: list[tuple[int, int, float, float, float, float, float, float]] = []
-    """(lowest, highest concurrency, requests, Σ concurrency × requests, judged, met,
-    good tokens, E2E sum)"""
-    pool: list[float] | None = None  # the same sums, for bins still short
-    pool_lo = 0
-    seen_below: list[bool] = []  # judged requests below each level's lowest concurrency
-    judged_so_far = 0.0
-    for c, n, j, m, g, e in zip(conc, req, judged, met, good, e2e, strict=True):
-        if j >= need:  # a level of its own; a short pool below it is set aside
-            pool = None
-            levels.append((c, c, n, c * n, j, m, g, e))
-            seen_below.append(judged_so_far > 0)
+    for b in bins:
+        n = judged_of(b)
+        if n < max(min_requests, 1):
+            continue
+        if int(b["met"]) / n >= target:
+            cap, at = int(b["concurrency"]), b
         else:
-            if pool is None:
-                pool, pool_lo = [0.0] * 6, c
-                pool_seen = judged_so_far > 0
-            for k, v in enumerate((n, c * n, j, m, g, e)):
-                pool[k] += v
-            if pool[2] >= need:
-                levels.append((pool_lo, c, pool[0], pool[1], pool[2], pool[3], pool[4], pool[5]))
-                seen_below.append(pool_seen)
-                pool = None
-        judged_so_far += j
-    cap: int | None = None
-    at: tuple[int, int, float, float, float, float, float, float] | None = None
-    first_fail: int | None = None
-    for lvl, below in zip(levels, seen_below, strict=True):
-        if lvl[5] / lvl[4] >= target:
-            cap, at = lvl[1], lvl
-        else:
-            first_fail = lvl[0]
-            if cap is None and not below:  # 0 only with nothing seen below
+            first_fail = int(b["concurrency"])
+            if cap is None and not any(  # as the module rule: 0 only with nothing below
+                    judged_of(x) for x in bins if int(x["concurrency"]) < first_fail):
                 cap = 0
             break
     out: dict[str, Any] = {
@@ -198,15 +181,16 @@ def _estimate(conc: list[int], req: list[float], judged: list[float], met: list[
         "first_failing_concurrency": first_fail,
         "target": target,
         "min_requests_per_bin": min_requests,
+        "bins": bins if isinstance(bins, list) else list(bins),
     }
     if cap == 0:
         out["goodput_tps_at_slo"] = 0.0
         out["goodput_rps_at_slo"] = 0.0
     elif at is not None:
-        _, _, n, cn, j, m, g, e = at
-        c_mean = cn / n if n else float(at[1])
-        if e > 0:
-            out["goodput_tps_at_slo"] = c_mean * g / e
-            out["goodput_rps_at_slo"] = c_mean * int(m) / e
-        out["attainment_at_slo"] = int(m) / j
+        e2e = float(at["e2e_sum_s"])
+        c = int(at["concurrency"])
+        if e2e > 0:
+            out["goodput_tps_at_slo"] = c * float(at["good_tokens"]) / e2e
+            out["goodput_rps_at_slo"] = c * int(at["met"]) / e2e
+        out["attainment_at_slo"] = int(at["met"]) / judged_of(at)
     return out

@@ -27,15 +27,15 @@ def knee_traffic(levels: range, n: int, fail_share: dict[int, float]) -> list[Re
     return out
 
 
-def test_null_until_enough_requests_pool_into_a_level() -> None:
+def test_null_until_a_bin_has_enough_requests() -> None:
     clock = Clock()
     agg = Aggregator(Config(), clock=clock)
-    feed(agg, clock, knee_traffic(range(1, 2), capacity.MIN_REQUESTS_PER_BIN - 1, {}))
+    feed(agg, clock, knee_traffic(range(1, 4), capacity.MIN_REQUESTS_PER_BIN - 1, {}))
     cap = agg.snapshot(60)["capacity"]
     assert cap["max_concurrency_at_slo"] is None
     assert cap["goodput_tps_at_slo"] is None
     assert cap["min_requests_per_bin"] == 20
-    feed(agg, clock, [record(ttft=0.05, concurrency=2)])  # 19 at 1 + 1 at 2: one level
+    feed(agg, clock, [record(ttft=0.05, concurrency=2)])
     assert agg.snapshot(60)["capacity"]["max_concurrency_at_slo"] == 2
 
 
@@ -81,44 +81,27 @@ def test_zero_when_even_the_lowest_level_misses() -> None:
     assert est["goodput_tps_at_slo"] == 0.0
 
 
-def _bin(c: int, n: int, met: int, judged: int | None = None) -> dict[str, float | int]:
-    return {"concurrency": c, "requests": n, "met": met, "good_tokens": 10.0 * met,
-            "e2e_sum_s": float(n), "judged": n if judged is None else judged}
-
-
-def test_a_ramps_short_levels_pool_until_they_say_something() -> None:
-    """A load ramp's first pass: levels 1..13 visited briefly (5 requests each, all within
-    the SLOs), then 14 collects 30 and fails. Pooled in fours, 1..12 hold; 13 (short, and
-    below a level that stands alone) is set aside: capacity 12, first failing 14 — where
-    exact levels alone would have said nothing, or 0."""
-    ramp = [_bin(c, 5, 5) for c in range(1, 14)]
-    est = capacity.estimate([*ramp, _bin(14, 30, 3)], 0.95)
-    assert est["max_concurrency_at_slo"] == 12 and est["first_failing_concurrency"] == 14
-    assert est["attainment_at_slo"] == 1.0
-    # Little's law at the pool 9..12: its mean concurrency 10.5 × 200 tokens ÷ 20 s
-    assert est["goodput_tps_at_slo"] == pytest.approx(10.5 * 200 / 20)
-    # a pool that fails names its lowest concurrency
-    est = capacity.estimate([*ramp[:8], *(_bin(c, 5, 1) for c in range(9, 13))], 0.95)
-    assert est["max_concurrency_at_slo"] == 8 and est["first_failing_concurrency"] == 9
-
-
-def test_not_zero_when_lower_levels_were_seen_but_are_too_few_to_pool() -> None:
-    """Levels 1..3 seen (15 requests, all within the SLOs: too few for a level), then 14
-    fails: the capacity is below 14, not 0 ("not met at any load" would be false); it
-    stays unknown until the levels below have requests enough."""
-    low = [_bin(c, 5, 5) for c in range(1, 4)]
-    est = capacity.estimate([*low, _bin(14, 30, 3)], 0.95)
+def test_not_zero_when_lower_levels_were_seen_but_are_short_of_requests() -> None:
+    """A load ramp's first pass: levels 1..13 were visited (a few requests each, all within
+    the SLOs), then 14 collected enough requests and failed. The capacity is below 14, not
+    0 ("the SLOs are not met at any load" would be false); it stays unknown until a lower
+    level qualifies."""
+    low = [{"concurrency": c, "requests": 5, "met": 5, "good_tokens": 50.0, "e2e_sum_s": 5.0,
+            "judged": 5} for c in range(1, 14)]
+    failing = {"concurrency": 14, "requests": 30, "met": 3, "good_tokens": 30.0,
+               "e2e_sum_s": 60.0, "judged": 30}
+    est = capacity.estimate([*low, failing], 0.95)
     assert est["max_concurrency_at_slo"] is None and est["first_failing_concurrency"] == 14
     assert est["goodput_tps_at_slo"] is None
     # cancels on track (nothing judged) below do not count as levels seen
-    unjudged = [_bin(c, 5, 0, judged=0) for c in range(1, 4)]
-    assert capacity.estimate([*unjudged, _bin(14, 30, 3)], 0.95)["max_concurrency_at_slo"] == 0
+    unjudged = [dict(b, judged=0, met=0) for b in low]
+    assert capacity.estimate([*unjudged, failing], 0.95)["max_concurrency_at_slo"] == 0
     # the array estimate says the same
     import numpy as np
 
     bins = capacity.CapacityBins()
-    conc = np.array([c for c in range(1, 4) for _ in range(5)] + [14] * 30, dtype=np.int64)
-    met = np.array([True] * 15 + [True] * 3 + [False] * 27)
+    conc = np.array([c for c in range(1, 14) for _ in range(5)] + [14] * 30, dtype=np.int64)
+    met = np.array([True] * 65 + [True] * 3 + [False] * 27)
     bins.add(conc, met, np.ones(len(conc)), np.ones(len(conc)))
     est = bins.estimate(0.95, with_bins=False)
     assert est["max_concurrency_at_slo"] is None and est["first_failing_concurrency"] == 14

@@ -184,13 +184,12 @@ def render_html(r: dict[str, Any]) -> str:
     if cap.get("max_concurrency_at_slo") is None and \
             cap.get("first_failing_concurrency") is not None:
         parts.append(f"<p>Below <b>{esc(cap['first_failing_concurrency'])}</b>: the SLOs "
-                     "fail there, and too few requests below it say where they hold (a "
-                     f"level needs {esc(cap.get('min_requests_per_bin'))}, pooled over "
-                     "neighbouring concurrencies).</p>")
+                     f"fail there, and no lower level has "
+                     f"{esc(cap.get('min_requests_per_bin'))} requests to say where they "
+                     "hold.</p>")
     elif cap.get("max_concurrency_at_slo") is None:
-        parts.append(f'<p class="note">Not enough data: a concurrency level needs '
-                     f"{esc(cap.get('min_requests_per_bin'))} requests, or pooled over "
-                     "neighbouring ones.</p>")
+        parts.append(f'<p class="note">Not enough data: each concurrency level needs '
+                     f"{esc(cap.get('min_requests_per_bin'))} requests.</p>")
     else:
         parts.append(f"<p>Largest concurrency meeting the SLOs ≈ "
                      f"<b>{esc(cap['max_concurrency_at_slo'])}</b>, goodput there ≈ "

@@ -153,12 +153,12 @@ def render_text(r: dict[str, Any]) -> str:
     out.append("CAPACITY AT SLO (requests binned by concurrency at their start)")
     if cap.get("max_concurrency_at_slo") is None and \
             cap.get("first_failing_concurrency") is not None:
-        out.append(f"  below {cap['first_failing_concurrency']}: the SLOs fail there, and too few "
-                   "requests below it say where they hold (a level needs "
-                   f"{cap.get('min_requests_per_bin')}, pooled over neighbouring concurrencies)")
+        out.append(f"  below {cap['first_failing_concurrency']}: the SLOs fail there, and no "
+                   f"lower level has {cap.get('min_requests_per_bin')} requests to say where "
+                   "they hold")
     elif cap.get("max_concurrency_at_slo") is None:
         out.append(f"  not enough data: needs {cap.get('min_requests_per_bin')} requests at a "
-                   "concurrency level, or pooled over neighbouring ones")
+                   "concurrency level")
     else:
         out.append(f"  max concurrency meeting the SLOs ≈ {cap['max_concurrency_at_slo']}, "
                    f"goodput there ≈ {num(cap.get('goodput_tps_at_slo'))} tok/s"

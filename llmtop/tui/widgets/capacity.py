@@ -55,8 +55,7 @@ class CapacityLine(ViewPanel):
         note = v.text("capacity", "note") or v.text("capacity", "reason")
         need = v.num("capacity", "min_requests_per_bin")
         if not note and n is None and need is not None:
-            note = (f"needs ≥ {fmt.count(need)} finished requests at a concurrency level, "
-                    "or pooled over neighbouring ones")
+            note = f"needs ≥ {fmt.count(need)} finished requests at a concurrency level"
         if note:
             t.append(f"  ({note})", pal.dim)
         return t
