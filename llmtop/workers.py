@@ -25,6 +25,7 @@ import contextlib
 import json
 import secrets
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence, ValuesView
 from itertools import chain
 from urllib.parse import urlsplit
@@ -220,13 +221,30 @@ class FleetActive(Mapping[str, ActiveRequest]):
 
     def __init__(self) -> None:
         self.by_worker: dict[int, dict[str, ActiveRequest]] = {}
+        self._sender: dict[int, str] = {}
+        self._retired: set[str] = set()
+        self._lock = threading.Lock()  # the ingest route's loop and the supervisor's
 
-    def update(self, worker: int, active: Sequence[ActiveRequest]) -> None:
-        """``active``: every open request of ``worker`` now (replaces its previous set)."""
-        self.by_worker[worker] = {a.id: a for a in active}
+    def update(self, worker: int, active: Sequence[ActiveRequest], sender: str = "") -> None:
+        """``active``: every open request of ``worker`` now (replaces its previous set).
+        ``sender``: the worker process's id; one :meth:`drop` retired is not heard again
+        (its last report can arrive after its death was seen)."""
+        rows = {a.id: a for a in active}
+        with self._lock:
+            if sender:
+                if sender in self._retired:
+                    return
+                self._sender[worker] = sender
+            self.by_worker[worker] = rows
 
     def drop(self, worker: int) -> None:
-        self.by_worker.pop(worker, None)
+        """Worker ``worker``'s process is gone: forget its open requests, and its reports
+        from now on."""
+        with self._lock:
+            sender = self._sender.pop(worker, None)
+            if sender:
+                self._retired.add(sender)
+            self.by_worker.pop(worker, None)
 
     def __getitem__(self, key: str) -> ActiveRequest:
         for rows in self.by_worker.values():
@@ -277,7 +295,7 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str) -> web.RouteDef:
             last_seq[batch.sender] = batch.seq
             for ev in batch.events:
                 bus.publish(ev)
-            fleet.update(batch.worker, batch.active)
+            fleet.update(batch.worker, batch.active, batch.sender)
         return web.json_response({"in_flight": len(fleet)})
 
     return web.post(INGEST_PATH, ingest)

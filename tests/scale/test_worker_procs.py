@@ -162,3 +162,17 @@ def test_exits_are_described_for_people() -> None:
     assert describe_exit(-9) == "killed by SIGKILL"
     assert describe_exit(-11) == "killed by SIGSEGV"
     assert describe_exit(None) == "still running"
+
+
+def test_a_dead_workers_late_report_does_not_bring_its_requests_back() -> None:
+    """The ingest route runs on the observers' loop and the supervisor on the main one: a
+    dead worker's last report can be filed after its death was seen. Its process (sender)
+    is not heard again; the restarted worker, a new sender at the same index, is."""
+    active = FleetActive()
+    active.update(1, held(3), "old")
+    active.update(0, held(2), "w0")
+    active.drop(1)
+    active.update(1, held(3), "old")  # late
+    assert len(active) == 2 and set(active.by_worker) == {0}
+    active.update(1, held(1), "new")  # the restarted worker
+    assert len(active) == 3
