@@ -214,14 +214,11 @@ class Supervisor:
         if len(recent) > MAX_RESTARTS:
             self.given_up.add(i)
             self._down(i, f"worker {i} exited ({how}) {len(recent)} times in "
-                       f"{RESTART_WINDOW_S:.0f} s: not restarted")
-            self.say(f"llmtop: worker {i} exited ({how}), {len(recent)} times in "
-                     f"{RESTART_WINDOW_S:.0f} s: not restarted; the other workers go on")
+                       f"{RESTART_WINDOW_S:.0f} s: not restarted", "; the other workers go on")
             return None
         delay = self.first_delay_s * (1 << (len(recent) - 1))
-        self._down(i, f"worker {i} exited ({how}); restarting it")
-        self.say(f"llmtop: worker {i} exited ({how}); its open requests are lost; "
-                 f"restarting it in {delay:g} s")
+        self._down(i, f"worker {i} exited ({how}); restarting it",
+                   f" in {delay:g} s; its open requests are lost")
         return delay
 
     async def _restart(self, i: int, delay: float) -> asyncio.subprocess.Process | None:
@@ -234,21 +231,23 @@ class Supervisor:
         except (StartupErrorProxy, OSError, TimeoutError) as exc:
             self.given_up.add(i)
             self._down(i, f"worker {i} could not be restarted: {exc}")
-            self.say(f"llmtop: worker {i} could not be restarted: {exc}")
             return None
         self.procs[i] = proc
         self.restarts += 1
         self._up(i)
-        self.say(f"llmtop: worker {i} restarted")
         return proc
 
-    def _down(self, i: int, why: str) -> None:
+    def _down(self, i: int, why: str, more: str = "") -> None:
+        """Worker i is not serving: the warning carries ``why``; the coordinator's output
+        ``why`` and ``more``."""
         self.down[i] = why
         self._warn("raised")
+        self.say(f"llmtop: {why}{more}")
 
     def _up(self, i: int) -> None:
         self.down.pop(i, None)
         self._warn("raised" if self.down else "cleared")
+        self.say(f"llmtop: worker {i} restarted")
 
     def _warn(self, state: Literal["raised", "cleared"]) -> None:
         if self.publish is None:

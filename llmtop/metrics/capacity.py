@@ -46,7 +46,7 @@ _COLS: Final = 5
 
 def judged_of(b: Mapping[str, Any]) -> int:
     """A bin's judged requests (its ``requests`` when it has no ``judged`` count)."""
-    return int(b.get("judged", b["requests"]))
+    return int(b.get("judged", b.get("requests", 0)))
 
 
 class CapacityBins:
@@ -140,7 +140,7 @@ def merge_bins(bin_lists: Iterable[Sequence[Mapping[str, Any]]]) -> list[dict[st
             a = acc.setdefault(c, {"concurrency": c, "requests": 0, "met": 0,
                                    "good_tokens": 0.0, "e2e_sum_s": 0.0, "judged": 0})
             a["requests"] += int(b.get("requests", 0))
-            a["judged"] += int(b.get("judged", b.get("requests", 0)))
+            a["judged"] += judged_of(b)
             a["met"] += int(b.get("met", 0))
             a["good_tokens"] += float(b.get("good_tokens", 0.0))
             a["e2e_sum_s"] += float(b.get("e2e_sum_s", 0.0))

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -45,6 +46,19 @@ async def chat(s: aiohttp.ClientSession, proxy: str, fault: str = "") -> bytes:
         headers["X-Sim-Fault"] = fault
     async with s.post(proxy + "/v1/chat/completions", data=body, headers=headers) as r:
         return await r.read()
+
+
+async def finished_ok(s: aiohttp.ClientSession, admin: str, n: int) -> list[dict[str, Any]]:
+    """The proxy's recently finished ``ok`` requests, once there are ``n`` (workers
+    forward every 0.5 s) or after 10 s."""
+    rows: list[dict[str, Any]] = []
+    for _ in range(100):
+        async with s.get(admin + "/llmtop/v1/requests?state=recent") as r:
+            rows = [x for x in await r.json() if x["outcome"] == "ok"]
+        if len(rows) >= n:
+            break
+        await asyncio.sleep(0.1)
+    return rows
 
 
 async def test_two_workers_look_like_one_proxy(tmp_path: Path) -> None:
@@ -124,16 +138,10 @@ async def test_a_record_counts_every_workers_open_requests() -> None:
                     await asyncio.sleep(0.1)
                 probes = [await one("") for _ in range(16)]  # new connections: both workers
                 assert all(probes)
-                for _ in range(100):  # workers forward every 0.5 s
-                    async with s.get(admin + "/llmtop/v1/requests?state=recent") as r:
-                        recent = await r.json()
-                    if len(recent) >= 16:
-                        break
-                    await asyncio.sleep(0.1)
+                rows = await finished_ok(s, admin, 16)
                 for t in held:
                     t.cancel()
                 await asyncio.gather(*held, return_exceptions=True)
-            rows = [r for r in recent if r["outcome"] == "ok"]
             assert len(rows) == 16
             assert len({str(r["id"]).split("-")[0] for r in rows}) == 2  # both workers
             assert {r["concurrency_at_start"] for r in rows} == {13}
@@ -221,12 +229,7 @@ async def test_a_worker_that_dies_is_restarted_and_forgotten(tmp_path: Path) -> 
 
                 probes = [await one() for _ in range(16)]  # new connections: both workers
                 assert all(probes)
-                for _ in range(100):
-                    async with s.get(admin + "/llmtop/v1/requests?state=recent") as r:
-                        recent = [x for x in await r.json() if x["outcome"] == "ok"]
-                    if len(recent) >= 17:
-                        break
-                    await asyncio.sleep(0.1)
+                recent = await finished_ok(s, admin, 17)
                 for t in held:
                     t.cancel()
                 await asyncio.gather(*held, return_exceptions=True)
