@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit engine browser screenshots snapshots bench bench-proxy bench-scale fuzz soak clean
+.PHONY: demo test lint typecheck unit engine browser screenshots snapshots bench bench-proxy bench-scale bench-workers fuzz soak clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,10 @@ bench-proxy: $(STAMP)
 
 bench-scale: $(STAMP)
 	$(PY) benchmarks/scale_overhead.py --streams 1,64,256,1024 --duration 8
+
+# 1 vs 2 workers, firehose wall throughput, each role on cores of its own (needs 9 cores).
+bench-workers: $(STAMP)
+	$(PY) benchmarks/worker_scaling.py
 
 # Longer runs than the test suite's bounded ones.
 fuzz: $(STAMP)

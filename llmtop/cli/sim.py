@@ -37,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a profile parameter (repeatable), e.g. --set max_num_seqs=8")
     p.add_argument("--firehose", action="store_true",
                    help="no pacing and no limits: emit tokens as fast as possible")
+    p.add_argument("--reuse-port", action="store_true",
+                   help="share the port with other 'llmtop sim --reuse-port' processes "
+                        "(SO_REUSEPORT): the kernel spreads connections across them, which "
+                        "makes a faster simulated engine for load-testing llmtop itself; "
+                        "each process has its own engine, /metrics and /sim/requests")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="seed for ids, output lengths and text (default 0)")
 
@@ -65,7 +70,8 @@ def main(args: argparse.Namespace) -> int:
         profile = get_profile(args.profile, **parse_set_options(args.set))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    coro = serve_forever(profile, host, port, firehose=args.firehose, seed=args.seed)
+    coro = serve_forever(profile, host, port, firehose=args.firehose, seed=args.seed,
+                         reuse_port=args.reuse_port)
     try:
         try:
             import uvloop

@@ -15,16 +15,19 @@ class ListenError(Exception):
 
 
 async def serve_forever(profile: SimProfile, host: str, port: int, *, firehose: bool = False,
-                        seed: int = 0) -> None:
+                        seed: int = 0, reuse_port: bool = False) -> None:
     """Serve the simulator on host:port until SIGINT or SIGTERM, then shut down cleanly
     (open streams are dropped after the engine stops). Prints
     ``llmtop: sim listening on http://HOST:PORT`` (flushed) once bound.
+
+    ``reuse_port``: share the port with other simulators bound the same way (each keeps
+    its own engine; the kernel spreads new connections across them).
 
     Raises :class:`ListenError` when the address cannot be bound.
     """
     app = make_sim_app(profile, firehose=firehose, seed=seed)
     try:
-        runner, bound = await start_sim(app, host, port)
+        runner, bound = await start_sim(app, host, port, reuse_port=reuse_port)
     except OSError as exc:
         raise ListenError(exc.strerror or str(exc)) from None
     url_host = f"[{host}]" if ":" in host else host

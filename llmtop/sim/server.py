@@ -131,14 +131,17 @@ def resolve_profile(profile: str | SimProfile, **overrides: Any) -> SimProfile:
     return get_profile(profile, **overrides)
 
 
-async def start_sim(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def start_sim(app: web.Application, host: str, port: int, *, reuse_port: bool = False
+                    ) -> tuple[web.AppRunner, int]:
     """Serve ``app`` on host:port (0 = any free port); returns the runner and the port.
-    OSError when the address cannot be bound."""
+    ``reuse_port``: bind with ``SO_REUSEPORT``, so that other processes may serve the same
+    port. OSError when the address cannot be bound."""
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                            shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG)
+        site = web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG,
+                           reuse_port=reuse_port or None)
         await site.start()
     except BaseException:
         await runner.cleanup()

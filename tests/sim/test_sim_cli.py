@@ -102,3 +102,48 @@ def test_help_lists_profiles_and_keys(capsys: pytest.CaptureFixture[str]) -> Non
     for word in ("tiny", "h200-llama8b", "max_num_seqs", "time_scale", "tokens_per_chunk",
                  "X-Sim-Fault", "--firehose", "--set KEY=VALUE"):
         assert word in out
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> int:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(proc.wait(), 20)
+        except TimeoutError:
+            proc.kill()
+    return await proc.wait()
+
+
+async def test_reuse_port_lets_several_simulators_serve_one_port() -> None:
+    first, url = await _start("--listen", "127.0.0.1:0", "--firehose", "--reuse-port")
+    port = url.rsplit(":", 1)[1]
+    second = None
+    try:
+        # a plain second bind of that port fails; one that asks to share it is served
+        res = await asyncio.to_thread(_run, "--listen", f"127.0.0.1:{port}")
+        assert res.returncode == 2 and "in use" in res.stderr
+        second, url2 = await _start("--listen", f"127.0.0.1:{port}", "--firehose",
+                                    "--reuse-port", "--seed", "7")
+        assert url2 == url
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        for _ in range(20):  # a fresh connection each: the kernel picks a process for each
+            async with aiohttp.ClientSession() as s, \
+                    s.post(url + "/v1/chat/completions", json=body) as r:
+                assert r.status == 200
+        # each process answers with its own ground truth: two different counts adding to 20
+        served: set[int] = set()
+        for _ in range(40):
+            async with aiohttp.ClientSession() as s, s.get(url + "/sim/requests") as r:
+                served.add(len(await r.json()))
+            if len(served) == 2:
+                break
+        assert len(served) == 2 and sum(served) == 20 and 0 not in served
+        assert await _stop(first) == 0
+        # the port is still served, by the second
+        async with aiohttp.ClientSession() as s, \
+                s.post(url + "/v1/chat/completions", json=body) as r:
+            assert r.status == 200
+    finally:
+        await _stop(first)
+        if second is not None:
+            assert await _stop(second) == 0
