@@ -11,6 +11,7 @@
 #     && export PYTHONPATH=/tmp/site PATH=$PWD/.whl/nginx/bin:$PATH
 #   OUT=$OUT bash benchmarks/gpu_device_run.sh
 #   python3 benchmarks/scale_overhead.py --streams 64,256 --duration 4 --modes paced
+#   python3 benchmarks/worker_scaling.py --rounds 2      # 1 vs 2 workers, pinned (~2 min)
 #
 # PYVER (default 3.12) is the device's Python; versions are this checkout's .venv's.
 set -eu
