@@ -1,6 +1,6 @@
 """Recognising an inference engine by its Prometheus metric names, and reading its state.
 
-:func:`recognise` parses exposition text with ``prometheus_client.parser`` and fills an
+:func:`recognise` parses exposition text (:mod:`llmtop.engines.exposition`) and fills an
 :class:`~llmtop.events.EngineReading`:
 
 - vllm: running ``vllm:num_requests_running``, waiting ``vllm:num_requests_waiting``,
@@ -23,10 +23,8 @@ must catch. ``raw`` keeps up to :data:`RAW_LIMIT` finite samples (``_bucket`` an
 ``_created`` samples left out; the engine's own names first) keyed
 ``name{label="value",...}``, for every kind.
 
-Parser quirks handled here: names with ``:`` parse fine; for a ``counter`` the parser
-names the family without ``_total`` and *adds* ``_total`` to a sample that lacked it (the
-real llama.cpp capture has ``llamacpp:n_tokens_max`` as a counter), so sample names are put
-back as they appeared in the text.
+Sample names are kept as written: a ``counter`` without ``_total`` (the real llama.cpp
+capture has ``llamacpp:n_tokens_max`` as one) stays without it.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from llmtop.engines.exposition import iter_samples
 from llmtop.events import EngineReading
 
 RAW_LIMIT = 200
@@ -112,51 +109,13 @@ class Samples:
         return None
 
 
-def _prefilter(text: str, keep_buckets: Collection[str] | None) -> tuple[str, set[str]]:
-    """The sample names as written (to undo the parser's ``_total``), and the text without
-    the ``_bucket`` lines of histograms not in ``keep_buckets`` (None: keep all).
-
-    Bucket lines are most of a vLLM exposition and label parsing is most of the parser's
-    time; dropping the ones nobody reads makes a scrape several times cheaper.
-    """
-    names: set[str] = set()
-    kept: list[str] = []
-    for line in text.splitlines():
-        s = line.lstrip()
-        if not s or s[0] == "#":
-            kept.append(line)
-            continue
-        end = len(s)
-        for stop in ("{", " ", "\t"):
-            i = s.find(stop)
-            if 0 <= i < end:
-                end = i
-        name = s[:end]
-        if keep_buckets is not None and name.endswith("_bucket") and (
-            name[:-7] not in keep_buckets
-        ):
-            continue
-        names.add(name)
-        kept.append(line)
-    return "\n".join(kept) + "\n", names
-
-
 def parse_samples(text: str, keep_buckets: Collection[str] | None = None) -> Samples:
     """The samples in the exposition ``text`` — all of them, or with only the histogram
-    buckets of ``keep_buckets`` (base names); raises ValueError if it does not parse."""
-    filtered, written = _prefilter(text, keep_buckets)
+    buckets of ``keep_buckets`` (base names: bucket lines are most of a vLLM exposition and
+    nobody reads the others); raises ValueError if it does not parse."""
     out = Samples()
-    try:
-        for family in text_string_to_metric_families(filtered):
-            for s in family.samples:
-                name = s.name
-                if name not in written and name.endswith("_total") and name[:-6] in written:
-                    name = name[:-6]
-                out.add(name, dict(s.labels), float(s.value))
-    except ValueError:
-        raise
-    except Exception as exc:  # the parser's other ways of saying "not exposition text"
-        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    for name, labels, value in iter_samples(text, keep_buckets):
+        out.add(name, labels, value)
     return out
 
 
