@@ -318,13 +318,34 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def validate_upstream(url: str) -> None:
+    """ConfigError unless ``url`` is an http(s) base URL the proxy can forward to: a host, a
+    port that is a number in range, no credentials (they would be stored in recordings and
+    shown by the admin API, and the proxy does not send them: clients' own Authorization
+    headers pass through) and no query or fragment (clients' queries are forwarded as
+    sent)."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError as exc:
+        raise ConfigError(f"upstream '{url}' is not a valid URL: {exc}") from None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ConfigError(f"upstream '{url}' must be an http:// or https:// URL with a host")
+    if port == 0:
+        raise ConfigError(f"upstream '{url}': port 0 is not a port to connect to")
+    if u.username is not None or u.password is not None:
+        raise ConfigError(
+            "upstream URL must not contain user:password@ (it would be stored in recordings "
+            "and shown by the admin API; clients' Authorization headers are passed through)")
+    if u.query or u.fragment or url.rstrip().endswith(("?", "#")):
+        raise ConfigError(
+            f"upstream '{u.scheme}://{u.netloc}{u.path}' must not have a query or fragment "
+            "(each client request's own query is forwarded as sent)")
+
+
 def validate(cfg: Config) -> None:
     if cfg.upstream:
-        u = urlsplit(cfg.upstream)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ConfigError(
-                f"upstream '{cfg.upstream}' must be an http:// or https:// URL with a host"
-            )
+        validate_upstream(cfg.upstream)
     parse_hostport(cfg.listen, "listen")
     admin_host, _ = parse_hostport(cfg.admin, "admin")
     if not is_loopback(admin_host) and not cfg.admin_token:

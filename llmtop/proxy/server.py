@@ -386,6 +386,8 @@ class ProxyServer:
                 await _continue_if_expected(request)
                 body = await _read_body(content, limit, wd)
         except asyncio.CancelledError:
+            # the body never came whole: the user as the headers and the address name them
+            active.user = self._identity.resolve(request.headers, None, request.remote)
             if not wd.fired:
                 ex.status = CLIENT_GONE
                 ex.fail("cancelled", self.cancel_reason())

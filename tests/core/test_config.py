@@ -84,6 +84,27 @@ def test_validation_errors() -> None:
         load_config(None, env={}, overrides={"slo.target": 1.5})
 
 
+@pytest.mark.parametrize(("url", "message"), [
+    ("http://host:99999", "not a valid URL: Port out of range"),
+    ("http://h:abc", "not a valid URL: Port could not be cast"),
+    ("http://[::1", "not a valid URL: Invalid IPv6 URL"),
+    ("http://h:0/v1", "port 0 is not a port to connect to"),
+    ("http://user:s3cret@127.0.0.1:8000/pre", "must not contain user:password@"),
+    ("http://h:8000/v1?api-version=2024", "'http://h:8000/v1' must not have a query"),
+    ("http://h:8000/#frag", "must not have a query or fragment"),
+])
+def test_bad_upstream_urls_are_one_clear_error(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("?", r"\?")) as err:
+        load_config(None, env={}, overrides={"upstream": url})
+    assert "s3cret" not in str(err.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "https://h/openai/v1/",
+                                 "http://[::1]:8000/pre", "HTTP://Host:80"])
+def test_good_upstream_urls_pass(url: str) -> None:
+    assert load_config(None, env={}, overrides={"upstream": url}).upstream == url
+
+
 def test_parse_hostport() -> None:
     assert parse_hostport("127.0.0.1:0") == ("127.0.0.1", 0)
     assert parse_hostport("[::1]:8080") == ("::1", 8080)

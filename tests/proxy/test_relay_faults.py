@@ -164,7 +164,8 @@ async def test_client_that_stops_sending_its_body_gets_408() -> None:
             running_proxy(up.url, timeouts__idle_s=0.3) as (proxy, url, recs):
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                     b"X-LLMTOP-User: alice\r\n\r\n"
                      b'{"model": ')
         t = time.perf_counter()
         got = await asyncio.wait_for(reader.read(), 5)
@@ -175,6 +176,26 @@ async def test_client_that_stops_sending_its_body_gets_408() -> None:
     assert got.startswith(b"HTTP/1.1 408") and b'"timeout_error"' in got
     assert 0.25 < took < 3
     assert rec.status == 408 and rec.outcome == "timeout" and "no body" in (rec.error or "")
+    assert rec.user == "alice"  # the body never came, the header names the user
+    assert not up.seen
+
+
+async def test_client_that_leaves_mid_body_is_cancelled_under_its_own_user() -> None:
+    async with scripted_upstream() as up, running_proxy(up.url) as (proxy, url, recs):
+        host, port = url.removeprefix("http://").split(":")
+        for auth in (b"Authorization: Bearer sk-secret-1\r\n", b""):
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 500\r\n" + auth + b"\r\n" + b'{"model": "m", ')
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.close()
+        keyed, anonymous = await recs.wait(2)
+        assert not proxy.active
+    assert keyed.outcome == anonymous.outcome == "cancelled"
+    assert keyed.status == anonymous.status == 499
+    assert keyed.user.startswith("key:") and "sk-secret" not in keyed.user
+    assert anonymous.user == "127.0.0.1"  # the client's address, as for any other request
     assert not up.seen
 
 
