@@ -157,6 +157,14 @@ class Observers:
         self.admin_url = f"http://{shown}:{bound}"
         return self.admin_url
 
+    def check_recording(self) -> None:
+        """StartupError when ``--record``'s path would be refused (before anything binds)."""
+        if self.cfg.recording.path:
+            try:
+                self.recording.check(self.cfg.recording.path)
+            except RecordingError as exc:
+                raise StartupError(str(exc)) from exc
+
     def start_background(self) -> None:
         cfg = self.cfg
         self._tasks.append(asyncio.create_task(self.bus.pump(0.05), name="bus-pump"))
@@ -245,13 +253,17 @@ class LlmtopServer:
         return await self._observer_loop.call(coro)
 
     async def start(self) -> None:
+        """Check ``--record``, bind the admin API, then the proxy; only then say so (scripts
+        wait for the listen lines: once printed, nothing left can refuse to start) and
+        start the background work, the recording included."""
+        self.observers.check_recording()
+        self._observer_loop = LoopThread()
+        self.admin_url = await self._on_observers(self.observers.start_admin())
         try:
             self.proxy_url = await self.proxy.start()
         except OSError as exc:
             raise StartupError(f"listen address {self.cfg.listen}: {exc.strerror or exc}") from exc
         self.observers.say(f"llmtop: proxy listening on {self.proxy_url}")
-        self._observer_loop = LoopThread()
-        self.admin_url = await self._on_observers(self.observers.start_admin())
         self.observers.say(f"llmtop: admin listening on {self.admin_url}")
         await self._on_observers(_call(self.observers.start_background))
 
@@ -348,6 +360,7 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     fleet = FleetActive()
     obs = Observers(cfg, bus, fleet, out=out)
     token = secrets.token_hex(16)
+    obs.check_recording()
     if not cfg.user_salt:  # every worker must derive the same key pseudonyms
         os.environ["LLMTOP_USER_SALT"] = secrets.token_hex(16)
     admin_url = await obs.start_admin([ingest_route(bus, fleet, token)],

@@ -435,6 +435,26 @@ class RecordingController:
         self.recorder = rec
         return rec.status()
 
+    def check(self, path: str) -> None:
+        """:class:`RecordingError` when :meth:`start` would certainly refuse ``path`` (an
+        existing file unless ``overwrite``, a directory, a missing or unwritable directory),
+        without creating anything: a process checks its ``--record`` before it binds its
+        ports and says it is listening."""
+        if not str(path).strip():
+            raise RecordingError("recording path is empty")
+        p = Path(path)
+        if p.is_dir():
+            raise RecordingError(f"{p}: is a directory")
+        if p.exists() and not self.overwrite:
+            raise RecordingError(
+                f"{p}: file exists (a recording is never overwritten); choose another "
+                "name or remove the old file")
+        parent = p.parent if str(p.parent) else Path(".")
+        if not parent.is_dir():
+            raise RecordingError(f"{p}: directory does not exist")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RecordingError(f"{p}: permission denied")
+
     def stop(self) -> dict[str, Any]:
         """Stop the running recording: unsubscribe, write the footer, close. Returns its
         final status; :class:`RecordingError` when nothing is being recorded."""

@@ -99,6 +99,7 @@ async def test_kill_9_under_load_leaves_a_readable_recording(tmp_path: Path) -> 
             capture_output=True, text=True, timeout=60)
         assert again.returncode == 2, again
         assert "file exists" in again.stderr and "Traceback" not in again.stderr
+        assert "listening" not in again.stdout  # refused before saying it serves
         assert len(again.stderr.strip().splitlines()) == 1
         before = record.stat().st_size
         record2 = tmp_path / "after-crash.jsonl"
