@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -67,16 +68,21 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     return load_config(getattr(args, "config", None), os.environ, overrides)
 
 
+KEEP_LINES = 2000
+"""Lines of a child's output kept (its start-up lines are read as they come)."""
+
+
 class Child:
     """A llmtop child process whose start-up lines announce its addresses.
 
     Its stdout and stderr are drained in background threads (so it never blocks on a full
-    pipe) and kept in ``lines``.
+    pipe) and the last :data:`KEEP_LINES` kept in ``lines`` (a proxy that runs for weeks
+    must not grow the TUI's memory with every line it prints).
     """
 
     def __init__(self, cmd: list[str], prefixes: Sequence[str], timeout_s: float = 60.0) -> None:
         self.cmd = cmd
-        self.lines: list[str] = []
+        self.lines: deque[str] = deque(maxlen=KEEP_LINES)
         self.found: dict[str, str] = {}
         self._want = set(prefixes)
         self._ready = threading.Event()

@@ -351,3 +351,32 @@ async def test_mid_stream_error_status_in_body_stays_visible() -> None:
                 assert r.status == 400 and await r.read() == body
             (rec,) = await recs.wait(1)
     assert rec.outcome == "error" and not rec.stream
+
+
+async def test_malformed_requests_get_400_and_one_log_line_without_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from llmtop.proxy import stamping
+
+    stamping._bad_requests.logged_at = -stamping.BAD_REQUEST_LOG_S
+    stamping._bad_requests.unlogged = 0
+    bad = [b"GET /v1/models?q=caf\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n",
+           b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+           b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"]
+    async with scripted_upstream() as up, running_proxy(up.url) as (proxy, url, _):
+        host, port = url.removeprefix("http://").split(":")
+        with caplog.at_level("DEBUG", logger="aiohttp.server"):
+            for payload in bad * 2:
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(payload)
+                got = await asyncio.wait_for(reader.read(), 5)
+                writer.close()
+                assert got.startswith(b"HTTP/1.0 400") or got.startswith(b"HTTP/1.1 400"), got
+        # the proxy still serves
+        async with aiohttp.ClientSession() as s, s.get(url + "/v1/models") as r:
+            assert r.status == 200
+    logged = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert len(logged) == 1, [r.getMessage() for r in logged]
+    assert logged[0].exc_info is None and logged[0].levelname == "WARNING"
+    assert "malformed request from 127.0.0.1 answered 400" in logged[0].getMessage()
+    assert stamping._bad_requests.unlogged == 5
+    assert [x.path_qs for x in up.seen] == ["/v1/models"]  # none of the malformed went on
