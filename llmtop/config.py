@@ -106,6 +106,11 @@ class WarningsConfig:
 class Config:
     upstream: str = ""
     """Base URL of the inference endpoint (may include a path prefix)."""
+    upstream_ca: str = ""
+    """PEM file of CA certificates to trust for an https upstream (a private CA, a
+    self-signed certificate); empty = the system's store (SSL_CERT_FILE is honoured)."""
+    upstream_verify: bool = True
+    """false: do not verify the https upstream's certificate (testing only)."""
     listen: str = "127.0.0.1:8080"
     admin: str = "127.0.0.1:8081"
     admin_token: str = ""
@@ -346,6 +351,10 @@ def validate_upstream(url: str) -> None:
 def validate(cfg: Config) -> None:
     if cfg.upstream:
         validate_upstream(cfg.upstream)
+    if cfg.upstream_ca:
+        from llmtop.tls import ssl_context  # ConfigError when the file is not usable
+
+        ssl_context(cfg.upstream_ca)
     parse_hostport(cfg.listen, "listen")
     admin_host, _ = parse_hostport(cfg.admin, "admin")
     if not is_loopback(admin_host) and not cfg.admin_token:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
@@ -32,6 +33,8 @@ class Poller(ABC, Generic[T]):
         self.failures = 0
         """Consecutive failed polls (0 after a success)."""
         self.status = ""
+        self.ssl: ssl.SSLContext | None = None
+        """TLS for the session :meth:`run` opens (None: aiohttp's default)."""
 
     @abstractmethod
     async def once(self, session: aiohttp.ClientSession) -> T:
@@ -52,7 +55,9 @@ class Poller(ABC, Generic[T]):
     async def run(self) -> None:
         """Poll until cancelled. Never raises anything but CancelledError."""
         own = self._session is None
-        session = aiohttp.ClientSession() if own else self._session
+        session = (aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl))
+                   if own and self.ssl is not None
+                   else aiohttp.ClientSession() if own else self._session)
         assert session is not None
         try:
             while True:

@@ -42,6 +42,7 @@ from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.writer import RecordingController
 from llmtop.saturation import SaturationMonitor
+from llmtop.tls import upstream_ssl
 from llmtop.worker_procs import StartupErrorProxy, Supervisor, spawn_workers
 from llmtop.workers import (
     INGEST_PATH,
@@ -176,6 +177,7 @@ class Observers:
         if cfg.engine.enabled and cfg.upstream:
             url = metrics_url_for(cfg.upstream, cfg.engine.metrics_url)
             scraper = EngineScraper(url, None, self.bus.publish, interval_s=cfg.engine.interval_s)
+            scraper.ssl = upstream_ssl(cfg)
             self._tasks.append(asyncio.create_task(scraper.run(), name="engine-scraper"))
         if cfg.recording.path:
             try:

@@ -82,9 +82,13 @@ class WorkerLauncher:
             cmd += ["--config", self.config_path]
         if self.fleet_fd is not None:
             cmd += ["--fleet", f"/dev/fd/{self.fleet_fd}"]
+        env = child_env()  # it stops if the coordinator dies
+        # what the command line set that the worker's own config load would not see
+        if self.cfg.upstream_ca:
+            env["LLMTOP_UPSTREAM_CA"] = self.cfg.upstream_ca
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            start_new_session=True, env=child_env(),  # it stops if the coordinator dies
+            start_new_session=True, env=env,
             pass_fds=() if self.fleet_fd is None else (self.fleet_fd,),
         )
         assert proc.stdin is not None and proc.stdout is not None
@@ -98,8 +102,15 @@ class WorkerLauncher:
             raise
         if not line.startswith(b"llmtop: worker ready"):
             _terminate(proc)
-            raise StartupErrorProxy(
-                f"worker {index} did not start: {line.decode(errors='replace').strip()}")
+            said = line.decode(errors="replace").strip()
+            if not said:
+                try:
+                    code = await asyncio.wait_for(proc.wait(), 5)
+                except TimeoutError:
+                    code = None
+                said = (f"it exited with code {code} (its error is above)" if code is not None
+                        else "it said nothing")
+            raise StartupErrorProxy(f"worker {index} did not start: {said}")
         return proc
 
 

@@ -28,6 +28,9 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         "--admin", metavar="HOST:PORT", help="admin API address (default 127.0.0.1:8081)"
     )
     p.add_argument("--admin-token", metavar="TOKEN", help="required when --admin is not loopback")
+    p.add_argument("--upstream-ca", metavar="PEM",
+                   help="CA certificates to trust for an https upstream (a private CA or a "
+                        "self-signed certificate; default: the system's store)")
     p.add_argument("--record", metavar="FILE", help="record the session (.jsonl or .jsonl.gz)")
     p.add_argument("--workers", type=int, metavar="N", help="proxy processes sharing the port")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to sample, e.g. 0,1 (default all)")
@@ -54,6 +57,7 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
         "listen": getattr(args, "listen", None),
         "admin": getattr(args, "admin", None),
         "admin_token": getattr(args, "admin_token", None),
+        "upstream_ca": getattr(args, "upstream_ca", None),
         "workers": getattr(args, "workers", None),
         "recording.path": getattr(args, "record", None),
         "gpu.devices": devices,

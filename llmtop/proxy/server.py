@@ -85,6 +85,7 @@ from llmtop.proxy.upstream import (
     UpstreamError,
     UpstreamPool,
 )
+from llmtop.tls import upstream_ssl
 
 _STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "application/ndjson",
                            "application/jsonl", "application/x-jsonlines",
@@ -195,7 +196,8 @@ class ProxyServer:
             raise ConfigError("upstream is not set (--upstream URL)")
         host, port = parse_hostport(self.cfg.listen, "listen")
         self._loop = asyncio.get_running_loop()
-        self._pool = UpstreamPool(self._base, self.cfg.timeouts.connect_s)
+        self._pool = UpstreamPool(self._base, self.cfg.timeouts.connect_s,
+                                  upstream_ssl(self.cfg))
         self._sweeper.start()
         # handler_cancellation: a client that leaves cancels its handler at once, even while
         # the upstream is still silent; auto_decompress off: request bodies pass unchanged

@@ -446,7 +446,8 @@ class UpstreamConnection(asyncio.Protocol):
 class UpstreamPool:
     """Keep-alive connections to one upstream origin (``http://`` or ``https://``)."""
 
-    def __init__(self, base_url: str, connect_timeout_s: float) -> None:
+    def __init__(self, base_url: str, connect_timeout_s: float,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         u = urlsplit(base_url)
         self.https = u.scheme == "https"
         self.host = u.hostname or "localhost"
@@ -456,7 +457,8 @@ class UpstreamPool:
         self.host_header = shown if self.port == default else f"{shown}:{self.port}"
         self.prefix = u.path.rstrip("/")
         self.connect_timeout_s = connect_timeout_s
-        self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.https else None
+        self._ssl: ssl.SSLContext | None = (
+            (ssl_context or ssl.create_default_context()) if self.https else None)
         self._idle: deque[UpstreamConnection] = deque()
         self._all: set[UpstreamConnection] = set()
 
