@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
@@ -61,7 +61,11 @@ class ViewPanel(Widget):
         return Text("")
 
     def render(self) -> RenderableType:
-        return self.build(max(1, self.content_region.width or self.size.width))
+        built = self.build(max(1, self.content_region.width or self.size.width))
+        # Textual turns a bare Text into its own Content, which wraps by the widget's CSS
+        # and ignores the Text's ``no_wrap``/``overflow``. Wrapped in a Group it is drawn
+        # by Rich, exactly as get_content_height measured it.
+        return Group(built) if isinstance(built, Text) else built
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if width <= 0:
@@ -71,3 +75,4 @@ class ViewPanel(Widget):
             self.build(width), console.options.update(width=width, height=None), pad=False
         )
         return len(lines)
+

@@ -26,6 +26,12 @@ class CapacityLine(ViewPanel):
     """
 
     def build(self, width: int) -> RenderableType:
+        full = self._line(compact=False)
+        return full if full.cell_len <= width else self._line(compact=True)
+
+    def _line(self, *, compact: bool) -> Text:
+        """The line; ``compact`` words it shorter for about 80 columns, the in-flight
+        verdict kept. Anything still too wide ends in "…"."""
         v, pal = self.view, self.palette
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("capacity ", "bold")
@@ -40,18 +46,20 @@ class CapacityLine(ViewPanel):
         if n is None:
             t.append("max concurrency at SLO: collecting data…", pal.dim)
         else:
-            t.append("max concurrency at SLO ≈ ", pal.dim)
+            t.append("≈ " if compact else "max concurrency at SLO ≈ ", pal.dim)
             t.append(fmt.count(n), f"bold {pal.accent}")
-            t.append(", goodput ≈ ", pal.dim)
+            t.append(" at SLO · goodput ≈ " if compact else ", goodput ≈ ", pal.dim)
             t.append(fmt.rate(tps), f"bold {pal.accent}" if tps is not None else pal.dim)
             t.append(" tok/s", pal.dim)
             in_flight = v.num("system", "in_flight")
             if in_flight is not None and in_flight > n:
+                now = f" · {fmt.count(in_flight)}" if compact else f"  — now {fmt.count(in_flight)}"
                 if failing is not None:
-                    t.append(f"  — now {fmt.count(in_flight)} in flight: over capacity", pal.bad)
+                    t.append(f"{now} in flight: over capacity", pal.bad)
                 else:  # nothing above n has failed: n is what was measured, not a limit
-                    t.append(f"  — now {fmt.count(in_flight)} in flight: above every level "
-                             "measured so far", pal.warn)
+                    above = "above the levels measured" if compact else (
+                        "above every level measured so far")
+                    t.append(f"{now} in flight: {above}", pal.warn)
         note = v.text("capacity", "note") or v.text("capacity", "reason")
         need = v.num("capacity", "min_requests_per_bin")
         if not note and n is None and need is not None:

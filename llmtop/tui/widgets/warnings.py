@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import RenderableType
 from rich.text import Text
 
@@ -20,8 +23,15 @@ def severity_style(severity: str, pal: Palette) -> str:
     )
 
 
+MAX_LINES = 6
+SHORT_LINES = 2
+"""Lines the bar may take (on a short terminal: ``SHORT_LINES``). With more warnings
+than lines, the last line names the codes that did not get a line of their own."""
+
+
 class WarningsBar(ViewPanel):
-    """One line per warning, most severe first; a single "no warnings" line otherwise."""
+    """One line per warning, most severe first, each cut with "…" to the width; a single
+    "no warnings" line otherwise."""
 
     READS = ("warnings", "time")
 
@@ -29,8 +39,15 @@ class WarningsBar(ViewPanel):
         return len(view.items("warnings"))
 
     DEFAULT_CSS = """
-    WarningsBar { height: auto; max-height: 6; padding: 0 1; }
+    WarningsBar { height: auto; padding: 0 1; }
     """
+
+    def max_lines(self) -> int:
+        try:
+            short = self.screen.has_class("-short")
+        except Exception:  # not on a screen yet
+            short = False
+        return SHORT_LINES if short else MAX_LINES
 
     def build(self, width: int) -> RenderableType:
         v, pal = self.view, self.palette
@@ -40,18 +57,33 @@ class WarningsBar(ViewPanel):
             t.append("✓ no saturation warnings", pal.ok)
             return t
         order = {"critical": 0, "warning": 1, "info": 2}
-        now = v.time
         rows = sorted(warnings, key=lambda w: order.get(as_str(w.get("severity")) or "", 3))
-        for i, w in enumerate(rows):
+        limit = max(1, self.max_lines())
+        shown, rest = (rows, []) if len(rows) <= limit else (rows[: limit - 1], rows[limit - 1:])
+        for i, w in enumerate(shown):
             if i:
                 t.append("\n")
-            sev = as_str(w.get("severity")) or "warning"
-            style = severity_style(sev, pal)
-            t.append(f"{ICONS.get(sev, '▲')} ", style)
-            t.append(as_str(w.get("code")) or "WARNING", style)
-            since = as_num(w.get("since"))
-            if since is not None and now is not None:
-                t.append(f" {fmt.duration(max(0.0, now - since))}", pal.dim)
-            t.append("  ")
-            t.append(as_str(w.get("message")) or "")
+            self._line(t, w)
+        if rest:
+            if shown:
+                t.append("\n")
+            sev = as_str(rest[0].get("severity")) or "warning"
+            t.append(f"{ICONS.get(sev, '▲')} +{len(rest)} more: ", severity_style(sev, pal))
+            for i, w in enumerate(rest):
+                if i:
+                    t.append(", ", pal.dim)
+                t.append(as_str(w.get("code")) or "WARNING",
+                         severity_style(as_str(w.get("severity")) or "warning", pal))
         return t
+
+    def _line(self, t: Text, w: Mapping[str, Any]) -> None:
+        pal, now = self.palette, self.view.time
+        sev = as_str(w.get("severity")) or "warning"
+        style = severity_style(sev, pal)
+        t.append(f"{ICONS.get(sev, '▲')} ", style)
+        t.append(as_str(w.get("code")) or "WARNING", style)
+        since = as_num(w.get("since"))
+        if since is not None and now is not None:
+            t.append(f" {fmt.duration(max(0.0, now - since))}", pal.dim)
+        t.append("  ")
+        t.append(as_str(w.get("message")) or "")
