@@ -35,8 +35,9 @@ REPLAY_ACTIONS = frozenset({"replay_pause", "seek", "speed"})
 
 
 def proposed_recording_path(now: float) -> str:
-    """``recordings/llmtop-YYYYmmdd-HHMMSS.jsonl`` in local time."""
-    return time.strftime("recordings/llmtop-%Y%m%d-%H%M%S.jsonl", time.localtime(now))
+    """``llmtop-YYYYmmdd-HHMMSS.jsonl.gz`` in local time: a bare file name, so it lands in
+    the proxy's working directory (which exists) rather than a directory that may not."""
+    return time.strftime("llmtop-%Y%m%d-%H%M%S.jsonl.gz", time.localtime(now))
 
 
 class LlmtopApp(App[int]):

@@ -118,11 +118,11 @@ async def test_typing_in_the_filter_does_not_trigger_keys() -> None:
 
 
 async def test_r_starts_recording_with_proposed_name_then_stops() -> None:
-    """`r` proposes recordings/llmtop-<local time>.jsonl; enter starts recording there
-    (● REC shows); `r` again stops it."""
+    """`r` proposes llmtop-<local time>.jsonl.gz (no directory: the proxy's working
+    directory); enter starts recording there (● REC shows); `r` again stops it."""
     src = FixtureSource("low_load")
     app = make_app(src)
-    expected = time.strftime("recordings/llmtop-%Y%m%d-%H%M%S.jsonl", time.localtime(FIXED_NOW))
+    expected = time.strftime("llmtop-%Y%m%d-%H%M%S.jsonl.gz", time.localtime(FIXED_NOW))
     async with app.run_test(size=WIDE) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
         assert "● REC" not in screen_text(app)

@@ -88,8 +88,8 @@ async def test_recording_key_posts_start_and_stop(server: AdminServer) -> None:
         await until(pilot, lambda: len(server.recording_bodies) == 1)
         body = server.recording_bodies[0]
         assert body["action"] == "start"
-        assert body["path"].startswith("recordings/llmtop-")
-        await shows(pilot, "● REC recordings/llmtop-")
+        assert body["path"].startswith("llmtop-")
+        await shows(pilot, "● REC llmtop-")
         await pilot.press("r")
         await until(pilot, lambda: len(server.recording_bodies) == 2)
         assert server.recording_bodies[1] == {"action": "stop"}

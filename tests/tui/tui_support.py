@@ -16,6 +16,12 @@ from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
 
+from llmtop.admin.routes import AdminContext, make_admin_app
+from llmtop.bus import EventBus
+from llmtop.config import Config
+from llmtop.events import ActiveRequest, RequestRecord
+from llmtop.metrics.aggregator import Aggregator
+from llmtop.recording.writer import RecordingController
 from llmtop.tui.source import SourceUnavailable
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -168,6 +174,50 @@ class AdminServer:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+class RealAdmin:
+    """The real admin API (aggregator, recording controller, routes) on 127.0.0.1 port 0,
+    fed :class:`RequestRecord` events through a real bus — what ``llmtop run`` serves.
+    Its clock is ``now`` (settable); relative recording paths land in the process's
+    working directory, as they do in the proxy."""
+
+    def __init__(self, cfg: Config | None = None) -> None:
+        self.now = FIXED_NOW
+        self.bus = EventBus()
+        self.active: dict[str, ActiveRequest] = {}
+        self.aggregator = Aggregator(cfg or Config(), self.active, clock=lambda: self.now,
+                                     upstream="http://up:1")
+        self.bus.subscribe(self.aggregator.on_events)
+        self.recorder = RecordingController(self.bus, header={"upstream": "http://up:1",
+                                                              "slo": {}})
+        self.ctx = AdminContext(aggregator=self.aggregator, active=self.active,
+                                recording=self.recorder,
+                                extra_info={"upstream": "http://up:1"})
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    def request(self, i: int, user: str, *, ttft_s: float = 0.2, tokens: int = 10) -> None:
+        """One finished streamed request from ``user`` (``tokens`` chunks 20 ms apart)."""
+        offs = tuple(ttft_s + 0.02 * k for k in range(tokens))
+        self.bus.publish(RequestRecord(
+            f"r{i}", user, "m", "openai", "/v1/chat/completions", True, 200, "ok",
+            self.now - offs[-1], ttft_s, offs[-1], 10, tokens, "usage", offs, (1,) * tokens, 1))
+        self.bus.drain()
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(make_admin_app(self.ctx), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        if self.recorder.status() is not None:
+            self.recorder.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -31,7 +31,8 @@ class RecordPrompt(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical() as box:
             box.border_title = "record this session"
-            yield Label("File on the proxy's machine (.jsonl or .jsonl.gz); enter to start:")
+            yield Label("File on the proxy's machine, relative to its working directory "
+                        "(.jsonl or .jsonl.gz); enter to start:")
             yield Input(value=self.proposed, id="record-path")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -1,0 +1,52 @@
+"""The TUI against llmtop's own admin API (real aggregator, recorder and routes on a
+socket): what the proxy really answers, not a fixture of it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from tui_support import FIXED_NOW, RealAdmin, screen_text, shows, until
+
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.screens.record import RecordPrompt
+from llmtop.tui.source import AdminSource
+
+WIDE = (160, 48)
+
+
+@pytest.fixture
+async def admin() -> AsyncIterator[RealAdmin]:
+    srv = RealAdmin()
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+async def test_r_enter_records_to_the_proposed_file(
+    admin: RealAdmin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`r` then enter with the proposed name: the proxy accepts it (no error notified),
+    ● REC shows it, and after `r` again the file in the proxy's working directory is a
+    gzipped recording with its header."""
+    monkeypatch.chdir(tmp_path)
+    admin.request(1, "alice")
+    app = LlmtopApp(AdminSource([admin.url]), refresh_hz=10, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=WIDE) as pilot:
+        await shows(pilot, "alice")
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RecordPrompt))
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(app._notifications), what="a notification")
+        notes = [(n.message, n.severity) for n in app._notifications]
+        assert all(sev != "error" for _, sev in notes), notes
+        await shows(pilot, "● REC llmtop-")
+        await pilot.press("r")
+        await until(pilot, lambda: "● REC" not in screen_text(app), what="REC gone")
+    files = list(tmp_path.glob("llmtop-*.jsonl.gz"))
+    assert len(files) == 1
+    with gzip.open(files[0], "rt") as f:
+        assert json.loads(f.readline())["type"] == "header"
