@@ -46,7 +46,13 @@ async def test_r_enter_records_to_the_proposed_file(
         await shows(pilot, "● REC llmtop-")
         await pilot.press("r")
         await until(pilot, lambda: "● REC" not in screen_text(app), what="REC gone")
-    files = list(tmp_path.glob("llmtop-*.jsonl.gz"))
-    assert len(files) == 1
+    assert recording_header(tmp_path)["type"] == "header"
+
+
+def recording_header(directory: Path) -> dict[str, object]:
+    """The first line of the one ``llmtop-*.jsonl.gz`` in ``directory``."""
+    files = list(directory.glob("llmtop-*.jsonl.gz"))
+    assert len(files) == 1, files
     with gzip.open(files[0], "rt") as f:
-        assert json.loads(f.readline())["type"] == "header"
+        header: dict[str, object] = json.loads(f.readline())
+    return header
