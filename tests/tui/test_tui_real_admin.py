@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from tui_support import FIXED_NOW, RealAdmin, screen_text, shows, until
 
+from llmtop.events import EngineReading
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.record import RecordPrompt
 from llmtop.tui.source import AdminSource
@@ -47,6 +48,23 @@ async def test_r_enter_records_to_the_proposed_file(
         await pilot.press("r")
         await until(pilot, lambda: "● REC" not in screen_text(app), what="REC gone")
     assert recording_header(tmp_path)["type"] == "header"
+
+
+async def test_engine_reading_older_than_a_few_scrapes_is_marked_stale(
+    admin: RealAdmin,
+) -> None:
+    """The engine's last scrape 1 s ago is shown as is; once it is 21 s old (the engine
+    died) the panel says "stale 21s" next to the last figures."""
+    admin.request(1, "alice")
+    admin.bus.publish(EngineReading(t=admin.now - 1, kind="vllm", running=16, waiting=3,
+                                    kv_cache_usage=0.5, preemptions=0))
+    admin.bus.drain()
+    app = LlmtopApp(AdminSource([admin.url]), refresh_hz=10, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=WIDE) as pilot:
+        await shows(pilot, "running 16")
+        assert "stale" not in screen_text(app)
+        admin.now += 20
+        await shows(pilot, "engine vllm  stale 21s  running 16")
 
 
 def recording_header(directory: Path) -> dict[str, object]:

@@ -7,12 +7,24 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from llmtop.tui import fmt
+from llmtop.tui.snapview import SnapView
 from llmtop.tui.widgets.base import ViewPanel
 from llmtop.tui.widgets.gpu import bar
 
+STALE_AFTER_S = 5.0
+"""A reading older than this (five of the default 1 s scrape intervals; three of the
+snapshot's ``engine.interval_s`` when it says so, if that is longer) is stale: the engine
+or its /metrics stopped answering, and its last figures are not what it is doing now."""
+
+
+def stale_after(view: SnapView) -> float:
+    interval = view.num("engine", "interval_s")
+    return STALE_AFTER_S if interval is None else max(STALE_AFTER_S, 3 * interval)
+
 
 class EnginePanel(ViewPanel):
-    """One or two lines: queue and KV cache; then TTFT p95 engine vs proxy."""
+    """One or two lines: queue and KV cache; then TTFT p95 engine vs proxy. A stale
+    reading says how old it is, in the warning colour, and its figures turn dim."""
 
     READS = ("engine", "latency", "slo")
 
@@ -29,10 +41,18 @@ class EnginePanel(ViewPanel):
             t.append("n/a (no engine metrics)", pal.dim)
             return t
         t.append(v.text("engine", "kind") or "unknown", pal.accent)
+        age = v.num("engine", "age_s")
+        stale = age is not None and age > stale_after(v)
+        if stale:
+            t.append("  ")
+            t.append(f"stale {fmt.duration(age)}", f"bold {pal.warn}")
+
+        def live(style: str) -> str:
+            return pal.dim if stale else style
 
         def fig(label: str, value: str, style: str = "bold") -> None:
             t.append(f"  {label} ", pal.dim)
-            t.append(value, style if value != fmt.NA else pal.dim)
+            t.append(value, live(style) if value != fmt.NA else pal.dim)
 
         waiting = v.num("engine", "waiting")
         fig("running", fmt.count(v.num("engine", "running")))
@@ -41,9 +61,9 @@ class EnginePanel(ViewPanel):
         kv_pct = None if kv is None else kv * 100
         t.append("  KV ", pal.dim)
         if width >= 60:
-            t.append_text(bar(kv, 8, pal.usage(kv_pct), pal.dim))
+            t.append_text(bar(kv, 8, live(pal.usage(kv_pct)), pal.dim))
             t.append(" ")
-        t.append(fmt.pct(kv, fraction=True), pal.usage(kv_pct))
+        t.append(fmt.pct(kv, fraction=True), live(pal.usage(kv_pct)))
         pre = v.num("engine", "preemptions")
         fig("preempt", fmt.count(pre), pal.bad if pre else "bold")
         t.append("\n")
@@ -51,7 +71,7 @@ class EnginePanel(ViewPanel):
         slo = v.slo.ttft_s
         t.append("TTFT p95 ", pal.dim)
         t.append("engine ", pal.dim)
-        t.append(fmt.latency(eng_ttft), pal.latency(eng_ttft, slo))
+        t.append(fmt.latency(eng_ttft), live(pal.latency(eng_ttft, slo)))
         t.append(" · proxy ", pal.dim)
         t.append(fmt.latency(proxy_ttft), pal.latency(proxy_ttft, slo))
         return t
