@@ -19,11 +19,13 @@ same bytes (:meth:`ProxyServer._upstream_request`), relay with the same code
 cases of a direct request go on through :meth:`ProxyServer.forward` like any handler's.
 
 Fidelity: the response body reaches the client byte for byte (nothing is decompressed:
-gzip bodies pass through unchanged and are timed as dialect ``other``, since the parser
-cannot read them); request headers go upstream byte for byte, less hop-by-hop fields;
-only the usage-only SSE event that the proxy itself asked for is removed
-(``inject_usage``). The one header added is ``X-Accel-Buffering: no`` on
-streams, so a buffering proxy in front of llmtop does not batch chunks.
+a gzip or deflate body passes through unchanged while its parser reads an inflated copy;
+``br`` and other encodings are timed as dialect ``other``); request headers go upstream
+byte for byte, less hop-by-hop fields — except ``Accept-Encoding``, set to ``identity``
+on a request whose body llmtop edited to ask for usage; only the usage-only SSE event that
+the proxy itself asked for is removed (``inject_usage``). The one header added is
+``X-Accel-Buffering: no`` on streams, so a buffering proxy in front of llmtop does not
+batch chunks.
 
 Outcomes: ``ok``; ``error`` (upstream status ≥ 400, a malformed stream, a stream that broke
 off — still forwarded as-is; unreachable upstream → 502; body too big → 413);
@@ -51,7 +53,8 @@ from llmtop.bus import EventBus
 from llmtop.config import Config, ConfigError, parse_hostport
 from llmtop.events import ActiveRequest, Dialect
 from llmtop.fleet_counts import FleetCounts
-from llmtop.proxy.dialects.base import RequestInfo
+from llmtop.proxy.dialects.base import RequestInfo, StreamParser
+from llmtop.proxy.dialects.compressed import INFLATABLE, InflatingParser
 from llmtop.proxy.dialects.openai import (
     UsageChunkStripper,
     add_include_usage,
@@ -437,6 +440,12 @@ class ProxyServer:
         if sent is None:
             inject = False
             sent = body
+        elif any(k.lower() == b"accept-encoding" for k, _ in headers):
+            # the usage event llmtop asks for must be removed again, which a compressed
+            # stream does not allow: ask for it uncompressed (identity is always acceptable;
+            # HTTP clients decode either the same)
+            headers = [(k, b"identity") if k.lower() == b"accept-encoding" else (k, v)
+                       for k, v in headers]
         return pool.request_bytes(method, target, headers, sent, with_length), inject
 
     async def forward(
@@ -631,10 +640,16 @@ class ProxyServer:
                               head.headers, length=head.length if strip is None else None,
                               stream=is_stream, keep_alive=request.keep_alive)
         encoding = head.content_encoding.lower()
-        parser_dialect: Dialect = ex.active.dialect
-        if encoding not in ("", "identity"):
-            parser_dialect = "other"  # compressed bytes pass through; not parsed
-        parser = make_parser(parser_dialect, ex.stream, ctype or None)
+        parser: StreamParser
+        if encoding in ("", "identity"):
+            parser = make_parser(ex.active.dialect, ex.stream, ctype or None)
+        else:  # compressed bytes pass through; the parser reads an inflated copy if it can
+            # (a compressed body cannot be edited: the usage event is not removed — llmtop
+            # asks for an uncompressed answer whenever it would have to, see _upstream_request)
+            strip = None
+            parser = (InflatingParser(make_parser(ex.active.dialect, ex.stream, ctype or None),
+                                      encoding) if encoding in INFLATABLE
+                      else make_parser("other", ex.stream, ctype or None))
         ex.parser = parser
         transport = request.transport
         if transport is None:
