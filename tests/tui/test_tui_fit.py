@@ -3,10 +3,15 @@ wrapped off the panel or cut mid-value."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from tui_support import FIXED_NOW, FixtureSource, screen_text, until
 
 from llmtop.tui.app import LlmtopApp
+from llmtop.tui.palette import Palette
+from llmtop.tui.snapview import SnapView
+from llmtop.tui.widgets.users import COLUMNS, cell
 
 QUEUEING = ("saturated: 16 in flight, 14 of them only waiting (queue never empty for 2.5 s); "
             "output 67 tok/s; TTFT p95 1.56 s→5.09 s; consider more replicas/routing or a "
@@ -74,3 +79,63 @@ async def test_capacity_verdict_fits_80_columns() -> None:
         text = screen_text(app)
     line = next(ln for ln in text.splitlines() if "capacity" in ln)
     assert "≈ 12 at SLO · goodput ≈ 1,105 tok/s · 48 in flight: over capacity" in line
+
+
+def users_lines(app: LlmtopApp) -> list[str]:
+    """The users table's rows on screen (header first), cut to the table's region."""
+    r = app.dashboard.users.region
+    lines = screen_text(app).splitlines()
+    return [ln[r.x:r.x + r.width] for ln in lines[r.y:r.y + r.height]]
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24), (60, 20)])
+async def test_users_columns_that_do_not_fit_are_dropped_whole(size: tuple[int, int]) -> None:
+    """With a 40-character user name, at every width each header shown is whole, the
+    sort column is among them, and every value in a row is the whole figure (no "19."
+    for 19.3 ms, no "1.73" for 1.73 s): columns that do not fit are left out."""
+    src = FixtureSource("saturated")
+    src.snapshot["users"][1]["user"] = "carol-with-a-very-long-name-for-a-column"
+    src.snapshot["users"][0]["itl_p95"] = 0.0193
+    src.snapshot["users"][0]["ttft_p95"] = 1.73
+    src.snapshot["users"][2]["output_tps"] = 26.5
+    app = make_app(src)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.dashboard.users.row_count == 3)
+        await pilot.pause()
+        table = app.dashboard.users
+        header, *rows = users_lines(app)
+    labels = re.split(r"\s{2,}", header.strip())
+    by_label = {c.label: c for c in COLUMNS}
+    shown = [by_label[label.removesuffix(" ▼").removesuffix(" ▲")] for label in labels]
+    assert shown == table.shown_columns
+    assert "out tok/s ▼" in labels
+    if size[0] < 80:
+        assert len(shown) < len(COLUMNS)
+    view = SnapView(src.snapshot)
+    for line, user in zip(rows, sorted(src.snapshot["users"],
+                                       key=lambda u: -u["output_tps"]), strict=False):
+        cells = re.split(r"\s{2,}", line.strip())
+        assert len(cells) == len(shown), line
+        assert user["user"].startswith(cells[0].removesuffix("…"))
+        expected = [cell(c, user, view, Palette()).plain for c in shown[1:]]
+        assert cells[1:] == expected
+
+
+async def test_s_sorts_only_by_columns_on_screen() -> None:
+    """At 60 columns `s` cycles through the columns shown: the sort arrow is always on
+    screen, and a full round comes back to out tok/s."""
+    app = make_app(FixtureSource("saturated"))
+    async with app.run_test(size=(60, 20)) as pilot:
+        await until(pilot, lambda: app.dashboard.users.row_count == 3)
+        table = app.dashboard.users
+        assert len(table.shown_columns) < len(COLUMNS)
+        seen = []
+        for _ in range(len(table.shown_columns)):
+            await pilot.press("s")
+            await pilot.pause()
+            assert table.sort_column in table.shown_columns
+            header = users_lines(app)[0]
+            assert "▼" in header or "▲" in header, header
+            seen.append(table.sort_column.key)
+        assert seen[-1] == "output_tps"
+        assert len(set(seen)) == len(seen)

@@ -16,6 +16,10 @@ from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import SnapView, as_num, as_str
 
 USER_WIDTH = 28
+USER_MIN = 12
+"""The user column is cut (with "…") down to this before a figure column is dropped."""
+PAD = 1
+"""The table's cell padding on each side of a column."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +43,48 @@ COLUMNS: tuple[Column, ...] = (
     Column("slo_attainment", "SLO", "attainment", descending=False),
 )
 DEFAULT_SORT = 3
+PRIORITY: tuple[str, ...] = (
+    "output_tps", "ttft_p95", "slo_attainment", "in_flight", "itl_p95", "requests")
+"""Which figure columns stay when not all fit (after the sort column, which always
+does): load first, then who is unhappy, the request count last."""
+KIND_WIDTH = {"count": 7, "rate": 6, "latency": 8, "attainment": 4}
+"""Room a column keeps for its values whatever they are now ("999,999", "12,345",
+"≤12m34s"...), so its width does not jump as the figures change."""
 
 
-def user_label(name: str) -> str:
-    """How a user id is shown: never empty, never wider than the column."""
+def header_label(column: Column, sorted_by: bool, reverse: bool) -> str:
+    return column.label + ((" ▼" if reverse else " ▲") if sorted_by else "")
+
+
+def fit_columns(
+    widths: Mapping[str, int], avail: int, sort_key: str
+) -> tuple[list[Column], int]:
+    """The columns to show in ``avail`` cells, in table order, and the user column's
+    width. ``widths`` is each column's natural width (header included, padding not).
+    Figure columns that do not fit are dropped whole, least important first; the user
+    column gives up room down to ``USER_MIN`` before any figure column is dropped and
+    takes whatever is left over, up to its natural width."""
+    user_natural = widths["user"]
+    user_min = min(user_natural, USER_MIN)
+    budget = avail - (user_min + 2 * PAD)
+    keep = {"user"}
+    order = [sort_key] + [k for k in PRIORITY if k != sort_key]
+    for key in order:
+        if key == "user" or key not in widths:
+            continue
+        need = widths[key] + 2 * PAD
+        if need <= budget:
+            keep.add(key)
+            budget -= need
+    user_w = max(1, min(user_natural, user_min + budget))
+    return [c for c in COLUMNS if c.key in keep], user_w
+
+
+def user_label(name: str, width: int = USER_WIDTH) -> str:
+    """How a user id is shown: never empty, never wider than ``width`` (cut with "…")."""
     if not name:
-        return "(empty)"
-    return name if len(name) <= USER_WIDTH else name[: USER_WIDTH - 1] + "…"
+        name = "(empty)"
+    return name if len(name) <= width else name[: max(0, width - 1)] + "…"
 
 
 def matches(name: str, needle: str) -> bool:
@@ -89,7 +128,7 @@ class UsersTable(DataTable[Text]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "detail", show=True)]
 
     DEFAULT_CSS = """
-    UsersTable { height: 1fr; }
+    UsersTable { height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 1; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -101,7 +140,9 @@ class UsersTable(DataTable[Text]):
         self.palette = Palette()
         self._users: dict[str, str] = {}
         self._rendered: list[tuple[str, tuple[str, ...]]] | None = None
-        self._header: tuple[int, bool] | None = None
+        self._header: object = None
+        self.shown_columns: list[Column] = list(COLUMNS)
+        """The columns shown at the current width (``s`` cycles through these)."""
         self._shown = 0
 
     @property
@@ -123,8 +164,13 @@ class UsersTable(DataTable[Text]):
         return self.user_for(key)
 
     def cycle_sort(self) -> None:
-        """Sort by the next column, in that column's natural order."""
-        self.sort_index = (self.sort_index + 1) % len(COLUMNS)
+        """Sort by the next column shown, in that column's natural order."""
+        shown = {c.key for c in self.shown_columns}
+        for step in range(1, len(COLUMNS) + 1):
+            i = (self.sort_index + step) % len(COLUMNS)
+            if COLUMNS[i].key in shown:
+                break
+        self.sort_index = i
         self.sort_reverse = self.sort_column.descending
         self.redraw()
 
@@ -151,34 +197,60 @@ class UsersTable(DataTable[Text]):
         self.view, self.palette = view, palette
         self.redraw()
 
-    def _headers(self) -> None:
-        state = (self.sort_index, self.sort_reverse)
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def _available(self, rows: int) -> int:
+        """The cells the columns may take: the width, less the scrollbar when the rows
+        (and the header) are more than the height."""
+        width = self.size.width
+        if width <= 0:  # not laid out yet: everything, cut later if need be
+            return 10_000
+        bar = self.styles.scrollbar_size_vertical if rows + 1 > self.size.height else 0
+        return width - bar
+
+    def _headers(self, visible: list[Column], widths: Mapping[str, int]) -> None:
+        state = (self.sort_index, self.sort_reverse,
+                 tuple((c.key, widths[c.key]) for c in visible))
         if self._header == state:
             return
         self._header = state
+        self.shown_columns = visible
         self.clear(columns=True)
-        for i, c in enumerate(COLUMNS):
-            label = c.label
-            if i == self.sort_index:
-                label += " ▼" if self.sort_reverse else " ▲"
+        for c in visible:
+            label = header_label(c, c is self.sort_column, self.sort_reverse)
             self.add_column(Text(label, justify="left" if c.kind == "text" else "right"),
-                            key=c.key)
+                            key=c.key, width=widths[c.key])
         self._rendered = None
 
     def redraw(self) -> None:
-        """Rebuild the rows (only when something visible changed); keep the cursor's user."""
-        self._headers()
+        """Rebuild the rows (only when something visible changed); keep the cursor's user.
+        Columns that do not fit the width are left out whole, never cut mid-value."""
         users = [u for u in self.view.items("users")
                  if matches(as_str(u.get("user")) or "", self.filter_text)]
         self._shown = len(users)
         ordered = sort_users(users, self.sort_column, self.sort_reverse)
+        table = [[cell(c, u, self.view, self.palette) for c in COLUMNS] for u in ordered]
+        widths = {
+            c.key: max([len(header_label(c, c is self.sort_column, True)),
+                        KIND_WIDTH.get(c.kind, 0),
+                        *(row[i].cell_len for row in table)])
+            for i, c in enumerate(COLUMNS)
+        }
+        visible, user_w = fit_columns(widths, self._available(len(table)),
+                                      self.sort_column.key)
+        widths["user"] = user_w
+        self._headers(visible, widths)
+        shown = [COLUMNS.index(c) for c in visible]
         rows: list[tuple[str, list[Text]]] = []
         seen: dict[str, int] = {}
-        for u in ordered:
+        for u, cells in zip(ordered, table, strict=True):
             name = as_str(u.get("user")) or ""
             seen[name] = seen.get(name, 0) + 1
             key = name if seen[name] == 1 else f"{name}\x00{seen[name]}"
-            rows.append((key, [cell(c, u, self.view, self.palette) for c in COLUMNS]))
+            row = [cells[i] for i in shown]
+            row[0] = Text(user_label(name, user_w), no_wrap=True)
+            rows.append((key, row))
         signature = [(k, tuple(f"{c.plain}\x00{c.style}" for c in cells)) for k, cells in rows]
         if signature == self._rendered:
             return
