@@ -74,3 +74,15 @@ def recording_header(directory: Path) -> dict[str, object]:
     with gzip.open(files[0], "rt") as f:
         header: dict[str, object] = json.loads(f.readline())
     return header
+
+
+async def test_one_user_is_one_user(admin: RealAdmin) -> None:
+    """The users box says "1 user" (not "1 users"), and "of 1 user" when filtering."""
+    admin.request(1, "solo")
+    app = LlmtopApp(AdminSource([admin.url]), refresh_hz=10, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=WIDE) as pilot:
+        await shows(pilot, "solo")
+        assert str(app.dashboard.users_box.border_subtitle) == "1 user"
+        await pilot.press("slash", "x")
+        await until(pilot, lambda: str(app.dashboard.users_box.border_subtitle)
+                    == "0 of 1 user · filter: x", what="filtered subtitle")

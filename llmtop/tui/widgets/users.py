@@ -52,6 +52,11 @@ KIND_WIDTH = {"count": 7, "rate": 6, "latency": 8, "attainment": 4}
 "≤12m34s"...), so its width does not jump as the figures change."""
 
 
+def users(n: int) -> str:
+    """"1 user", "3 users"."""
+    return f"{n} user" if n == 1 else f"{n} users"
+
+
 def header_label(column: Column, sorted_by: bool, reverse: bool) -> str:
     return column.label + ((" ▼" if reverse else " ▲") if sorted_by else "")
 
@@ -268,7 +273,7 @@ class UsersTable(DataTable[Text]):
         """"N users" or "n of N users · filter: …" (the filter as plain text)."""
         shown = self._shown
         total = len(self.view.items("users"))
-        t = Text(f"{shown} of {total} users" if self.filter_text else f"{total} users")
+        t = Text(f"{shown} of {users(total)}" if self.filter_text else users(total))
         if self.filter_text:
             t.append(" · filter: ")
             t.append(self.filter_text)
