@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from tui_support import FIXED_NOW, RealAdmin, screen_text, shows, until
 
-from llmtop.events import EngineReading
+from llmtop.events import ActiveRequest, EngineReading
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.record import RecordPrompt
 from llmtop.tui.source import AdminSource
@@ -86,3 +87,33 @@ async def test_one_user_is_one_user(admin: RealAdmin) -> None:
         await pilot.press("slash", "x")
         await until(pilot, lambda: str(app.dashboard.users_box.border_subtitle)
                     == "0 of 1 user · filter: x", what="filtered subtitle")
+
+
+async def test_users_past_the_top_20_are_one_row_named_as_such(admin: RealAdmin) -> None:
+    """34 users against the proxy's default top 20: the box says "top 20 users + others"
+    (not "21 users"), the folded row reads "(others)" and stays last whatever the sort,
+    and its detail says what it is and lists the folded users' requests."""
+    for i in range(34):
+        admin.request(i, f"u{i:02d}", tokens=10 + i)
+    start = time.perf_counter_ns() - 2 * 10**9
+    for rid, user in (("live-tracked", "u01"), ("live-folded", "u25")):
+        admin.active[rid] = ActiveRequest(rid, user, "m", "openai", "/v1/chat/completions",
+                                          True, admin.now - 2, start)
+    app = LlmtopApp(AdminSource([admin.url]), refresh_hz=10, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=WIDE) as pilot:
+        table = app.dashboard.users
+        await until(pilot, lambda: table.row_count == 21, what="21 rows")
+        assert str(app.dashboard.users_box.border_subtitle) == "top 20 users + others"
+        names = [table.user_for(table.coordinate_to_cell_key((i, 0)).row_key)
+                 for i in range(table.row_count)]
+        assert names[-1] == "other" and "other" not in names[:-1]
+        assert table.get_cell_at((20, 0)).plain == "(others)"
+        await pilot.press("S")  # reversed: the folded row is still last
+        await until(pilot, lambda: table.get_cell_at((0, 0)).plain == "u00", what="u00 first")
+        assert table.get_cell_at((20, 0)).plain == "(others)"
+        table.move_cursor(row=20)
+        await pilot.press("enter")
+        await shows(pilot, "every user past the top 20, in one row")
+        text = screen_text(app)
+        assert "active requests of (others)" in text
+        assert "live-folded" in text and "live-tracked" not in text

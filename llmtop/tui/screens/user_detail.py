@@ -15,10 +15,11 @@ from textual.widgets import Footer
 
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
-from llmtop.tui.snapview import SnapView, as_num
+from llmtop.tui.snapview import SnapView, as_num, as_str
 from llmtop.tui.widgets.base import ViewPanel
 from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
 from llmtop.tui.widgets.requests import RequestsTable
+from llmtop.tui.widgets.users import FOLD_LABEL, is_fold
 
 KNOWN: tuple[tuple[str, str, str], ...] = (
     ("requests", "requests", "count"),
@@ -54,10 +55,16 @@ class UserSummary(ViewPanel):
     def build(self, width: int) -> RenderableType:
         v, pal = self.view, self.palette
         title = Text(no_wrap=True, overflow="ellipsis")
-        title.append("user ", pal.dim)
-        title.append(self.user or "(empty)", "bold")
-        title.append(f"  · window {fmt.window(v.window_s)}", pal.dim)
         row = v.user(self.user)
+        if row is not None and is_fold(row):
+            top = v.num("top_users")
+            title.append(FOLD_LABEL, "bold")
+            past = f"the top {fmt.count(top)}" if top is not None else "the top users"
+            title.append(f"  every user past {past}, in one row", pal.dim)
+        else:
+            title.append("user ", pal.dim)
+            title.append(self.user or "(empty)", "bold")
+        title.append(f"  · window {fmt.window(v.window_s)}", pal.dim)
         if row is None:
             title.append("\nno requests from this user in this window", pal.dim)
             return title
@@ -136,4 +143,10 @@ class UserDetail(Screen[None]):
         self.header.set_status(status)
         self.header.show(view, palette)
         self.summary.show(view, palette)
+        row = view.user(self.user)
+        if row is not None and is_fold(row):  # the requests of every user not tracked
+            self.requests.only_user = None
+            names = (as_str(u.get("user")) for u in view.items("users") if not is_fold(u))
+            self.requests.exclude = frozenset(n for n in names if n is not None)
+            self.requests.border_title = Text(f"active requests of {FOLD_LABEL}")
         self.requests.show_requests(active, palette, view.slo.ttft_s)

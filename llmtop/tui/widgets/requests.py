@@ -70,6 +70,8 @@ class RequestsTable(DataTable[Text]):
     def __init__(self, *, id: str | None = None, user: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.only_user = user
+        self.exclude: frozenset[str] = frozenset()
+        """Users whose requests are left out (the detail of "(others)": the tracked ones)."""
         self.filter_text = ""
         self._rendered: list[tuple[str, ...]] | None = None
 
@@ -82,6 +84,7 @@ class RequestsTable(DataTable[Text]):
         picked = [
             r for r in rows
             if (self.only_user is None or as_str(r.get("user")) == self.only_user)
+            and as_str(r.get("user")) not in self.exclude
             and matches(as_str(r.get("user")) or "", self.filter_text)
         ]
         ordered = order_requests(picked)

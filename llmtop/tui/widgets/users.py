@@ -52,6 +52,18 @@ KIND_WIDTH = {"count": 7, "rate": 6, "latency": 8, "attainment": 4}
 "≤12m34s"...), so its width does not jump as the figures change."""
 
 
+FOLD_LABEL = "(others)"
+"""How the row of users past the top N (the snapshot's untracked row, named "other") is
+shown: not a user, so never taken for one called "other"."""
+FOLD_KEY = "\x00other"
+"""Its row key (no user id from JSON is this)."""
+
+
+def is_fold(user: Mapping[str, Any]) -> bool:
+    """The row the proxy folds every user past its top N into (``tracked`` false)."""
+    return user.get("tracked") is False
+
+
 def users(n: int) -> str:
     """"1 user", "3 users"."""
     return f"{n} user" if n == 1 else f"{n} users"
@@ -113,7 +125,8 @@ def sort_users(
 
 def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette) -> Text:
     if column.kind == "text":
-        return Text(user_label(as_str(user.get(column.key)) or ""), no_wrap=True)
+        name = FOLD_LABEL if is_fold(user) else as_str(user.get(column.key)) or ""
+        return Text(user_label(name), no_wrap=True)
     v = as_num(user.get(column.key))
     if column.kind == "latency":
         threshold = view.slo.for_metric(column.slo_metric or "")
@@ -231,10 +244,13 @@ class UsersTable(DataTable[Text]):
     def redraw(self) -> None:
         """Rebuild the rows (only when something visible changed); keep the cursor's user.
         Columns that do not fit the width are left out whole, never cut mid-value."""
-        users = [u for u in self.view.items("users")
-                 if matches(as_str(u.get("user")) or "", self.filter_text)]
+        every = self.view.items("users")
+        users = [u for u in every
+                 if not is_fold(u) and matches(as_str(u.get("user")) or "", self.filter_text)]
         self._shown = len(users)
         ordered = sort_users(users, self.sort_column, self.sort_reverse)
+        if not self.filter_text:  # the rest, folded into one row, always last
+            ordered += [u for u in every if is_fold(u)]
         table = [[cell(c, u, self.view, self.palette) for c in COLUMNS] for u in ordered]
         widths = {
             c.key: max([len(header_label(c, c is self.sort_column, True)),
@@ -251,10 +267,14 @@ class UsersTable(DataTable[Text]):
         seen: dict[str, int] = {}
         for u, cells in zip(ordered, table, strict=True):
             name = as_str(u.get("user")) or ""
-            seen[name] = seen.get(name, 0) + 1
-            key = name if seen[name] == 1 else f"{name}\x00{seen[name]}"
             row = [cells[i] for i in shown]
-            row[0] = Text(user_label(name, user_w), no_wrap=True)
+            if is_fold(u):
+                key = FOLD_KEY
+                row[0] = Text(user_label(FOLD_LABEL, user_w), style=f"italic {self.palette.dim}")
+            else:
+                seen[name] = seen.get(name, 0) + 1
+                key = name if seen[name] == 1 else f"{name}\x00{seen[name]}"
+                row[0] = Text(user_label(name, user_w), no_wrap=True)
             rows.append((key, row))
         signature = [(k, tuple(f"{c.plain}\x00{c.style}" for c in cells)) for k, cells in rows]
         if signature == self._rendered:
@@ -264,20 +284,26 @@ class UsersTable(DataTable[Text]):
         self._users = {}
         for key, cells in rows:
             self.add_row(*cells, key=key)
-            self._users[key] = key.split("\x00", 1)[0]
+            self._users[key] = "other" if key == FOLD_KEY else key.split("\x00", 1)[0]
         self._rendered = signature
         if current is not None and current in self._users:
             self.move_cursor(row=self.get_row_index(current), animate=False)
 
     def subtitle(self) -> Text:
-        """"N users" or "n of N users · filter: …" (the filter as plain text)."""
-        shown = self._shown
-        total = len(self.view.items("users"))
-        t = Text(f"{shown} of {users(total)}" if self.filter_text else users(total))
+        """"N users" (+ "others" when the proxy folded the rest into one row, "top N"
+        when it tracks no more), or "n of N users · filter: …" (the filter as plain
+        text). The snapshot does not say how many users were folded."""
+        every = self.view.items("users")
+        total = sum(1 for u in every if not is_fold(u))
         if self.filter_text:
-            t.append(" · filter: ")
+            t = Text(f"{self._shown} of {users(total)} · filter: ")
             t.append(self.filter_text)
-        return t
+            return t
+        if not any(is_fold(u) for u in every):
+            return Text(users(total))
+        top = self.view.num("top_users")
+        lead = "top " if top is not None and total >= top else ""
+        return Text(f"{lead}{users(total)} + others")
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()
