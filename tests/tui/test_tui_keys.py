@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from textual.widgets import Input
@@ -260,3 +261,19 @@ async def test_replay_keys_inactive_for_live_sources() -> None:
         assert app.is_running
         assert "play/pause" not in screen_text(app)
         assert app.check_action("replay_pause", ()) is False
+
+
+async def test_user_detail_labels_fields_it_does_not_know() -> None:
+    """A field the detail screen has no label for is shown in words, an integer as an
+    integer and a fraction as a rate."""
+    src = FixtureSource("saturated")
+    src.snapshot["users"][0]["queue_retries"] = 3
+    src.snapshot["users"][0]["odd_rate"] = 2.5
+    app = make_app(src)
+    async with app.run_test(size=WIDE) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        app.open_user("batch-job")
+        await shows(pilot, "queue retries")
+        text = screen_text(app)
+    assert re.search(r"queue retries +3( |$)", text, re.M)
+    assert re.search(r"odd rate +2\.50( |$)", text, re.M)

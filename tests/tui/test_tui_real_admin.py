@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -117,3 +118,20 @@ async def test_users_past_the_top_20_are_one_row_named_as_such(admin: RealAdmin)
         text = screen_text(app)
         assert "active requests of (others)" in text
         assert "live-folded" in text and "live-tracked" not in text
+
+
+async def test_user_detail_shows_counts_as_integers_with_labels(admin: RealAdmin) -> None:
+    """The detail of a user, from the proxy's real row: counts are integers and every
+    field has a label in words (no "slo_met 1.00", no "output_tokens 32.0")."""
+    admin.request(1, "solo", tokens=32)
+    app = LlmtopApp(AdminSource([admin.url]), refresh_hz=10, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=WIDE) as pilot:
+        await shows(pilot, "solo")
+        await pilot.press("enter")
+        await shows(pilot, "user solo")
+        text = screen_text(app)
+    assert "_" not in text.split("active requests of solo")[0]
+    lines = text.splitlines()
+    for label, value in (("output tokens", "32"), ("met every SLO", "1"),
+                         ("judged on SLOs", "1"), ("streaming", "0"), ("timeouts", "0")):
+        assert any(re.search(rf"{label} +{value}( |$)", ln) for ln in lines), label

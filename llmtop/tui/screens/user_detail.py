@@ -24,8 +24,13 @@ from llmtop.tui.widgets.users import FOLD_LABEL, is_fold
 KNOWN: tuple[tuple[str, str, str], ...] = (
     ("requests", "requests", "count"),
     ("in_flight", "in flight", "count"),
+    ("waiting", "waiting", "count"),
+    ("streaming", "streaming", "count"),
+    ("rps", "requests/s", "rate"),
     ("output_tps", "output tok/s", "rate"),
     ("input_tps", "input tok/s", "rate"),
+    ("output_tokens", "output tokens", "count"),
+    ("input_tokens", "input tokens", "count"),
     ("ttft_p50", "TTFT p50", "ttft"),
     ("ttft_p95", "TTFT p95", "ttft"),
     ("ttft_p99", "TTFT p99", "ttft"),
@@ -35,10 +40,22 @@ KNOWN: tuple[tuple[str, str, str], ...] = (
     ("tpot_p95", "TPOT p95", "tpot"),
     ("e2e_p95", "E2E p95", "e2e"),
     ("slo_attainment", "SLO attainment", "attainment"),
+    ("slo_met", "met every SLO", "count"),
+    ("slo_judged", "judged on SLOs", "count"),
     ("goodput_tps", "goodput tok/s", "rate"),
+    ("goodput_rps", "goodput req/s", "rate"),
     ("errors", "errors", "count"),
     ("cancelled", "cancelled", "count"),
+    ("timeouts", "timeouts", "count"),
 )
+
+
+def other_field(key: str, value: object) -> tuple[Text, Text]:
+    """A numeric field the screen does not know: its name in words, an integer as an
+    integer (a count), anything else as a rate."""
+    n = as_num(value)
+    shown = fmt.count(n) if isinstance(value, int) else fmt.rate(n)
+    return Text(key.replace("_", " ")), Text(shown)
 
 
 class UserSummary(ViewPanel):
@@ -83,7 +100,7 @@ class UserSummary(ViewPanel):
         for key, value in row.items():
             if key in shown or as_num(value) is None:
                 continue
-            cells.append((Text(str(key)), Text(fmt.rate(as_num(value)))))
+            cells.append(other_field(str(key), value))
         for i in range(0, len(cells), 2):
             left = cells[i]
             right = cells[i + 1] if i + 1 < len(cells) else (Text(""), Text(""))
