@@ -8,6 +8,13 @@ import math
 NA = "n/a"
 
 
+def clip(s: str, n: int) -> str:
+    """``s`` in at most ``n`` characters, cut with "…" when longer."""
+    if len(s) <= n:
+        return s
+    return s[: n - 1] + "…" if n > 0 else ""
+
+
 def latency(s: float | None) -> str:
     """A duration in seconds as the most readable unit: ``850 µs``, ``12.3 ms``, ``1.24 s``."""
     if s is None or not math.isfinite(s):

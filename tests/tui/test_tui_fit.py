@@ -139,3 +139,18 @@ async def test_s_sorts_only_by_columns_on_screen() -> None:
             seen.append(table.sort_column.key)
         assert seen[-1] == "output_tps"
         assert len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize(("size", "shown"), [((100, 40), "GeForce RTX 4…"),
+                                             ((150, 40), "GeForce RTX 4090 ")])
+async def test_long_gpu_name_is_ellipsised(size: tuple[int, int], shown: str) -> None:
+    """A GPU name longer than its 14 columns (90–139 wide) ends in "…"; wider screens
+    have room for it whole."""
+    src = FixtureSource("saturated")
+    src.snapshot["gpus"][0]["name"] = "NVIDIA GeForce RTX 4090"
+    app = make_app(src)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause()
+        text = screen_text(app)
+    assert f"0 SIM {shown}" in text

@@ -55,7 +55,7 @@ def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -
         t.append("SIM ", f"bold reverse {pal.warn}")
     if width >= 90:
         n = 28 if width >= 140 else 14
-        t.append(f"{name[:n]:<{n}} ")
+        t.append(f"{fmt.clip(name, n):<{n}} ")
     bar_w = 16 if width >= 90 else 8
     t.append("mem ", pal.dim)
     t.append_text(bar(None if mem is None else mem / 100, bar_w, pal.usage(mem), pal.dim))

@@ -26,10 +26,6 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def _clip(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
 def request_cells(r: Mapping[str, Any], pal: Palette, ttft_slo: float | None) -> list[Text]:
     """The row for one active request (user strings as plain text, never markup)."""
     state = as_str(r.get("state")) or "?"
@@ -43,9 +39,9 @@ def request_cells(r: Mapping[str, Any], pal: Palette, ttft_slo: float | None) ->
     if state == "waiting" and ttft_slo is not None and age is not None and age > ttft_slo:
         age_style = pal.bad
     return [
-        Text(_clip(as_str(r.get("id")) or "?", 14), no_wrap=True),
-        Text(_clip(as_str(r.get("user")) or "(empty)", 20), no_wrap=True),
-        Text(_clip(as_str(r.get("model")) or fmt.NA, 24), no_wrap=True,
+        Text(fmt.clip(as_str(r.get("id")) or "?", 14), no_wrap=True),
+        Text(fmt.clip(as_str(r.get("user")) or "(empty)", 20), no_wrap=True),
+        Text(fmt.clip(as_str(r.get("model")) or fmt.NA, 24), no_wrap=True,
              style="" if r.get("model") else pal.dim),
         Text(state, style=state_style),
         Text(fmt.latency(age), style=age_style, justify="right"),
