@@ -66,10 +66,15 @@ async def test_starting_with_the_proxy_down_waits_then_connects() -> None:
     try:
         async with app.run_test(size=WIDE) as pilot:
             await shows(pilot, "DISCONNECTED")
-            assert "waiting for the first snapshot" in screen_text(app)
+            text = screen_text(app)
+            assert "waiting for the first snapshot" in text
+            # nothing is known yet: no green "no warnings", no "collecting data"
+            assert "no saturation warnings" not in text and "collecting" not in text
+            assert "warnings n/a" in text and "capacity n/a" in text
             holder.close()
             await srv.start()
             await shows(pilot, "alice")
+            await shows(pilot, "✓ no saturation warnings")
     finally:
         holder.close()
         await srv.stop()

@@ -38,7 +38,8 @@ class ViewPanel(Widget):
         """What must differ for the panel to look different."""
         if self.READS is None:
             return view.raw
-        return tuple(view.raw.get(k) for k in self.READS)
+        # (whether there is a snapshot at all counts too: "n/a" before the first one)
+        return (bool(view.raw), *(view.raw.get(k) for k in self.READS))
 
     def layout_key(self, view: SnapView) -> object:
         """What must differ for the panel's height to change (default: anything)."""

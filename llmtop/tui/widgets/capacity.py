@@ -35,6 +35,9 @@ class CapacityLine(ViewPanel):
         v, pal = self.view, self.palette
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("capacity ", "bold")
+        if not v.raw:
+            t.append(fmt.NA, pal.dim)
+            return t
         n = v.num("capacity", "max_concurrency_at_slo")
         tps = v.num("capacity", "goodput_tps_at_slo")
         failing = v.num("capacity", "first_failing_concurrency")

@@ -38,7 +38,7 @@ class EnginePanel(ViewPanel):
         t = Text(no_wrap=False)
         t.append("engine ", "bold")
         if not eng:
-            t.append("n/a (no engine metrics)", pal.dim)
+            t.append("n/a (no engine metrics)" if v.raw else fmt.NA, pal.dim)
             return t
         t.append(v.text("engine", "kind") or "unknown", pal.accent)
         age = v.num("engine", "age_s")

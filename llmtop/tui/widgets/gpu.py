@@ -100,7 +100,7 @@ class GpuPanel(ViewPanel):
             title.append("  bw = DRAM bandwidth % of peak · busy = % of time memory was busy",
                          pal.dim)
         if not gpus:
-            title.append("  n/a (no GPU readings)", pal.dim)
+            title.append("  n/a (no GPU readings)" if v.raw else "  n/a", pal.dim)
             return title
         lines: list[RenderableType] = [title]
         lines.extend(gpu_line(v, g, pal, width) for g in gpus)
@@ -110,7 +110,8 @@ class GpuPanel(ViewPanel):
         """No title line: "GPU0 SIM mem ███ 97% bw 91% …"; two GPUs, then "+N more"."""
         v, pal = self.view, self.palette
         if not gpus:
-            return Text.assemble(("GPU ", "bold"), ("n/a (no GPU readings)", pal.dim))
+            why = "n/a (no GPU readings)" if v.raw else fmt.NA
+            return Text.assemble(("GPU ", "bold"), (why, pal.dim))
         shown = gpus[:MAX_NARROW]
         lines: list[RenderableType] = [gpu_line(v, g, pal, width) for g in shown]
         if len(shown) < len(gpus):

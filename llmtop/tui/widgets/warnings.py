@@ -53,6 +53,9 @@ class WarningsBar(ViewPanel):
         v, pal = self.view, self.palette
         warnings = v.items("warnings")
         t = Text(no_wrap=True, overflow="ellipsis")
+        if not v.raw:  # nothing is known yet: not "no warnings"
+            t.append("warnings n/a (no snapshot yet)", pal.dim)
+            return t
         if not warnings:
             t.append("✓ no saturation warnings", pal.ok)
             return t
