@@ -100,6 +100,7 @@ class LlmtopApp(App[int]):
         self._fetching = False
         self._last_attempt = float("-inf")
         self._recording: str | None = None
+        self._replay_length: float | None = None
         self._started = 0
         self._applied = 0
 
@@ -179,7 +180,7 @@ class LlmtopApp(App[int]):
 
     def status(self) -> HeaderStatus:
         return HeaderStatus(
-            source=self.source.describe(),
+            source=self._source_label(),
             window_s=self.window_s,
             paused=self.paused,
             connected=self.connected,
@@ -188,12 +189,28 @@ class LlmtopApp(App[int]):
             replay=self._replay_label(),
         )
 
+    def _source_label(self) -> str:
+        """Where the data comes from. A replay says only its file here: the position,
+        length and speed are in the replay label, once."""
+        if self.replay is None:
+            return self.source.describe()
+        path = getattr(self.source, "path", None)
+        name = self.view.text("replay", "file") or getattr(path, "name", None)
+        return name if isinstance(name, str) and name else self.source.describe()
+
     def _replay_label(self) -> str | None:
         rp = self.replay
         if rp is None:
             return None
-        pos, dur = fmt.duration(rp.position_s), rp.duration_s
+        dur = rp.duration_s
+        if dur is not None:
+            self._replay_length = dur
+        else:  # a gzipped recording's length is unknown again after seeking back
+            dur = self._replay_length
+        pos = fmt.duration(rp.position_s)
         where = pos if dur is None else f"{pos}/{fmt.duration(dur)}"
+        if self._replay_at_end(rp):
+            return f"■ replay ended {where} ×{rp.speed:g}"
         state = "⏸ " if self._replay_is_paused(rp) else "▶ "
         return f"{state}replay {where} ×{rp.speed:g}"
 
@@ -210,6 +227,8 @@ class LlmtopApp(App[int]):
             return self.replay is not None and not isinstance(self.focused, Input)
         if action in DASHBOARD_ACTIONS:
             return self.screen is self.dashboard
+        if action == "record":  # a replay cannot record
+            return self.replay is None
         return True
 
     def action_pause(self) -> None:
@@ -289,6 +308,14 @@ class LlmtopApp(App[int]):
         await self.refresh_now()
 
     # -- replay ----------------------------------------------------------------------------
+
+    def _replay_at_end(self, rp: ReplayControl) -> bool:
+        """Whether the replay has played everything: the source's ``at_end`` when it has
+        one, else the snapshot's ``replay.at_end``."""
+        at_end = getattr(rp, "at_end", None)
+        if isinstance(at_end, bool):
+            return at_end
+        return self.view.mapping("replay").get("at_end") is True
 
     def _replay_is_paused(self, rp: ReplayControl) -> bool:
         """The source's own ``paused`` flag when it has one, else what the keys did."""

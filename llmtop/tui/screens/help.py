@@ -43,7 +43,8 @@ def help_table(replay: bool) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    for key, what in KEYS + (REPLAY_KEYS if replay else ()):
+    keys = tuple(k for k in KEYS if k[0] != "r") + REPLAY_KEYS if replay else KEYS
+    for key, what in keys:
         table.add_row(Text(key), Text(what))
     return table
 
