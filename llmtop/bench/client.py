@@ -5,13 +5,18 @@ with ``time.perf_counter_ns``; the stream is read with the proxy's own dialect p
 TTFT, chunk times and token counts (``usage`` first, asked for with
 ``stream_options.include_usage``) mean exactly what they mean for proxied traffic. The
 result is a :class:`~llmtop.events.RequestRecord`, the same event the proxy produces.
+
+A failed request's ``error`` reads ``"<kind>: <detail>"`` (``connection refused: …``,
+``HTTP 500: …``, ``timeout: …``): :func:`error_kind` gives the kind, which the summary counts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
+import socket
 import time
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -101,15 +106,17 @@ class BenchClient:
                     offsets.append(perf_counter_ns())
                     counts.append(toks)
                 if status >= 400:
-                    outcome, error = "error", f"HTTP {status}"
+                    outcome = "error"
+                    error = f"HTTP {status}" + (f": {parser.error}" if parser.error else "")
                 elif parser.error:
-                    outcome, error = "error", parser.error
+                    outcome, error = "error", f"stream error: {parser.error}"
         except TimeoutError:
-            outcome, error = "timeout", f"no complete response within {self.timeout_s:.0f} s"
+            outcome = "timeout"
+            error = f"timeout: no complete response within {self.timeout_s:g} s"
         except aiohttp.ClientError as exc:
-            outcome, error = "error", f"{type(exc).__name__}: {exc}"
+            outcome, error = "error", f"{failure_kind(exc)}: {exc}"
         except asyncio.CancelledError:
-            outcome, error = "cancelled", "benchmark stopped"
+            outcome, error = "cancelled", "cancelled: benchmark stopped"
             end = perf_counter_ns()
             raise _Cancelled(self._record(t0, wall, end, status, outcome, error, offsets,
                                           counts, parser, req, concurrency)) from None
@@ -150,6 +157,39 @@ class BenchClient:
             concurrency_at_start=concurrency,
             error=error,
         )
+
+
+def failure_kind(exc: aiohttp.ClientError) -> str:
+    """A short name for why a request got no complete answer, for counting and showing."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        os_error = exc.os_error
+        if isinstance(os_error, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(exc, aiohttp.ClientSSLError):
+            return "TLS error"
+        if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(os_error,
+                                                                          socket.gaierror):
+            return "host not found"
+        return "cannot connect"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server disconnected"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "response cut off"
+    if isinstance(exc, aiohttp.ClientOSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE):
+        return "connection reset"
+    return type(exc).__name__
+
+
+def error_kind(rec: RequestRecord) -> str:
+    """The kind of a failed request's failure: ``HTTP 500``, ``connection refused``,
+    ``timeout`` … (the ``error`` text before its first ``": "``)."""
+    if rec.outcome == "timeout":
+        return "timeout"
+    if rec.status >= 400:
+        return f"HTTP {rec.status}"
+    if rec.error:
+        return rec.error.split(": ", 1)[0]
+    return rec.outcome
 
 
 class _Cancelled(asyncio.CancelledError):

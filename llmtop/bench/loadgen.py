@@ -5,12 +5,19 @@ engine's pace sets the arrival rate. Open loop: arrivals are scheduled in advanc
 at their time whether or not earlier requests have finished, and every latency is
 measured from the **scheduled** send time, so a stalled server shows up in the latency of
 every request scheduled during the stall (no coordinated omission). Requests started in
-the warm-up are sent but not counted.
+the warm-up are sent but not counted; with ``requests`` exactly that many are measured.
+
+Failures are not retried in a tight loop: a closed-loop worker whose requests keep failing
+waits before its next one (:func:`backoff_s`), and a level in which nothing has succeeded
+gives up early (:class:`FailureWatch`) instead of hammering a dead port for its whole
+duration. Ctrl-C (cancellation) raises :class:`StepInterrupted`, which carries the level's
+partial results.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -20,12 +27,63 @@ from typing import Literal
 
 import aiohttp
 
-from llmtop.bench.client import BenchClient, _Cancelled
+from llmtop.bench.client import BenchClient, _Cancelled, error_kind
 from llmtop.bench.workload import Workload
 from llmtop.events import RequestRecord
 
 Mode = Literal["concurrency", "rate"]
 Progress = Callable[["StepRun"], None]
+
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 1.0
+GIVE_UP_FAILURES = 5
+GIVE_UP_AFTER_S = 1.0
+
+
+def backoff_s(consecutive_failures: int) -> float:
+    """A closed-loop worker's wait before its next request: none after a success or a
+    single failure (a level with occasional errors runs as fast as it can), then 50 ms,
+    doubling to at most 1 s while its requests keep failing."""
+    if consecutive_failures <= 1:
+        return 0.0
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** (consecutive_failures - 2))
+
+
+@dataclass
+class FailureWatch:
+    """Watches a level's requests (warm-up included) and decides when it gives up: none has
+    succeeded, at least ``failures`` have failed (errors, timeouts), the first of them
+    ``after_s`` ago."""
+
+    failures: int = GIVE_UP_FAILURES
+    after_s: float = GIVE_UP_AFTER_S
+    any_ok: bool = False
+    failed: int = 0
+    answered: int = 0
+    """Requests that got an HTTP answer (any status)."""
+    kinds: dict[str, int] = field(default_factory=dict)
+    """Failures by kind (:func:`llmtop.bench.client.error_kind`)."""
+    last_error: str | None = None
+    """The latest failure's whole ``error`` text (``HTTP 404: model … not found``)."""
+    _first: float | None = None
+
+    def see(self, rec: RequestRecord) -> bool:
+        """Count one finished request; True when the level should give up."""
+        self.answered += rec.status > 0
+        if rec.outcome == "ok":
+            self.any_ok = True
+            return False
+        if rec.outcome not in ("error", "timeout"):
+            return False
+        self.failed += 1
+        kind = error_kind(rec)
+        self.last_error = rec.error
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        now = time.monotonic()
+        if self._first is None:
+            self._first = now
+        return (not self.any_ok and self.failed >= self.failures
+                and now - self._first >= self.after_s)
 
 
 @dataclass
@@ -43,10 +101,22 @@ class StepRun:
     overflow: int = 0
     """Open loop: arrivals not sent because ``max_outstanding`` requests were open."""
     interrupted: bool = False
+    gave_up: bool = False
+    """The level ended early: nothing succeeded (see :class:`FailureWatch`)."""
+    watch: FailureWatch = field(default_factory=FailureWatch)
 
     @property
     def duration_s(self) -> float:
         return max(self.ended - self.started, 1e-9)
+
+
+class StepInterrupted(asyncio.CancelledError):
+    """The level was cancelled (Ctrl-C); ``run`` holds what it had done, including the
+    partial records of the requests it stopped."""
+
+    def __init__(self, run: StepRun) -> None:
+        super().__init__("benchmark interrupted")
+        self.run = run
 
 
 def _session(limit: int) -> aiohttp.ClientSession:
@@ -63,54 +133,82 @@ async def run_closed(
     requests: int | None = None,
     warmup_s: float = 0.0,
     progress: Progress | None = None,
+    watch: FailureWatch | None = None,
 ) -> StepRun:
-    """``concurrency`` workers for ``duration_s`` (after ``warmup_s``) or until
-    ``requests`` measured requests have finished."""
+    """``concurrency`` workers for ``duration_s`` (after ``warmup_s``) or until exactly
+    ``requests`` measured requests have finished (the last of them run with fewer open, as
+    workers find no request left to send)."""
     assert duration_s is not None or requests is not None
+    watch = FailureWatch() if watch is None else watch
     mono0 = time.monotonic()
     measure_from = mono0 + warmup_s
-    run = StepRun("concurrency", concurrency, started=time.time() + warmup_s)
+    run = StepRun("concurrency", concurrency, started=time.time() + warmup_s, watch=watch)
     stop = asyncio.Event()
     open_now = 0
+    claimed = 0
+    working = concurrency
 
     async def worker(session: aiohttp.ClientSession) -> None:
-        nonlocal open_now
-        while not stop.is_set():
-            req = workload.next()
-            begun = time.monotonic()
-            open_now += 1
-            run.sent += 1
-            try:
-                rec = await client.send(session, req, concurrency=open_now)
-            finally:
-                open_now -= 1
-            if begun < measure_from:
-                run.warmup_records += 1
-                continue
-            run.records.append(rec)
-            if progress:
-                progress(run)
-            if requests is not None and len(run.records) >= requests:
+        nonlocal open_now, claimed, working
+        failures = 0
+        try:
+            while not stop.is_set():
+                begun = time.monotonic()
+                measured = begun >= measure_from
+                if measured and requests is not None:
+                    if claimed >= requests:
+                        return
+                    claimed += 1
+                req = workload.next()
+                open_now += 1
+                run.sent += 1
+                try:
+                    rec = await client.send(session, req, concurrency=open_now)
+                finally:
+                    open_now -= 1
+                if watch.see(rec):
+                    run.gave_up = True
+                    stop.set()
+                if measured:
+                    run.records.append(rec)
+                    if progress:
+                        progress(run)
+                else:
+                    run.warmup_records += 1
+                failures = 0 if rec.outcome == "ok" else failures + 1
+                pause = backoff_s(failures)
+                if pause and not stop.is_set():
+                    await asyncio.sleep(pause)
+        finally:
+            working -= 1
+            if working == 0:  # every measured request is done
                 stop.set()
 
+    loop = asyncio.get_running_loop()
+    deadline = None if duration_s is None else loop.time() + warmup_s + duration_s
     async with _session(concurrency) as session:
         tasks = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
         stopper = asyncio.create_task(stop.wait())
         try:
-            limit = None if duration_s is None else warmup_s + duration_s
-            done, _ = await asyncio.wait([stopper, *tasks], timeout=limit,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for t in done:  # a worker that died: its error is the benchmark's error
-                if t is not stopper and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+            pending: set[asyncio.Task[None] | asyncio.Task[bool]] = {stopper, *tasks}
+            while stopper in pending:
+                left = None if deadline is None else max(deadline - loop.time(), 0.0)
+                done, pending = await asyncio.wait(pending, timeout=left,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break  # time is up
+                for t in done:  # a worker that died: its error is the benchmark's error
+                    if t is not stopper and t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]
         except asyncio.CancelledError:
             run.interrupted = True
-            raise
         finally:
             stop.set()
             run.ended = time.time()
             stopper.cancel()
             await _cancel_all(tasks, run)
+    if run.interrupted:
+        raise StepInterrupted(run)
     return run
 
 
@@ -126,20 +224,33 @@ async def run_open(
     seed: int = 0,
     max_outstanding: int = 10_000,
     progress: Progress | None = None,
+    watch: FailureWatch | None = None,
 ) -> StepRun:
     """Arrivals at ``rate``/s (exponential gaps when ``poisson``, else constant), each
     measured from its scheduled time."""
     assert duration_s is not None or requests is not None
+    watch = FailureWatch() if watch is None else watch
     rng = random.Random(seed)
-    run = StepRun("rate", rate, started=time.time() + warmup_s)
+    run = StepRun("rate", rate, started=time.time() + warmup_s, watch=watch)
     t0 = perf_counter_ns()
     warm_ns = int(warmup_s * 1e9)
     end_ns = None if duration_s is None else t0 + int((warmup_s + duration_s) * 1e9)
     in_flight: set[asyncio.Task[None]] = set()
+    give_up = asyncio.Event()
+    died: list[BaseException] = []
+
+    def finished(task: asyncio.Task[None]) -> None:
+        in_flight.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            died.append(exc)
+            give_up.set()
 
     async def one(session: aiohttp.ClientSession, scheduled: int, measured: bool) -> None:
         rec = await client.send(session, workload.next(), scheduled_ns=scheduled,
                                 concurrency=len(in_flight))
+        if watch.see(rec):
+            run.gave_up = True
+            give_up.set()
         if measured:
             run.records.append(rec)
             if progress:
@@ -151,7 +262,7 @@ async def run_open(
         try:
             at = t0
             planned = 0
-            while True:
+            while not give_up.is_set():
                 gap = rng.expovariate(rate) if poisson else 1.0 / rate
                 at += int(gap * 1e9)
                 if end_ns is not None and at >= end_ns:
@@ -160,7 +271,11 @@ async def run_open(
                 if requests is not None and measured and planned >= requests:
                     break
                 delay = (at - perf_counter_ns()) / 1e9
-                if delay > 0:
+                if delay > 0.05:  # a long gap: wake up at once if the level gives up
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(give_up.wait(), delay)
+                        break
+                elif delay > 0:
                     await asyncio.sleep(delay)
                 if len(in_flight) >= max_outstanding:
                     run.overflow += 1
@@ -169,15 +284,23 @@ async def run_open(
                 run.sent += 1
                 task = asyncio.create_task(one(session, at, measured))
                 in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-            if in_flight:
-                await asyncio.gather(*list(in_flight), return_exceptions=True)
+                task.add_done_callback(finished)
+            waiter = asyncio.create_task(give_up.wait())
+            try:  # the requests still open, unless the level gave up
+                while in_flight and not give_up.is_set():
+                    await asyncio.wait([waiter, *in_flight],
+                                       return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if died:  # a request task that raised: its error is the benchmark's error
+                raise died[0]
         except asyncio.CancelledError:
             run.interrupted = True
-            raise
         finally:
             run.ended = time.time()
             await _cancel_all(list(in_flight), run)
+    if run.interrupted:
+        raise StepInterrupted(run)
     return run
 
 

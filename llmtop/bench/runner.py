@@ -1,24 +1,37 @@
-"""Run a benchmark plan: levels (or a search), progress, table, verdict, JSON, recording."""
+"""Run a benchmark plan: levels (or a search), progress, table, verdict, JSON, recording.
+
+How a run ends: normally (exit 0); with nothing succeeded at all — a dead or rejecting
+target — as one error line (exit 1); when the target stops answering mid-run (no HTTP
+answer at all in a level after earlier successes) with the finished levels and the reason
+(exit 1); on Ctrl-C with the finished levels, a note of the level it interrupted and the
+recording closed with every request done so far (exit 130).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import aiohttp
 
 from llmtop import __version__
 from llmtop.bench.client import Api, BenchClient
-from llmtop.bench.loadgen import StepRun, run_closed, run_open
+from llmtop.bench.loadgen import StepInterrupted, StepRun, run_closed, run_open
+from llmtop.bench.output import error_lines, gpu_lines, level_label, table, verdict
 from llmtop.bench.search import SearchResult, passes, search
-from llmtop.bench.summary import StepSummary, summarize
+from llmtop.bench.summary import StepSummary, errors_text, summarize
 from llmtop.bench.workload import Workload
 from llmtop.config import Config, slo_dict
 from llmtop.events import RequestRecord
+
+if TYPE_CHECKING:
+    from llmtop.gpu.start import GpuSourceHandle
 
 
 @dataclass
@@ -63,6 +76,7 @@ class Progress:
         self.tty = out.isatty()
         self.label = ""
         self._last = 0.0
+        self._open = False
 
     def step(self, label: str) -> None:
         self.label = label
@@ -80,17 +94,29 @@ class Progress:
 
     def done(self, s: StepSummary) -> None:
         att = "n/a" if s.slo_attainment is None else f"{s.slo_attainment:.0%}"
+        errors = f", errors: {errors_text(s.error_kinds)}" if s.error_kinds else ""
+        gave_up = " (gave up: nothing succeeded)" if s.gave_up else ""
         self._write(f"{self.label}: {s.requests} requests, {s.output_tps:.0f} tok/s, "
-                    f"SLO attainment {att}", force=True, end=True)
+                    f"SLO attainment {att}{errors}{gave_up}", force=True, end=True)
+
+    def end_line(self) -> None:
+        """End a line left open on a terminal (before other output)."""
+        if self._open:
+            self._open = False
+            with contextlib.suppress(BrokenPipeError, ValueError):
+                self.out.write("\n")
+                self.out.flush()
 
     def _write(self, text: str, force: bool = False, end: bool = False) -> None:
-        if self.tty:
-            self.out.write("\r\x1b[2K" + text + ("\n" if end else ""))
-        elif force or end:
-            self.out.write(text + "\n")
-        else:
-            self.out.write(text + "\n")
-        self.out.flush()
+        try:
+            if self.tty:
+                self.out.write("\r\x1b[2K" + text + ("\n" if end else ""))
+                self._open = not end
+            else:
+                self.out.write(text + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):  # stderr closed or piped to a closed reader
+            pass
 
 
 async def _gpu_readings(session: aiohttp.ClientSession, admin: str) -> list[dict[str, Any]]:
@@ -103,132 +129,152 @@ async def _gpu_readings(session: aiohttp.ClientSession, admin: str) -> list[dict
         return []
 
 
+class _Stop(Exception):
+    """Ends the run early: ``nothing_ok`` when no request has succeeded at all."""
+
+    def __init__(self, message: str, nothing_ok: bool) -> None:
+        super().__init__(message)
+        self.nothing_ok = nothing_ok
+
+
+@dataclass
+class BenchOutcome:
+    """What a run did: its finished levels, and whether and why it ended early."""
+
+    result: SearchResult
+    interrupted: str | None = None
+    """The level Ctrl-C interrupted (``concurrency 4``), or ``between levels``."""
+    interrupted_done: int = 0
+    """Requests of the interrupted level that had finished by then."""
+    interrupted_stopped: int = 0
+    """Requests of the interrupted level that were open, stopped (and recorded as such)."""
+    stopped: str | None = None
+    """Why the run ended early (a runtime failure: exit 1)."""
+    nothing_ok: bool = False
+    """No request succeeded at all: the one-line error is the whole answer."""
+    steps: list[StepSummary] = field(default_factory=list)
+
+
 async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
-                  sink: list[RequestRecord], recorder: Any) -> SearchResult:
+                  sink: list[RequestRecord], recorder: Any) -> BenchOutcome:
+    """Run the plan's levels (or search). Never raises for Ctrl-C, a dead target or a
+    rejecting one: the outcome says how the run ended."""
     client = BenchClient(plan.url, api=plan.api, model=plan.model, timeout_s=plan.timeout_s,
                          ignore_eos=plan.ignore_eos)
     integer = plan.mode == "concurrency"
-    steps: list[StepSummary] = []
-    gpu = None
-    if not plan.admin_url:  # local GPUs through NVML, when there are any
-        from llmtop.gpu import open_gpu_source
+    outcome = BenchOutcome(SearchResult([], None, None))
+    steps = outcome.steps
+    any_ok = False
+    gpu: GpuSourceHandle | None = None
 
-        gpu = open_gpu_source(cfg, lambda ev: None, upstream=plan.url)
-        if gpu.start() and gpu.kind == "none":
-            gpu = None
+    def keep(records: list[RequestRecord]) -> None:
+        sink.extend(records)
+        if recorder is not None:
+            recorder.on_events(records)
 
     async def run_level(level: float) -> StepSummary:
-        shown = f"{int(level)}" if integer else f"{level:g}/s"
-        progress.step(f"{plan.mode} {shown}")
-        if integer:
-            run = await run_closed(client, plan.workload, int(level), duration_s=plan.duration_s,
-                                   requests=plan.requests, warmup_s=plan.warmup_s,
-                                   progress=progress.update)
-        else:
-            run = await run_open(client, plan.workload, level, duration_s=plan.duration_s,
-                                 requests=plan.requests, warmup_s=plan.warmup_s,
-                                 poisson=plan.poisson, seed=plan.seed + len(steps),
-                                 progress=progress.update)
+        nonlocal any_ok
+        label = level_label(plan.mode, level)
+        progress.step(label)
+        try:
+            if integer:
+                run = await run_closed(client, plan.workload, int(level),
+                                       duration_s=plan.duration_s, requests=plan.requests,
+                                       warmup_s=plan.warmup_s, progress=progress.update)
+            else:
+                run = await run_open(client, plan.workload, level, duration_s=plan.duration_s,
+                                     requests=plan.requests, warmup_s=plan.warmup_s,
+                                     poisson=plan.poisson, seed=plan.seed + len(steps),
+                                     progress=progress.update)
+        except StepInterrupted as exc:  # Ctrl-C: keep (and record) what the level did
+            keep(exc.run.records)
+            outcome.interrupted = label
+            outcome.interrupted_done = sum(r.outcome != "cancelled" for r in exc.run.records)
+            outcome.interrupted_stopped = len(exc.run.records) - outcome.interrupted_done
+            raise
         s = summarize(run, cfg)
+        keep(run.records)
         if plan.admin_url:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess:
                 s.gpus = await _gpu_readings(sess, plan.admin_url)
         elif gpu is not None:
             s.gpus = [r.to_json_dict() for r in gpu.latest()]
-        sink.extend(run.records)
         if recorder is not None:
-            recorder.on_events(run.records)
             recorder.on_events([BenchStepLine(s)])
         steps.append(s)
         progress.done(s)
+        any_ok = any_ok or run.watch.any_ok
+        _check_alive(run, label, any_ok, client.url())
         return s
 
     try:
+        if not plan.admin_url:  # local GPUs through NVML, when there are any
+            from llmtop.gpu import open_gpu_source
+
+            gpu = open_gpu_source(cfg, lambda ev: None, upstream=plan.url)
+            if gpu.start() and gpu.kind == "none":
+                gpu = None
         if plan.search:
-            return await search(run_level, integer=integer, start_levels=plan.levels,
-                                target=cfg.slo.target, max_level=plan.max_level)
+            outcome.result = await search(run_level, integer=integer,
+                                          start_levels=plan.levels, target=cfg.slo.target,
+                                          max_level=plan.max_level)
+            return outcome
         for level in plan.levels:
             await run_level(level)
+    except _Stop as exc:
+        outcome.stopped, outcome.nothing_ok = str(exc), exc.nothing_ok
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancelled us; end normally
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        if outcome.interrupted is None:
+            outcome.interrupted = "between levels"
     finally:
         if gpu is not None:
             await gpu.stop()
     ok = [s for s in steps if passes(s, cfg.slo.target)]
     fail = [s for s in steps if not passes(s, cfg.slo.target)]
     best = max(ok, key=lambda s: s.level) if ok else None
-    return SearchResult(steps, best, min(fail, key=lambda s: s.level) if fail else None)
+    outcome.result = SearchResult(list(steps), best,
+                                  min(fail, key=lambda s: s.level) if fail else None)
+    return outcome
 
 
-def _ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 1000:.0f}"
+def _check_alive(run: StepRun, label: str, any_ok: bool, url: str) -> None:
+    """Raise :class:`_Stop` when going on is pointless: nothing has succeeded at all, or the
+    target stopped answering (no HTTP answer in a whole level after earlier successes)."""
+    if run.watch.any_ok or not run.watch.kinds:
+        return  # something worked, or nothing failed (no request finished)
+    kinds = f"{label}: {errors_text(run.watch.kinds)}"
+    last = run.watch.last_error
+    if last and last.startswith(("HTTP ", "stream error")) and ": " in last:
+        kinds += f"; last: {' '.join(last.split())[:200]}"  # the server's own words
+    if not any_ok:
+        raise _Stop(f"no request to {url} succeeded ({kinds})", nothing_ok=True)
+    if run.watch.answered == 0:
+        raise _Stop(f"the target stopped answering ({kinds}); stopped there",
+                    nothing_ok=False)
 
 
-def table(result: SearchResult, mode: str) -> list[str]:
-    head = (f"{'':2}{mode:>11} {'reqs':>6} {'err':>4} {'rps':>7} {'tok/s':>8} {'goodput':>8} "
-            f"{'SLO%':>5} {'TTFT p50':>9} {'p95':>6} {'p99':>6} {'ITL p50':>8} {'p95':>6} "
-            f"{'TPOT p50':>9} {'E2E p95':>8}")
-    lines = [head, "  " + "(latency in ms; goodput in tok/s)"]
-    for s in result.ordered():
-        mark = "▶ " if result.best is not None and s is result.best else "  "
-        lvl = f"{int(s.level)}" if mode == "concurrency" else f"{s.level:g}/s"
-        lat = s.latency
-        att = "n/a" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f}"
-        lines.append(
-            f"{mark}{lvl:>11} {s.requests:>6} {s.errors + s.timeouts:>4} {s.rps:>7.2f} "
-            f"{s.output_tps:>8.1f} {s.goodput_tps:>8.1f} {att:>5} "
-            f"{_ms(lat['ttft'].get('p50')):>9} {_ms(lat['ttft'].get('p95')):>6} "
-            f"{_ms(lat['ttft'].get('p99')):>6} {_ms(lat['itl'].get('p50')):>8} "
-            f"{_ms(lat['itl'].get('p95')):>6} {_ms(lat['tpot'].get('p50')):>9} "
-            f"{_ms(lat['e2e'].get('p95')):>8}"
-        )
-    return lines
-
-
-def gpu_lines(result: SearchResult, mode: str) -> list[str]:
-    """GPU memory and bandwidth at each level, when readings were in reach."""
-    out: list[str] = []
-    for s in result.ordered():
-        for g in s.gpus:
-            used, total = g.get("mem_used_bytes"), g.get("mem_total_bytes")
-            mem = "n/a" if not used or not total else (
-                f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB ({used / total:.0%})")
-            bw = g.get("dram_bw_util")
-            busy = g.get("mem_busy")
-            lvl = f"{int(s.level)}" if mode == "concurrency" else f"{s.level:g}/s"
-            sim = " (simulated)" if g.get("simulated") else ""
-            out.append(
-                f"  GPU {g.get('index')}{sim} at {lvl}: memory {mem}, DRAM bandwidth "
-                f"{'n/a' if bw is None else f'{bw:.0f}%'}, memory busy "
-                f"{'n/a' if busy is None else f'{busy:.0f}%'}"
-            )
-    return out
-
-
-def slo_text(cfg: Config) -> str:
-    parts = []
-    s = cfg.slo
-    if s.ttft_s is not None:
-        parts.append(f"TTFT≤{s.ttft_s * 1000:.0f} ms")
-    if s.itl_p95_s is not None:
-        parts.append(f"ITL p95≤{s.itl_p95_s * 1000:.0f} ms")
-    if s.tpot_s is not None:
-        parts.append(f"TPOT≤{s.tpot_s * 1000:.0f} ms")
-    if s.e2e_s is not None:
-        parts.append(f"E2E≤{s.e2e_s:g} s")
-    return ", ".join(parts) or "no SLOs"
-
-
-def verdict(result: SearchResult, mode: str, cfg: Config) -> str:
-    what = "concurrency" if mode == "concurrency" else "rate"
-    head = f"max {what} meeting {slo_text(cfg)} at {cfg.slo.target:.0%}"
-    if result.best is None:
-        return f"{head}: none of the levels tried"
-    b = result.best
-    lvl = f"{int(b.level)}" if mode == "concurrency" else f"{b.level:g} req/s"
-    tail = "" if result.first_fail is not None else " (no level failed: the limit is higher)"
-    return f"{head}: {lvl} → {b.goodput_tps:,.0f} tok/s goodput{tail}"
+def _header(plan: BenchPlan, cfg: Config) -> dict[str, Any]:
+    if plan.mode == "concurrency":
+        arrivals = "closed-loop"  # each worker sends its next request when one ends
+    else:
+        arrivals = "poisson" if plan.poisson else "constant"
+    bench: dict[str, Any] = {
+        "mode": plan.mode, "levels": plan.levels, "search": plan.search,
+        "duration_s": plan.duration_s, "requests": plan.requests,
+        "warmup_s": plan.warmup_s, "workload": plan.workload.describe(),
+        "arrivals": arrivals, "api": plan.api,
+    }
+    if plan.search:
+        bench["max_level"] = plan.max_level
+    return {"upstream": plan.url, "slo": slo_dict(cfg), "llmtop_version": __version__,
+            "source": "bench", "bench": bench}
 
 
 def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
+    """Run the plan, print its results; the exit code (0, 1 failed run, 130 Ctrl-C)."""
     out = out or sys.stdout
     progress = Progress()
     records: list[RequestRecord] = []
@@ -236,42 +282,70 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
     if plan.record:
         from llmtop.recording.writer import Recorder
 
-        recorder = Recorder(plan.record, header={
-            "upstream": plan.url, "slo": slo_dict(cfg), "llmtop_version": __version__,
-            "source": "bench", "bench": {
-                "mode": plan.mode, "levels": plan.levels, "search": plan.search,
-                "duration_s": plan.duration_s, "requests": plan.requests,
-                "warmup_s": plan.warmup_s, "workload": plan.workload.describe(),
-                "arrivals": "poisson" if plan.poisson else "constant", "api": plan.api,
-            },
-        })
+        recorder = Recorder(plan.record, header=_header(plan, cfg))
         recorder.start()
-    interrupted = False
-    result: SearchResult | None = None
+    outcome: BenchOutcome | None = None
     try:
-        result = asyncio.run(execute(plan, cfg, progress, records, recorder))
-    except KeyboardInterrupt:
-        interrupted = True
+        outcome = asyncio.run(execute(plan, cfg, progress, records, recorder))
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the event loop
+        pass
     finally:
+        progress.end_line()
         if recorder is not None:
             done = recorder.stop()
             print(f"llmtop bench: recorded {done.get('requests', 0)} requests to {plan.record}",
                   file=sys.stderr)
-    if result is None:
+    if outcome is None:
         print(f"llmtop bench: interrupted after {len(records)} requests", file=sys.stderr)
         return 130
+    if outcome.nothing_ok:
+        print(f"llmtop bench: error: {outcome.stopped}", file=sys.stderr)
+        return 1
+    code = 130 if outcome.interrupted else 1 if outcome.stopped else 0
+    try:
+        _print_results(plan, cfg, outcome, out)
+    except BrokenPipeError:  # `llmtop bench … | head`: the reader has what it wanted
+        _quiet_stdout(out)
+        return code
+    if outcome.interrupted:
+        n = len(outcome.result.steps)
+        where = ("between levels" if outcome.interrupted == "between levels" else
+                 f"during {outcome.interrupted} ({outcome.interrupted_done} of its requests "
+                 f"done, {outcome.interrupted_stopped} stopped)")
+        print(f"llmtop bench: interrupted {where}; {len(records)} requests in all; "
+              f"results above for the {n} level{'s' if n != 1 else ''} that finished",
+              file=sys.stderr)
+    elif outcome.stopped:
+        print(f"llmtop bench: error: {outcome.stopped}", file=sys.stderr)
+    return code
+
+
+def _print_results(plan: BenchPlan, cfg: Config, outcome: BenchOutcome, out: TextIO) -> None:
+    result = outcome.result
+    shown = verdict(result, plan.mode, cfg, outcome.interrupted)
     if plan.as_json:
         json.dump({
             "mode": plan.mode, "slo": slo_dict(cfg), "workload": plan.workload.describe(),
             "steps": [s.to_json_dict() for s in result.ordered()],
             "best": None if result.best is None else result.best.level,
-            "verdict": verdict(result, plan.mode, cfg),
+            "verdict": shown,
+            "interrupted": outcome.interrupted,
+            "stopped": outcome.stopped,
         }, out, indent=2)
         out.write("\n")
-    else:
-        for line in table(result, plan.mode):
-            print(line, file=out)
-        for line in gpu_lines(result, plan.mode):
-            print(line, file=out)
-        print(verdict(result, plan.mode, cfg), file=out)
-    return 130 if interrupted else 0
+    elif result.steps:
+        lines = [*table(result, plan.mode), *error_lines(result, plan.mode),
+                 *gpu_lines(result, plan.mode), shown]
+        out.write("\n".join(lines) + "\n")
+    out.flush()
+
+
+def _quiet_stdout(out: TextIO) -> None:
+    """After a broken pipe: point stdout at /dev/null so the exit flush stays silent."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

@@ -2,7 +2,10 @@
 
 Records of one step are fed to a fresh :class:`llmtop.metrics.aggregator.Aggregator` (the
 live path's histograms and SLO logic) on a clock pinned to the step's end; rates are over
-the step's measured duration.
+the step's measured duration. Input tokens count only requests the server answered (ok, or
+streaming when they failed): a refused or rejected request's prompt was never processed.
+Failures are counted by kind (``error_kinds``), and each configured SLO's own share of
+met requests is kept (``slo_detail``) so a verdict can say which objective failed.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmtop.bench.client import error_kind
 from llmtop.bench.loadgen import StepRun
 from llmtop.config import Config
+from llmtop.events import RequestRecord
 from llmtop.metrics.aggregator import Aggregator
+from llmtop.metrics.slo import Slo, rank_of_percentile, request_itl_p95
 
 LAT_KEYS = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
 
@@ -41,6 +47,13 @@ class StepSummary:
     overflow: int = 0
     warmup_requests: int = 0
     histograms: dict[str, str] = field(default_factory=dict)
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    """Failed requests (errors and timeouts) by kind, most frequent first."""
+    slo_detail: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Per configured objective: ``limit``, ``met`` (share of ok requests within it) and
+    ``at_target`` (the value at the attainment target's percentile over ok requests)."""
+    gave_up: bool = False
+    """The level ended early because nothing succeeded."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,7 +70,8 @@ def summarize(run: StepRun, cfg: Config) -> StepSummary:
     system = snap.get("system", {})
     att = system.get("slo_attainment")
     out_tokens = sum(r.completion_tokens or 0 for r in recs)
-    in_tokens = sum(r.prompt_tokens or 0 for r in recs)
+    in_tokens = sum(r.prompt_tokens or 0 for r in recs
+                    if r.outcome == "ok" or r.ttft_s is not None)
     good_frac_rps = float(system.get("goodput_rps") or 0.0) / max(
         float(system.get("rps") or 0), 1e-12
     )
@@ -89,4 +103,44 @@ def summarize(run: StepRun, cfg: Config) -> StepSummary:
         overflow=run.overflow,
         warmup_requests=run.warmup_records,
         histograms=dict(snap.get("histograms", {})),
+        error_kinds=count_errors(recs),
+        slo_detail=slo_detail(recs, Slo.from_config(cfg)),
+        gave_up=run.gave_up,
     )
+
+
+def count_errors(recs: list[RequestRecord]) -> dict[str, int]:
+    """Errors and timeouts by kind (``HTTP 500``, ``connection refused`` …), most first."""
+    kinds: dict[str, int] = {}
+    for r in recs:
+        if r.outcome in ("error", "timeout"):
+            k = error_kind(r)
+            kinds[k] = kinds.get(k, 0) + 1
+    return dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def errors_text(kinds: dict[str, int]) -> str:
+    """``5 connection refused, 2 HTTP 500``."""
+    return ", ".join(f"{n} {k}" for k, n in kinds.items())
+
+
+def slo_detail(recs: list[RequestRecord], slo: Slo) -> dict[str, dict[str, float | None]]:
+    """Each configured objective on its own, over the requests that completed."""
+    ok = [r for r in recs if r.outcome == "ok"]
+    values: dict[str, tuple[float | None, list[float | None]]] = {
+        "ttft": (slo.ttft_s, [r.ttft_s for r in ok]),
+        "itl_p95": (slo.itl_p95_s, [request_itl_p95(r) for r in ok]),
+        "tpot": (slo.tpot_s, [r.tpot_s() for r in ok]),
+        "e2e": (slo.e2e_s, [r.e2e_s for r in ok]),
+    }
+    out: dict[str, dict[str, float | None]] = {}
+    for name, (limit, vals) in values.items():
+        if limit is None:
+            continue
+        # the SLO rules: no first token fails TTFT; no ITL sample / no TPOT passes
+        met = sum(1 for v in vals if (v is None and name != "ttft") or
+                  (v is not None and v <= limit))
+        known = sorted(v for v in vals if v is not None)
+        at = known[rank_of_percentile(len(known), slo.target * 100) - 1] if known else None
+        out[name] = {"limit": limit, "met": met / len(ok) if ok else None, "at_target": at}
+    return out

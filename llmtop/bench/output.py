@@ -1,0 +1,140 @@
+"""What ``llmtop bench`` prints: the per-level table, failures by kind, GPU lines, verdict."""
+
+from __future__ import annotations
+
+from llmtop.bench.search import SearchResult
+from llmtop.bench.summary import StepSummary, errors_text
+from llmtop.config import Config
+
+SLO_NAMES = {"ttft": "TTFT", "itl_p95": "ITL p95", "tpot": "TPOT", "e2e": "E2E"}
+
+
+def level_text(mode: str, level: float) -> str:
+    """``4`` for a concurrency, ``2.5/s`` for a rate."""
+    return f"{int(level)}" if mode == "concurrency" else f"{level:g}/s"
+
+
+def level_label(mode: str, level: float) -> str:
+    """``concurrency 4`` or ``rate 2.5/s``."""
+    return f"{mode} {level_text(mode, level)}"
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1000:.0f}"
+
+
+def _duration(x: float) -> str:
+    return f"{x * 1000:.0f} ms" if x < 10 else f"{x:.1f} s"
+
+
+def table(result: SearchResult, mode: str) -> list[str]:
+    head = (f"{'':2}{mode:>11} {'reqs':>6} {'err':>4} {'rps':>7} {'tok/s':>8} {'goodput':>8} "
+            f"{'SLO%':>5} {'TTFT p50':>9} {'p95':>6} {'p99':>6} {'ITL p50':>8} {'p95':>6} "
+            f"{'TPOT p50':>9} {'E2E p95':>8}")
+    lines = [head, "  " + "(latency in ms; goodput in tok/s)"]
+    for s in result.ordered():
+        mark = "▶ " if result.best is not None and s is result.best else "  "
+        lvl = level_text(mode, s.level)
+        lat = s.latency
+        att = "n/a" if s.slo_attainment is None else f"{s.slo_attainment * 100:.0f}"
+        lines.append(
+            f"{mark}{lvl:>11} {s.requests:>6} {s.errors + s.timeouts:>4} {s.rps:>7.2f} "
+            f"{s.output_tps:>8.1f} {s.goodput_tps:>8.1f} {att:>5} "
+            f"{_ms(lat['ttft'].get('p50')):>9} {_ms(lat['ttft'].get('p95')):>6} "
+            f"{_ms(lat['ttft'].get('p99')):>6} {_ms(lat['itl'].get('p50')):>8} "
+            f"{_ms(lat['itl'].get('p95')):>6} {_ms(lat['tpot'].get('p50')):>9} "
+            f"{_ms(lat['e2e'].get('p95')):>8}"
+        )
+    return lines
+
+
+def error_lines(result: SearchResult, mode: str) -> list[str]:
+    """``errors at concurrency 2: 5 connection refused, 2 HTTP 500`` for levels with any."""
+    out = []
+    for s in result.ordered():
+        if s.error_kinds:
+            gave_up = " (gave up early: nothing succeeded)" if s.gave_up else ""
+            out.append(f"  errors at {level_label(mode, s.level)}: "
+                       f"{errors_text(s.error_kinds)}{gave_up}")
+    return out
+
+
+def gpu_lines(result: SearchResult, mode: str) -> list[str]:
+    """GPU memory and bandwidth at each level, when readings were in reach."""
+    out: list[str] = []
+    for s in result.ordered():
+        for g in s.gpus:
+            used, total = g.get("mem_used_bytes"), g.get("mem_total_bytes")
+            mem = "n/a" if not used or not total else (
+                f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB ({used / total:.0%})")
+            bw = g.get("dram_bw_util")
+            busy = g.get("mem_busy")
+            lvl = level_text(mode, s.level)
+            sim = " (simulated)" if g.get("simulated") else ""
+            out.append(
+                f"  GPU {g.get('index')}{sim} at {lvl}: memory {mem}, DRAM bandwidth "
+                f"{'n/a' if bw is None else f'{bw:.0f}%'}, memory busy "
+                f"{'n/a' if busy is None else f'{busy:.0f}%'}"
+            )
+    return out
+
+
+def slo_text(cfg: Config) -> str:
+    parts = []
+    s = cfg.slo
+    if s.ttft_s is not None:
+        parts.append(f"TTFT≤{s.ttft_s * 1000:.0f} ms")
+    if s.itl_p95_s is not None:
+        parts.append(f"ITL p95≤{s.itl_p95_s * 1000:.0f} ms")
+    if s.tpot_s is not None:
+        parts.append(f"TPOT≤{s.tpot_s * 1000:.0f} ms")
+    if s.e2e_s is not None:
+        parts.append(f"E2E≤{s.e2e_s:g} s")
+    return ", ".join(parts) or "no SLOs"
+
+
+def why_failed(s: StepSummary, mode: str, target: float) -> str:
+    """What kept a level from passing: its failed requests and each objective it missed,
+    e.g. ``even concurrency 1 misses TTFT ≤ 150 ms (met by 40% of requests; p95 420 ms)``."""
+    lvl = f"even {level_label(mode, s.level)}"
+    if s.requests == 0:
+        return f"{lvl} finished no request"
+    parts = []
+    bad = s.errors + s.timeouts
+    if bad:
+        parts.append(f"had {bad} of {s.requests} requests fail ({errors_text(s.error_kinds)})")
+    pct = f"p{target * 100:g}"
+    misses = []
+    for name, d in s.slo_detail.items():
+        met, limit, at = d.get("met"), d.get("limit"), d.get("at_target")
+        if met is None or limit is None or met >= target:
+            continue
+        got = "" if at is None else f"; {pct} {_duration(at)}"
+        misses.append(f"{SLO_NAMES.get(name, name)} ≤ {_duration(limit)} "
+                      f"(met by {met:.0%} of requests{got})")
+    if misses:
+        parts.append("misses " + "; ".join(misses))
+    elif not bad and s.slo_attainment is not None and s.slo_attainment < target:
+        parts.append(f"meets each SLO alone, but only {s.slo_attainment:.0%} of requests "
+                     "meet all of them")
+    return f"{lvl} " + (" and ".join(parts) or "does not pass")
+
+
+def verdict(result: SearchResult, mode: str, cfg: Config,
+            interrupted: str | None = None) -> str:
+    what = "concurrency" if mode == "concurrency" else "rate"
+    head = f"max {what} meeting {slo_text(cfg)} at {cfg.slo.target:.0%}"
+    if result.best is None:
+        if not result.steps:
+            return f"{head}: no level finished"
+        lowest = min(result.steps, key=lambda s: s.level)
+        return f"{head}: none — {why_failed(lowest, mode, cfg.slo.target)}"
+    b = result.best
+    lvl = f"{int(b.level)}" if mode == "concurrency" else f"{b.level:g} req/s"
+    if interrupted is not None and result.first_fail is None:
+        tail = f" (interrupted during {interrupted}: the limit may be higher)"
+    elif result.first_fail is None:
+        tail = " (no level failed: the limit is higher)"
+    else:
+        tail = ""
+    return f"{head}: {lvl} → {b.goodput_tps:,.0f} tok/s goodput{tail}"

@@ -1,0 +1,93 @@
+"""Ctrl-C and a closed stdout: the finished levels are still shown, the recording keeps the
+interrupted level's requests, and `llmtop bench --json | head` exits quietly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llmtop.recording.reader import iter_recording, read_header
+from llmtop.sim.server import running_sim
+
+
+async def bench_interrupted(*args: str) -> tuple[int, str, str, float]:
+    """Start bench, send SIGINT half a second into its second level."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmtop", "bench", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None and proc.stdout is not None
+    err_lines: list[str] = []
+    while True:
+        line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+        assert line, "bench ended before its second level: " + "".join(err_lines)
+        err_lines.append(line)
+        if line.startswith("concurrency 2: starting"):
+            break
+    await asyncio.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    took = time.monotonic() - t0
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), "".join(err_lines) + err.decode(), took
+
+
+async def test_ctrl_c_keeps_the_finished_levels_and_the_recording(tmp_path: Path) -> None:
+    """SIGINT during level 2: exit 130 promptly; the JSON has level 1 and names the level it
+    interrupted; the recording has level 1's requests, its summary line, and level 2's
+    requests (finished ones and the stopped ones), and a header that says closed loop."""
+    rec = tmp_path / "b.jsonl"
+    async with running_sim("tiny") as sim:
+        code, out, err, took = await bench_interrupted(
+            sim.url, "--concurrency", "1,2,4", "--duration", "1", "--warmup", "0",
+            "--max-tokens", "64", "--json", "--record", str(rec))
+    assert code == 130, err
+    assert took < 5
+    data = json.loads(out)
+    assert [s["level"] for s in data["steps"]] == [1.0]
+    assert data["interrupted"] == "concurrency 2" and data["best"] == 1.0
+    assert "interrupted during concurrency 2" in err and "Traceback" not in err
+    lines = list(iter_recording(rec))
+    reqs = [x for x in lines if type(x).__name__ == "RequestRecord"]
+    level1 = data["steps"][0]["requests"]
+    level2 = reqs[level1:]
+    assert len(reqs) == level1 + len(level2) and len(level2) >= 2  # 2 workers were open
+    assert {r.outcome for r in level2} <= {"ok", "cancelled"}
+    assert any(r.outcome == "cancelled" for r in level2)
+    header = read_header(rec)
+    assert header["bench"]["arrivals"] == "closed-loop"
+
+
+async def test_ctrl_c_prints_the_table_of_finished_levels() -> None:
+    async with running_sim("tiny") as sim:
+        code, out, err, _ = await bench_interrupted(
+            sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0",
+            "--max-tokens", "64")
+    assert code == 130, err
+    rows = [ln for ln in out.splitlines() if ln.strip().lstrip("▶ ").startswith("1 ")]
+    assert len(rows) == 1 and "max concurrency meeting" in out
+    assert "interrupted during concurrency 2: the limit may be higher" in out
+
+
+async def test_json_to_a_closed_pipe_exits_quietly() -> None:
+    """`llmtop bench … --json | head -0`: no BrokenPipeError traceback, exit 0."""
+    async with running_sim("tiny") as sim:
+        def run() -> tuple[int, str]:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "llmtop", "bench", sim.url, "--concurrency", "1",
+                 "--requests", "2", "--max-tokens", "4", "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            assert p.stdout is not None and p.stderr is not None
+            p.stdout.close()
+            with p.stderr:
+                err = p.stderr.read().decode()
+            return p.wait(60), err
+
+        code, err = await asyncio.to_thread(run)
+    assert code == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
