@@ -1,9 +1,10 @@
 """Capacity search: the largest load level whose SLO attainment holds the target.
 
-A sweep doubles the level (1, 2, 4, … for concurrency; the given rates for ``--rate``)
-until a level fails, then bisects between the last passing and the first failing level
-(integers for concurrency; to ``rate_resolution`` for rates). A level "passes" when its
-attainment ≥ target and it had no more errors than ``max_error_rate``.
+A sweep runs the given levels, then keeps doubling (ending with ``max_level`` itself; no
+level above it is ever run) until a level fails, then bisects between the last passing and
+the first failing level (integers for concurrency; to ``rate_resolution`` for rates). A
+level "passes" when its attainment ≥ target and it had no more errors than
+``max_error_rate``.
 """
 
 from __future__ import annotations
@@ -46,15 +47,16 @@ async def search(
     steps: list[StepSummary] = []
     best: StepSummary | None = None
     fail: StepSummary | None = None
-    levels = list(start_levels)
+    ceiling = float(int(max_level)) if integer else max_level
+    levels = [lv for lv in start_levels if lv <= ceiling]
     # 1. sweep: the given levels, then keep doubling until something fails
     i = 0
     while fail is None:
         if i < len(levels):
             level = levels[i]
         else:
-            level = (levels[-1] * 2) if levels else 1.0
-            if level > max_level:
+            level = min((levels[-1] * 2) if levels else 1.0, ceiling)
+            if level <= 0 or (levels and level <= levels[-1]):
                 break
             levels.append(level)
         i += 1

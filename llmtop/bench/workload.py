@@ -24,6 +24,10 @@ WORDS = (
 )
 
 
+MAX_LENGTH = 1_000_000
+"""The longest prompt or output a length spec may ask for, in tokens."""
+
+
 class WorkloadError(ValueError):
     """A bad length spec or workload file (shown as one line, exit 2)."""
 
@@ -51,6 +55,8 @@ def parse_length(spec: str, what: str) -> Length:
         raise WorkloadError(f"{what} '{spec}' must be N or LO-HI, e.g. 128 or 64-512") from None
     if a < 1 or b < a:
         raise WorkloadError(f"{what} '{spec}': need 1 <= LO <= HI")
+    if b > MAX_LENGTH:
+        raise WorkloadError(f"{what} '{spec}': at most {MAX_LENGTH:,} tokens")
     return Length(a, b)
 
 
@@ -88,6 +94,9 @@ def load_entries(path: str | Path) -> list[FileEntry]:
                 pt = obj.get("prompt_tokens")
                 if prompt is None and pt is None:
                     raise KeyError("prompt or prompt_tokens")
+                for n_tokens in (max_tokens, pt):
+                    if n_tokens is not None and not 1 <= int(n_tokens) <= MAX_LENGTH:
+                        raise ValueError(f"token counts must be 1 to {MAX_LENGTH:,}")
                 out.append(FileEntry(
                     prompt=str(prompt) if prompt is not None else None,
                     prompt_tokens=int(pt) if pt is not None else None,

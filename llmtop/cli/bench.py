@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from typing import Literal
 from urllib.parse import urlsplit
@@ -25,6 +26,11 @@ Token counts come from the engine's usage (requested with stream_options), not f
 counting chunks. Only loopback targets are allowed unless --allow-remote: a load
 generator pointed at someone's production by mistake is an incident.
 
+Failed requests are counted by kind (connection refused, HTTP 500, timeout …); a worker
+whose requests keep failing backs off, and a level where nothing succeeds gives up early.
+Exit status: 0 done; 1 no request succeeded, or the target stopped answering mid-run;
+2 bad usage; 130 interrupted (the finished levels are still printed and recorded).
+
 examples:
   llmtop bench http://127.0.0.1:8000 --concurrency 1,2,4,8 --duration 30
   llmtop bench http://127.0.0.1:8080 --search --slo-ttft 0.5 --slo-itl-p95 0.05
@@ -32,57 +38,127 @@ examples:
 """
 
 
-def _list(value: str, kind: type[float] | type[int], what: str) -> list[float]:
+MAX_CONCURRENCY = 4096
+MAX_RATE = 10_000.0
+MAX_REQUESTS = 1_000_000
+MAX_SECONDS = 86_400.0
+"""Upper bounds on flag values (a day for any time)."""
+
+
+def _list(value: str, kind: type[float] | type[int], what: str, top: float) -> list[float]:
+    items = value.split(",")
+    if any(not x.strip() for x in items):
+        raise UsageError(f"{what} '{value}' has an empty item; e.g. 1,2,4")
     try:
-        out = [float(kind(x)) for x in value.split(",") if x.strip()]
+        out = [float(kind(x)) for x in items]
     except ValueError:
-        raise UsageError(f"{what} '{value}' must be a comma-separated list of numbers") from None
-    if not out or any(x <= 0 for x in out):
-        raise UsageError(f"{what} '{value}': every value must be positive")
+        raise UsageError(f"{what} '{value}' must be a comma-separated list of "
+                         f"{'whole ' if kind is int else ''}numbers") from None
+    if any(not math.isfinite(x) or x <= 0 or x > top for x in out):
+        raise UsageError(f"{what} '{value}': every value must be more than 0 and at most "
+                         f"{top:,g}")
     return out
+
+
+def _number(value: float | None, flag: str, *, low: float, high: float,
+            low_ok: bool = False) -> None:
+    """A usage error unless ``value`` is None or finite within (low, high] ([low, high] with
+    ``low_ok``)."""
+    if value is None:
+        return
+    above = value >= low if low_ok else value > low
+    if not (math.isfinite(value) and above and value <= high):
+        bound = "at least" if low_ok else "more than"
+        raise UsageError(f"{flag} {value:g}: must be {bound} {low:g} and at most {high:,g}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", help="base URL of the endpoint (…/v1 is added)")
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", metavar="LIST", help="closed-loop levels, e.g. 1,2,4,8")
-    load.add_argument("--rate", metavar="LIST", help="open-loop arrival rates (req/s), e.g. 1,2,5")
+    load.add_argument("--concurrency", metavar="LIST",
+                      help="closed-loop levels, e.g. 1,2,4,8; each 1 to "
+                           f"{MAX_CONCURRENCY:,} (default: 1; with --search 1,2,4,8)")
+    load.add_argument("--rate", metavar="LIST",
+                      help="open-loop arrival rates in req/s, e.g. 1,2,5; each up to "
+                           f"{MAX_RATE:,.0f} (default: closed loop)")
     p.add_argument("--search", action="store_true",
                    help="find the largest level meeting the SLOs (sweep, then bisect)")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--requests", type=int, metavar="N", help="measured requests per level")
-    size.add_argument("--duration", type=float, metavar="S", help="seconds per level (30)")
+    size.add_argument("--requests", type=int, metavar="N",
+                      help=f"measured requests per level, 1 to {MAX_REQUESTS:,} "
+                           "(default: run for --duration)")
+    size.add_argument("--duration", type=float, metavar="S",
+                      help="seconds per level (default: 30)")
     p.add_argument("--warmup", type=float, default=None, metavar="S",
-                   help="seconds per level not counted (default: 10%% of the duration, ≤ 5 s)")
+                   help="seconds per level not counted (default: 10%% of the duration, ≤ 5 s; "
+                        "0 with --requests)")
     p.add_argument("--prompt-tokens", default="128", metavar="N|LO-HI",
-                   help="prompt length in tokens (128)")
+                   help="prompt length in tokens (default: 128)")
     p.add_argument("--max-tokens", default="128", metavar="N|LO-HI",
-                   help="output length in tokens (128)")
+                   help="output length in tokens (default: 128)")
     p.add_argument("--workload", metavar="FILE",
-                   help='JSONL of {"prompt_tokens": N | "prompt": "...", "max_tokens": M}')
-    p.add_argument("--seed", type=int, default=0, help="workload and arrival seed (0)")
-    p.add_argument("--api", choices=("chat", "completions"), default="chat")
-    p.add_argument("--model", default="default", help="model name to send ('default')")
+                   help='JSONL of {"prompt_tokens": N | "prompt": "...", "max_tokens": M} '
+                        "(default: synthetic prompts of --prompt-tokens)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="workload and arrival seed (default: 0)")
+    p.add_argument("--api", choices=("chat", "completions"), default="chat",
+                   help="chat: /v1/chat/completions; completions: /v1/completions "
+                        "(default: chat)")
+    p.add_argument("--model", default="default", metavar="NAME",
+                   help="model name to send (default: 'default')")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="don't send ignore_eos (for servers that reject it)")
-    p.add_argument("--constant", action="store_true", help="constant arrivals, not Poisson")
-    p.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT SLO in seconds (0.5)")
-    p.add_argument("--slo-itl-p95", type=float, metavar="S", help="per-request ITL p95 SLO (0.05)")
-    p.add_argument("--slo-tpot", type=float, metavar="S", help="TPOT SLO in seconds")
-    p.add_argument("--slo-e2e", type=float, metavar="S", help="end-to-end SLO in seconds")
-    p.add_argument("--slo-target", type=float, metavar="F", help="attainment target (0.95)")
-    p.add_argument("--max-level", type=float, default=1024, help="search ceiling (1024)")
+    p.add_argument("--constant", action="store_true",
+                   help="constant arrivals with --rate (default: Poisson)")
+    p.add_argument("--slo-ttft", type=float, metavar="S",
+                   help="TTFT SLO in seconds (default: 0.5, or the config's)")
+    p.add_argument("--slo-itl-p95", type=float, metavar="S",
+                   help="per-request ITL p95 SLO in seconds (default: 0.05, or the config's)")
+    p.add_argument("--slo-tpot", type=float, metavar="S",
+                   help="TPOT SLO in seconds (default: none)")
+    p.add_argument("--slo-e2e", type=float, metavar="S",
+                   help="end-to-end SLO in seconds (default: none)")
+    p.add_argument("--slo-target", type=float, metavar="F",
+                   help="attainment target, 0 to 1 (default: 0.95)")
+    p.add_argument("--max-level", type=float, default=None, metavar="N",
+                   help="highest level to run; --search never goes above it (default: 1024 "
+                        "with --search)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                   help="per-request timeout (600)")
+                   help="per-request timeout (default: 600)")
     p.add_argument("--max-duration", type=float, default=3600.0, metavar="S",
-                   help="refuse plans longer than this in total (3600)")
+                   help="refuse plans longer than this in total (default: 3600)")
     p.add_argument("--admin", metavar="URL",
-                   help="an llmtop admin API to read GPU readings from at each level")
-    p.add_argument("--record", metavar="FILE", help="write a recording (for llmtop report)")
+                   help="an llmtop admin API to read GPU readings from at each level "
+                        "(default: local NVML, if any)")
+    p.add_argument("--record", metavar="FILE",
+                   help="write a recording, for llmtop report (default: none)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a target that is not on this machine (loopback)")
-    p.add_argument("--config", metavar="FILE", help="TOML config (SLOs are read from it)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config; its SLOs (and LLMTOP_SLO_* variables) are the defaults "
+                        "of the --slo flags (default: none)")
+
+
+def _levels(args: argparse.Namespace) -> tuple[Literal["concurrency", "rate"], list[float],
+                                                float]:
+    """The mode, the levels to start with and the highest level allowed."""
+    rate = args.rate is not None
+    top = MAX_RATE if rate else float(MAX_CONCURRENCY)
+    _number(args.max_level, "--max-level", low=1 if not rate else 0, high=top, low_ok=not rate)
+    max_level = args.max_level if args.max_level is not None else min(1024.0, top)
+    if rate:
+        levels = _list(args.rate, float, "--rate", MAX_RATE)
+    elif args.concurrency is not None:
+        levels = _list(args.concurrency, int, "--concurrency", MAX_CONCURRENCY)
+    else:
+        default = [1.0, 2.0, 4.0, 8.0] if args.search else [1.0]
+        return "concurrency", [x for x in default if x <= max_level], max_level
+    flag = "--rate" if rate else "--concurrency"
+    if (args.search or args.max_level is not None) and max(levels) > max_level:
+        given = "" if args.max_level is not None else " (the default with --search)"
+        raise UsageError(f"{flag} {max(levels):g} is above --max-level {max_level:g}{given}")
+    return ("rate" if rate else "concurrency"), levels, max_level
 
 
 def main(args: argparse.Namespace) -> int:
@@ -98,30 +174,28 @@ def main(args: argparse.Namespace) -> int:
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "
             "send load there"
         )
+    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-itl-p95", args.slo_itl_p95),
+                        ("--slo-tpot", args.slo_tpot), ("--slo-e2e", args.slo_e2e)):
+        _number(value, flag, low=0, high=MAX_SECONDS)
+    _number(args.slo_target, "--slo-target", low=0, high=1)
     cfg = load_config(args.config, os.environ, {
         "slo.ttft_s": args.slo_ttft, "slo.itl_p95_s": args.slo_itl_p95,
         "slo.tpot_s": args.slo_tpot, "slo.e2e_s": args.slo_e2e,
         "slo.target": args.slo_target,
     })
-    mode: Literal["concurrency", "rate"]
-    if args.rate:
-        mode, levels = "rate", _list(args.rate, float, "--rate")
-    elif args.concurrency:
-        mode, levels = "concurrency", _list(args.concurrency, int, "--concurrency")
-    else:
-        mode, levels = "concurrency", ([1.0, 2.0, 4.0, 8.0] if args.search else [1.0])
-    if args.requests is not None and args.requests < 1:
-        raise UsageError("--requests must be at least 1")
+    mode, levels, max_level = _levels(args)
+    if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
+        raise UsageError(f"--requests {args.requests}: must be 1 to {MAX_REQUESTS:,}")
+    _number(args.duration, "--duration", low=0, high=MAX_SECONDS)
+    _number(args.warmup, "--warmup", low=0, high=MAX_SECONDS, low_ok=True)
+    _number(args.timeout, "--timeout", low=0, high=MAX_SECONDS)
+    _number(args.max_duration, "--max-duration", low=0, high=7 * MAX_SECONDS)
     duration = args.duration
     if duration is None and args.requests is None:
         duration = 30.0
-    if duration is not None and duration <= 0:
-        raise UsageError("--duration must be positive")
     warmup = args.warmup
     if warmup is None:
         warmup = min(5.0, 0.1 * duration) if duration is not None else 0.0
-    if warmup < 0:
-        raise UsageError("--warmup must not be negative")
     if duration is not None:
         steps = len(levels) + (12 if args.search else 0)
         if steps * (duration + warmup) > args.max_duration:
@@ -129,6 +203,8 @@ def main(args: argparse.Namespace) -> int:
                 f"this plan could run {steps * (duration + warmup):.0f} s, over --max-duration "
                 f"{args.max_duration:.0f} s; shorten --duration or raise --max-duration"
             )
+    if mode == "concurrency":
+        _open_files(int(max(levels + ([max_level] if args.search else []))))
     try:
         workload = Workload(
             prompt_tokens=parse_length(args.prompt_tokens, "--prompt-tokens"),
@@ -144,7 +220,22 @@ def main(args: argparse.Namespace) -> int:
         url=args.url, mode=mode, levels=levels, search=args.search, duration_s=duration,
         requests=args.requests, warmup_s=warmup, workload=workload, api=args.api,
         model=args.model, ignore_eos=not args.no_ignore_eos, poisson=not args.constant,
-        seed=args.seed, max_level=args.max_level, timeout_s=args.timeout,
+        seed=args.seed, max_level=max_level, timeout_s=args.timeout,
         admin_url=args.admin, record=args.record, as_json=args.json,
     )
     return run_plan(plan, cfg)
+
+
+def _open_files(concurrency: int) -> None:
+    """Raise the open-file limit to what ``concurrency`` connections need, or say why not."""
+    import resource
+
+    need = concurrency + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise UsageError(f"concurrency {concurrency} needs {need} open files; this process may "
+                     f"have {hard} (ulimit -n)")
