@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import tomllib
 import types
@@ -195,6 +196,8 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if ok:
             value = float(value)
+            if not math.isfinite(value):
+                raise ConfigError(f"{source}: '{key}' must be a finite number, got {value!r}")
     elif tp is str:
         ok = isinstance(value, str)
     elif origin is list:
@@ -226,9 +229,14 @@ def _parse_env(tp: Any, raw: str, key: str, source: str) -> Any:
         if tp is int:
             return int(raw)
         if tp is float:
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):
+                raise ConfigError(f"{source}: '{key}' must be a finite number, got {raw!r}")
+            return value
         if origin is list:
             return [int(p) for p in raw.replace(" ", "").split(",") if p]
+    except ConfigError:
+        raise
     except ValueError:
         raise ConfigError(f"{source}: '{key}' must be {_type_name(tp)}, got {raw!r}") from None
     return raw
@@ -252,6 +260,9 @@ def _flatten_toml(data: Mapping[str, Any], source: str, prefix: str = "") -> dic
             out.update(_flatten_toml(value, source, key + "."))
         elif key in keys:
             out[key] = value
+        elif key in sections:
+            raise ConfigError(f"{source}: '{key}' is a section: write [{key}] and its keys "
+                              "under it (see config.example.toml)")
         else:
             raise ConfigError(f"{source}: unknown key '{key}' (see config.example.toml)")
     return out
@@ -280,6 +291,10 @@ def load_config(
             raise ConfigError(f"{source}: is a directory, not a config file") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{source}: not valid TOML: not UTF-8 text") from None
+        except PermissionError:
+            raise ConfigError(f"{source}: permission denied") from None
         for key, value in _flatten_toml(data, source).items():
             _set(cfg, key, _coerce(keys[key], value, key, source))
     environ = os.environ if env is None else env

@@ -15,6 +15,7 @@ The step model (see :mod:`llmtop.sim.engine`)::
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +206,8 @@ def _coerce(key: str, value: Any) -> Any:
         num = float(value)
     else:
         raise ValueError(f"sim parameter {key} must be a number, got {value!r}")
+    if not math.isfinite(num):
+        raise ValueError(f"sim parameter {key} must be a finite number, got {value!r}")
     if want is int:
         if num != int(num):
             raise ValueError(f"sim parameter {key} must be a whole number, got {value!r}")

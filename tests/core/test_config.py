@@ -130,3 +130,24 @@ def test_example_file_documents_every_key_with_its_default() -> None:
 def test_env_names_are_unique() -> None:
     names = [env_name(k) for k in flat_keys()]
     assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_refused_from_every_source(tmp_path: Path, bad: str) -> None:
+    """NaN passes every ``<= 0`` check: a nan first_byte_s made every proxied request a
+    500 and a nan TTFT objective an attainment of 0%."""
+    with pytest.raises(ConfigError, match=r"'timeouts\.first_byte_s' must be a finite number"):
+        load_config(write(tmp_path, f"[timeouts]\nfirst_byte_s = {bad}\n"), env={})
+    with pytest.raises(ConfigError, match=r"LLMTOP_SLO_TTFT_S: 'slo\.ttft_s' must be a finite"):
+        load_config(None, env={"LLMTOP_SLO_TTFT_S": bad})
+    with pytest.raises(ConfigError, match=r"command line: 'slo\.e2e_s' must be a finite"):
+        load_config(None, env={}, overrides={"slo.e2e_s": float(bad)})
+
+
+def test_a_config_that_is_not_text_or_uses_a_section_as_a_value(tmp_path: Path) -> None:
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00junk\x80")
+    with pytest.raises(ConfigError, match="not valid TOML: not UTF-8 text"):
+        load_config(binary, env={})
+    with pytest.raises(ConfigError, match=r"'slo' is a section: write \[slo\]"):
+        load_config(write(tmp_path, "slo = 5\n"), env={})

@@ -69,6 +69,8 @@ def test_bad_profile_is_one_line_exit_2() -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--set", "max_num_seqs=lots"], "sim parameter max_num_seqs must be a number"),
+    (["--set", "max_num_seqs=nan"], "sim parameter max_num_seqs must be a finite number"),
+    (["--set", "base_step_s=inf"], "sim parameter base_step_s must be a finite number"),
     (["--set", "bogus=1"], "unknown sim parameter 'bogus'"),
     (["--set", "noequals"], "--set 'noequals' must look like KEY=VALUE"),
     (["--listen", "nowhere"], "--listen 'nowhere' must look like HOST:PORT"),
