@@ -154,3 +154,31 @@ async def test_long_gpu_name_is_ellipsised(size: tuple[int, int], shown: str) ->
         await pilot.pause()
         text = screen_text(app)
     assert f"0 SIM {shown}" in text
+
+
+async def test_small_terminal_filter_leaves_the_users_rows() -> None:
+    """At 60×20, typing a filter takes one line: the three matching users stay visible."""
+    app = make_app(FixtureSource("saturated"))
+    async with app.run_test(size=(60, 20)) as pilot:
+        await until(pilot, lambda: app.dashboard.users.row_count == 3)
+        await pilot.press("slash", "a")
+        await until(pilot, lambda: app.dashboard.users.filter_text == "a")
+        await pilot.pause()
+        text = screen_text(app)
+    for user in ("batch-job", "alice", "key:3f9a1c2e"):
+        assert user in text, user
+
+
+@pytest.mark.parametrize("width", [60, 64, 40])
+async def test_engine_line_breaks_between_figures(width: int) -> None:
+    """Where the engine's figures do not fit one line they move to the next whole: a
+    label never ends a line without its value ("preempt" / "0")."""
+    src = FixtureSource("saturated")
+    src.snapshot["engine"].update(running=1, waiting=0, kv_cache_usage=0.016, preemptions=0)
+    app = make_app(src)
+    async with app.run_test(size=(width, 30)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause()
+        text = screen_text(app)
+    for label, value in (("running", "1"), ("waiting", "0"), ("KV", ""), ("preempt", "0")):
+        assert re.search(rf"\b{label} \S*{value}", text), (label, text)

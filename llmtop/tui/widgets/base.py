@@ -77,3 +77,22 @@ class ViewPanel(Widget):
         )
         return len(lines)
 
+
+
+def flow(parts: list[Text], width: int, sep: str = "  ") -> Text:
+    """``parts`` joined by ``sep`` on as few lines as ``width`` allows, a line breaking
+    only between parts (never inside "preempt 0"); a part wider than a line is cut
+    with an ellipsis."""
+    out = Text(no_wrap=True, overflow="ellipsis")
+    used = 0
+    for part in parts:
+        n = part.cell_len
+        if used and used + len(sep) + n > width:
+            out.append("\n")
+            used = 0
+        elif used:
+            out.append(sep)
+            used += len(sep)
+        out.append_text(part)
+        used += n
+    return out

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from llmtop.tui import fmt
 from llmtop.tui.snapview import SnapView
-from llmtop.tui.widgets.base import ViewPanel
+from llmtop.tui.widgets.base import ViewPanel, flow
 from llmtop.tui.widgets.gpu import bar
 
 STALE_AFTER_S = 5.0
@@ -23,8 +23,9 @@ def stale_after(view: SnapView) -> float:
 
 
 class EnginePanel(ViewPanel):
-    """One or two lines: queue and KV cache; then TTFT p95 engine vs proxy. A stale
-    reading says how old it is, in the warning colour, and its figures turn dim."""
+    """Queue and KV cache (a line, or more when narrow, broken only between figures);
+    then TTFT p95 engine vs proxy. A stale reading says how old it is, in the warning
+    colour, and its figures turn dim."""
 
     READS = ("engine", "latency", "slo")
 
@@ -35,43 +36,46 @@ class EnginePanel(ViewPanel):
     def build(self, width: int) -> RenderableType:
         v, pal = self.view, self.palette
         eng = v.mapping("engine")
-        t = Text(no_wrap=False)
-        t.append("engine ", "bold")
+        head = Text()
+        head.append("engine ", "bold")
         if not eng:
-            t.append("n/a (no engine metrics)" if v.raw else fmt.NA, pal.dim)
-            return t
-        t.append(v.text("engine", "kind") or "unknown", pal.accent)
+            head.append("n/a (no engine metrics)" if v.raw else fmt.NA, pal.dim)
+            return head
+        head.append(v.text("engine", "kind") or "unknown", pal.accent)
         age = v.num("engine", "age_s")
         stale = age is not None and age > stale_after(v)
+        parts = [head]
         if stale:
-            t.append("  ")
-            t.append(f"stale {fmt.duration(age)}", f"bold {pal.warn}")
+            parts.append(Text(f"stale {fmt.duration(age)}", f"bold {pal.warn}"))
 
         def live(style: str) -> str:
             return pal.dim if stale else style
 
         def fig(label: str, value: str, style: str = "bold") -> None:
-            t.append(f"  {label} ", pal.dim)
-            t.append(value, live(style) if value != fmt.NA else pal.dim)
+            part = Text(f"{label} ", pal.dim)
+            part.append(value, live(style) if value != fmt.NA else pal.dim)
+            parts.append(part)
 
         waiting = v.num("engine", "waiting")
         fig("running", fmt.count(v.num("engine", "running")))
         fig("waiting", fmt.count(waiting), pal.warn if waiting else "bold")
         kv = v.num("engine", "kv_cache_usage")
         kv_pct = None if kv is None else kv * 100
-        t.append("  KV ", pal.dim)
+        kv_part = Text("KV ", pal.dim)
         if width >= 60:
-            t.append_text(bar(kv, 8, live(pal.usage(kv_pct)), pal.dim))
-            t.append(" ")
-        t.append(fmt.pct(kv, fraction=True), live(pal.usage(kv_pct)))
+            kv_part.append_text(bar(kv, 8, live(pal.usage(kv_pct)), pal.dim))
+            kv_part.append(" ")
+        kv_part.append(fmt.pct(kv, fraction=True), live(pal.usage(kv_pct)))
+        parts.append(kv_part)
         pre = v.num("engine", "preemptions")
         fig("preempt", fmt.count(pre), pal.bad if pre else "bold")
-        t.append("\n")
         eng_ttft, proxy_ttft = v.num("engine", "ttft_p95"), v.num("latency", "ttft", "p95")
         slo = v.slo.ttft_s
-        t.append("TTFT p95 ", pal.dim)
-        t.append("engine ", pal.dim)
-        t.append(fmt.latency(eng_ttft), live(pal.latency(eng_ttft, slo)))
-        t.append(" · proxy ", pal.dim)
-        t.append(fmt.latency(proxy_ttft), pal.latency(proxy_ttft, slo))
+        ttft = Text("TTFT p95 engine ", pal.dim)
+        ttft.append(fmt.latency(eng_ttft), live(pal.latency(eng_ttft, slo)))
+        proxy = Text("· proxy ", pal.dim)
+        proxy.append(fmt.latency(proxy_ttft), pal.latency(proxy_ttft, slo))
+        t = flow(parts, width)
+        t.append("\n")
+        t.append_text(flow([ttft, proxy], width, sep=" "))
         return t
