@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from llmtop.cli.common import UsageError
@@ -40,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     from llmtop.recording.errors import RecordingError
     from llmtop.recording.progress import stderr_progress
 
-    if args.interval <= 0:
+    if not (math.isfinite(args.interval) and args.interval > 0):
         raise UsageError(f"--interval must be positive, got {args.interval}")
     progress = None if args.quiet else stderr_progress("llmtop export: read")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +56,9 @@ def tui_source(path: str | Path, *, speed: float = 1.0) -> ReplaySource:
 
 
 def main(args: argparse.Namespace) -> int:
-    if not args.speed > 0:
+    if not (math.isfinite(args.speed) and args.speed > 0):
         raise UsageError(f"--speed must be positive, got {args.speed:g}")
-    if args.start < 0:
+    if not (math.isfinite(args.start) and args.start >= 0):
         raise UsageError(f"--start must be ≥ 0, got {args.start:g}")
     if not 0 < args.refresh_hz <= 60:
         raise UsageError(f"--refresh-hz {args.refresh_hz:g} must be in (0, 60]")

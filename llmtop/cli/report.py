@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -53,9 +54,9 @@ def slo_overrides(args: argparse.Namespace) -> dict[str, Any]:
         if v is None:
             continue
         name = "--" + flag.replace("_", "-")
-        if key == "target" and not 0 < v <= 1:
+        if key == "target" and not 0 < v <= 1:  # NaN fails this too
             raise UsageError(f"{name} must be in (0, 1], got {v}")
-        if key != "target" and v <= 0:
+        if key != "target" and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{name} must be positive, got {v}")
         out[key] = v
     return out

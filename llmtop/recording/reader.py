@@ -5,13 +5,17 @@ incrementally, so a ``.jsonl.gz`` cut off by ``kill -9`` reads back up to its la
 flush), line by line; a multi-GB recording never sits in memory. The first line must be a
 version-1 ``header``; anything else is a :class:`RecordingError` with a one-line message.
 A last line cut off by a crash is ignored and counted (``truncated_lines``); a broken line in
-the middle (a disk error) is skipped and counted (``bad_lines``); a line of a type this
-version does not know is skipped and counted (``unknown_lines``).
+the middle (a disk error) is skipped and counted (``bad_lines``), and so is a line whose values
+no recorder writes (NaN, a string for a number, a time far outside the recording: see
+:meth:`RecordingReader.events` and :mod:`llmtop.recording.validate`) — every consumer reads
+through here, so report, replay and export agree on what they skip; a line of a type this
+version does not know is skipped and counted (``unknown_lines``); a request lacking optional
+fields is read with their defaults and counted (``defaulted_lines``). ``problems`` says what
+the first few of these lines were.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -21,8 +25,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final
 
-from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
+from llmtop.events import Event, RequestRecord
 from llmtop.recording.errors import RecordingError
+from llmtop.recording.validate import (
+    MAX_GAP_S,
+    InvalidLine,
+    clean_slo,
+    engine_from,
+    gpu_from,
+    number,
+    request_from,
+    warning_from,
+)
 from llmtop.recording.writer import FORMAT, VERSION
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
@@ -31,34 +45,39 @@ _CHUNK = 1 << 20
 Progress = Callable[[int, int], None]
 """``progress(bytes_read, total_bytes)`` — bytes of the file on disk (compressed for gz)."""
 
-_REQUEST_FIELDS: Final = tuple(f.name for f in dataclasses.fields(RequestRecord))
+MAX_PROBLEMS: Final = 5
+"""How many problems ``problems`` describes (every one is counted)."""
 
 
 def _request(d: dict[str, Any]) -> RequestRecord:
-    """``RequestRecord.from_json_dict`` without its per-call ``dataclasses.fields`` and
-    generator overhead (the reader's hot path: a third of the time on a big file)."""
-    kw: dict[str, Any] = {n: d.get(n) for n in _REQUEST_FIELDS}
-    kw["chunk_offsets_s"] = tuple(map(float, d.get("chunk_offsets_s") or ()))
-    kw["chunk_tokens"] = tuple(map(int, d.get("chunk_tokens") or ()))
-    kw["concurrency_at_start"] = int(d.get("concurrency_at_start") or 0)
-    return RequestRecord(**kw)
-
-
-def _engine(d: dict[str, Any]) -> EngineReading:
-    """JSON has no infinity: the writer maps the ``+Inf`` bucket's bound to null; read it
-    back as ``inf``."""
-    buckets = d.get("ttft_buckets")
-    if buckets:
-        d = {**d, "ttft_buckets": [(math.inf if le is None else le, c) for le, c in buckets]}
-    return EngineReading.from_json_dict(d)
+    """A request line → its record (:class:`InvalidLine` when a value cannot be right)."""
+    return request_from(d)[0]
 
 
 _DECODERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
-    "request": _request,
-    "gpu": GpuReading.from_json_dict,
-    "engine": _engine,
-    "warning": WarningEvent.from_json_dict,
+    "gpu": gpu_from,
+    "engine": engine_from,
+    "warning": warning_from,
 }
+
+
+def decode_event(obj: dict[str, Any]) -> Event | None:
+    """One parsed line → its event (``None`` for a header, footer or unknown type);
+    :class:`InvalidLine` when its values cannot be right. No time-span check: that needs the
+    lines around it (:meth:`RecordingReader.events`)."""
+    kind = obj.get("type")
+    if kind == "request":
+        return request_from(obj)[0]
+    dec = _DECODERS.get(kind) if isinstance(kind, str) else None
+    return None if dec is None else dec(obj)
+
+
+def event_time(e: Event) -> float:
+    """When the event happened as far as the file's order goes: a request when it
+    finished, a reading or warning at its ``t``."""
+    if isinstance(e, RequestRecord):
+        return e.t_start + e.e2e_s
+    return e.t
 
 
 class _Chunks:
@@ -147,7 +166,11 @@ class RecordingReader:
         self.truncated_lines = 0
         self.bad_lines = 0
         self.unknown_lines = 0
+        self.defaulted_lines = 0
         self.events_read = 0
+        self.lines_read = 0
+        self.problems: list[str] = []
+        """The first few lines skipped or read with defaults, and why (``line N: ...``)."""
         try:
             self._fh: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed in close()
         except FileNotFoundError:
@@ -209,9 +232,15 @@ class RecordingReader:
             parts = buf.split(b"\n")
             buf = parts.pop()
             for p in parts:
+                self.lines_read += 1
                 yield p, True
         if buf:
+            self.lines_read += 1
             yield buf, False
+
+    def _problem(self, text: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(f"line {self.lines_read}: {text}")
 
     def _parse(self, line: bytes, complete: bool) -> dict[str, Any] | None:
         line = line.strip()
@@ -222,11 +251,13 @@ class RecordingReader:
         except (ValueError, UnicodeDecodeError):
             if complete:
                 self.bad_lines += 1
+                self._problem("not JSON")
             else:
                 self.truncated_lines += 1
             return None
         if not isinstance(obj, dict):
             self.bad_lines += 1
+            self._problem("not a JSON object")
             return None
         return obj
 
@@ -259,10 +290,26 @@ class RecordingReader:
                 )
             if version < 1:
                 raise RecordingError(f"{name}: unknown recording format version {version}")
-            return obj
+            return self._clean_header(obj)
         if self._chunks.gz_incomplete:
             raise RecordingError(f"{name}: compressed recording is empty or corrupt")
         raise RecordingError(f"{name}: empty file, not an llmtop recording")
+
+    def _clean_header(self, h: dict[str, Any]) -> dict[str, Any]:
+        """Values in the header that cannot be right are dropped (``started_at`` → None, an
+        objective that is not a positive number → unset) and noted in ``problems``."""
+        started = h.get("started_at")
+        if started is not None:
+            try:
+                number(started, "started_at", lo=1.0)
+            except InvalidLine as exc:
+                h["started_at"] = None
+                self._problem(f"header {exc}; ignored")
+        if "slo" in h:
+            h["slo"], dropped = clean_slo(h["slo"])
+            for what in dropped:
+                self._problem(f"header {what} is not an objective; ignored")
+        return h
 
     # -- events -------------------------------------------------------------------------------
 
@@ -270,32 +317,110 @@ class RecordingReader:
         return self.events()
 
     def events(self) -> Iterator[Event]:
-        """The recorded events in file order (each once: the reader is a single pass)."""
+        """The recorded events in file order (each once: the reader is a single pass).
+
+        Lines that cannot be events are skipped and counted (``bad_lines``): not JSON, values
+        no recorder writes (:mod:`llmtop.recording.validate`), and times far outside the
+        recording: a request starting, or any event happening, more than a day
+        (``MAX_GAP_S``) before the header's ``started_at``, or an event more than a day
+        after every event so far unless the next event (or the footer) confirms the jump —
+        a gap in a real recording is followed by more events on its far side, a damaged
+        time is not.
+        """
         if self._started:
             raise RecordingError(f"{self.path.name}: a RecordingReader reads its file once")
         self._started = True
+        started = self.header.get("started_at")
+        lo = started - MAX_GAP_S if isinstance(started, int | float) else -math.inf
+        frontier = started if isinstance(started, int | float) else None
+        held: Event | None = None  # an event far past the frontier, awaiting confirmation
+        held_t = 0.0
+        held_line = ""
         for line, complete in self._lines:
             obj = self._parse(line, complete)
             if obj is None:
                 continue
             kind = obj.get("type")
-            dec = _DECODERS.get(kind) if isinstance(kind, str) else None
-            if dec is None:
-                if kind == "footer":
-                    self.footer = obj
-                elif kind == "header":
-                    self.bad_lines += 1  # a second header: two files concatenated
-                else:
-                    self.unknown_lines += 1
-                continue
             try:
-                ev = dec(obj)
-            except (KeyError, TypeError, ValueError):
+                ev: Event
+                if kind == "request":
+                    rec, defaulted = request_from(obj)
+                    ev = rec
+                    if rec.t_start < lo:
+                        raise InvalidLine("t_start is more than a day before the recording "
+                                          "started")
+                    if defaulted:
+                        self.defaulted_lines += 1
+                        self._problem("request lacks fields; read with their defaults")
+                else:
+                    dec = _DECODERS.get(kind) if isinstance(kind, str) else None
+                    if dec is None:
+                        if kind == "footer":
+                            self.footer = self._clean_footer(obj, held, held_t, frontier)
+                        elif kind == "header":
+                            self.bad_lines += 1  # a second header: two files concatenated
+                            self._problem("a second header (two recordings concatenated?)")
+                        else:
+                            self.unknown_lines += 1
+                            self._problem(f"unknown line type {str(kind)[:30]!r}")
+                        continue
+                    ev = dec(obj)
+                t = event_time(ev)
+                if t < lo:
+                    raise InvalidLine("time is more than a day before the recording started")
+            except InvalidLine as exc:
                 self.bad_lines += 1
+                self._problem(f"{kind}: {exc}")
                 continue
+            if frontier is not None and t > frontier + MAX_GAP_S:
+                if held is not None and abs(t - held_t) <= MAX_GAP_S:
+                    frontier = max(held_t, t)  # two events agree: a real gap
+                    self.events_read += 1
+                    yield held
+                    held = None
+                else:
+                    if held is not None:
+                        self._reject_held(held_line)
+                    held, held_t = ev, t
+                    held_line = f"line {self.lines_read}: {kind}"
+                    continue
+            elif held is not None:  # back near the frontier: the held event was an outlier
+                self._reject_held(held_line)
+                held = None
+            frontier = t if frontier is None else max(frontier, t)
             self.events_read += 1
             yield ev
+        if held is not None:
+            end = self.footer.get("ended_at") if self.footer else None
+            if isinstance(end, int | float) and abs(end - held_t) <= MAX_GAP_S:
+                self.events_read += 1
+                yield held
+            else:
+                self._reject_held(held_line)
         self.close()
+
+    def _reject_held(self, where: str) -> None:
+        self.bad_lines += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(f"{where}: its time is more than a day after the events "
+                                 "around it")
+
+    def _clean_footer(self, obj: dict[str, Any], held: Event | None, held_t: float,
+                      frontier: float | None) -> dict[str, Any]:
+        """The footer, its ``ended_at`` dropped (None) when it cannot be right."""
+        end = obj.get("ended_at")
+        if end is None:
+            return obj
+        try:
+            number(end, "ended_at")
+            near = [x for x in (frontier, held_t if held is not None else None)
+                    if x is not None]
+            if near and not any(abs(end - x) <= MAX_GAP_S for x in near):
+                raise InvalidLine("ended_at is more than a day away from the last events")
+        except InvalidLine as exc:
+            self._problem(f"footer {exc}; ignored")
+            return {**obj, "ended_at": None}
+        return obj
 
     def summary(self) -> dict[str, Any]:
         """What was read: counts of events and of lines ignored, and whether it was complete."""
@@ -305,6 +430,8 @@ class RecordingReader:
             "truncated_lines": self.truncated_lines,
             "bad_lines": self.bad_lines,
             "unknown_lines": self.unknown_lines,
+            "defaulted_lines": self.defaulted_lines,
+            "problems": list(self.problems),
             "complete": self.complete,
             "gzip_incomplete": self._chunks.gz_incomplete,
         }

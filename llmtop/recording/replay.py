@@ -38,17 +38,17 @@ from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.metrics.slo import Slo
 from llmtop.recording.errors import RecordingError
-from llmtop.recording.reader import Progress, RecordingReader
+from llmtop.recording.reader import Progress, RecordingReader, decode_event, event_time
+from llmtop.recording.validate import MAX_GAP_S
+
+__all__ = ["DEFAULT_LOOKAHEAD_S", "IDLE_SKIP_S", "ReplayEngine", "ReplaySource", "config_for",
+           "event_time"]
 
 _START, _EVENT = 0, 1
 DEFAULT_LOOKAHEAD_S: Final = 600.0
-
-
-def event_time(e: Event) -> float:
-    """When the live aggregator saw the event: a request when it finished."""
-    if isinstance(e, RequestRecord):
-        return e.t_start + e.e2e_s
-    return e.t
+IDLE_SKIP_S: Final = 86400.0
+"""A stretch longer than this with nothing in flight and nothing to deliver is crossed in one
+step instead of tick by tick (its concurrency samples, all zero, are not taken)."""
 
 
 def config_for(header: Mapping[str, Any], slo: Mapping[str, Any] | None = None,
@@ -110,6 +110,8 @@ class ReplayEngine:
         self._seq = itertools.count()
         self._read_to = -math.inf  # event time of the latest event read
         self.exhausted = False
+        self.idle_skipped_s = 0.0
+        """Virtual seconds crossed in one step (idle stretches over ``IDLE_SKIP_S``)."""
         self.last_event_t: float | None = None
         self.first_event_t: float | None = None
         self.events_delivered = 0
@@ -204,9 +206,58 @@ class ReplayEngine:
         """The virtual clock on the ``ActiveRequest`` nanosecond scale."""
         return round((self.now - self.begin) * 1e9)
 
+    def _deliver(self, upto: float) -> None:
+        """Start the requests and deliver the events due by ``upto`` (one batch)."""
+        batch: list[Event] = []
+        last_t = self.now
+        heap = self._heap
+        while heap and heap[0][0] <= upto:
+            t, _, kind, item = heapq.heappop(heap)
+            if kind == _START:
+                self._start(item)
+                continue
+            if isinstance(item, RequestRecord):
+                self._live.pop(item.id, None)
+                self.active.pop(item.id, None)
+            batch.append(item)
+            last_t = max(last_t, t)
+        if batch:
+            self.now = last_t
+            self.aggregator.on_events(batch)
+            self.events_delivered += len(batch)
+
+    def _skip_idle(self, tick_at: float, target: float) -> float:
+        """The tick to play next: ``tick_at``, or — when nothing is in flight and nothing is
+        due for more than ``IDLE_SKIP_S`` — the last tick before the next event (or
+        ``target``), crossing the idle stretch in one step."""
+        if self._live:
+            return tick_at
+        if self._heap:
+            nxt = min(self._heap[0][0], target)
+        elif self.exhausted:
+            nxt = target
+        else:
+            return tick_at
+        if nxt - tick_at <= IDLE_SKIP_S:
+            return tick_at
+        jump = max(tick_at, math.floor(nxt / self.tick_s) * self.tick_s)
+        self.idle_skipped_s += jump - tick_at
+        self._next_tick = jump
+        return jump
+
+    def _next_stop(self) -> float:
+        """The next tick — or, before an idle stretch, the last tick before its end."""
+        tick = self._next_tick
+        self._fill(tick)
+        if not self._live and self._heap and self._heap[0][0] - tick > IDLE_SKIP_S:
+            return max(tick, math.floor(self._heap[0][0] / self.tick_s) * self.tick_s)
+        return tick
+
     def advance_to(self, target: float, *, max_ticks: int | None = None) -> bool:
-        """Play everything up to virtual time ``target``. With ``max_ticks``, stop early
-        after that many ticks (returns False: call again) so a UI stays responsive."""
+        """Play everything up to virtual time ``target``: a tick every ``tick_s`` (events
+        delivered in batches that never cross one), then what is due by ``target``. With
+        ``max_ticks``, stop early after that many ticks (returns False: call again) so a UI
+        stays responsive."""
         ticks = 0
         agg = self.aggregator
         while True:
@@ -214,23 +265,9 @@ class ReplayEngine:
             if tick_at > target:
                 break
             self._fill(tick_at)
-            batch: list[Event] = []
-            last_t = self.now
-            heap = self._heap
-            while heap and heap[0][0] <= tick_at:
-                t, _, kind, item = heapq.heappop(heap)
-                if kind == _START:
-                    self._start(item)
-                    continue
-                if isinstance(item, RequestRecord):
-                    self._live.pop(item.id, None)
-                    self.active.pop(item.id, None)
-                batch.append(item)
-                last_t = max(last_t, t)
-            if batch:
-                self.now = last_t
-                agg.on_events(batch)
-                self.events_delivered += len(batch)
+            tick_at = self._skip_idle(tick_at, target)
+            self._fill(tick_at)
+            self._deliver(tick_at)
             self.now = tick_at
             self._progress_streams()
             agg.tick(tick_at)
@@ -238,18 +275,27 @@ class ReplayEngine:
             ticks += 1
             if max_ticks is not None and ticks >= max_ticks:
                 return self._next_tick > target
-        self.now = max(self.now, target)
+        if target > self.now:
+            self._fill(target)
+            self._deliver(target)
+            self.now = target
+            self._progress_streams()
         return True
 
     def run_to_end(self, on_tick: Callable[[float], None] | None = None) -> None:
-        """Play the whole file; ``on_tick(now)`` after every tick (for periodic snapshots)."""
-        while not self.finished:
-            target = self._next_tick
-            self.advance_to(target)
+        """Play the whole file, ending with the clock at the last event (not at a tick past
+        it: rates over the session divide by the recording's own span); ``on_tick(now)``
+        after every tick (for periodic snapshots) and once at the end."""
+        while not self.exhausted:
+            self.advance_to(self._next_stop())
             if on_tick is not None:
                 on_tick(self.now)
-        # one more tick so the last interval's data is in every window
-        self.advance_to(self._next_tick)
+        end = self.last_event_t if self.last_event_t is not None else self.begin
+        while self._next_tick <= end:
+            self.advance_to(min(self._next_stop(), end))
+            if on_tick is not None:
+                on_tick(self.now)
+        self.advance_to(end)
         if on_tick is not None:
             on_tick(self.now)
 
@@ -274,7 +320,7 @@ class ReplaySource:
     def __init__(self, path: str | Path, *, speed: float = 1.0, tick_s: float = 0.5,
                  slo: Mapping[str, Any] | None = None,
                  wall: Callable[[], float] = time.monotonic) -> None:
-        if not speed > 0:
+        if not (math.isfinite(speed) and speed > 0):
             raise RecordingError(f"replay speed must be positive, got {speed}")
         self.path = Path(path)
         self._slo = slo
@@ -301,22 +347,19 @@ class ReplaySource:
                 tail = fh.read().splitlines()
         except OSError:
             return None
+        begin = self.engine.begin
         for line in reversed(tail):
             try:
                 obj = json.loads(line)
-            except ValueError:
+                # a footer's ended_at may be long after the last event: prefer events
+                ev = decode_event(obj) if isinstance(obj, dict) else None
+            except (ValueError, UnicodeDecodeError):  # InvalidLine is a ValueError
                 continue
-            if not isinstance(obj, dict):
+            if ev is None:
                 continue
-            t: Any
-            if obj.get("type") == "request":
-                t = float(obj.get("t_start", 0)) + float(obj.get("e2e_s", 0))
-            elif obj.get("type") == "footer":
-                continue  # ended_at may be long after the last event; prefer events
-            else:
-                t = obj.get("t")
-            if isinstance(t, int | float):
-                return max(0.0, float(t) - self.engine.begin)
+            t = event_time(ev)
+            if begin - MAX_GAP_S <= t:
+                return max(0.0, t - begin)
         return None
 
     @property
@@ -325,7 +368,7 @@ class ReplaySource:
 
     @speed.setter
     def speed(self, value: float) -> None:
-        if value > 0:
+        if math.isfinite(value) and value > 0:
             self._rebase()
             self._speed = float(value)
 
@@ -345,8 +388,8 @@ class ReplaySource:
     def _clamp(self, pos: float) -> float:
         end = self.duration_s
         pos = max(0.0, pos)
-        # one tick past the last event, so the tick that delivers it happens
-        return min(pos, end + self._tick_s) if end is not None else pos
+        # advance_to delivers what is due by its target, so the end is the last event
+        return min(pos, end) if end is not None else pos
 
     @property
     def position_s(self) -> float:

@@ -372,6 +372,8 @@ def analyse(
 
     def on_tick(now: float) -> None:
         nonlocal step, window, next_snap, series
+        if now - next_snap > 2 * step:  # after an idle stretch the replay crossed at once
+            next_snap = begin + math.floor((now - begin) / step) * step
         while now >= next_snap:
             series.append(_series_point(eng.snapshot(window), begin, window))
             if len(series) >= MAX_SERIES_POINTS:
@@ -435,6 +437,8 @@ def analyse(
             "truncated_lines": reader.truncated_lines,
             "bad_lines": reader.bad_lines,
             "unknown_lines": reader.unknown_lines,
+            "defaulted_lines": reader.defaulted_lines,
+            "problems": list(reader.problems),
             "dropped_by_recorder": footer.get("dropped") if footer else None,
             "events": reader.events_read,
         },

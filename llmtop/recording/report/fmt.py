@@ -93,3 +93,29 @@ def slo_text(slo: Any) -> str:
     objectives = " and ".join(parts) if parts else "none configured (ok = no error)"
     target = slo.get("target")
     return objectives + (f"; target {pct(target)} of requests" if target is not None else "")
+
+
+def _n(k: int, one: str, many: str) -> str:
+    return f"{k:,} {one if k == 1 else many}"
+
+
+def file_notes(src: Any) -> list[str]:
+    """What the reader skipped or read with defaults, as sentences: a summary line, then the
+    first few lines' reasons (``line N: ...``). Empty when the file read cleanly."""
+    if not isinstance(src, dict):
+        return []
+    parts = []
+    for key, one, many in (
+        ("truncated_lines", "cut-off last line", "cut-off last lines"),
+        ("bad_lines", "bad line skipped", "bad lines skipped"),
+        ("unknown_lines", "line of an unknown type skipped", "lines of unknown types skipped"),
+        ("defaulted_lines", "request with missing fields (defaults used)",
+         "requests with missing fields (defaults used)"),
+        ("dropped_by_recorder", "event dropped by the recorder",
+         "events dropped by the recorder"),
+    ):
+        k = src.get(key)
+        if isinstance(k, int) and k > 0:
+            parts.append(_n(k, one, many))
+    out = ["; ".join(parts)] if parts else []
+    return out + [str(p) for p in src.get("problems") or []]

@@ -13,6 +13,7 @@ from llmtop.recording.report.fmt import (
     NA,
     dist,
     duration,
+    file_notes,
     gib,
     num,
     offset,
@@ -102,10 +103,9 @@ def conditions_section(r: dict[str, Any]) -> str:
     if c["engine_kind"]:
         rows.append(("engine", esc(c["engine_kind"])))
     rows += [(str(k), esc(v)) for k, v in (c.get("extra") or {}).items()]
-    if src["truncated_lines"] or src["bad_lines"] or src.get("dropped_by_recorder"):
-        rows.append(("file", esc(f"{src['truncated_lines']} cut-off line, {src['bad_lines']} "
-                                 f"bad lines skipped, {src.get('dropped_by_recorder') or 0} "
-                                 "lines dropped by the recorder")))
+    notes = file_notes(src)
+    if notes:
+        rows.append(("file", "<br>".join(esc(n) for n in notes)))
     return "<h2>Conditions</h2>" + kv_table(rows)
 
 

@@ -9,6 +9,7 @@ from llmtop.recording.report.fmt import (
     NA,
     dist,
     duration,
+    file_notes,
     gib,
     num,
     offset,
@@ -86,12 +87,8 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"  engine          {c['engine_kind']}")
     for k, v in (c.get("extra") or {}).items():
         lines.append(f"  {k:<15} {v}")
-    if src["truncated_lines"] or src["bad_lines"] or src.get("dropped_by_recorder"):
-        lines.append(
-            f"  file            {src['truncated_lines']} cut-off line, {src['bad_lines']} bad "
-            f"lines skipped; {src.get('dropped_by_recorder') or 0} lines dropped by the "
-            "recorder"
-        )
+    for i, note in enumerate(file_notes(src)):
+        lines.append(f"  {'file' if i == 0 else '':<15} {note}")
     return lines
 
 

@@ -1,0 +1,317 @@
+"""What a recording's lines may hold: one check for every reader (report, replay, export).
+
+A line is *invalid* when it parses as JSON but its values cannot be what the recorder
+wrote: a wrong type (``"ttft_s": "fast"``, ``"user": 12345``), a number that is not finite
+(``NaN``/``Infinity``: the writer writes ``null`` for those), a value that cannot be
+negative and is, a duration longer than :data:`MAX_DURATION_S`, or a required field
+missing. The decoders here raise :class:`InvalidLine` (its message names the field); the
+reader skips and counts such a line as a bad line, as it does a line that is not JSON.
+
+Times are checked against the recording's span by the reader itself
+(:class:`llmtop.recording.reader.RecordingReader`, using :data:`MAX_GAP_S`).
+
+Fields a version-1 writer always writes but that a line can do without (a request's model,
+chunk offsets, token counts, ...) take their defaults when missing; the decoders report that
+so the reader can count such lines (``defaulted_lines``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+from llmtop.events import OUTCOMES, EngineReading, GpuReading, RequestRecord, WarningEvent
+
+MAX_DURATION_S: Final = 7 * 86400.0
+"""Longest a request's E2E, TTFT or a chunk offset may be (one week)."""
+MAX_GAP_S: Final = 86400.0
+"""How far an event's time may lie before the recording's start, or past every event read
+so far without the next event confirming the jump (one day)."""
+MAX_COUNT: Final = 1 << 40
+"""Largest token count, concurrency or byte count taken as real (2^40)."""
+MAX_BYTES: Final = 1 << 60
+_BIG: Final = 1 << 62
+
+_NUM: Final = frozenset((int, float))
+_OPT_NUM: Final = frozenset((int, float, type(None)))
+_STATES: Final = ("raised", "cleared")
+
+
+class InvalidLine(ValueError):
+    """A recording line with a value no recorder writes; the message says which."""
+
+
+def number(v: Any, name: str, *, lo: float | None = None, hi: float | None = None) -> float:
+    """``v`` as a finite number (an int or float, never a bool) within ``[lo, hi]``."""
+    t = type(v)
+    if t is int:
+        if not -_BIG < v < _BIG:
+            raise InvalidLine(f"{name} is an integer out of range")
+    elif t is not float:
+        raise InvalidLine(f"{name} is {_what(v)}, not a number")
+    elif not math.isfinite(v):
+        raise InvalidLine(f"{name} is {v}, not a finite number")
+    if lo is not None and v < lo:
+        raise InvalidLine(f"{name} is {v:g}, below {lo:g}")
+    if hi is not None and v > hi:
+        raise InvalidLine(f"{name} is {v:g}, above {hi:g}")
+    return v  # type: ignore[no-any-return]
+
+
+def _opt_number(v: Any, name: str, *, lo: float | None = None,
+                hi: float | None = None) -> float | None:
+    return None if v is None else number(v, name, lo=lo, hi=hi)
+
+
+def _integer(v: Any, name: str, *, lo: int = 0, hi: int = MAX_COUNT) -> int:
+    if type(v) is not int:
+        raise InvalidLine(f"{name} is {_what(v)}, not an integer")
+    if not lo <= v <= hi:
+        raise InvalidLine(f"{name} is {v}, outside [{lo}, {hi}]")
+    return v
+
+
+def _opt_integer(v: Any, name: str) -> int | None:
+    return None if v is None else _integer(v, name)
+
+
+def _string(v: Any, name: str) -> str:
+    if type(v) is not str:
+        raise InvalidLine(f"{name} is {_what(v)}, not a string")
+    return v
+
+
+def _opt_string(v: Any, name: str) -> str | None:
+    return None if v is None else _string(v, name)
+
+
+def _what(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f"a string ({v[:20]!r})"
+    return f"a {type(v).__name__}" if isinstance(v, list | dict) else repr(v)[:20]
+
+
+def _numbers(raw: Any, name: str, hi: float) -> tuple[float, ...]:
+    """A list of finite numbers in ``[0, hi]`` as a tuple of floats."""
+    if type(raw) is not list:
+        if raw is None:
+            return ()
+        raise InvalidLine(f"{name} is {_what(raw)}, not a list")
+    if not raw:
+        return ()
+    try:
+        # sum() refuses strings, nulls and lists, and is NaN or inf when one value is
+        total = sum(raw)
+        if not math.isfinite(total):
+            raise InvalidLine(f"{name} holds a value that is not finite")
+        if min(raw) < 0 or max(raw) > hi:
+            raise InvalidLine(f"{name} holds a value outside [0, {hi:g}]")
+        return tuple(map(float, raw))
+    except (TypeError, OverflowError):
+        raise InvalidLine(f"{name} holds something that is not a number") from None
+
+
+def _counts(raw: Any, name: str) -> tuple[int, ...]:
+    """A list of integers in ``[0, MAX_COUNT]`` as a tuple."""
+    if type(raw) is not list:
+        if raw is None:
+            return ()
+        raise InvalidLine(f"{name} is {_what(raw)}, not a list")
+    if not raw:
+        return ()
+    try:
+        total = sum(raw)  # an int only when every value is one
+    except TypeError:
+        total = None
+    if type(total) is not int:
+        raise InvalidLine(f"{name} holds something that is not an integer")
+    if min(raw) < 0 or max(raw) > MAX_COUNT:
+        raise InvalidLine(f"{name} holds a value outside [0, {MAX_COUNT}]")
+    return tuple(raw)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+REQUEST_REQUIRED: Final = ("id", "user", "t_start", "e2e_s", "outcome")
+"""A request line without one of these is invalid: nothing sensible stands in for them."""
+REQUEST_DEFAULTED: Final = frozenset(
+    ("model", "dialect", "path", "stream", "status", "ttft_s", "prompt_tokens",
+     "completion_tokens", "token_source", "chunk_offsets_s", "chunk_tokens",
+     "concurrency_at_start", "error"))
+"""Fields a version-1 writer always writes, read with a default when a line lacks them."""
+
+
+_REAL: Final = (int, float)
+_OUTCOME_SET: Final = frozenset(OUTCOMES)
+
+
+def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
+    """A ``request`` line → ``(record, defaulted)``; ``defaulted`` when a field was missing
+    and took its default. :class:`InvalidLine` when a value cannot be right."""
+    # the fast path (the reader's hot loop): a complete line of the usual types, checked in
+    # one expression; anything else takes the slow path, which says what is wrong
+    g: Callable[[str], Any] = d.get
+    t0, e2e, ttft, offs, toks = (g("t_start"), g("e2e_s"), g("ttft_s"), g("chunk_offsets_s"),
+                                 g("chunk_tokens"))
+    conc, pt, ct, model, err, status = (g("concurrency_at_start"), g("prompt_tokens"),
+                                        g("completion_tokens"), g("model"), g("error"),
+                                        g("status"))
+    if (
+        type(t0) in _REAL and t0 - t0 == 0 and -_BIG < t0 < _BIG
+        and type(e2e) in _REAL and 0 <= e2e <= MAX_DURATION_S
+        and (ttft is None or (type(ttft) in _REAL and 0 <= ttft <= MAX_DURATION_S))
+        and type(offs) is list and type(toks) is list
+        and type(g("id")) is str and type(g("user")) is str
+        and type(g("dialect")) is str and type(g("path")) is str
+        and type(g("token_source")) is str and type(g("stream")) is bool
+        and g("outcome") in _OUTCOME_SET
+        and type(status) is int and 0 <= status <= 999
+        and type(conc) is int and 0 <= conc <= MAX_COUNT
+        and (pt is None or (type(pt) is int and 0 <= pt <= MAX_COUNT))
+        and (ct is None or (type(ct) is int and 0 <= ct <= MAX_COUNT))
+        and (model is None or type(model) is str)
+        and (err is None or type(err) is str)
+    ):
+        return RequestRecord(
+            d["id"], d["user"], model, d["dialect"], d["path"], d["stream"], status,
+            d["outcome"], t0, ttft, e2e, pt, ct, d["token_source"],
+            _numbers(offs, "chunk_offsets_s", MAX_DURATION_S),
+            _counts(toks, "chunk_tokens"), conc, err,
+        ), False
+    for k in REQUEST_REQUIRED:
+        if k not in d:
+            raise InvalidLine(f"no {k} field")
+    defaulted = not d.keys() >= REQUEST_DEFAULTED
+    g = d.get
+    e2e = number(d["e2e_s"], "e2e_s", lo=0.0, hi=MAX_DURATION_S)
+    outcome = d["outcome"]
+    if outcome not in OUTCOMES:
+        raise InvalidLine(f"outcome is {_what(outcome)}, not one of {', '.join(OUTCOMES)}")
+    stream = g("stream", False)
+    if type(stream) is not bool:
+        raise InvalidLine(f"stream is {_what(stream)}, not true/false")
+    conc = g("concurrency_at_start")
+    rec = RequestRecord(
+        id=_string(d["id"], "id"),
+        user=_string(d["user"], "user"),
+        model=_opt_string(g("model"), "model"),
+        dialect=_string(g("dialect", "other"), "dialect"),  # type: ignore[arg-type]
+        path=_string(g("path", ""), "path"),
+        stream=stream,
+        status=_integer(g("status", 0), "status", hi=999),
+        outcome=outcome,
+        t_start=number(d["t_start"], "t_start"),
+        ttft_s=_opt_number(g("ttft_s"), "ttft_s", lo=0.0, hi=MAX_DURATION_S),
+        e2e_s=e2e,
+        prompt_tokens=_opt_integer(g("prompt_tokens"), "prompt_tokens"),
+        completion_tokens=_opt_integer(g("completion_tokens"), "completion_tokens"),
+        token_source=_string(g("token_source", "estimate"), "token_source"),  # type: ignore[arg-type]
+        chunk_offsets_s=_numbers(g("chunk_offsets_s"), "chunk_offsets_s", MAX_DURATION_S),
+        chunk_tokens=_counts(g("chunk_tokens"), "chunk_tokens"),
+        concurrency_at_start=0 if conc is None else _integer(conc, "concurrency_at_start"),
+        error=_opt_string(g("error"), "error"),
+    )
+    return rec, defaulted
+
+
+# -- readings and warnings --------------------------------------------------------------------
+
+_GPU_FLOATS: Final = ("util_gpu", "mem_busy", "dram_bw_util", "power_w", "sm_activity",
+                      "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
+                      "pcie_rx_bytes_s", "pcie_tx_bytes_s")
+
+
+def gpu_from(d: dict[str, Any]) -> GpuReading:
+    """A ``gpu`` line → :class:`GpuReading` (unknown fields ignored, newer ones optional)."""
+    for k in ("t", "index", "name", "mem_used_bytes", "mem_total_bytes"):
+        if k not in d:
+            raise InvalidLine(f"no {k} field")
+    g = d.get
+    simulated = g("simulated", False)
+    if type(simulated) is not bool:
+        raise InvalidLine(f"simulated is {_what(simulated)}, not true/false")
+    floats = {k: _opt_number(g(k), k) for k in _GPU_FLOATS}
+    mem = {k: _opt_number(g(k), k, lo=0.0, hi=MAX_BYTES)
+           for k in ("mem_used_bytes", "mem_total_bytes")}
+    return GpuReading(
+        t=number(d["t"], "t"), index=_integer(d["index"], "index", hi=1 << 16),
+        name=_string(d["name"], "name"),
+        mem_used_bytes=mem["mem_used_bytes"],  # type: ignore[arg-type]
+        mem_total_bytes=mem["mem_total_bytes"],  # type: ignore[arg-type]
+        simulated=simulated, **floats,
+    )
+
+
+def _bucket(pair: Any) -> tuple[float, float]:
+    if type(pair) is not list or len(pair) != 2:
+        raise InvalidLine("ttft_buckets holds something that is not an [le, count] pair")
+    le, c = pair
+    # JSON has no infinity: the +Inf bound is written as null or as Prometheus spells it
+    bound = math.inf if le is None or le == "+Inf" else number(le, "ttft_buckets bound")
+    return float(bound), float(number(c, "ttft_buckets count", lo=0.0))
+
+
+def engine_from(d: dict[str, Any]) -> EngineReading:
+    """An ``engine`` line → :class:`EngineReading`."""
+    for k in ("t", "kind"):
+        if k not in d:
+            raise InvalidLine(f"no {k} field")
+    g = d.get
+    buckets = g("ttft_buckets") or []
+    if type(buckets) is not list:
+        raise InvalidLine(f"ttft_buckets is {_what(buckets)}, not a list")
+    raw = g("raw") or {}
+    if type(raw) is not dict:
+        raise InvalidLine(f"raw is {_what(raw)}, not an object")
+    vals = raw.values()
+    if not set(map(type, vals)) <= _OPT_NUM:
+        raise InvalidLine("raw holds a value that is not a number")
+    if not math.isfinite(sum(v for v in vals if v is not None)):
+        raise InvalidLine("raw holds a value that is not finite")
+    return EngineReading(
+        t=number(d["t"], "t"), kind=_string(d["kind"], "kind"),
+        running=_opt_number(g("running"), "running"),
+        waiting=_opt_number(g("waiting"), "waiting"),
+        kv_cache_usage=_opt_number(g("kv_cache_usage"), "kv_cache_usage"),
+        preemptions=_opt_number(g("preemptions"), "preemptions"),
+        ttft_buckets=tuple(_bucket(p) for p in buckets),
+        raw=dict(raw),
+    )
+
+
+def warning_from(d: dict[str, Any]) -> WarningEvent:
+    """A ``warning`` line → :class:`WarningEvent`."""
+    for k in ("t", "code"):
+        if k not in d:
+            raise InvalidLine(f"no {k} field")
+    g = d.get
+    state = g("state", "raised")
+    if state not in _STATES:
+        raise InvalidLine(f"state is {_what(state)}, not raised or cleared")
+    return WarningEvent(
+        t=number(d["t"], "t"), code=_string(d["code"], "code"),
+        severity=_string(g("severity", "warning"), "severity"),  # type: ignore[arg-type]
+        message=_string(g("message", ""), "message"), state=state,
+    )
+
+
+def clean_slo(slo: Any) -> tuple[dict[str, Any], list[str]]:
+    """A header's ``slo`` object without values that cannot be objectives (non-numbers,
+    non-finite, ≤ 0, a target outside (0, 1]); returns it and what was dropped."""
+    if not isinstance(slo, dict):
+        return {}, ([] if slo is None else ["slo is not an object"])
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for k, v in slo.items():
+        ok = (type(v) in _NUM and math.isfinite(v) and v > 0
+              and (k != "target" or v <= 1))
+        if v is None or ok:
+            out[k] = v
+        else:
+            dropped.append(f"slo {k} ({_what(v)})")
+    return out, dropped
