@@ -182,3 +182,26 @@ async def test_engine_line_breaks_between_figures(width: int) -> None:
         text = screen_text(app)
     for label, value in (("running", "1"), ("waiting", "0"), ("KV", ""), ("preempt", "0")):
         assert re.search(rf"\b{label} \S*{value}", text), (label, text)
+
+
+async def test_engine_bar_never_makes_the_layout_flip() -> None:
+    """At 60×20 the engine line with its KV bar would be 61 cells: the bar is left out
+    rather than pushing "preempt 0" to a third line, so the screen needs no scrollbar and
+    the users table keeps the whole width and its SLO column whole (with the bar the
+    screen's scrollbar came and went, and the table was drawn for the other width)."""
+    src = FixtureSource("low_load")
+    src.snapshot["users"][0]["user"] = "carol-with-a-very-long-user-name-that-overflows"
+    src.snapshot["engine"].update(kind="sim", running=3, waiting=0, kv_cache_usage=0.033,
+                                  preemptions=0)
+    app = make_app(src)
+    async with app.run_test(size=(60, 20)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        for _ in range(3):
+            await app.refresh_now()
+            await pilot.pause(0.05)
+        table = app.dashboard.users
+        assert table.size.width == 60
+        header = users_lines(app)[0]
+        text = screen_text(app)
+    assert "engine sim  running 3  waiting 0  KV 3.3%  preempt 0" in text
+    assert header.rstrip().endswith("SLO"), header

@@ -22,6 +22,11 @@ def stale_after(view: SnapView) -> float:
     return STALE_AFTER_S if interval is None else max(STALE_AFTER_S, 3 * interval)
 
 
+def one_line(parts: list[Text], sep: int = 2) -> int:
+    """The cells ``parts`` take on one line, ``sep`` cells apart."""
+    return sum(p.cell_len for p in parts) + sep * (len(parts) - 1)
+
+
 class EnginePanel(ViewPanel):
     """Queue and KV cache (a line, or more when narrow, broken only between figures);
     then TTFT p95 engine vs proxy. A stale reading says how old it is, in the warning
@@ -61,14 +66,21 @@ class EnginePanel(ViewPanel):
         fig("waiting", fmt.count(waiting), pal.warn if waiting else "bold")
         kv = v.num("engine", "kv_cache_usage")
         kv_pct = None if kv is None else kv * 100
+        kv_at = len(parts)
         kv_part = Text("KV ", pal.dim)
-        if width >= 60:
-            kv_part.append_text(bar(kv, 8, live(pal.usage(kv_pct)), pal.dim))
-            kv_part.append(" ")
         kv_part.append(fmt.pct(kv, fraction=True), live(pal.usage(kv_pct)))
         parts.append(kv_part)
         pre = v.num("engine", "preemptions")
         fig("preempt", fmt.count(pre), pal.bad if pre else "bold")
+        with_bar = Text("KV ", pal.dim)
+        with_bar.append_text(bar(kv, 8, live(pal.usage(kv_pct)), pal.dim))
+        with_bar.append(" ")
+        with_bar.append(fmt.pct(kv, fraction=True), live(pal.usage(kv_pct)))
+        # The bar only where the line fits with it: a bar that pushed a figure to another
+        # line would change the panel's height by the width (and a scrollbar's 2 columns
+        # could then flip the layout back and forth).
+        if one_line([*parts[:kv_at], with_bar, *parts[kv_at + 1:]]) <= width:
+            parts[kv_at] = with_bar
         eng_ttft, proxy_ttft = v.num("engine", "ttft_p95"), v.num("latency", "ttft", "p95")
         slo = v.slo.ttft_s
         ttft = Text("TTFT p95 engine ", pal.dim)
