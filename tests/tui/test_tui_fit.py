@@ -205,3 +205,20 @@ async def test_engine_bar_never_makes_the_layout_flip() -> None:
         text = screen_text(app)
     assert "engine sim  running 3  waiting 0  KV 3.3%  preempt 0" in text
     assert header.rstrip().endswith("SLO"), header
+
+
+async def test_user_detail_on_a_narrow_terminal_has_one_figure_a_line() -> None:
+    """At 40 columns two label/value pairs a line do not fit: one a line, every value
+    whole (no "5.…" for 5.20 s)."""
+    app = make_app(FixtureSource("saturated"))
+    async with app.run_test(size=(40, 30)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        app.open_user("batch-job")
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+    summary = lines[3:9]
+    assert not any("…" in ln for ln in summary), summary
+    for label, value in (("requests", "240"), ("output tok/s", "881"),
+                         ("TTFT p95", "5.20 s"), ("ITL p95", "72.0 ms"),
+                         ("SLO attainment", "22%")):
+        assert any(re.fullmatch(rf" {label} +{re.escape(value)} *", ln) for ln in summary), label

@@ -85,11 +85,6 @@ class UserSummary(ViewPanel):
         if row is None:
             title.append("\nno requests from this user in this window", pal.dim)
             return title
-        table = Table.grid(padding=(0, 2))
-        table.add_column(style=pal.dim, no_wrap=True)
-        table.add_column(justify="right", no_wrap=True)
-        table.add_column(style=pal.dim, no_wrap=True)
-        table.add_column(justify="right", no_wrap=True)
         cells: list[tuple[Text, Text]] = []
         shown = {"user"}
         for key, label, kind in KNOWN:
@@ -101,10 +96,19 @@ class UserSummary(ViewPanel):
             if key in shown or as_num(value) is None:
                 continue
             cells.append(other_field(str(key), value))
-        for i in range(0, len(cells), 2):
-            left = cells[i]
-            right = cells[i + 1] if i + 1 < len(cells) else (Text(""), Text(""))
-            table.add_row(left[0], left[1], right[0], right[1])
+        # Two label/value pairs a line where they fit whole, else one: never a cut value.
+        pair = max((a.cell_len for a, _ in cells), default=0) + 2 + max(
+            (b.cell_len for _, b in cells), default=0)
+        per_line = 2 if 2 * pair + 2 <= width else 1
+        table = Table.grid(padding=(0, 2))
+        for _ in range(per_line):
+            table.add_column(style=pal.dim, no_wrap=True)
+            table.add_column(justify="right", no_wrap=True)
+        blank = (Text(""), Text(""))
+        for i in range(0, len(cells), per_line):
+            line = [*cells[i:i + per_line]]
+            line += [blank] * (per_line - len(line))
+            table.add_row(*(x for pair_cells in line for x in pair_cells))
         out = Table.grid()
         out.add_row(title)
         out.add_row(table)
