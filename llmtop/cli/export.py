@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from llmtop.cli.common import UsageError
 
@@ -37,14 +38,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or summary lines")
 
 
+def _outputs(args: argparse.Namespace) -> list[Path]:
+    """Every file the export writes (the Parquet directory too: it must not be the input)."""
+    if args.hlog:
+        return [Path(args.hlog)]
+    from llmtop.recording.paths import PARQUET_TABLES
+
+    out = Path(args.parquet)
+    return [out, *(out / f"{name}.parquet" for name in PARQUET_TABLES)]
+
+
 def main(args: argparse.Namespace) -> int:
     from llmtop.recording.errors import RecordingError
+    from llmtop.recording.paths import refuse_input_as_output
     from llmtop.recording.progress import stderr_progress
 
     if not (math.isfinite(args.interval) and args.interval > 0):
         raise UsageError(f"--interval must be positive, got {args.interval}")
     progress = None if args.quiet else stderr_progress("llmtop export: read")
     try:
+        refuse_input_as_output(_outputs(args), [args.file])
         if args.parquet:
             try:
                 from llmtop.recording.parquet import export_parquet

@@ -76,7 +76,9 @@ def check_output(path: str) -> Path:
 
 
 def write_output(out: Path, text: str) -> None:
-    tmp = out.with_name(f".{out.name}.part")
+    from llmtop.recording.paths import part_path
+
+    tmp = part_path(out)
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, out)
@@ -92,9 +94,16 @@ def main(args: argparse.Namespace) -> int:
 
     slo = slo_overrides(args)
     out = check_output(args.output) if args.output else None
+    files = [args.file] + ([args.file2] if args.file2 else [])
+    if out is not None:
+        from llmtop.recording.paths import refuse_input_as_output
+
+        try:
+            refuse_input_as_output([out], files)
+        except RecordingError as exc:
+            raise UsageError(str(exc)) from None
     if args.format == "html" and out is None and sys.stdout.isatty():
         raise UsageError("--format html writes a page: give -o FILE (or redirect stdout)")
-    files = [args.file] + ([args.file2] if args.file2 else [])
     reports = []
     try:
         for f in files:

@@ -25,6 +25,7 @@ from llmtop.metrics.hdr import HIGHEST_EQ, encode_sparse
 from llmtop.metrics.ingest import COUNTERS, METRICS, ingest
 from llmtop.metrics.slo import Slo
 from llmtop.recording.errors import RecordingError
+from llmtop.recording.paths import part_path
 from llmtop.recording.reader import Progress, RecordingReader
 
 TAGS: Final = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
@@ -91,7 +92,7 @@ def export_hlog(
     if interval_s <= 0:
         raise ValueError("interval_s must be positive")
     out = Path(out_file)
-    tmp = out.with_name(f".{out.name}.part")
+    tmp = part_path(out)
     with RecordingReader(recording, progress=progress) as reader:
         base = reader.header.get("started_at")
         try:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.errors import RecordingError
+from llmtop.recording.paths import PARQUET_TABLES, part_path
 from llmtop.recording.reader import Progress, RecordingReader
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -100,7 +101,7 @@ class _Table:
 
     def __init__(self, path: Path, schema: pa.Schema, batch_rows: int) -> None:
         self.path = path
-        self.tmp = path.with_name(f".{path.name}.part")
+        self.tmp = part_path(path)
         self.schema = schema
         self.batch_rows = batch_rows
         self.rows: list[dict[str, Any]] = []
@@ -133,7 +134,7 @@ class _Table:
             self.tmp.unlink(missing_ok=True)
 
 
-TABLES: Final = ("requests", "gpu", "engine", "warnings")
+TABLES: Final = PARQUET_TABLES
 
 
 def export_parquet(
