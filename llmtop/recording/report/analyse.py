@@ -19,12 +19,14 @@ Latencies are seconds, ``None`` where there is no data.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
 from llmtop.metrics.hdr import HIGHEST_EQ, Histogram, decode_sparse
@@ -82,7 +84,8 @@ class _Collector:
         self.prompt = Histogram()
         self.completion = Histogram()
         self.conc = Histogram()
-        self.arrivals: Counter[int] = Counter()
+        self.starts = array("d")
+        """Every request's t_start (8 bytes a request): arrival rates over the span."""
         self.first_start: float | None = None
         self.last_end: float | None = None
         self.first_t: float | None = None
@@ -130,7 +133,7 @@ class _Collector:
             self.error_messages[r.error[:120]] += 1
         if r.stream:
             self.streaming += 1
-        self.arrivals[math.floor(r.t_start)] += 1
+        self.starts.append(r.t_start)
         if self.first_start is None or r.t_start < self.first_start:
             self.first_start = r.t_start
         end = r.t_start + r.e2e_s
@@ -234,24 +237,36 @@ class _Collector:
                     ep2["clear_message"] = w.message
 
 
-def _arrival(c: _Collector) -> dict[str, Any]:
-    if not c.arrivals or c.first_start is None:
+def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
+    """Arrival rates over the recording's span (``span``: the seconds the throughput rates
+    divide by, so the mean is THROUGHPUT's requests/s): the mean, the busiest 10 s and
+    busiest second (windows from the start; a last partial window joins the one before,
+    so every rate is over at least the window's length and the mean never exceeds a
+    peak), and the dispersion index of arrivals per second."""
+    n = len(c.starts)
+    if n == 0:
         return {"rps_mean": None, "rps_peak_1s": None, "rps_peak_10s": None,
-                "dispersion_index": None}
-    secs = sorted(c.arrivals)
-    lo, hi = secs[0], secs[-1]
-    span = max(1, hi - lo + 1)
-    dense = np.zeros(span)
-    for s, n in c.arrivals.items():
-        dense[s - lo] = n
-    mean = float(dense.mean())
-    tens = np.add.reduceat(dense, np.arange(0, span, 10)) / 10.0
+                "dispersion_index": None, "span_s": span}
+    t = np.clip(np.frombuffer(c.starts, dtype=np.float64) - begin, 0.0, span)
+
+    def per_window(width: float) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        k = max(1, int(span // width))
+        counts = np.bincount(np.minimum((t // width).astype(np.int64), k - 1), minlength=k)
+        lens = np.full(k, width)
+        lens[-1] = span - width * (k - 1)
+        return counts, lens
+
+    c1, l1 = per_window(1.0)
+    c10, l10 = per_window(10.0)
+    full = c1[l1 == 1.0]  # whole seconds only, for the dispersion
+    mean1 = float(full.mean()) if len(full) else 0.0
     return {
-        "rps_mean": c.requests / span,
-        "rps_peak_1s": float(dense.max()),
-        "rps_peak_10s": float(tens.max()),
+        "rps_mean": n / span,
+        "rps_peak_1s": float((c1 / l1).max()),
+        "rps_peak_10s": float((c10 / l10).max()),
         # variance/mean of arrivals per second: ≈1 Poisson, ≫1 bursty, ≈0 constant rate
-        "dispersion_index": float(dense.var() / mean) if mean > 0 and span > 1 else None,
+        "dispersion_index": float(full.var() / mean1) if mean1 > 0 and len(full) > 1 else None,
+        "span_s": span,
     }
 
 
@@ -415,7 +430,7 @@ def analyse(
         "token_source": dict(c.token_sources),
         "concurrency_at_start": _dist(c.conc),
         "in_flight": {"mean": sysf.get("in_flight_mean"), "max": sysf.get("in_flight_max")},
-        "arrival": _arrival(c),
+        "arrival": _arrival(c, begin, float(sysf.get("span_s") or max(duration, 1.0))),
         "gpus": [f"{g['index']}: {g['name']}" + (" (simulated)" if g["simulated"] else "")
                  for g in sorted(c.gpus.values(), key=lambda g: g["index"])],
         "engine_kind": c.engine["kind"],

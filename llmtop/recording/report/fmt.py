@@ -119,3 +119,16 @@ def file_notes(src: Any) -> list[str]:
             parts.append(_n(k, one, many))
     out = ["; ".join(parts)] if parts else []
     return out + [str(p) for p in src.get("problems") or []]
+
+
+def arrivals_text(arr: Any) -> str:
+    """``2.31 req/s mean, busiest 10 s 2.9 req/s, busiest second 8 req/s; dispersion 0.81
+    (1 ≈ Poisson)``: the mean is over the same span as THROUGHPUT's requests/s."""
+    if not isinstance(arr, dict) or arr.get("rps_mean") is None:
+        return NA
+    out = (f"{num(arr['rps_mean'], 2)} req/s mean, busiest 10 s "
+           f"{num(arr.get('rps_peak_10s'), 2)} req/s, busiest second "
+           f"{num(arr.get('rps_peak_1s'), 1)} req/s")
+    if arr.get("dispersion_index") is not None:
+        out += f"; dispersion {num(arr['dispersion_index'], 2)} (1 ≈ Poisson)"
+    return out

@@ -11,6 +11,7 @@ from typing import Any
 from llmtop.recording.report.compare import comparison, condition_rows, figure_rows
 from llmtop.recording.report.fmt import (
     NA,
+    arrivals_text,
     dist,
     duration,
     file_notes,
@@ -93,10 +94,7 @@ def conditions_section(r: dict[str, Any]) -> str:
         ("concurrency", esc(f"at start {num(conc.get('min'), 0)}–{num(conc.get('max'), 0)} "
                             f"(p50 {num(conc.get('p50'), 0)}); in flight mean "
                             f"{num(infl.get('mean'))}, max {num(infl.get('max'), 0)}")),
-        ("arrivals", esc(f"{num(arr.get('rps_mean'), 2)} req/s mean, peak "
-                         f"{num(arr.get('rps_peak_10s'), 1)} req/s over 10 s")
-         + (esc(f", dispersion {num(arr['dispersion_index'], 2)} (1 ≈ Poisson)")
-            if arr.get("dispersion_index") is not None else "")),
+        ("arrivals", esc(arrivals_text(arr))),
     ]
     if c["gpus"]:
         rows.append(("GPUs", esc("; ".join(c["gpus"]))))
@@ -141,6 +139,8 @@ def render_html(r: dict[str, Any]) -> str:
                               f"({th['series_window_s']} s windows)")),
         ("system input", esc(f"{num(th['input_tps'])} tok/s")),
         ("requests", esc(f"{num(th['rps'], 2)} req/s")),
+        ("over", esc(f"{duration(th.get('span_s'))}, the recording's start to its last event "
+                     "(every rate here, per user and goodput too)")),
     ]))
     parts.append(figure(r, "plot-throughput-time", "System output tokens per second, goodput, "
                         "and requests in flight."))

@@ -7,6 +7,7 @@ from typing import Any
 
 from llmtop.recording.report.fmt import (
     NA,
+    arrivals_text,
     dist,
     duration,
     file_notes,
@@ -76,10 +77,7 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
         f"  concurrency     at start {num(conc.get('min'), 0)}–{num(conc.get('max'), 0)}"
         f" (p50 {num(conc.get('p50'), 0)}); in flight mean {num(infl.get('mean'))},"
         f" max {num(infl.get('max'), 0)}",
-        f"  arrivals        {num(arr.get('rps_mean'), 2)} req/s mean, peak "
-        f"{num(arr.get('rps_peak_10s'), 1)} req/s (10 s)"
-        + (f", dispersion {num(arr['dispersion_index'], 2)} (1 ≈ Poisson)"
-           if arr.get("dispersion_index") is not None else ""),
+        f"  arrivals        {arrivals_text(arr)}",
     ]
     if c["gpus"]:
         lines.append(f"  GPUs            {'; '.join(c['gpus'])}")
@@ -108,6 +106,8 @@ def render_text(r: dict[str, Any]) -> str:
         f"{num(th['output_tps_peak'])} tok/s peak ({th['series_window_s']} s windows)",
         f"  system input    {num(th['input_tps'])} tok/s",
         f"  requests        {num(th['rps'], 2)} req/s",
+        f"  over            {duration(th.get('span_s'))}, the recording's start to its last "
+        "event (every rate here, per user and goodput too)",
         "",
     ]
 
