@@ -3,10 +3,12 @@
 
 One interval every ``interval_s`` seconds of the session, by when requests *finished* (the
 moment the live aggregator counts them), one tagged line per metric that has values:
-``ttft``, ``itl``, ``chunk_gap``, ``tpot``, ``e2e``. Values are microseconds, as everywhere
-in llmtop; ``Interval_Max`` is in milliseconds (a µs histogram with HdrHistogram's usual
-``maxValueUnitRatio`` of 1000). Timestamps are seconds relative to the ``BaseTime`` line,
-which is the recording's start.
+``ttft``, ``itl``, ``chunk_gap``, ``tpot``, ``e2e``. Histogram values are microseconds, as
+everywhere in llmtop. ``Interval_Max`` is, as HdrHistogram's log writers do it, the interval's
+maximum divided by a ``maxValueUnitRatio`` so that it reads in milliseconds (their default
+ratio of 10^6 assumes nanosecond values; ours is 1000 for microseconds); the first comment
+line of the log says so. Timestamps are seconds relative to the ``BaseTime`` line, which is
+the recording's start.
 
 The histograms are built by the live aggregator's own code (:func:`llmtop.metrics.ingest.ingest`
 and the encoding of :mod:`llmtop.metrics.hdr`), so each interval holds exactly the samples the
@@ -62,8 +64,9 @@ class _LogWriter:
         self.interval_s = interval_s
         self.counts = dict.fromkeys(TAGS, 0)
         when = dt.datetime.fromtimestamp(base, dt.UTC).strftime("%a %b %d %H:%M:%S UTC %Y")
-        fh.write(f"#[llmtop recording {name}: latency in microseconds, "
-                 f"one interval per {interval_s:g} s]\n")
+        fh.write(f"#[llmtop recording {name}: histogram values are latencies in microseconds; "
+                 "Interval_Max is in milliseconds (the maximum / 1000, HdrHistogram's "
+                 f"maxValueUnitRatio); one interval per {interval_s:g} s]\n")
         fh.write(f"#[Histogram log format version {LOG_FORMAT_VERSION}]\n")
         fh.write(f"#[StartTime: {base:.3f} (seconds since epoch), {when}]\n")
         fh.write(f"#[BaseTime: {base:.3f} (seconds since epoch)]\n")

@@ -45,6 +45,7 @@ _CHUNK = 1 << 20
 Progress = Callable[[int, int], None]
 """``progress(bytes_read, total_bytes)`` — bytes of the file on disk (compressed for gz)."""
 
+MAX_BENCH_STEPS: Final = 10_000
 MAX_PROBLEMS: Final = 5
 """How many problems ``problems`` describes (every one is counted)."""
 
@@ -169,6 +170,8 @@ class RecordingReader:
         self.defaulted_lines = 0
         self.events_read = 0
         self.lines_read = 0
+        self.bench_steps: list[dict[str, Any]] = []
+        """``bench_step`` lines (``llmtop bench``'s per-level summaries), not events."""
         self.problems: list[str] = []
         """The first few lines skipped or read with defaults, and why (``line N: ...``)."""
         try:
@@ -357,6 +360,9 @@ class RecordingReader:
                     if dec is None:
                         if kind == "footer":
                             self.footer = self._clean_footer(obj, held, held_t, frontier)
+                        elif kind == "bench_step":  # llmtop bench: one level's summary
+                            if len(self.bench_steps) < MAX_BENCH_STEPS:
+                                self.bench_steps.append(obj)
                         elif kind == "header":
                             self.bad_lines += 1  # a second header: two files concatenated
                             self._problem("a second header (two recordings concatenated?)")

@@ -68,3 +68,24 @@ def test_hlog_cli(tmp_path: Path, recording: tuple[Path, list[Event]],
     assert 3 <= out.read_text().count("Tag=ttft,") <= 5
     assert main(["export", str(recording[0]), "--hlog", "/proc/nope/x.hlog"]) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_interval_max_is_in_milliseconds_and_the_log_says_so(
+        tmp_path: Path, recording: tuple[Path, list[Event]]) -> None:
+    """HdrHistogram's log writers divide the interval maximum by a maxValueUnitRatio (10^6
+    by default, for nanosecond values) so the column reads in milliseconds; ours divides µs
+    by 1000 — and the first comment line, which says the values are µs, says so too."""
+    out = tmp_path / "s.hlog"
+    export_hlog(recording[0], out, interval_s=5)
+    lines = out.read_text().splitlines()
+    assert "Interval_Max is in milliseconds" in lines[0]
+    assert "values are latencies in microseconds" in lines[0]
+    rows = [ln for ln in lines if ln.startswith("Tag=")]
+    assert len(rows) >= 40
+    for row in rows:
+        tag, _start, _length, max_ms, blob = row.split(",")
+        h = HdrHistogram.decode(blob)
+        assert float(max_ms) == pytest.approx(h.get_max_value() / 1000, abs=0.0005), tag
+    e2e_max_ms = max(float(r.split(",")[3]) for r in rows if r.startswith("Tag=e2e,"))
+    e2e = max(e.e2e_s for e in recording[1] if isinstance(e, RequestRecord) and e.outcome == "ok")
+    assert e2e_max_ms == pytest.approx(e2e * 1000, rel=0.002)  # seconds → ms

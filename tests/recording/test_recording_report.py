@@ -238,3 +238,30 @@ def test_capacity_below_a_failing_level_is_said_as_such(
                               "min_requests_per_bin": 20, "goodput_tps_at_slo": None})
     assert "below 14: the SLOs fail there" in render_text(below)
     assert "Below <b>14</b>: the SLOs fail there" in render_html(below)
+
+
+def test_header_objects_read_as_words_and_bench_steps_are_known(tmp_path: Path) -> None:
+    """A bench recording's header printed as a Python dict (`bench {'mode': ...}`), and its
+    bench_step lines are llmtop's own, not lines of an unknown type."""
+    from llmtop.recording.reader import RecordingReader
+
+    path = tmp_path / "b.jsonl"
+    bench = {"mode": "concurrency", "levels": [1.0, 2.0, 4.0], "search": False,
+             "requests": None, "workload": {"prompt_tokens": "128", "seed": 0},
+             "arrivals": "poisson"}
+    write_recording(path, session(20, duration_s=4),
+                    header={"upstream": "http://u", "slo": SLO, "source": "bench",
+                            "bench": bench})
+    lines = path.read_text().splitlines()
+    step = {"type": "bench_step", "t": 1.0, "level": 1, "latency": {"ttft": {"p50": 0.1}}}
+    path.write_text("\n".join([*lines[:5], json.dumps(step), *lines[5:]]) + "\n")
+    with RecordingReader(path) as rd:
+        assert len(list(rd)) == 20 + 5 * 2 + 2 and rd.unknown_lines == 0
+        assert rd.bench_steps == [step] and rd.problems == []
+    r = analyse(path)
+    want = ("mode concurrency; levels 1, 2, 4; search no; requests n/a; "
+            "workload (prompt_tokens 128, seed 0); arrivals poisson")
+    text = render_text(r)
+    assert f"  bench           {want}\n" in text and "{" not in text
+    assert "  file " not in text  # nothing skipped: no file note
+    assert f"<td>bench</td><td>{want}</td>" in render_html(r)

@@ -132,3 +132,23 @@ def arrivals_text(arr: Any) -> str:
     if arr.get("dispersion_index") is not None:
         out += f"; dispersion {num(arr['dispersion_index'], 2)} (1 ≈ Poisson)"
     return out
+
+
+def plain(v: Any, _depth: int = 0) -> str:
+    """A header value in words, not Python's repr: an object as ``key value; key value``
+    (nested ones in parentheses), a list as ``1, 2, 4``, null as n/a, booleans yes/no —
+    ``mode concurrency; levels 1, 2, 4; workload (prompt_tokens 128, seed 0)``."""
+    if isinstance(v, dict):
+        sep = "; " if _depth == 0 else ", "
+        body = sep.join(f"{k} {plain(x, _depth + 1)}" for k, x in v.items())
+        return body if _depth == 0 else f"({body})"
+    if isinstance(v, list | tuple):
+        body = ", ".join(plain(x, _depth + 1) for x in v)
+        return (body or "none") if _depth <= 1 else f"[{body}]"
+    if v is None:
+        return NA
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)

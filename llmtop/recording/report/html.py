@@ -20,6 +20,7 @@ from llmtop.recording.report.fmt import (
     offset,
     pct,
     pct100,
+    plain,
     secs,
     slo_text,
     when,
@@ -100,7 +101,7 @@ def conditions_section(r: dict[str, Any]) -> str:
         rows.append(("GPUs", esc("; ".join(c["gpus"]))))
     if c["engine_kind"]:
         rows.append(("engine", esc(c["engine_kind"])))
-    rows += [(str(k), esc(v)) for k, v in (c.get("extra") or {}).items()]
+    rows += [(str(k), esc(plain(v))) for k, v in (c.get("extra") or {}).items()]
     notes = file_notes(src)
     if notes:
         rows.append(("file", "<br>".join(esc(n) for n in notes)))

@@ -16,6 +16,7 @@ from llmtop.recording.report.fmt import (
     offset,
     pct,
     pct100,
+    plain,
     secs,
     slo_text,
     when,
@@ -84,7 +85,7 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
     if c["engine_kind"]:
         lines.append(f"  engine          {c['engine_kind']}")
     for k, v in (c.get("extra") or {}).items():
-        lines.append(f"  {k:<15} {v}")
+        lines.append(f"  {k:<15} {plain(v)}")
     for i, note in enumerate(file_notes(src)):
         lines.append(f"  {'file' if i == 0 else '':<15} {note}")
     return lines
