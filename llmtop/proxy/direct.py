@@ -275,7 +275,8 @@ class DirectExchange:
         server, ex = self.server, self.ex
         server.direct_ended(self)
         server.closed(ex)
-        server.bus.publish(ex.to_record())
+        if ex.measured:
+            server.bus.publish(ex.to_record())
         waiters, self._waiters = self._waiters, None
         for w in waiters or ():
             if not w.done():

@@ -176,6 +176,7 @@ class Exchange:
         "end_ns",
         "error",
         "headers_sent",
+        "measured",
         "model",
         "offsets",
         "outcome",
@@ -201,6 +202,9 @@ class Exchange:
         self.model: str | None = None
         self.stream = False
         self.prompt_tokens: int | None = None
+        self.measured = True
+        """A generation request: in the live views and published as a record (a GET for
+        a model list, a health check or ``/metrics`` is forwarded but not measured)."""
 
     def fail(self, outcome: Outcome, error: str) -> None:
         """Set the outcome unless an earlier failure already explains the request."""

@@ -60,6 +60,7 @@ from llmtop.proxy.dialects.openai import (
     add_include_usage,
     is_usage_rejection,
 )
+from llmtop.proxy.dialects.plain import PlainParser
 from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make_parser
 from llmtop.proxy.direct import CLIENT_GONE, DirectClient, DirectExchange, Started
 from llmtop.proxy.errors import error_response
@@ -283,13 +284,19 @@ class ProxyServer:
             t_start=t_start, t0_ns=t0_ns,
             concurrency_at_start=len(self.active) + 1 + (fleet.others() if fleet else 0),
         )
+        ex = Exchange(active)
+        if method not in _BODY_METHODS:  # not a generation: forwarded, not measured
+            ex.measured = False
+            return ex
         self.active[rid] = active
         if fleet is not None:
             fleet.set_mine(len(self.active))
-        return Exchange(active)
+        return ex
 
     def closed(self, ex: Exchange) -> None:
         """``ex``'s request is no longer open."""
+        if not ex.measured:
+            return
         self.active.pop(ex.active.id, None)
         if self.fleet is not None:
             self.fleet.set_mine(len(self.active))
@@ -312,7 +319,8 @@ class ProxyServer:
         finally:
             self._handlers.discard(task)
             self.closed(ex)
-            self.bus.publish(ex.to_record())
+            if ex.measured:
+                self.bus.publish(ex.to_record())
 
     def direct_start(self, quick: QuickRequest, protocol: StampingRequestHandler,
                      t0_ns: int) -> DirectExchange | None:
@@ -642,14 +650,15 @@ class ProxyServer:
         encoding = head.content_encoding.lower()
         parser: StreamParser
         if encoding in ("", "identity"):
-            parser = make_parser(ex.active.dialect, ex.stream, ctype or None)
+            parser = (make_parser(ex.active.dialect, ex.stream, ctype or None)
+                      if status < 400 or ex.active.dialect != "other" else PlainParser(False))
         else:  # compressed bytes pass through; the parser reads an inflated copy if it can
             # (a compressed body cannot be edited: the usage event is not removed — llmtop
             # asks for an uncompressed answer whenever it would have to, see _upstream_request)
             strip = None
             parser = (InflatingParser(make_parser(ex.active.dialect, ex.stream, ctype or None),
                                       encoding) if encoding in INFLATABLE
-                      else make_parser("other", ex.stream, ctype or None))
+                      else PlainParser(status < 400))
         ex.parser = parser
         transport = request.transport
         if transport is None:

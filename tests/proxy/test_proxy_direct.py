@@ -127,7 +127,7 @@ async def _warm(up: ScriptedUpstream, url: str, recs: Records
     up.by_path["/warm"] = Script(chunks=[b"{}"], content_length=True)
     reader, writer = await asyncio.open_connection(*_hostport(url))
     try:
-        writer.write(b"GET /warm HTTP/1.1\r\nHost: h\r\n\r\n")
+        writer.write(b"POST /warm HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
         assert await _read_response(reader) == b"{}"
         await recs.wait(1)
         yield reader, writer
@@ -268,20 +268,20 @@ async def test_a_head_split_mid_method_never_bypasses_aiohttp() -> None:
     and must not be served as one."""
     async with scripted_upstream() as up, running_proxy(up.url) as (proxy, url, recs):
         async with _warm(up, url, recs) as (reader, writer):
-            writer.write(b"GE")
+            writer.write(b"PO")
             await writer.drain()
             await asyncio.sleep(0.05)
-            writer.write(b"T /x HTTP/1.1\r\nHost: h\r\n\r\n")
+            writer.write(b"ST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
             await _read_response(reader)
             # /y: whole, and read the same by aiohttp, which is at a boundary after it
-            writer.write(b"GET /y HTTP/1.1\r\nHost: h\r\n\r\n")
+            writer.write(b"POST /y HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
             await _read_response(reader)
             assert proxy.direct_starts == 0
-            writer.write(b"GET /z HTTP/1.1\r\nHost: h\r\n\r\n")
+            writer.write(b"POST /z HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
             await _read_response(reader)
         await recs.wait(4)
     assert [(s.method, s.path_qs) for s in up.seen[1:]] == [
-        ("GET", "/x"), ("GET", "/y"), ("GET", "/z")]
+        ("POST", "/x"), ("POST", "/y"), ("POST", "/z")]
     assert proxy.direct_starts == 1  # /z
 
 
@@ -296,12 +296,13 @@ async def test_the_connection_stays_open_as_the_client_asked(
         up.by_path["/j"] = Script(chunks=[b'{"x":1}'], content_length=True)
         async with running_proxy(up.url) as (proxy, url, recs):
             async with _warm(up, url, recs) as (reader, writer):
-                writer.write(b"GET /j " + request_line + b"\r\nHost: h\r\n" + extra + b"\r\n")
+                writer.write(b"POST /j " + request_line + b"\r\nHost: h\r\n" + extra
+                             + b"Content-Length: 0\r\n\r\n")
                 head = await reader.readuntil(b"\r\n\r\n")
                 assert b"Content-Length: 7" in head
                 assert await reader.readexactly(7) == b'{"x":1}'
                 if open_after:
-                    writer.write(b"GET /j HTTP/1.1\r\nHost: h\r\n\r\n")
+                    writer.write(b"POST /j HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
                     assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
                 else:
                     assert await asyncio.wait_for(reader.read(), 2) == b""
@@ -309,7 +310,7 @@ async def test_the_connection_stays_open_as_the_client_asked(
     assert proxy.direct_starts == (2 if open_after else 1)
 
 
-MODELS = b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
+MODELS = b"POST /v1/models HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"
 
 
 @contextlib.asynccontextmanager
@@ -414,7 +415,7 @@ async def test_a_silent_upstream_gets_a_504_then_the_connection_carries_on() -> 
                        ) as (up, proxy, recs, reader, writer):
         writer.write(_request())
         body = await _read_response(reader, b"504")
-        writer.write(b"GET /warm HTTP/1.1\r\nHost: h\r\n\r\n")
+        writer.write(b"POST /warm HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
         assert await _read_response(reader) == b"{}"
         got = await recs.wait(3)
         await up.wait_disconnect()  # the engine saw the request dropped
@@ -535,7 +536,7 @@ async def _proxy_with_an_idle_upstream_connection(
         up.by_path["/warm"] = Script(chunks=[b"{}"])
         async with running_proxy(up.url) as (proxy, url, recs):
             reader, writer = await asyncio.open_connection(*_hostport(url))
-            writer.write(b"GET /warm HTTP/1.1\r\nHost: h\r\n\r\n")
+            writer.write(b"POST /warm HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
             await reader.readuntil(b"{}")
             writer.close()
             await recs.wait(1)

@@ -153,7 +153,7 @@ async def test_proxy_relays_chunked_trailers_and_odd_splits() -> None:
 
     async with raw_upstream(handler) as (url, _), running_proxy(url) as (_, purl, recs), \
             aiohttp.ClientSession() as s:
-        async with s.get(purl + "/x") as r:
+        async with s.post(purl + "/x") as r:
             assert r.status == 200 and await r.read() == PAYLOAD
             assert "X-Trailer" not in r.headers
         (rec,) = await recs.wait(1)
@@ -173,7 +173,7 @@ async def test_until_close_body_and_interim_responses() -> None:
     async with raw_upstream(handler) as (url, accepted), running_proxy(url) as (_, purl, recs), \
             aiohttp.ClientSession() as s:
         for _ in range(2):
-            async with s.get(purl + "/x") as r:
+            async with s.post(purl + "/x") as r:
                 assert r.status == 200 and await r.read() == b"part 1 part 2"
         recs_ = await recs.wait(2)
     assert [x.outcome for x in recs_] == ["ok", "ok"]
@@ -209,7 +209,7 @@ async def test_idle_connection_closed_by_upstream_is_dropped() -> None:
     async with raw_upstream(handler) as (url, accepted), running_proxy(url) as (_, purl, recs), \
             aiohttp.ClientSession() as s:
         for _ in range(3):
-            async with s.get(purl + "/x") as r:
+            async with s.post(purl + "/x") as r:
                 assert await r.read() == b"ok"
             await asyncio.sleep(0.15)
         recs_ = await recs.wait(3)
@@ -234,7 +234,7 @@ async def test_broken_responses(response: bytes, outcome: str, status: int) -> N
     async with raw_upstream(handler) as (url, _), running_proxy(url) as (_, purl, recs), \
             aiohttp.ClientSession() as s:
         with contextlib.suppress(aiohttp.ClientPayloadError):
-            async with s.get(purl + "/x") as r:
+            async with s.post(purl + "/x") as r:
                 assert r.status == status
                 await r.read()
         (rec,) = await recs.wait(1)

@@ -57,7 +57,7 @@ async def test_slow_client_pauses_the_upstream_and_loses_nothing() -> None:
         async with running_proxy(up.url) as (proxy, url, recs), aiohttp.ClientSession() as s:
             # the second request on the kept-alive connection is served directly
             for _ in range(2):
-                async with s.get(url + "/blob") as r:
+                async with s.post(url + "/blob") as r:
                     received = bytearray()
                     async for data in r.content.iter_chunked(65536):
                         received += data

@@ -62,7 +62,7 @@ async def test_proxy_keeps_serving_after_upstream_comes_back() -> None:
     async with running_proxy(f"http://127.0.0.1:{port}") as (proxy, url, recs), \
             aiohttp.ClientSession() as s:
         for _ in range(3):
-            async with s.get(url + "/v1/models") as r:
+            async with s.post(url + "/v1/models") as r:
                 assert r.status == 502
         assert proxy.upstream_down
         app = web.Application()
@@ -71,7 +71,7 @@ async def test_proxy_keeps_serving_after_upstream_comes_back() -> None:
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
-            async with s.get(url + "/v1/models") as r:
+            async with s.post(url + "/v1/models") as r:
                 assert r.status == 200 and await r.read() == b"{}"
             assert not proxy.upstream_down
         finally:

@@ -220,9 +220,31 @@ async def test_every_method_is_forwarded(method: str) -> None:
         async with running_proxy(up.url) as (_, url, recs), aiohttp.ClientSession() as s:
             async with s.request(method, url + "/files/7", data=b"payload") as r:
                 assert r.status == 201 and await r.read() == b"done"
-            (rec,) = await recs.wait(1)
+            if method in ("PUT", "PATCH"):
+                (rec,) = await recs.wait(1)
+                assert rec.dialect == "other" and rec.status == 201 and rec.outcome == "ok"
     assert up.seen[0].method == method and up.seen[0].body == b"payload"
-    assert rec.dialect == "other" and rec.status == 201 and rec.outcome == "ok"
+    if method in ("DELETE", "OPTIONS"):  # not a generation: forwarded, not measured
+        assert not recs.items
+
+
+async def test_gets_are_forwarded_but_not_measured() -> None:
+    """A model list, a health check or the engine's /metrics through the proxy must not
+    enter the latency figures (a 1 ms GET every second would pull TTFT p50 down)."""
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=[b'{"data": []}'], headers={"Content-Type": "application/json"})
+        up.by_path["/v1/chat/completions"] = Script(chunks=[b"{}"], headers={
+            "Content-Type": "application/json"})
+        async with running_proxy(up.url) as (proxy, url, recs), aiohttp.ClientSession() as s:
+            for path in ("/v1/models", "/health", "/metrics"):
+                async with s.get(url + path) as r:
+                    assert r.status == 200 and await r.read() == b'{"data": []}'
+                assert not proxy.active
+            async with s.post(url + "/v1/chat/completions", json={"model": "m"}) as r:
+                assert r.status == 200
+            (rec,) = await recs.wait(1)
+    assert [x.method for x in up.seen] == ["GET", "GET", "GET", "POST"]
+    assert rec.path == "/v1/chat/completions"
 
 
 async def test_head_request_keeps_length_and_sends_no_body() -> None:
@@ -315,3 +337,22 @@ async def test_openai_sdk_sync_stream_and_non_stream() -> None:
     assert text == "Hello, world" and whole == "Hi!" and raw == payload
     assert [r.stream for r in recs_] == [True, False, False]
     assert all(r.outcome == "ok" and r.token_source == "usage" for r in recs_)
+
+
+async def test_an_error_page_is_not_a_first_token() -> None:
+    """A 404 from a path llmtop does not know has no TTFT and no chunk, like an error in
+    every known dialect; a 200 from it is timed to its first byte."""
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=[b"<h1>Not Found</h1>"], status=404,
+                           headers={"Content-Type": "text/html"})
+        up.by_path["/generate-ok"] = Script(chunks=[b"some text"],
+                                            headers={"Content-Type": "text/plain"})
+        async with running_proxy(up.url) as (_, url, recs), aiohttp.ClientSession() as s:
+            async with s.post(url + "/generat", data=b"{}") as r:
+                assert r.status == 404 and await r.read() == b"<h1>Not Found</h1>"
+            async with s.post(url + "/generate-ok", data=b"{}") as r:
+                assert await r.read() == b"some text"
+            missing, ok = await recs.wait(2)
+    assert missing.dialect == "other" and missing.outcome == "error" and missing.status == 404
+    assert missing.ttft_s is None and missing.chunk_offsets_s == ()
+    assert ok.outcome == "ok" and ok.ttft_s is not None and len(ok.chunk_offsets_s) == 1
