@@ -33,6 +33,10 @@ OPERATIONAL_CODES: Final = ("WORKER_DOWN",)
 exited; raised by :mod:`llmtop.worker_procs`, cleared once it serves again)."""
 
 
+UNREACHABLE_PREFIX: Final = "upstream unreachable"
+"""How the proxy's ``error`` for a request it could not connect upstream begins."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One finished request, exactly the recording's ``request`` line (less ``type``).
@@ -62,6 +66,13 @@ class RequestRecord:
     error: str | None = None
 
     # -- derived figures (definitions in shared/docs/domain.md) --------------------------
+
+    @property
+    def upstream_unreachable(self) -> bool:
+        """The proxy could not connect to the upstream for this request (a 502 of its own):
+        an outage, not an answer under load."""
+        return self.status == 502 and self.ttft_s is None and (
+            self.error is None or self.error.startswith(UNREACHABLE_PREFIX))
 
     def chunk_gaps_s(self) -> list[float]:
         """Gaps between consecutive content-bearing chunks."""

@@ -253,7 +253,17 @@ class Aggregator:
             self.last_filing_error = exc
             return
         self._windows.add(b.table, b.counters)
-        self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s, b.judged)
+        # the capacity bins hold answers under load: the proxy's own 502s of an outage (it
+        # could not connect) say nothing about how much load the engine takes — with them a
+        # minute's outage left "max concurrency at SLO ≈ 0" long after the engine was back
+        down = [i for i, r in enumerate(records) if r.upstream_unreachable]
+        if down:
+            keep = np.ones(len(records), dtype=bool)
+            keep[down] = False
+            self._capacity.add(b.concurrency[keep], b.met[keep], b.good_tokens[keep],
+                               b.e2e_s[keep], b.judged[keep])
+        else:
+            self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s, b.judged)
         self._clamped += b.clamped
 
     def tick(self, now: float | None = None) -> None:

@@ -56,12 +56,19 @@ class Verdict:
     severity: Severity = "warning"
 
 
+UPDATE_S = 5.0
+"""A raised warning whose figures changed is published again at most this often."""
+
+
 @dataclass
 class _State:
     since_true: float | None = None
     since_false: float | None = None
     raised_at: float | None = None
     message: str = ""
+    told_at: float = 0.0
+    """When the message was last published (raised, or updated while raised)."""
+    told: str = ""
 
     @property
     def held(self) -> bool:
@@ -172,7 +179,13 @@ class SaturationMonitor:
             st.message = v.message
             immediate = code in IMMEDIATE
             if st.raised_at is None and (immediate or now - st.since_true >= w.raise_after_s):
-                st.raised_at = now
+                st.raised_at = st.told_at = now
+                st.told = v.message
+                return WarningEvent(now, code, v.severity, v.message, "raised")
+            if (st.raised_at is not None and v.message != st.told
+                    and now - st.told_at >= UPDATE_S):
+                # still raised, with other figures: say them again (the raise time stays)
+                st.told_at, st.told = now, v.message
                 return WarningEvent(now, code, v.severity, v.message, "raised")
             return None
         st.since_true = None

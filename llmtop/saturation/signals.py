@@ -21,7 +21,6 @@ import numpy as np
 from llmtop.config import SloConfig
 from llmtop.events import ActiveRequest, EngineReading, Event, GpuReading, RequestRecord
 
-UNREACHABLE_PREFIX = "upstream unreachable"
 """How the proxy's record of a failed upstream connect starts its ``error``."""
 
 
@@ -108,8 +107,7 @@ def itl_p95(rec: RequestRecord) -> float | None:
 
 def is_unreachable(rec: RequestRecord) -> bool:
     """The proxy could not connect to the upstream for this request."""
-    return rec.status == 502 and rec.ttft_s is None and (
-        rec.error is None or rec.error.startswith(UNREACHABLE_PREFIX))
+    return rec.upstream_unreachable
 
 
 class Signals:

@@ -157,3 +157,26 @@ def test_the_array_estimate_equals_the_estimate_over_bin_dicts() -> None:
         del want["bins"]
         assert bins.estimate(target, with_bins=False) == want, trial
         assert bins.estimate(target)["bins"] == bins.bins()
+
+
+def test_an_outage_does_not_enter_the_capacity_bins() -> None:
+    """The proxy's own fast 502s while the engine is down (QA: "max concurrency at SLO ≈ 0"
+    stayed on screen 30 s after the engine was back) are not answers under load; an
+    engine's own 502 or 503 still is."""
+    import dataclasses
+
+    clock = Clock()
+    agg = Aggregator(Config(slo=SloConfig(ttft_s=0.5, itl_p95_s=0.05, target=0.95)),
+                     clock=clock)
+    feed(agg, clock, knee_traffic(range(1, 5), 30, {}))
+    down = [dataclasses.replace(record(ttft=None, outcome="error", concurrency=c),
+                                status=502, error="upstream unreachable: connection refused")
+            for c in range(1, 9) for _ in range(30)]
+    feed(agg, clock, down)
+    cap = agg.snapshot(None)["capacity"]
+    assert cap["max_concurrency_at_slo"] == 4
+    assert sum(b["requests"] for b in cap["bins"]) == 4 * 30
+    overloaded = [dataclasses.replace(r, error="upstream answered HTTP 502") for r in down]
+    feed(agg, clock, overloaded)  # the engine's own 502s: they count, and fail
+    cap = agg.snapshot(None)["capacity"]
+    assert cap["max_concurrency_at_slo"] is None or cap["max_concurrency_at_slo"] < 4

@@ -3,6 +3,8 @@ quiet without it, and clears only after the hysteresis period."""
 
 from __future__ import annotations
 
+import itertools
+
 from llmtop.config import Config, load_config
 from llmtop.events import (
     ActiveRequest,
@@ -62,7 +64,27 @@ class Harness:
                 t_start=self.now - age_s, t0_ns=int((self.now - age_s) * 1e9))
 
     def codes(self, state: str = "raised") -> list[str]:
-        return [e.code for e in self.events if isinstance(e, WarningEvent) and e.state == state]
+        """Codes as they were raised or cleared (a raised warning published again with new
+        figures is an update, not another raise)."""
+        out: list[str] = []
+        up: set[str] = set()
+        for e in self.events:
+            if not isinstance(e, WarningEvent):
+                continue
+            if e.state == "raised":
+                if e.code in up:
+                    continue
+                up.add(e.code)
+            else:
+                up.discard(e.code)
+            if e.state == state:
+                out.append(e.code)
+        return out
+
+    def updates(self, code: str) -> list[WarningEvent]:
+        """Every raised event of ``code`` (the raise and its updates)."""
+        return [e for e in self.events if isinstance(e, WarningEvent) and e.code == code
+                and e.state == "raised"]
 
 
 def healthy_traffic(h: Harness, seconds: int) -> None:
@@ -344,3 +366,29 @@ def test_queueing_stays_raised_through_a_long_saturation() -> None:
     assert set(h.codes()) == {"QUEUEING", "SLO_TTFT"}  # 1.2-s TTFTs miss the 0.5-s SLO too
     msg = h.mon.raised()["QUEUEING"]
     assert "TTFT p95 100 ms→" in msg, msg
+
+
+def test_a_raised_warning_tells_its_new_figures_at_most_every_few_seconds() -> None:
+    """QA: QUEUEING said "7 in flight" for 46 s while 16 were in flight. A raised warning
+    whose message changes is published again (same code, state raised: an update, not a
+    new raise), at most every UPDATE_S, and the live view keeps its raise time."""
+    from llmtop.config import Config
+    from llmtop.metrics.aggregator import Aggregator
+    from llmtop.saturation.monitor import UPDATE_S
+
+    h = Harness()
+    healthy_traffic(h, 30)
+    for waiting in (3, 12):
+        for _ in range(30):
+            h.set_waiting(waiting, age_s=1.5)
+            h.feed(*[record(h.now - 2.0, ttft=1.2) for _ in range(3)])
+            h.step()
+    ups = h.updates("QUEUEING")
+    assert h.codes().count("QUEUEING") == 1 and len(ups) >= 2
+    assert all(b.t - a.t >= UPDATE_S for a, b in itertools.pairwise(ups))
+    assert all(a.message != b.message for a, b in itertools.pairwise(ups))
+    assert "12" in ups[-1].message and "12" not in ups[0].message, [u.message for u in ups]
+    agg = Aggregator(Config())
+    agg.on_events(ups)
+    (live,) = agg.warnings.values()
+    assert live.t == ups[0].t and live.message == ups[-1].message
