@@ -22,6 +22,8 @@ import orjson
 from llmtop.admin import AGE_HEADER
 
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
+SNAPSHOT_KEYS = frozenset({"window_s", "system", "latency", "users", "warnings"})
+"""Fields every llmtop snapshot has: a reply without them is not an llmtop admin API."""
 REQUESTS_PATH = "/llmtop/v1/requests"
 RECORDING_PATH = "/llmtop/v1/recording"
 
@@ -273,6 +275,8 @@ class AdminSource:
             snap, age = await self._get_aged(url, SNAPSHOT_PATH, params)
             if not isinstance(snap, dict):
                 raise _Failure("reply is not a snapshot object")
+            if not snap.keys() >= SNAPSHOT_KEYS or not isinstance(snap["system"], dict):
+                raise _Failure("not an llmtop admin API (its reply has no snapshot fields)")
         except _Failure as exc:
             self.errors[url] = str(exc)
             self._kept.pop(key, None)
@@ -309,7 +313,19 @@ class AdminSource:
         try:
             return self._merge(ok)
         except ValueError as exc:  # e.g. proxies answering for different windows
-            raise SourceUnavailable(f"cannot merge the proxies' snapshots: {exc}") from None
+            first_error = exc
+        # one proxy the others cannot merge with must not blank the view: leave it out
+        # (named as down, with the reason) and show the others merged
+        answered = [(u, s) for u, s in zip(self.urls, snaps, strict=True) if s is not None]
+        for odd, _ in answered:
+            rest = [s for u, s in answered if u != odd]
+            try:
+                merged = rest[0] if len(rest) == 1 else self._merge(rest)
+            except ValueError:
+                continue
+            self.errors[odd] = f"cannot be merged with the others ({first_error})"
+            return merged
+        raise SourceUnavailable(f"cannot merge the proxies' snapshots: {first_error}")
 
     async def active_requests(self) -> list[dict[str, Any]]:
         params = {"state": "active"}

@@ -190,3 +190,46 @@ async def test_recording_on_several_proxies_uses_one_file_each() -> None:
         await src.close()
         await a.stop()
         await b.stop()
+
+
+async def test_a_target_that_is_not_llmtop_or_cannot_be_merged_leaves_the_others() -> None:
+    """QA: `attach GOOD http://server-answering-{json}` blanked the merged view of both
+    ("cannot merge … different windows"). A reply without the snapshot's fields is a
+    down proxy named "not an llmtop admin API"; one whose snapshot cannot merge with the
+    others is left out and named; the rest are shown merged."""
+    from llmtop.metrics.merge import merge_snapshots
+
+    a, b, odd = AdminServer("low_load"), AdminServer("saturated"), AdminServer("low_load")
+    odd.raw_reply = '{"status": "ok", "window_s": 60}'
+    for s in (a, b, odd):
+        await s.start()
+    src = AdminSource([a.url, b.url, odd.url], merge=sum_merge)
+    try:
+        snap = await src.fetch(60)
+        assert snap["system"]["rps"] == pytest.approx(1.2 + 6.6)
+        assert src.describe() == f"2/3 proxies up · down: {odd.url}"
+        assert "not an llmtop admin API" in (src.errors[odd.url] or "")
+    finally:
+        await src.close()
+        for s in (a, b, odd):
+            await s.stop()
+
+    def fussy_merge(snaps: list[dict[str, Any]]) -> dict[str, Any]:
+        if any(s["system"]["rps"] > 5 for s in snaps) and len(snaps) > 1:
+            raise ValueError("snapshots cover different windows: ['10', '60']")
+        return merge_snapshots(snaps) if len(snaps) > 1 else snaps[0]
+
+    a, b, c = AdminServer("low_load"), AdminServer("saturated"), AdminServer("low_load")
+    for s in (a, b, c):
+        await s.start()
+    src = AdminSource([a.url, b.url, c.url], merge=fussy_merge)
+    try:
+        snap = await src.fetch(60)  # b cannot merge: a and c are shown
+        assert snap["system"]["rps"] == pytest.approx(2 * 1.2)
+        assert "cannot be merged with the others (snapshots cover different windows" in (
+            src.errors[b.url] or "")
+        assert src.describe() == f"2/3 proxies up · down: {b.url}"
+    finally:
+        await src.close()
+        for s in (a, b, c):
+            await s.stop()
