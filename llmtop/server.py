@@ -305,6 +305,22 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
+def _on_next_signal(fn: Callable[[], None]) -> None:
+    """After the first SIGINT/SIGTERM: what another one does (the usual "press Ctrl-C again
+    to stop now")."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(RuntimeError):  # not the main thread (tests): no signals
+            loop.add_signal_handler(sig, fn)
+
+
+def _hurry(proxy: ProxyServer, say: Callable[[str], None]) -> Callable[[], None]:
+    def hurry() -> None:
+        say("llmtop: stopping now: the requests still in flight are cancelled")
+        proxy.hurry()
+    return hurry
+
+
 async def serve_until_signal(cfg: Config, *, out: TextIO | None = None) -> RunSummary:
     """Run until SIGINT/SIGTERM, then shut down gracefully (``llmtop run --headless``)."""
     stop = _stop_event()
@@ -317,6 +333,11 @@ async def serve_until_signal(cfg: Config, *, out: TextIO | None = None) -> RunSu
         raise
     _tune_process()
     await stop.wait()
+    _on_next_signal(_hurry(server.proxy, server.observers.say))
+    if server.proxy.in_flight:
+        server.observers.say(
+            f"llmtop: stopping: {server.proxy.in_flight} request(s) in flight may finish "
+            f"within {cfg.timeouts.shutdown_grace_s:g} s (signal again to stop now)")
     return await server.stop()
 
 
@@ -344,6 +365,7 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str,
     _tune_process()
     task = asyncio.create_task(forwarder.run(bus))
     await stop.wait()
+    _on_next_signal(proxy.hurry)  # the coordinator passes a second signal on
     await proxy.shutdown()
     if proxy.fleet is not None:
         proxy.fleet.set_mine(0)  # gone: the other workers no longer count its requests
@@ -396,6 +418,7 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     obs.start_background()
     _tune_process()
     await stop.wait()
+    _on_next_signal(lambda: supervisor.hurry(obs.say))
     await supervisor.stop_all(watching, cfg.timeouts.shutdown_grace_s)
     os.close(counts_fd)
     counts.close()

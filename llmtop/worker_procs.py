@@ -271,6 +271,14 @@ class Supervisor:
                if self.down else f"all {n} workers serving again")
         self.publish(WarningEvent(time.time(), "WORKER_DOWN", "critical", msg, state))
 
+    def hurry(self, say: Callable[[str], None]) -> None:
+        """A second signal while stopping: tell every worker, which then cancels what is
+        still in flight at once."""
+        say("llmtop: stopping now: the requests still in flight are cancelled")
+        for p in self.procs:
+            if p.returncode is None:
+                _terminate(p)
+
     async def stop_all(self, task: asyncio.Task[None] | None, grace_s: float) -> None:
         """Stop watching (``task``: :meth:`run`'s), then stop every worker gracefully."""
         self._stopping = True

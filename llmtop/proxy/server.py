@@ -176,6 +176,8 @@ class ProxyServer:
         self._handlers: set[asyncio.Task[object]] = set()
         self._closing = False
         self._stopping = False
+        self._hurried = asyncio.Event()
+        """Set by :meth:`hurry`: the shutdown grace ends now."""
         self._ids = itertools.count(1)
         self._id_prefix = secrets.token_hex(4)
         t = cfg.timeouts
@@ -247,7 +249,7 @@ class ProxyServer:
             pending: set[asyncio.Future[Any]] = set(self._handlers)
             pending.update(direct)
             if pending:
-                _, still = await asyncio.wait(pending, timeout=max(grace, 0.0))
+                still = await self._grace(pending, grace)
                 finished = len(pending) - len(still)
                 self._closing = True
                 for fut in still:
@@ -267,6 +269,36 @@ class ProxyServer:
             self._pool = None
         await self._sweeper.stop()
         return ShutdownSummary(finished_in_grace=finished, cancelled=cancelled)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being served now (generation or not)."""
+        return len(self._handlers) + sum(1 for x in self._direct if x.task is None)
+
+    def hurry(self) -> None:
+        """End the shutdown's grace now (a second SIGINT/SIGTERM): streams still open are
+        cancelled and counted at once."""
+        self._hurried.set()
+
+    async def _grace(self, pending: set[asyncio.Future[Any]], grace_s: float
+                     ) -> set[asyncio.Future[Any]]:
+        """Wait until ``pending`` have ended, ``grace_s`` has passed or :meth:`hurry`;
+        returns those still open."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(grace_s, 0.0)
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        still = set(pending)
+        try:
+            while still and not self._hurried.is_set():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                done, _ = await asyncio.wait(still | {hurried}, timeout=left,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                still -= done
+        finally:
+            hurried.cancel()
+        return still
 
     # -- one request -------------------------------------------------------------------
 
