@@ -400,8 +400,9 @@ class ReplaySource:
     @property
     def duration_s(self) -> float | None:
         end = self.engine.end_time
-        if end is not None:
-            return max(0.0, end - self.engine.begin)
+        if end is not None:  # remembered: a seek back rebuilds the engine, which must
+            # read a .gz file to its end again before it knows
+            self._duration = max(0.0, end - self.engine.begin)
         return self._duration
 
     @property

@@ -115,6 +115,26 @@ async def test_replay_source_plays_pauses_seeks_and_changes_speed(tmp_path: Path
     await go()
 
 
+async def test_a_gz_recordings_length_survives_a_seek_back(tmp_path: Path) -> None:
+    """A .gz file's length is known only once it has been read to the end; a seek back
+    rebuilds the engine, and the length must not be lost with it (QA: "replay 0s ×1")."""
+    path = tmp_path / "s.jsonl.gz"
+    write_recording(path, session(120, duration_s=60))
+    wall = FakeWall()
+    src = ReplaySource(path, speed=100.0, wall=wall)
+    assert src.duration_s is None  # not read yet
+    await src.fetch(None)
+    wall.t += 10.0  # far past the end
+    await src.fetch(None)
+    length = src.duration_s
+    assert length is not None and length > 59
+    src.seek(-1e9)  # back to the start
+    await src.fetch(None)
+    assert src.position_s == pytest.approx(0.0, abs=0.6)
+    assert src.duration_s == length
+    await src.close()
+
+
 def test_replay_source_rejects_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not a recording\n")
