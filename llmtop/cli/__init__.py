@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
+    if raw and not raw[0].startswith("-"):
+        modules = _command_modules()
+        if raw[0] not in {m.NAME for m in modules}:  # argparse would list internal ones
+            public = ", ".join(m.NAME for m in modules if m.HELP)
+            parser.error(f"unknown command '{raw[0]}' (choose from {public})")
     args = parser.parse_args(raw)
     args._argv = raw
     if not getattr(args, "_main", None):

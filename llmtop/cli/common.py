@@ -32,16 +32,22 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                    help="CA certificates to trust for an https upstream (a private CA or a "
                         "self-signed certificate; default: the system's store)")
     p.add_argument("--record", metavar="FILE", help="record the session (.jsonl or .jsonl.gz)")
-    p.add_argument("--workers", type=int, metavar="N", help="proxy processes sharing the port")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="proxy processes sharing the port (default 1)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to sample, e.g. 0,1 (default all)")
     p.add_argument(
-        "--gpu-source", choices=("auto", "nvml", "sim", "none"), help="where GPU readings come from"
+        "--gpu-source", choices=("auto", "nvml", "sim", "none"),
+        help="where GPU readings come from (default auto: NVML when it initialises, else "
+             "none; sim: llmtop sim's simulated GPU)"
     )
-    p.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT SLO in seconds")
-    p.add_argument("--slo-itl-p95", type=float, metavar="S", help="per-request ITL p95 SLO, s")
-    p.add_argument("--slo-tpot", type=float, metavar="S", help="TPOT SLO in seconds")
-    p.add_argument("--slo-e2e", type=float, metavar="S", help="end-to-end SLO in seconds")
-    p.add_argument("--slo-target", type=float, metavar="F", help="attainment target (0.95)")
+    p.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT SLO in seconds (0.5)")
+    p.add_argument("--slo-itl-p95", type=float, metavar="S",
+                   help="per-request ITL p95 SLO in seconds (0.05)")
+    p.add_argument("--slo-tpot", type=float, metavar="S", help="TPOT SLO in seconds (none)")
+    p.add_argument("--slo-e2e", type=float, metavar="S", help="end-to-end SLO in seconds (none)")
+    p.add_argument("--slo-target", type=float, metavar="F",
+                   help="attainment target: the share of requests that must meet every SLO "
+                        "(0.95)")
 
 
 def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:

@@ -47,8 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.peak < 1:
         raise UsageError("--peak must be at least 1")
-    if args.period <= 0:
+    if not args.period > 0:
         raise UsageError("--period must be positive")
+    if args.duration is not None and not 0 < args.duration < float("inf"):
+        raise UsageError("--duration must be a positive number of seconds")
     if args.drive:
         return _drive(args)
     record = args.record
@@ -102,7 +104,9 @@ def main(args: argparse.Namespace) -> int:
             child.stop(20)
         for child in children:
             for line in child.lines:
-                if line.startswith(("llmtop: served", "llmtop: recording ")):
+                # the summary lines (the start-up "recording to" was printed above)
+                if line.startswith(("llmtop: served", "llmtop: recording ")) and \
+                        not line.startswith("llmtop: recording to "):
                     print(line, flush=True)
 
 

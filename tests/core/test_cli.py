@@ -36,6 +36,15 @@ def test_unknown_command_exits_2() -> None:
     p = run_cli("frobnicate")
     assert p.returncode == 2
     assert "Traceback" not in p.stderr
+    # the public commands only: not the internal _worker
+    assert "unknown command 'frobnicate' (choose from run, attach, replay" in p.stderr
+    assert "_worker" not in p.stderr
+
+
+def test_demo_refuses_a_duration_that_is_not_positive() -> None:
+    for bad in ("-1", "0", "nan"):
+        p = run_cli("demo", "--headless", "--duration", bad)
+        assert p.returncode == 2 and "--duration must be a positive number" in p.stderr
 
 
 def test_version() -> None:
