@@ -38,6 +38,7 @@ from llmtop.fleet_counts import FleetCounts
 from llmtop.gpu import open_gpu_source
 from llmtop.loopthread import LoopThread
 from llmtop.metrics.aggregator import Aggregator
+from llmtop.proxy.relay import SHUTDOWN_REASON
 from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.writer import RecordingController
@@ -149,7 +150,7 @@ class Observers:
         try:
             await site.start()
         except OSError as exc:
-            raise StartupError(f"admin address {self.cfg.admin}: {exc.strerror or exc}") from exc
+            raise StartupError(f"admin address {self.cfg.admin}: {_why(exc)}") from exc
         bound = port
         for addr in self._runner.addresses:
             bound = int(addr[1])
@@ -264,7 +265,7 @@ class LlmtopServer:
         try:
             self.proxy_url = await self.proxy.start()
         except OSError as exc:
-            raise StartupError(f"listen address {self.cfg.listen}: {exc.strerror or exc}") from exc
+            raise StartupError(f"listen address {self.cfg.listen}: {_why(exc)}") from exc
         self.observers.say(f"llmtop: proxy listening on {self.proxy_url}")
         self.observers.say(f"llmtop: admin listening on {self.admin_url}")
         await self._on_observers(_call(self.observers.start_background))
@@ -303,6 +304,12 @@ def _stop_event() -> asyncio.Event:
         with contextlib.suppress(RuntimeError):  # not the main thread (tests): no signals
             loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+def _why(exc: OSError) -> str:
+    """A bind error in the system's words ("Address already in use"), not asyncio's
+    wrapper ("error while attempting to bind on address (...)")."""
+    return os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
 
 
 def _on_next_signal(fn: Callable[[], None]) -> None:
@@ -360,7 +367,7 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str,
     try:
         await proxy.start(reuse_port=True)
     except OSError as exc:
-        raise StartupError(f"listen address {cfg.listen}: {exc.strerror or exc}") from exc
+        raise StartupError(f"listen address {cfg.listen}: {_why(exc)}") from exc
     print(f"llmtop: worker ready {index}", flush=True)
     _tune_process()
     task = asyncio.create_task(forwarder.run(bus))
@@ -419,11 +426,18 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     _tune_process()
     await stop.wait()
     _on_next_signal(lambda: supervisor.hurry(obs.say))
+    cut: list[int] = [0]  # streams the workers cancelled at their shutdown deadline
+
+    def count_cut(events: Sequence[Event]) -> None:
+        cut[0] += sum(1 for e in events if isinstance(e, RequestRecord)
+                      and e.outcome == "cancelled" and e.error == SHUTDOWN_REASON)
+
+    bus.subscribe(count_cut)
     await supervisor.stop_all(watching, cfg.timeouts.shutdown_grace_s)
     os.close(counts_fd)
     counts.close()
     await asyncio.sleep(0.1)
-    summary = await obs.stop()
+    summary = await obs.stop(cut[0])
     if supervisor.restarts or supervisor.given_up:
         summary.notes.append(
             f"llmtop: {supervisor.restarts} worker "

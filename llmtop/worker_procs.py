@@ -55,7 +55,12 @@ def reserve_port(host: str, port: int) -> socket.socket:
     s = socket.socket(family, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    s.bind((host, port))
+    try:
+        s.bind((host, port))
+    except OSError as exc:
+        s.close()
+        raise StartupErrorProxy(
+            f"listen address {host}:{port}: {exc.strerror or exc}") from None
     return s
 
 

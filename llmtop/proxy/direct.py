@@ -28,7 +28,14 @@ from aiohttp import web
 
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.quickhead import QuickRequest
-from llmtop.proxy.relay import ClientGone, Exchange, RelaySink, UpstreamBroken, Watchdog
+from llmtop.proxy.relay import (
+    SHUTDOWN_REASON,
+    ClientGone,
+    Exchange,
+    RelaySink,
+    UpstreamBroken,
+    Watchdog,
+)
 from llmtop.proxy.response import SentResponse, response_head
 from llmtop.proxy.stamping import StampingRequestHandler
 from llmtop.proxy.upstream import ResponseHead, UpstreamConnection
@@ -220,7 +227,7 @@ class DirectExchange:
 
     def shut(self) -> None:
         """Shutdown's grace is over: end the request now (recorded cancelled)."""
-        self._stop("proxy shut down")
+        self._stop(SHUTDOWN_REASON)
         self._close_client()
 
     def _stop(self, reason: str) -> None:

@@ -281,6 +281,10 @@ def scale_tokens(counts: list[int], total: int) -> list[int]:
     return base
 
 
+SHUTDOWN_REASON = "proxy shut down"
+"""The ``error`` of a request cancelled at the shutdown deadline."""
+
+
 class ClientGone(ConnectionError):
     """The client's connection closed while its response was being relayed."""
 

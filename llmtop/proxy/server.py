@@ -68,6 +68,7 @@ from llmtop.proxy.headers import upstream_request_headers
 from llmtop.proxy.identity import IdentityResolver
 from llmtop.proxy.quickhead import QuickRequest
 from llmtop.proxy.relay import (
+    SHUTDOWN_REASON,
     ClientGone,
     Drainable,
     Exchange,
@@ -95,6 +96,7 @@ _STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "applica
                            "application/jsonl", "application/x-jsonlines",
                            "application/jsonlines"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
 _OWN_PARSER_ERROR = re.compile(
     r"malformed JSON( body| in stream event| line in stream)?"
     r"|line longer than \d+ bytes discarded|SSE event larger than \d+ bytes discarded")
@@ -460,7 +462,7 @@ class ProxyServer:
         return await self.forward(request, ex, wd, body, info)
 
     def cancel_reason(self) -> str:
-        return "proxy shut down" if self._closing else "client disconnected"
+        return SHUTDOWN_REASON if self._closing else "client disconnected"
 
     def _upstream_request(self, method: str, target: str,
                           raw_headers: tuple[tuple[bytes, bytes], ...], length_declared: bool,

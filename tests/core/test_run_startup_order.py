@@ -46,4 +46,19 @@ def test_an_admin_port_in_use_stops_start_up_before_the_proxy_is_announced() -> 
         res = _run("--admin", f"127.0.0.1:{port}")
     assert res.returncode == 2, res
     assert "listening" not in res.stdout
-    assert f"admin address 127.0.0.1:{port}" in res.stderr and "Traceback" not in res.stderr
+    assert f"admin address 127.0.0.1:{port}: Address already in use" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["1 process", "2 workers"])
+def test_a_listen_port_in_use_names_the_address(workers: list[str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = subprocess.run([*RUN[:-2], "--listen", f"127.0.0.1:{port}", "--admin",
+                              "127.0.0.1:0", *workers],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2, res
+    assert f"listen address 127.0.0.1:{port}: Address already in use" in res.stderr
+    assert "listening" not in res.stdout and "Traceback" not in res.stderr
