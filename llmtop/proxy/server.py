@@ -365,7 +365,8 @@ class ProxyServer:
         no idle connection and shutting down are left to aiohttp's path."""
         pool = self._pool
         if (pool is None or self._stopping or quick.method == "HEAD"
-                or len(quick.body) > self.cfg.max_body_bytes):
+                or len(quick.body) > self.cfg.max_body_bytes
+                or any(k.lower() == b"upgrade" for k, _ in quick.raw_headers)):
             return None
         conn = pool.take_idle()
         if conn is None:
@@ -415,6 +416,13 @@ class ProxyServer:
     ) -> web.StreamResponse:
         active = ex.active
         dialect = active.dialect
+        if "Upgrade" in request.headers:  # a WebSocket (or h2c) upgrade: not relayed
+            resp = self.proxy_error(
+                ex, dialect, 501, "error",
+                f"llmtop does not relay protocol upgrades ({request.headers['Upgrade'][:40]}):"
+                " connect to the upstream directly for this endpoint", "upgrade_not_supported")
+            resp.force_close()
+            return resp
         limit = self.cfg.max_body_bytes
         declared = request.content_length
         # the request's timeouts: a client that stops sending its body, then the upstream

@@ -356,3 +356,26 @@ async def test_an_error_page_is_not_a_first_token() -> None:
     assert missing.dialect == "other" and missing.outcome == "error" and missing.status == 404
     assert missing.ttft_s is None and missing.chunk_offsets_s == ()
     assert ok.outcome == "ok" and ok.ttft_s is not None and len(ok.chunk_offsets_s) == 1
+
+
+async def test_a_websocket_upgrade_is_a_clear_501_not_a_502() -> None:
+    """llmtop relays HTTP exchanges, not upgraded connections: a WebSocket handshake (the
+    OpenAI Realtime API's) gets an honest 501 naming the reason instead of the upstream's
+    101 being mistaken for an interim reply (QA: '502 upstream closed the connection')."""
+    async with scripted_upstream() as up, running_proxy(up.url) as (proxy, url, recs):
+        host, port = url.removeprefix("http://").split(":")
+        async with aiohttp.ClientSession() as s, s.post(url + "/warm", data=b"x") as r:
+            await r.read()  # an idle upstream connection: a whole request could go direct
+        await recs.wait(1)
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                         b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            got = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            assert got.startswith(b"HTTP/1.1 501"), got[:80]
+            assert b"does not relay protocol upgrades (websocket)" in got
+            assert b"upgrade_not_supported" in got
+        assert proxy.direct_starts == 0
+    assert [x.path_qs for x in up.seen] == ["/warm"] and len(recs.items) == 1
