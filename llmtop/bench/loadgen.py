@@ -119,6 +119,22 @@ class StepInterrupted(asyncio.CancelledError):
         self.run = run
 
 
+def _file(run: StepRun, rec: RequestRecord, measured: bool, watch: FailureWatch,
+          progress: Progress | None) -> bool:
+    """File one finished request in ``run`` (a warm-up one is only counted); True when
+    ``watch`` says the level should give up."""
+    gave_up = watch.see(rec)
+    if gave_up:
+        run.gave_up = True
+    if measured:
+        run.records.append(rec)
+        if progress:
+            progress(run)
+    else:
+        run.warmup_records += 1
+    return gave_up
+
+
 def _session(limit: int) -> aiohttp.ClientSession:
     conn = aiohttp.TCPConnector(limit=max(limit, 1) + 8, force_close=False)
     return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None))
@@ -166,15 +182,8 @@ async def run_closed(
                     rec = await client.send(session, req, concurrency=open_now)
                 finally:
                     open_now -= 1
-                if watch.see(rec):
-                    run.gave_up = True
+                if _file(run, rec, measured, watch, progress):
                     stop.set()
-                if measured:
-                    run.records.append(rec)
-                    if progress:
-                        progress(run)
-                else:
-                    run.warmup_records += 1
                 failures = 0 if rec.outcome == "ok" else failures + 1
                 pause = backoff_s(failures)
                 if pause and not stop.is_set():
@@ -248,15 +257,8 @@ async def run_open(
     async def one(session: aiohttp.ClientSession, scheduled: int, measured: bool) -> None:
         rec = await client.send(session, workload.next(), scheduled_ns=scheduled,
                                 concurrency=len(in_flight))
-        if watch.see(rec):
-            run.gave_up = True
+        if _file(run, rec, measured, watch, progress):
             give_up.set()
-        if measured:
-            run.records.append(rec)
-            if progress:
-                progress(run)
-        else:
-            run.warmup_records += 1
 
     async with _session(min(max_outstanding, 4096)) as session:
         try:
