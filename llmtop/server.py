@@ -260,6 +260,7 @@ class LlmtopServer:
         wait for the listen lines: once printed, nothing left can refuse to start) and
         start the background work, the recording included."""
         self.observers.check_recording()
+        low = raise_open_files()
         self._observer_loop = LoopThread()
         self.admin_url = await self._on_observers(self.observers.start_admin())
         try:
@@ -268,6 +269,8 @@ class LlmtopServer:
             raise StartupError(f"listen address {self.cfg.listen}: {_why(exc)}") from exc
         self.observers.say(f"llmtop: proxy listening on {self.proxy_url}")
         self.observers.say(f"llmtop: admin listening on {self.admin_url}")
+        if low:
+            self.observers.say(low)
         await self._on_observers(_call(self.observers.start_background))
 
     async def stop(self, grace_s: float | None = None) -> RunSummary:
@@ -295,6 +298,32 @@ def _tune_process() -> None:
     sys.setswitchinterval(0.0005)
     gc.collect()
     gc.freeze()
+
+
+OPEN_FILES_WANTED = 65536
+"""The open-file limit llmtop raises its soft limit to (each stream holds two sockets)."""
+
+
+def raise_open_files(wanted: int = OPEN_FILES_WANTED) -> str | None:
+    """Raise the soft ``RLIMIT_NOFILE`` towards ``wanted`` (as far as the hard limit
+    allows): the usual default of 1,024 would refuse connections past ~500 streams.
+    Returns a line to print when the limit stays below a few thousand, else None."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        return None
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    except (ValueError, OSError):
+        return None
+    if soft != resource.RLIM_INFINITY and soft < 4096:
+        return (f"llmtop: at most {soft} open files (ulimit -n, hard limit {hard}): "
+                f"about {max(1, (soft - 64) // 2)} streams at once")
+    return None
 
 
 def _stop_event() -> asyncio.Event:
@@ -362,6 +391,7 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str,
             proxy.fleet = FleetCounts.attach(fleet_path, index)
         except (OSError, ValueError) as exc:
             raise StartupError(f"the workers' shared table {fleet_path}: {exc}") from exc
+    raise_open_files()  # the coordinator says so when the limit stays low
     forwarder = EventForwarder(ingest_url, token, index, active)
     bus.subscribe(forwarder.on_events)
     try:
@@ -420,6 +450,9 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     obs.say(f"llmtop: proxy listening on {proxy_url}")
     obs.say(f"llmtop: admin listening on {admin_url}")
     obs.say(f"llmtop: {len(procs)} workers sharing the port")
+    low = raise_open_files()  # (each worker raises its own; the limits are alike)
+    if low:
+        obs.say(low)
     supervisor = Supervisor(launcher, procs, counts, fleet, obs.say, publish=bus.publish)
     watching = asyncio.create_task(supervisor.run())
     obs.start_background()
