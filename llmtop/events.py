@@ -154,6 +154,21 @@ class ActiveRequest:
     def state(self) -> Literal["waiting", "streaming"]:
         return "waiting" if self.first_token_ns is None else "streaming"
 
+    def lost(self, now_ns: int, error: str) -> RequestRecord:
+        """The record of this request when the process serving it died with it open: what
+        is known of it (start, first token, tokens so far), outcome ``error`` — the client
+        saw its stream cut, or no answer (status 502 then)."""
+        started = self.first_token_ns is not None
+        return RequestRecord(
+            id=self.id, user=self.user, model=self.model, dialect=self.dialect,
+            path=self.path, stream=self.stream, status=200 if started else 502,
+            outcome="error", t_start=self.t_start,
+            ttft_s=None if self.first_token_ns is None
+            else (self.first_token_ns - self.t0_ns) / 1e9,
+            e2e_s=max(0.0, (now_ns - self.t0_ns) / 1e9), prompt_tokens=None,
+            completion_tokens=self.tokens, token_source="chunks",
+            concurrency_at_start=self.concurrency_at_start, error=error)
+
     def to_json_dict(self, now_ns: int) -> dict[str, Any]:
         """The ``request`` shape with fields so far (for ``/llmtop/v1/requests?state=active``)."""
         age = (now_ns - self.t0_ns) / 1e9

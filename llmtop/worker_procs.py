@@ -221,7 +221,12 @@ class Supervisor:
         how = describe_exit(self.procs[i].returncode)
         if self.counts is not None:
             self.counts.clear(i)  # the others no longer count its requests
-        self.active.drop(i)  # nor do the screens show them
+        lost = self.active.drop(i)  # nor do the screens show them
+        if lost and self.publish is not None:  # their clients saw them fail: count them
+            now_ns = time.perf_counter_ns()  # the workers' clock too (CLOCK_MONOTONIC)
+            for a in lost:
+                self.publish(a.lost(now_ns, f"llmtop worker {i} exited ({how}) with the "
+                                            "request open"))
         now = self.clock()
         recent = self.exits.setdefault(i, deque())
         recent.append(now)

@@ -237,14 +237,14 @@ class FleetActive(Mapping[str, ActiveRequest]):
                 self._sender[worker] = sender
             self.by_worker[worker] = rows
 
-    def drop(self, worker: int) -> None:
-        """Worker ``worker``'s process is gone: forget its open requests, and its reports
-        from now on."""
+    def drop(self, worker: int) -> list[ActiveRequest]:
+        """Worker ``worker``'s process is gone: forget its open requests (returned: as its
+        last report had them), and its reports from now on."""
         with self._lock:
             sender = self._sender.pop(worker, None)
             if sender:
                 self._retired.add(sender)
-            self.by_worker.pop(worker, None)
+            return list(self.by_worker.pop(worker, {}).values())
 
     def __getitem__(self, key: str) -> ActiveRequest:
         for rows in self.by_worker.values():

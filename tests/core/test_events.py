@@ -60,3 +60,19 @@ def test_other_events_round_trip() -> None:
     assert back == e
     w = WarningEvent(t=1.0, code="QUEUEING", severity="warning", message="x", state="cleared")
     assert WarningEvent.from_json_dict(w.to_json_dict()) == w
+
+
+def test_a_request_lost_with_its_process_is_an_error_with_what_was_known() -> None:
+    from llmtop.events import ActiveRequest
+
+    a = ActiveRequest("r1", "alice", "m", "openai", "/v1/chat/completions", True,
+                      t_start=100.0, t0_ns=1_000_000_000, concurrency_at_start=3,
+                      first_token_ns=1_250_000_000, last_chunk_ns=1_900_000_000,
+                      chunks=7, tokens=9)
+    rec = a.lost(3_000_000_000, "llmtop worker 0 exited (killed by SIGKILL)")
+    assert (rec.outcome, rec.status, rec.t_start) == ("error", 200, 100.0)
+    assert rec.ttft_s == 0.25 and rec.e2e_s == 2.0 and rec.completion_tokens == 9
+    assert rec.concurrency_at_start == 3 and rec.error is not None
+    waiting = ActiveRequest("r2", "bob", None, "openai", "/v1", True, 0.0, 0)
+    assert waiting.lost(10, "x").status == 502 and waiting.lost(10, "x").ttft_s is None
+    assert RequestRecord.from_json_dict(rec.to_json_dict()) == rec

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from llmtop.events import ActiveRequest, WarningEvent
+from llmtop.events import ActiveRequest, RequestRecord, WarningEvent
 from llmtop.fleet_counts import FleetCounts
 from llmtop.worker_procs import MAX_RESTARTS, Supervisor, describe_exit
 from llmtop.workers import FleetActive
@@ -73,10 +73,17 @@ async def test_a_worker_that_keeps_dying_is_restarted_then_left_stopped() -> Non
         assert "restarting it in 0.002 s" in said[2]  # doubling while it keeps failing
         assert "not restarted; the other workers go on" in said[-1]
         assert sup.procs[0] is sleeper and sleeper.returncode is None
-        assert {w.code for w in warned} == {"WORKER_DOWN"}
-        assert warned[-1].state == "raised" and warned[-1].severity == "critical"
-        assert warned[-1].message.startswith("1 of 2 workers serving: worker 1 exited "
-                                             "(exit code 3) 6 times in 60 s: not restarted")
+        warnings = [w for w in warned if isinstance(w, WarningEvent)]
+        assert {w.code for w in warnings} == {"WORKER_DOWN"}
+        assert warnings[-1].state == "raised" and warnings[-1].severity == "critical"
+        assert warnings[-1].message.startswith("1 of 2 workers serving: worker 1 exited "
+                                               "(exit code 3) 6 times in 60 s: not restarted")
+        # the 3 requests it had open failed for their clients: counted as errors, once
+        lost = [r for r in warned if isinstance(r, RequestRecord)]
+        assert sorted(r.id for r in lost) == ["w-0", "w-1", "w-2"]
+        assert all(r.outcome == "error" and r.status == 502 and r.error is not None
+                   and r.error.startswith("llmtop worker 1 exited (exit code 3)")
+                   for r in lost)
     finally:
         await sup.stop_all(task, 1.0)
         counts.close()
