@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from llmtop.cli.common import UsageError
 
@@ -43,6 +44,9 @@ def main(args: argparse.Namespace) -> int:
         source = AdminSource(args.urls, token=args.token, max_age_s=SHARED_SNAPSHOT_AGE_S)
     except ValueError as exc:  # a bad URL, or several without a merge function
         raise UsageError(str(exc)) from None
+    if not sys.stdout.isatty():
+        raise UsageError("the TUI needs a terminal; without one, read the figures from "
+                         "ADMIN/llmtop/v1/snapshot or ADMIN/metrics")
     from llmtop.tui import run_tui
 
     return run_tui(source, refresh_hz=args.refresh_hz, window_s=WINDOW_CHOICES[args.window],

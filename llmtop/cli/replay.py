@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.start:
         source.seek(args.start)
+    if not sys.stdout.isatty():
+        raise UsageError("the TUI needs a terminal; without one, `llmtop report FILE` "
+                         "gives the recording's figures")
     from llmtop.tui import run_tui
 
     return run_tui(source, refresh_hz=args.refresh_hz, window_s=WINDOW_CHOICES[args.window],

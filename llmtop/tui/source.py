@@ -22,8 +22,8 @@ import orjson
 from llmtop.admin import AGE_HEADER
 
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
-SNAPSHOT_KEYS = frozenset({"window_s", "system", "latency", "users", "warnings"})
-"""Fields every llmtop snapshot has: a reply without them is not an llmtop admin API."""
+SNAPSHOT_KEYS = frozenset({"version", "window_s"})
+"""Fields every llmtop snapshot has had: a reply without them is not an llmtop admin API."""
 REQUESTS_PATH = "/llmtop/v1/requests"
 RECORDING_PATH = "/llmtop/v1/recording"
 
@@ -275,7 +275,7 @@ class AdminSource:
             snap, age = await self._get_aged(url, SNAPSHOT_PATH, params)
             if not isinstance(snap, dict):
                 raise _Failure("reply is not a snapshot object")
-            if not snap.keys() >= SNAPSHOT_KEYS or not isinstance(snap["system"], dict):
+            if not snap.keys() >= SNAPSHOT_KEYS:
                 raise _Failure("not an llmtop admin API (its reply has no snapshot fields)")
         except _Failure as exc:
             self.errors[url] = str(exc)
