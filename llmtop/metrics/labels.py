@@ -19,6 +19,8 @@ from typing import Final
 
 OTHER: Final = "other"
 HALF_LIFE_S: Final = 60.0
+RECENT_SCORE: Final = 0.2
+"""A decayed score this high: the value sent a request within about two minutes."""
 
 
 class LabelSlots:
@@ -97,6 +99,15 @@ class LabelSlots:
             self.names[sid] = name
             self.demotions += 1
         return remap
+
+    def untracked_recent(self, min_score: float = RECENT_SCORE) -> int:
+        """How many values counted in ``other`` were active recently (a decayed score of
+        at least ``min_score``: one request within about two minutes). Approximate: scores
+        decay at each rebalance, and at most ``8 × capacity`` untracked values are
+        remembered."""
+        ids = self.ids
+        return sum(1 for n, s in self.scores.items()
+                   if s >= min_score and n not in ids and n != OTHER)
 
     def tracked(self) -> dict[int, str]:
         """Series id → name of every series in use, ``other`` included."""

@@ -278,6 +278,8 @@ def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "started_at": min(starts) if starts else None,
         "uptime_s": _max(s.get("uptime_s") for s in snaps),
         "top_users": _max(s.get("top_users") for s in snaps),
+        # an upper bound: a user folded on two proxies counts twice
+        "users_untracked": _sum(s.get("users_untracked") for s in snaps),
         "clamped_values": int(_sum(s.get("clamped_values") for s in snaps) or 0),
         "recording": recordings[0] if recordings else None,
         "sources": len(snaps),

@@ -303,6 +303,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "started_at": agg.started_at,
         "uptime_s": max(0.0, now - agg.started_at),
         "top_users": agg.users.capacity,
+        "users_untracked": agg.users.untracked_recent(),
         "clamped_values": agg.clamped,
     }
     if encoded is None:

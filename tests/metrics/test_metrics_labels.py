@@ -25,6 +25,18 @@ def test_users_beyond_top_n_fold_into_other_and_totals_hold() -> None:
     snap = agg.snapshot(None)
     assert sum(u["requests"] for u in snap["users"]) == snap["system"]["requests"] == 6
     assert r["other"]["ttft_p95"] is not None
+    assert snap["users_untracked"] == 2  # d and e, folded into other, active just now
+
+
+def test_the_folded_users_recently_active_are_counted_and_fade() -> None:
+    slots = LabelSlots(2, base=0, other_id=99)
+    for name in ("a", "b", "c", "d", "e", "other"):
+        slots.series_for(name)
+    assert slots.untracked_recent() == 3  # c, d, e (not the fold itself)
+    slots.rebalance(60.0)  # one half-life: 1 request -> 0.5, still recent
+    assert slots.untracked_recent() == 3
+    slots.rebalance(180.0)  # 0.0625: none recent any more
+    assert slots.untracked_recent() == 0
 
 
 def test_a_heavier_newcomer_displaces_the_weakest_user() -> None:

@@ -117,6 +117,19 @@ def test_users_without_histograms_merge_as_upper_bounds() -> None:
     assert x["ttft_p95"] == pytest.approx(b.snapshot(60)["users"][0]["ttft_p95"])
 
 
+def test_folded_user_counts_add_up_as_an_upper_bound() -> None:
+    clock = Clock()
+    a, b = (Aggregator(Config(top_users=1), clock=clock) for _ in range(2))
+    clock.advance(1)
+    a.on_events([record(user=u) for u in ("x", "y", "z")])
+    b.on_events([record(user=u) for u in ("x", "y")])
+    sa, sb = a.snapshot(60), b.snapshot(60)
+    assert (sa["users_untracked"], sb["users_untracked"]) == (2, 1)
+    assert merge_snapshots([sa, sb])["users_untracked"] == 3  # y counted on both
+    del sa["users_untracked"]  # an older proxy does not say
+    assert merge_snapshots([sa, sb])["users_untracked"] == 1
+
+
 def test_refuses_what_cannot_be_merged() -> None:
     agg = Aggregator(Config())
     with pytest.raises(ValueError, match="no snapshots"):

@@ -290,9 +290,9 @@ class UsersTable(DataTable[Text]):
             self.move_cursor(row=self.get_row_index(current), animate=False)
 
     def subtitle(self) -> Text:
-        """"N users" (+ "others" when the proxy folded the rest into one row, "top N"
-        when it tracks no more), or "n of N users · filter: …" (the filter as plain
-        text). The snapshot does not say how many users were folded."""
+        """"N users" (+ "others" when the proxy folded the rest into one row, "≈ K
+        others" when the snapshot says how many were active recently; "top N" when it
+        tracks no more), or "n of N users · filter: …" (the filter as plain text)."""
         every = self.view.items("users")
         total = sum(1 for u in every if not is_fold(u))
         if self.filter_text:
@@ -303,6 +303,9 @@ class UsersTable(DataTable[Text]):
             return Text(users(total))
         top = self.view.num("top_users")
         lead = "top " if top is not None and total >= top else ""
+        folded = self.view.num("users_untracked")
+        if folded:
+            return Text(f"{lead}{users(total)} + ≈{folded:.0f} others")
         return Text(f"{lead}{users(total)} + others")
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
