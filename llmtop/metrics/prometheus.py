@@ -10,7 +10,7 @@ Families (all prefixed ``llmtop_``):
 - counters: ``requests_total{outcome}``, ``output_tokens_total`` (of finished requests),
   ``input_tokens_total``, ``slo_met_requests_total``, ``slo_judged_requests_total`` (the
   attainment's denominator: ``slo_met`` ÷ ``slo_judged``), ``goodput_output_tokens_total``,
-  ``histogram_clamped_values_total``; per user ``user_requests_total{user,outcome}``,
+  ``clamped_latency_values_total``; per user ``user_requests_total{user,outcome}``,
   ``user_output_tokens_total{user}``; per model ``model_requests_total{model,outcome}``,
   ``model_output_tokens_total{model}``;
 - gauges: ``in_flight``, ``waiting``, ``streaming``, ``user_in_flight{user}``;
@@ -109,6 +109,16 @@ def hdr_buckets(
     return out
 
 
+_HELP = {
+    "ttft": "Time to first token, seconds, as clients saw it",
+    "itl": "Inter-token latency (a chunk's gap spread over its tokens), seconds",
+    "tpot": "Time per output token after the first, per request, seconds",
+    "e2e": "End-to-end request latency, seconds",
+    "chunk_gap": "Gap between consecutive content chunks, seconds",
+}
+"""HELP lines of the latency histograms (by metric name)."""
+
+
 class LlmtopCollector(Collector):
     """Builds llmtop's metric families from an :class:`Aggregator` at scrape time."""
 
@@ -143,7 +153,7 @@ class LlmtopCollector(Collector):
             ("goodput_output_tokens", C_GOOD, "Output tokens of requests that met every SLO"),
         ):
             out.append(CounterMetricFamily(_P + name, doc, value=float(c[0, col])))
-        out.append(CounterMetricFamily(_P + "histogram_clamped_values",
+        out.append(CounterMetricFamily(_P + "clamped_latency_values",
                                        "Latency values outside 0 us..1 h, clamped (or NaN)",
                                        value=float(agg.clamped)))
 
@@ -211,8 +221,8 @@ class LlmtopCollector(Collector):
     def _histograms(self, split: SplitTable, users: dict[int, str]) -> list[Metric]:
         out: list[Metric] = []
         for m, name in enumerate(METRICS):
-            fam = HistogramMetricFamily(_P + name + "_seconds",
-                                        f"{name.upper()} seconds as clients saw them")
+            fam = HistogramMetricFamily(_P + name + "_seconds", _HELP.get(
+                name, f"{name.upper()} seconds as clients saw them"))
             [(buckets, total)] = hdr_buckets(split, m, [0], name)
             fam.add_metric([], buckets, total)
             out.append(fam)
