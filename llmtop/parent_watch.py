@@ -54,7 +54,22 @@ def watch_parent(interval_s: float = INTERVAL_S) -> bool:
         with contextlib.suppress(OSError):  # its pipe may have gone with it
             print(f"llmtop: the llmtop process that started this one ({parent}) is gone: "
                   "stopping", file=sys.stderr, flush=True)
+        _quiet()
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="llmtop-parent-watch", daemon=True).start()
     return True
+
+
+def _quiet() -> None:
+    """Point stdout and stderr at /dev/null: the parent read them through pipes that died
+    with it, and a shutdown that prints ("stopping…", "served…") would die of EPIPE half
+    way — before the recording is closed and the streams have finished."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        for fd in (1, 2):
+            os.dup2(null, fd)
+        os.close(null)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from llmtop.cli.common import (
@@ -104,6 +107,7 @@ def child_command(argv: Sequence[str]) -> list[str]:
 def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
     from llmtop.tui import run_tui
     from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
+    from llmtop.worker_procs import describe_exit
 
     raw: list[str] = list(getattr(args, "_argv", []))
     argv = [a for a in raw[raw.index(NAME) + 1 :] if a != "--headless"] if NAME in raw else []
@@ -113,6 +117,18 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
         child.stop(5)
         print(f"llmtop run: the proxy did not start: {child.failure()}", file=sys.stderr)
         return child.proc.returncode or 1
+    tui_done, died = threading.Event(), threading.Event()
+
+    def watch_child() -> None:
+        """The proxy exited under the TUI (killed, or an error after start-up): end the
+        TUI as SIGTERM does, and say why after it, instead of 'DISCONNECTED' for ever."""
+        child.proc.wait()
+        if not tui_done.is_set():
+            died.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_child, name="llmtop-child-watch", daemon=True).start()
+    code = 0
     try:
         code = run_tui(
             AdminSource([child.found[ADMIN_PREFIX]], token=args.admin_token or "",
@@ -120,9 +136,17 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
             refresh_hz=refresh_hz,
             title=f"llmtop — {child.found[LISTEN_PREFIX]}",
         )
+    except KeyboardInterrupt:  # SIGTERM (or SIGINT): stop as q does, summary included
+        code = 0
     finally:
+        tui_done.set()
         child.stop()
-    for line in child.lines:
-        if line.startswith("llmtop:") and "listening on" not in line:
+    if died.is_set():
+        print(f"llmtop run: the proxy exited ({describe_exit(child.proc.returncode)}): "
+              f"{child.failure()}", file=sys.stderr)
+        return 1
+    for line in child.lines:  # its summary: served, recording, restarts
+        if line.startswith("llmtop:") and "listening on" not in line \
+                and not line.startswith("llmtop: stopping"):
             print(line)
     return code

@@ -50,6 +50,8 @@ class LlmtopApp(App[int]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
+        # like top: Ctrl-C quits (Textual's own binding only tells you to press Ctrl-Q)
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         Binding("p", "pause", "pause"),
         Binding("w", "cycle_window", "window"),

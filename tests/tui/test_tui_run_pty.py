@@ -93,3 +93,66 @@ async def test_run_under_load_in_a_pty_shows_tps_and_users() -> None:
                 proc.kill()
                 await proc.wait()
             os.close(master)
+
+
+async def _run_in_pty(upstream: str) -> tuple[asyncio.subprocess.Process, int, bytearray]:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 120, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmtop", "run", "--upstream", upstream, "--listen",
+        "127.0.0.1:0", "--admin", "127.0.0.1:0", "--refresh-hz", "4", "--gpu-source", "none",
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    out = bytearray()
+    loop = asyncio.get_running_loop()
+
+    def readable() -> None:
+        try:
+            out.extend(os.read(master, 65536))
+        except OSError:
+            loop.remove_reader(master)
+
+    loop.add_reader(master, readable)
+    deadline = loop.time() + 60
+    while b"users" not in ANSI.sub(b"", bytes(out)):  # the TUI is drawn
+        assert loop.time() < deadline, bytes(out)[-2000:]
+        await asyncio.sleep(0.2)
+    return proc, master, out
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+async def test_ctrl_c_quits_like_q_and_a_dead_proxy_ends_the_tui() -> None:
+    """QA in a real pty: Ctrl-C only showed Textual's "press ctrl+q" toast; and when the
+    proxy child died, the TUI said DISCONNECTED for ever and exited 0 on q."""
+    async with running_sim("tiny") as sim:
+        proc, master, out = await _run_in_pty(sim.url)
+        try:
+            os.write(master, b"\x03")  # Ctrl-C
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
+            await asyncio.sleep(0.2)
+            assert b"llmtop: served" in bytes(out)  # the summary after the TUI
+        finally:
+            asyncio.get_running_loop().remove_reader(master)
+            os.close(master)
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+        proc, master, out = await _run_in_pty(sim.url)
+        try:
+            (child,) = _children(proc.pid)
+            os.kill(child, 9)
+            assert await asyncio.wait_for(proc.wait(), 30) == 1
+            await asyncio.sleep(0.2)
+            assert b"the proxy exited (killed by SIGKILL)" in bytes(out)
+        finally:
+            asyncio.get_running_loop().remove_reader(master)
+            os.close(master)
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
