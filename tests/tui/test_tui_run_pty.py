@@ -5,6 +5,7 @@ it started."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -115,9 +116,18 @@ async def _run_in_pty(upstream: str) -> tuple[asyncio.subprocess.Process, int, b
 
     loop.add_reader(master, readable)
     deadline = loop.time() + 60
-    while b"users" not in ANSI.sub(b"", bytes(out)):  # the TUI is drawn
-        assert loop.time() < deadline, bytes(out)[-2000:]
-        await asyncio.sleep(0.2)
+    try:
+        while b"users" not in ANSI.sub(b"", bytes(out)):  # the TUI is drawn
+            assert loop.time() < deadline, bytes(out)[-2000:]
+            await asyncio.sleep(0.2)
+    except BaseException:  # never leave it (and its proxy) running
+        loop.remove_reader(master)
+        os.close(master)
+        for pid in [*_children(proc.pid), proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        await proc.wait()
+        raise
     return proc, master, out
 
 
