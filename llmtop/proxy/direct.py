@@ -279,11 +279,9 @@ class DirectExchange:
         self.finished = True
         self.wd.disown()  # no reference cycles: freed as it ends
         self.sink = None
-        server, ex = self.server, self.ex
+        server = self.server
         server.direct_ended(self)
-        server.closed(ex)
-        if ex.measured:
-            server.bus.publish(ex.to_record())
+        server.ended(self.ex)
         waiters, self._waiters = self._waiters, None
         for w in waiters or ():
             if not w.done():

@@ -327,6 +327,13 @@ class ProxyServer:
             fleet.set_mine(len(self.active))
         return ex
 
+    def ended(self, ex: Exchange) -> None:
+        """``ex``'s request is over: no longer open, and its record published (a request
+        that is not a generation has none)."""
+        self.closed(ex)
+        if ex.measured:
+            self.bus.publish(ex.to_record())
+
     def closed(self, ex: Exchange) -> None:
         """``ex``'s request is no longer open."""
         if not ex.measured:
@@ -352,9 +359,7 @@ class ProxyServer:
             raise
         finally:
             self._handlers.discard(task)
-            self.closed(ex)
-            if ex.measured:
-                self.bus.publish(ex.to_record())
+            self.ended(ex)
 
     def direct_start(self, quick: QuickRequest, protocol: StampingRequestHandler,
                      t0_ns: int) -> DirectExchange | None:
