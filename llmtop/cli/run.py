@@ -135,6 +135,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
                         max_age_s=SHARED_SNAPSHOT_AGE_S),
             refresh_hz=refresh_hz,
             title=f"llmtop — {child.found[LISTEN_PREFIX]}",
+            proxy=child.found[LISTEN_PREFIX],
         )
     except KeyboardInterrupt:  # SIGTERM (or SIGINT): stop as q does, summary included
         code = 0

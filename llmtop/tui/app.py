@@ -74,6 +74,7 @@ class LlmtopApp(App[int]):
         refresh_hz: float = 4.0,
         window_s: int | None = 60,
         title: str = "llmtop",
+        proxy: str | None = None,
         clock: Clock = time.time,
         retry_s: float = 1.0,
     ) -> None:
@@ -86,6 +87,7 @@ class LlmtopApp(App[int]):
         self.refresh_hz = refresh_hz
         self.window_s: int | None = window_s
         self.title = title
+        self.proxy = proxy
         self.clock = clock
         self.retry_s = retry_s
         self.paused = False
@@ -189,6 +191,7 @@ class LlmtopApp(App[int]):
             error=self.error,
             has_data=self.has_data,
             replay=self._replay_label(),
+            proxy=self.proxy,
         )
 
     def _source_label(self) -> str:
@@ -368,11 +371,12 @@ def run_tui(
     refresh_hz: float = 4.0,
     window_s: int | None = 60,
     title: str = "llmtop",
+    proxy: str | None = None,
 ) -> int:
     """Run the TUI on ``source`` until the user quits; returns the exit code (0).
     The app closes the source when it exits. Used by ``attach``, ``run``, ``replay``
     and ``demo``."""
-    app = LlmtopApp(source, refresh_hz=refresh_hz, window_s=window_s, title=title)
+    app = LlmtopApp(source, refresh_hz=refresh_hz, window_s=window_s, title=title, proxy=proxy)
     app.run()
     return int(app.return_code or 0)
 

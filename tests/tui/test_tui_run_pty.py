@@ -114,6 +114,8 @@ async def test_run_under_load_in_a_pty_shows_tps_and_users() -> None:
                     break
                 assert loop.time() < deadline, f"screen never showed load: {plain[-3000:]!r}"
                 await asyncio.sleep(0.5)
+            # the header names the address clients use (QA: it was only in the logs)
+            assert f"proxy {proxy}".encode() in plain
             stop.set()
             os.write(master, b"q")
             assert await asyncio.wait_for(proc.wait(), 60) == 0
@@ -134,6 +136,10 @@ async def test_ctrl_c_quits_like_q_and_a_dead_proxy_ends_the_tui() -> None:
     async with running_sim("tiny") as sim:
         proc, master, out = await _run_in_pty(sim.url)
         try:
+            # --listen :0: the port the proxy got is on the screen, and nowhere else a
+            # user of the TUI could see it
+            m = re.search(rb"proxy http://127\.0\.0\.1:([0-9]+)", ANSI.sub(b"", bytes(out)))
+            assert m is not None and int(m[1]) > 0, ANSI.sub(b"", bytes(out))[:3000]
             for _ in range(15):  # Ctrl-C (again, should the first come before the app reads)
                 os.write(master, b"\x03")
                 with contextlib.suppress(TimeoutError):

@@ -25,13 +25,17 @@ class HeaderStatus:
     has_data: bool = False
     replay: str | None = None
     """e.g. "replay 1:02/5:00 ×2" for replay sources."""
+    proxy: str | None = None
+    """The URL clients send their requests to, when the command knows it (``run`` and
+    ``demo``; with ``--listen :0`` it is the only place the port is shown)."""
 
 
 SEP = " │ "
 
 
 class HeaderBar(ViewPanel):
-    """Line 1: state flags, upstream, window, uptime, source. Line 2: system figures."""
+    """Line 1: proxy address, state flags, upstream, window, uptime, source. Line 2:
+    system figures."""
 
     READS = ("system", "recording", "upstream", "uptime_s", "started_at", "time", "slo")
 
@@ -55,6 +59,10 @@ class HeaderBar(ViewPanel):
         st, pal, v = self.status, self.palette, self.view
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("llmtop", "bold")
+        if st.proxy:
+            t.append(SEP)
+            t.append("proxy ", pal.dim)  # labelled even when narrow: two bare URLs confuse
+            t.append(st.proxy)
         if not st.connected:
             t.append(SEP)
             why = f" ({st.error})" if st.error else ""
