@@ -9,6 +9,7 @@ import pytest
 from tui_support import FIXED_NOW, FixtureSource, screen_text, until
 
 from llmtop.tui.app import LlmtopApp
+from llmtop.tui.fmt import latency
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import SnapView
 from llmtop.tui.widgets.users import COLUMNS, cell
@@ -222,3 +223,31 @@ async def test_user_detail_on_a_narrow_terminal_has_one_figure_a_line() -> None:
                          ("TTFT p95", "5.20 s"), ("ITL p95", "72.0 ms"),
                          ("SLO attainment", "22%")):
         assert any(re.fullmatch(rf" {label} +{re.escape(value)} *", ln) for ln in summary), label
+
+
+@pytest.mark.parametrize("width", [36, 40, 48, 56, 64, 100])
+async def test_latency_table_drops_percentiles_rather_than_cutting_values(width: int) -> None:
+    """QA at 40 columns: every latency read "2.9…", "41.…" — numbers that look whole but
+    are not. Now whole percentile columns give way (p90 first), the values left are whole,
+    and p99 is always there."""
+    src = FixtureSource("saturated")
+    app = make_app(src)
+    async with app.run_test(size=(width, 40)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause()
+        text = screen_text(app)
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if re.search(r"\blatency\b.*\bp99\b", line))
+    header = lines[head].split()
+    rows = {line.split()[0]: line for line in lines[head + 2:head + 7]}
+    assert set(rows) == {"TTFT", "ITL", "chunk", "TPOT", "E2E"}, lines[head:head + 7]
+    shown = [p for p in ("p50", "p90", "p95", "p99", "max") if p in header]
+    assert "p99" in shown
+    if width >= 64:
+        assert shown == ["p50", "p90", "p95", "p99", "max"]
+    else:
+        assert "p90" not in shown
+    ttft = src.snapshot["latency"]["ttft"]
+    for p in shown:  # the TTFT row has every shown figure whole
+        assert latency(ttft[p]) in rows["TTFT"]
+    assert "…" not in "".join(rows.values())

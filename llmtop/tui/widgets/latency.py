@@ -19,11 +19,17 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("e2e", "E2E"),
 )
 PERCENTILES: tuple[str, ...] = ("p50", "p90", "p95", "p99", "max")
+DROP_ORDER: tuple[str, ...] = ("p90", "max", "p50", "p95")
+"""Which percentile columns give way first when the panel is too narrow for whole values
+(a cut "2.9…" reads as a different number): p99 stays to the last."""
+LATENCY_W = len("41.0 ms")
+"""The widest value :func:`fmt.latency` writes below 100 s."""
 
 
 class LatencyPanel(ViewPanel):
     """The latency table. A row's SLO (when configured) is shown at narrow widths as the
-    cell colours only, at wide widths also as its own column."""
+    cell colours only, at wide widths also as its own column; narrower still, whole
+    percentile columns are left out (:data:`DROP_ORDER`) rather than values cut."""
 
     READS = ("latency", "slo")
 
@@ -46,8 +52,11 @@ class LatencyPanel(ViewPanel):
             show_edge=False,
             header_style="bold",
         )
+        values = {(key, p): fmt.latency(v.num("latency", key, p))
+                  for key, _ in METRICS for p in PERCENTILES}
+        shown = fitting_percentiles(values, width)
         table.add_column(Text("latency", style="bold"), no_wrap=True)
-        for p in PERCENTILES:
+        for p in shown:
             table.add_column(p, justify="right", no_wrap=True)
         if wide:
             table.add_column("n", justify="right", no_wrap=True, style=pal.dim)
@@ -55,11 +64,30 @@ class LatencyPanel(ViewPanel):
         for key, label in METRICS:
             threshold = slo.for_metric(key)
             cells: list[Text] = [Text(label)]
-            for p in PERCENTILES:
+            for p in shown:
                 val = v.num("latency", key, p)
-                cells.append(Text(fmt.latency(val), style=pal.latency(val, threshold)))
+                cells.append(Text(values[key, p], style=pal.latency(val, threshold)))
             if wide:
                 cells.append(Text(fmt.count(v.num("latency", key, "count"))))
                 cells.append(Text("" if threshold is None else fmt.latency(threshold)))
             table.add_row(*cells)
         return table
+
+
+def fitting_percentiles(values: dict[tuple[str, str], str], width: int) -> list[str]:
+    """The percentile columns whose values fit ``width`` whole, in table order: all of
+    them when they fit, else the fewest dropped in :data:`DROP_ORDER` (p99 is always
+    kept, even when nothing fits)."""
+    label_w = max(len("latency"), *(len(label) for _, label in METRICS))
+    # as wide as the widest value fmt.latency writes ("41.0 ms"), so that the columns shown
+    # do not come and go as the figures change
+    col_w = {p: max(LATENCY_W, *(len(values[key, p]) for key, _ in METRICS))
+             for p in PERCENTILES}
+    shown = list(PERCENTILES)
+    for p in (None, *DROP_ORDER):
+        if p is not None:
+            shown.remove(p)
+        # each column after the label: a separator and one space of padding each side
+        if label_w + sum(col_w[q] + 3 for q in shown) <= width:
+            break
+    return shown
