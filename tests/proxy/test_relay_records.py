@@ -19,6 +19,7 @@ from test_proxy_support import (
     sse,
 )
 
+from llmtop.events import RequestRecord
 from llmtop.proxy.relay import scale_tokens
 
 SSE = {"Content-Type": "text/event-stream"}
@@ -27,12 +28,35 @@ WANTS_USAGE = {"model": "m1", "stream": True, "stream_options": {"include_usage"
 
 
 def test_scale_tokens_largest_remainder() -> None:
-    assert scale_tokens([1, 1, 1], 7) == [3, 2, 2]
+    assert scale_tokens([1, 1, 1], 7) == [1, 3, 3]  # the first event is the first token
     assert scale_tokens([1, 1, 1, 1], 4) == [1, 1, 1, 1]
-    assert scale_tokens([2, 1, 1], 8) == [4, 2, 2]
+    assert scale_tokens([2, 1, 1], 8) == [4, 2, 2]  # 1 + the share of its second event (3)
     assert scale_tokens([1, 1, 1], 2) == [1, 1, 0]  # ties go to the earlier chunk
+    assert scale_tokens([1, 1, 1, 1], 6) == [1, 2, 2, 1]
+    assert scale_tokens([1], 9) == [9]
+    assert scale_tokens([3], 9) == [9]
+    assert scale_tokens([1, 1], 0) == [0, 0]
     assert scale_tokens([0, 0], 3) == [2, 1]
     assert scale_tokens([], 5) == []
+
+
+def test_scale_tokens_first_token_rule_makes_mean_itl_equal_tpot() -> None:
+    """QA: an engine sending 1, 3, 3, …, 3, 1 tokens a chunk with usage only at the end
+    was recorded as [3, 3, 3, 3, 2, 2, 2, 2]: the first chunk took decode tokens that then
+    gave no ITL sample, and mean ITL was 12% above TPOT. Kept at one token, the ITL
+    samples are N − 1 and their mean is TPOT."""
+    offsets = tuple(0.2 + 0.03 * i for i in range(8))
+    counts = scale_tokens([1] * 8, 20)
+    assert counts[0] == 1 and sum(counts) == 20
+    rec = RequestRecord(
+        id="r", user="u", model="m", dialect="openai", path=CHAT, stream=True, status=200,
+        outcome="ok", t_start=0.0, ttft_s=offsets[0], e2e_s=offsets[-1], prompt_tokens=5,
+        completion_tokens=20, token_source="usage", chunk_offsets_s=offsets,
+        chunk_tokens=tuple(counts), concurrency_at_start=1, error=None)
+    itl = rec.itl_samples_s()
+    tpot = rec.tpot_s()
+    assert tpot is not None and len(itl) == 19
+    assert abs(sum(itl) / len(itl) - tpot) < 1e-9
 
 
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=60), st.integers(0, 5000))
@@ -40,9 +64,18 @@ def test_scale_tokens_always_sums_to_the_usage(counts: list[int], total: int) ->
     out = scale_tokens(counts, total)
     assert sum(out) == total and len(out) == len(counts) and min(out) >= 0
     have = sum(counts)
-    if have:  # no chunk is more than one token away from its exact share
-        for c, o in zip(counts, out, strict=True):
-            assert abs(o - c * total / have) < 1
+    if have and total and have != total:
+        # one token for the first event; no chunk more than one token from its exact share
+        # of the rest
+        first = 1 if counts[0] else 0
+        weights = [counts[0] - first, *counts[1:]]
+        wsum = sum(weights) or len(weights)
+        if not sum(weights):
+            weights = [1] * len(weights)
+        exact = [w * (total - first) / wsum for w in weights]
+        exact[0] += first
+        for e, o in zip(exact, out, strict=True):
+            assert abs(o - e) < 1
 
 
 async def test_ttft_is_the_first_content_chunk_not_the_role_chunk() -> None:
