@@ -97,16 +97,20 @@ class RequestRecord:
         return out
 
     def tpot_s(self) -> float | None:
-        """(E2E − TTFT) / (output tokens − 1), only when output tokens > 1."""
+        """(E2E − TTFT) / (output tokens − 1), only when output tokens > 1 and the response
+        was streamed: a non-streaming answer arrives whole (its TTFT is its E2E), so it says
+        nothing about the pace of its tokens — 0 s went into the TPOT percentiles and met
+        every TPOT SLO."""
         n = self.completion_tokens
-        if self.ttft_s is None or n is None or n <= 1:
+        if self.ttft_s is None or n is None or n <= 1 or not self.stream:
             return None
         return (self.e2e_s - self.ttft_s) / (n - 1)
 
     def tps(self) -> float | None:
-        """Per-request output tokens/s: (output tokens − 1) / (E2E − TTFT)."""
+        """Per-request output tokens/s: (output tokens − 1) / (E2E − TTFT); streamed
+        responses only (see :meth:`tpot_s`)."""
         n = self.completion_tokens
-        if self.ttft_s is None or n is None or n <= 1:
+        if self.ttft_s is None or n is None or n <= 1 or not self.stream:
             return None
         dt = self.e2e_s - self.ttft_s
         return (n - 1) / dt if dt > 0 else None

@@ -42,6 +42,16 @@ def test_tpot_and_tps_need_more_than_one_token() -> None:
     assert rec().tps() == pytest.approx(5 / 1.0)
 
 
+def test_a_non_streamed_answer_has_no_tpot_or_tps() -> None:
+    """QA: a non-streaming answer arrives whole (TTFT == E2E): TPOT read 0 s — into the
+    TPOT percentiles, meeting any TPOT SLO — and the export paired it with tps None."""
+    whole = rec(stream=False, ttft_s=0.8, e2e_s=0.8, chunk_offsets_s=(0.8,),
+                chunk_tokens=(30,), completion_tokens=30)
+    assert whole.tpot_s() is None and whole.tps() is None
+    assert rec(stream=True, ttft_s=0.8, e2e_s=0.8, chunk_offsets_s=(0.8,),
+               chunk_tokens=(30,), completion_tokens=30).tpot_s() == 0.0  # streamed: seen
+
+
 def test_request_record_round_trip() -> None:
     r = rec()
     d = json.loads(json.dumps(r.to_json_dict()))
