@@ -207,8 +207,16 @@ class Exchange:
         a model list, a health check or ``/metrics`` is forwarded but not measured)."""
 
     def fail(self, outcome: Outcome, error: str) -> None:
-        """Set the outcome unless an earlier failure already explains the request."""
+        """Set the outcome unless an earlier failure already explains the request.
+
+        A client that leaves once it has read the stream's end marker (``[DONE]``, …) got
+        the whole answer: that is not a cancellation. (The sync openai SDK closes the
+        connection right after ``[DONE]``, racing the chunked terminator's write: QA saw
+        2–40% of complete streams recorded ``cancelled``.) The end marker was fed to the
+        parser only after its bytes were written to an open client connection."""
         if self.outcome == "ok":
+            if outcome == "cancelled" and self.parser is not None and self.parser.ended:
+                return
             self.outcome = outcome
             self.error = error
 

@@ -128,10 +128,11 @@ class ParserState:
     ``usage_seen`` is True exactly when ``usage_completion_tokens`` is known.
     """
 
-    __slots__ = ("error", "model", "usage_completion_tokens", "usage_prompt_tokens",
+    __slots__ = ("ended", "error", "model", "usage_completion_tokens", "usage_prompt_tokens",
                  "usage_seen")
 
     def __init__(self) -> None:
+        self.ended = False
         self.usage_prompt_tokens: int | None = None
         self.usage_completion_tokens: int | None = None
         self.model: str | None = None

@@ -87,6 +87,8 @@ class AnthropicStreamParser(SSEStreamParser):
                     prompt = _prompt_tokens(usage)
                     if prompt is not None:
                         self.usage_prompt_tokens = prompt
+            elif typ == "message_stop":
+                self.ended = True
             elif typ == "error" or ev.event == "error":
                 self._fail(_error_of(obj))
         return (n, n)

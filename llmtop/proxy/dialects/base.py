@@ -41,6 +41,10 @@ class StreamParser(Protocol):
     usage_seen: bool
     """True once a usage object (final or continuous) has been read — in this package,
     exactly when ``usage_completion_tokens`` is not None."""
+    ended: bool
+    """The stream's own end marker has been read (OpenAI ``data: [DONE]``, Anthropic
+    ``message_stop``, Ollama ``"done": true``, TGI's final event with ``details`` or
+    ``generated_text``): a client that leaves after it has the whole answer."""
 
     def feed(self, data: bytes) -> tuple[int, int]: ...
 

@@ -25,7 +25,7 @@ INFLATABLE = frozenset({"gzip", "x-gzip", "deflate"})
 class InflatingParser:
     """A :class:`StreamParser` reading ``inner``'s dialect from a compressed body."""
 
-    __slots__ = ("_d", "_head", "_inner", "error", "model",
+    __slots__ = ("_d", "_head", "_inner", "ended", "error", "model",
                  "usage_completion_tokens", "usage_prompt_tokens", "usage_seen")
 
     def __init__(self, inner: StreamParser, encoding: str) -> None:
@@ -40,6 +40,7 @@ class InflatingParser:
         self.model: str | None = None
         self.error: str | None = None
         self.usage_seen = False
+        self.ended = False
 
     def _sync(self, got: tuple[int, int]) -> tuple[int, int]:
         inner = self._inner
@@ -47,6 +48,7 @@ class InflatingParser:
         self.usage_completion_tokens = inner.usage_completion_tokens
         self.model = inner.model
         self.usage_seen = inner.usage_seen
+        self.ended = inner.ended
         if self.error is None:
             self.error = inner.error
         return got

@@ -35,6 +35,7 @@ def _read_object(state: ParserState, obj: dict[str, Any]) -> bool:
         return False
     state._set_model(obj.get("model"))
     if obj.get("done") is True:
+        state.ended = True
         state._set_completion(obj.get("eval_count"))
         state._set_prompt(obj.get("prompt_eval_count"))
     if obj.get("response") or obj.get("thinking"):

@@ -189,7 +189,7 @@ class OpenAIStreamParser(ParserState):
         for ev in events:
             data = ev.data
             if data == _DONE or (len(data) < 16 and data.strip() == _DONE):
-                self.done = True
+                self.done = self.ended = True
                 continue
             if (
                 data.startswith(b"{")

@@ -56,6 +56,8 @@ class TGIStreamParser(SSEStreamParser):
             if isinstance(token, dict) and token.get("special") is not True:
                 n += 1
             _read_details(self, obj)
+            if obj.get("generated_text") is not None or isinstance(obj.get("details"), dict):
+                self.ended = True  # the last event of a stream
         return (n, n)
 
 
