@@ -216,8 +216,10 @@ class SaturationMonitor:
         queued = sum(1 for s in recent if s.waiting >= 1) / len(recent)
         if queued < (0.5 if held else 0.8):
             return None
-        waiting = sum(s.waiting for s in recent) / len(recent)
         in_flight = sum(s.in_flight for s in recent) / len(recent)
+        # never more "of them" than in flight: a sample's proxy_waiting ≤ its in_flight
+        mine = sum(s.proxy_waiting for s in recent) / len(recent)
+        engine = [s.engine_waiting for s in recent if s.engine_waiting is not None]
         base = sig.ttft_baseline()
         p95 = sig.ttft_p95(now, win)
         oldest = max(s.oldest_waiting_s for s in recent)
@@ -232,9 +234,18 @@ class SaturationMonitor:
         if current < max(factor * base, base + floor):
             return None
         tps = sig.output_tps(now, win)
+        here = (f"{in_flight:.0f} in flight, {mine:.0f} of them without a first token "
+                "yet")
+        if engine:
+            # the engine's queue holds every client's requests, not only this proxy's:
+            # each figure says whose it is
+            queue = sum(engine) / len(engine)
+            what = (f"engine queue {queue:.0f} (never empty for {win / 4:g} s); through "
+                    f"this proxy {here}")
+        else:
+            what = f"{here} (queue never empty for {win / 4:g} s)"
         return Verdict(
-            f"saturated: {in_flight:.0f} in flight, {waiting:.0f} of them only waiting "
-            f"(queue never empty for {win / 4:g} s); output {tps:.0f} tok/s; TTFT p95 "
+            f"saturated: {what}; output {tps:.0f} tok/s; TTFT p95 "
             f"{_ms(base)}→{_ms(current)}; consider more replicas/routing or a concurrency "
             "limit"
         )

@@ -82,6 +82,11 @@ class Sample:
     without a first token (queued or in prefill)."""
     streaming: int
     oldest_waiting_s: float
+    proxy_waiting: int = 0
+    """This proxy's open requests without a first token (never more than ``in_flight``)."""
+    engine_waiting: float | None = None
+    """The engine's queue from a fresh reading (all its clients', not only this proxy's
+    requests), else None."""
 
 
 def _p(values: Iterable[float] | np.ndarray, q: float) -> float | None:
@@ -214,6 +219,8 @@ class Signals:
             waiting=float(engine_waiting if engine_waiting is not None else len(waiting)),
             streaming=len(active) - len(waiting),
             oldest_waiting_s=oldest,
+            proxy_waiting=len(waiting),
+            engine_waiting=None if engine_waiting is None else float(engine_waiting),
         )
         self.samples.append(s)
         self._trim(now)
