@@ -8,6 +8,14 @@ result is a :class:`~llmtop.events.RequestRecord`, the same event the proxy prod
 
 A failed request's ``error`` reads ``"<kind>: <detail>"`` (``connection refused: …``,
 ``HTTP 500: …``, ``timeout: …``): :func:`error_kind` gives the kind, which the summary counts.
+
+Keep-alive connections that the server has closed: some servers (llama.cpp's llama-server)
+close an idle connection without having said ``Connection: close``, so the next request
+written on it meets a dead socket. A request that fails that way — on a *reused* connection,
+before any of a response arrived — is resent once, on a fresh connection, like llmtop's own
+proxy does (:mod:`llmtop.proxy.upstream`). It stays one request (one record), timed from
+the resend. Sessions from :func:`bench_session` carry the trace that tells a reused
+connection from a new one; with any other session nothing is resent.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from time import perf_counter_ns
+from types import SimpleNamespace
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -27,11 +36,57 @@ import aiohttp
 
 from llmtop.bench.workload import BenchRequest
 from llmtop.events import Outcome, RequestRecord, TokenSource
+from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.dialects.registry import make_parser
 from llmtop.proxy.relay import scale_tokens
 
 Api = Literal["chat", "completions"]
 _ids = itertools.count(1)
+
+
+@dataclass
+class _Attempt:
+    """One try at a request: whether it went on a reused connection (set by the session's
+    trace) and what of an answer arrived."""
+
+    reused: bool = False
+    head: bool = False
+    """The response's head arrived (from then on nothing is resent)."""
+    status: int = 0
+    offsets: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    parser: StreamParser = field(
+        default_factory=lambda: make_parser("openai", True, "text/event-stream"))
+
+
+async def _on_reuse(session: aiohttp.ClientSession, ctx: SimpleNamespace,
+                    params: aiohttp.TraceConnectionReuseconnParams) -> None:
+    at = ctx.trace_request_ctx
+    if isinstance(at, _Attempt):
+        at.reused = True
+
+
+def bench_session(limit: int) -> aiohttp.ClientSession:
+    """A keep-alive session for up to ``limit`` open requests, with the trace
+    :meth:`BenchClient.send` needs to resend a request whose reused connection was dead."""
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reuse)
+    conn = aiohttp.TCPConnector(limit=max(limit, 1) + 8, force_close=False)
+    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None),
+                                 trace_configs=[trace])
+
+
+def _resend(exc: aiohttp.ClientError, at: _Attempt) -> bool:
+    """Whether a failed attempt may be sent again on a fresh connection: its connection was
+    a reused one and it failed before any of a response. aiohttp hands a partly received
+    head to ``ServerDisconnectedError`` as a parsed message rather than a string, so a
+    status line that arrived is never resent; a few bytes short of one cannot be told
+    from nothing."""
+    if not at.reused or at.head or isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return isinstance(exc.message, str)
+    return isinstance(exc, aiohttp.ClientOSError)
 
 
 @dataclass
@@ -46,6 +101,9 @@ class BenchClient:
     timeout_s: float = 600.0
     ignore_eos: bool = True
     """Ask the engine to generate exactly max_tokens (vLLM, SGLang, llama.cpp, llmtop sim)."""
+    retries: int = 0
+    """Requests resent because their kept-alive connection was found dead (each is still
+    one request)."""
 
     def url(self) -> str:
         root = self.base_url.rstrip("/")
@@ -77,39 +135,41 @@ class BenchClient:
         scheduled_ns: int | None = None,
         concurrency: int = 0,
     ) -> RequestRecord:
-        """Send one request; never raises for request failures (they become outcomes)."""
+        """Send one request; never raises for request failures (they become outcomes).
+
+        Timed from ``scheduled_ns`` (open loop) or from now. A request resent because its
+        kept-alive connection was dead (see the module's doc) is timed as if its schedule
+        had moved by the time the dead attempt took: closed loop, from the resend; open
+        loop, the lag between the scheduled time and the first send still counts. The dead
+        socket is this client's connection pool's doing, not time the server spent on the
+        request (an llmtop proxy in front resends the same way, and its bench connection
+        stays alive), so a direct run and a proxied one compare the time the server took."""
         t0 = perf_counter_ns() if scheduled_ns is None else scheduled_ns
-        wall = time.time() - (perf_counter_ns() - t0) / 1e9
-        offsets: list[int] = []
-        counts: list[int] = []
-        status = 0
+        sent = perf_counter_ns()
+        wall = time.time() - (sent - t0) / 1e9
+        at = _Attempt()
         outcome: Outcome = "ok"
         error: str | None = None
-        parser = make_parser("openai", True, "text/event-stream")
-        headers = {"Content-Type": "application/json", "X-LLMTOP-User": self.user,
-                   **self.headers}
         try:
-            async with session.post(
-                self.url(), data=self.body(req), headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-            ) as resp:
-                status = resp.status
-                parser = make_parser("openai", True, resp.content_type)
-                async for data in resp.content.iter_any():
-                    now = perf_counter_ns()
-                    n, toks = parser.feed(data)
-                    if n:
-                        offsets.append(now)
-                        counts.append(toks)
-                n, toks = parser.finish()
-                if n:
-                    offsets.append(perf_counter_ns())
-                    counts.append(toks)
-                if status >= 400:
-                    outcome = "error"
-                    error = f"HTTP {status}" + (f": {parser.error}" if parser.error else "")
-                elif parser.error:
-                    outcome, error = "error", f"stream error: {parser.error}"
+            try:
+                await self._attempt(session, req, at)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if not _resend(exc, at):
+                    raise
+                lost = perf_counter_ns() - sent
+                t0 += lost
+                wall += lost / 1e9
+                self.retries += 1
+                at = _Attempt()
+                fresh = aiohttp.TCPConnector(force_close=True, limit=1)
+                async with aiohttp.ClientSession(
+                        connector=fresh, timeout=aiohttp.ClientTimeout(total=None)) as once:
+                    await self._attempt(once, req, at)
+            if at.status >= 400:
+                outcome = "error"
+                error = f"HTTP {at.status}" + (f": {at.parser.error}" if at.parser.error else "")
+            elif at.parser.error:
+                outcome, error = "error", f"stream error: {at.parser.error}"
         except TimeoutError:
             outcome = "timeout"
             error = f"timeout: no complete response within {self.timeout_s:g} s"
@@ -118,15 +178,37 @@ class BenchClient:
         except asyncio.CancelledError:
             outcome, error = "cancelled", "cancelled: benchmark stopped"
             end = perf_counter_ns()
-            raise _Cancelled(self._record(t0, wall, end, status, outcome, error, offsets,
-                                          counts, parser, req, concurrency)) from None
+            raise _Cancelled(self._record(t0, wall, end, outcome, error, at, req,
+                                          concurrency)) from None
         end = perf_counter_ns()
-        return self._record(t0, wall, end, status, outcome, error, offsets, counts, parser,
-                            req, concurrency)
+        return self._record(t0, wall, end, outcome, error, at, req, concurrency)
 
-    def _record(self, t0: int, wall: float, end: int, status: int, outcome: Outcome,
-                error: str | None, offsets: list[int], counts: list[int], parser: object,
-                req: BenchRequest, concurrency: int) -> RequestRecord:
+    async def _attempt(self, session: aiohttp.ClientSession, req: BenchRequest,
+                       at: _Attempt) -> None:
+        """One try at the request, its answer read into ``at``; raises what aiohttp does."""
+        headers = {"Content-Type": "application/json", "X-LLMTOP-User": self.user,
+                   **self.headers}
+        async with session.post(
+            self.url(), data=self.body(req), headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s), trace_request_ctx=at,
+        ) as resp:
+            at.head = True
+            at.status = resp.status
+            at.parser = make_parser("openai", True, resp.content_type)
+            async for data in resp.content.iter_any():
+                now = perf_counter_ns()
+                n, toks = at.parser.feed(data)
+                if n:
+                    at.offsets.append(now)
+                    at.counts.append(toks)
+            n, toks = at.parser.finish()
+            if n:
+                at.offsets.append(perf_counter_ns())
+                at.counts.append(toks)
+
+    def _record(self, t0: int, wall: float, end: int, outcome: Outcome, error: str | None,
+                at: _Attempt, req: BenchRequest, concurrency: int) -> RequestRecord:
+        parser, offsets, counts, status = at.parser, at.offsets, at.counts, at.status
         usage = getattr(parser, "usage_completion_tokens", None)
         prompt = getattr(parser, "usage_prompt_tokens", None)
         source: TokenSource

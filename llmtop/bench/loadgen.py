@@ -27,7 +27,7 @@ from typing import Literal
 
 import aiohttp
 
-from llmtop.bench.client import BenchClient, _Cancelled, error_kind
+from llmtop.bench.client import BenchClient, _Cancelled, bench_session, error_kind
 from llmtop.bench.workload import Workload
 from llmtop.events import RequestRecord
 
@@ -135,11 +135,6 @@ def _file(run: StepRun, rec: RequestRecord, measured: bool, watch: FailureWatch,
     return gave_up
 
 
-def _session(limit: int) -> aiohttp.ClientSession:
-    conn = aiohttp.TCPConnector(limit=max(limit, 1) + 8, force_close=False)
-    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None))
-
-
 async def run_closed(
     client: BenchClient,
     workload: Workload,
@@ -195,7 +190,7 @@ async def run_closed(
 
     loop = asyncio.get_running_loop()
     deadline = None if duration_s is None else loop.time() + warmup_s + duration_s
-    async with _session(concurrency) as session:
+    async with bench_session(concurrency) as session:
         tasks = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
         stopper = asyncio.create_task(stop.wait())
         try:
@@ -260,7 +255,7 @@ async def run_open(
         if _file(run, rec, measured, watch, progress):
             give_up.set()
 
-    async with _session(min(max_outstanding, 4096)) as session:
+    async with bench_session(min(max_outstanding, 4096)) as session:
         try:
             at = t0
             planned = 0

@@ -28,6 +28,9 @@ generator pointed at someone's production by mistake is an incident.
 
 Failed requests are counted by kind (connection refused, HTTP 500, timeout …); a worker
 whose requests keep failing backs off, and a level where nothing succeeds gives up early.
+A request that finds its kept-alive connection already closed by the server (llama.cpp's
+server closes idle ones) before any answer is resent once on a new connection, and
+counted and timed as one request from the resend.
 Exit status: 0 done; 1 no request succeeded, or the target stopped answering mid-run;
 2 bad usage; 130 interrupted (the finished levels are still printed and recorded).
 

@@ -1,0 +1,214 @@
+"""QA fixes in llmtop bench.
+
+1. A server that closes idle keep-alive connections without saying ``Connection: close``
+   (llama.cpp's llama-server does): a request that finds its reused connection dead before
+   any byte of an answer is resent once on a fresh connection, counted once, and timed from
+   the resend; one whose answer had begun is never resent.
+2. ``--slo ttft=0.5,itl_p95=0.05,target=0.95``: the SLOs in one flag (bench and run), merged
+   with the --slo-* flags; bad specs are one-line usage errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Literal
+
+import pytest
+
+from llmtop.bench.client import BenchClient, bench_session
+from llmtop.bench.loadgen import run_closed, run_open
+from llmtop.bench.workload import Length, Workload
+
+SSE_OK = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+          b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'
+          b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
+          b"data: [DONE]\n\n")
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(SSE_OK))
+
+OnReuse = Literal["close", "drop", "cut", "head"]
+
+
+class RawUpstream:
+    """A minimal HTTP/1.1 server on raw asyncio streams that never says ``Connection:
+    close`` yet does not keep connections alive:
+
+    - ``close``: closes each connection right after its first response (llama-server
+      closing an idle connection; whether the client's next request meets the closed
+      socket is a race);
+    - ``drop``: reads the next request on a connection, waits ``dead_s``, then closes
+      without a byte of answer (the race lost, every time);
+    - ``cut``: answers the next request on a connection with the head and part of the
+      body, then closes (an answer that had begun: must not be resent);
+    - ``head``: the same with part of the head (status line and a header) only.
+    """
+
+    def __init__(self, on_reuse: OnReuse, dead_s: float = 0.0) -> None:
+        self.on_reuse = on_reuse
+        self.dead_s = dead_s
+        self.connections = 0
+        self.requests = 0
+        self.answered = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        on_this = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                self.requests += 1
+                on_this += 1
+                if on_this > 1:  # a request on a kept-alive connection
+                    if self.on_reuse == "drop":
+                        await asyncio.sleep(self.dead_s)
+                        return
+                    if self.on_reuse in ("cut", "head"):
+                        writer.write(HEAD + SSE_OK[:40] if self.on_reuse == "cut"
+                                     else HEAD.split(b"Content-Length")[0])
+                        await writer.drain()
+                        return
+                writer.write(HEAD + SSE_OK)
+                await writer.drain()
+                self.answered += 1
+                if self.on_reuse == "close":
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def raw_serving(up: RawUpstream) -> AsyncIterator[str]:
+    server = await asyncio.start_server(up.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def workload() -> Workload:
+    return Workload(prompt_tokens=Length(16, 16), max_tokens=Length(4, 4), seed=1)
+
+
+@pytest.mark.parametrize("on_reuse", ["close", "drop"])
+async def test_dead_kept_alive_connection_is_resent_once_and_counted_once(
+        on_reuse: OnReuse) -> None:
+    up = RawUpstream(on_reuse)
+    async with raw_serving(up) as url:
+        client = BenchClient(url)
+        run = await run_closed(client, workload(), 1, requests=6)
+    assert [r.error for r in run.records if r.outcome != "ok"] == []
+    assert len(run.records) == 6 and run.sent == 6
+    assert up.answered == 6
+    if on_reuse == "drop":  # every other request met a dead connection, which read it
+        assert client.retries == 3 and up.requests == 9
+    else:  # a request written on a closed socket never reached the server
+        assert up.requests == 6 and up.connections == 6
+
+
+async def test_open_loop_resends_too() -> None:
+    up = RawUpstream("drop")
+    async with raw_serving(up) as url:
+        client = BenchClient(url)
+        run = await run_open(client, workload(), 20.0, requests=6, poisson=False)
+    assert [r.error for r in run.records if r.outcome != "ok"] == []
+    assert len(run.records) == 6 and up.answered == 6
+    assert client.retries >= 1 and up.requests == 6 + client.retries
+
+
+@pytest.mark.parametrize(("on_reuse", "kind", "status"), [
+    ("cut", "response cut off", 200), ("head", "server disconnected", 0)])
+async def test_an_answer_that_had_begun_is_not_resent(on_reuse: OnReuse, kind: str,
+                                                      status: int) -> None:
+    up = RawUpstream(on_reuse)
+    async with raw_serving(up) as url:
+        client = BenchClient(url)
+        run = await run_closed(client, workload(), 1, requests=2)
+    assert client.retries == 0 and up.requests == 2
+    assert [r.outcome for r in run.records] == ["ok", "error"]
+    assert run.records[1].status == status
+    assert (run.records[1].error or "").startswith(kind), run.records[1].error
+
+
+async def test_a_fresh_connection_that_dies_is_not_resent() -> None:
+    """Only a reused connection is suspect: a server that drops a new connection's request
+    has failed it."""
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal seen
+        await reader.readuntil(b"\r\n\r\n")
+        seen += 1
+        writer.close()
+
+    seen = 0
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        client = BenchClient(url)
+        async with bench_session(1) as session:
+            rec = await client.send(session, workload().next())
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert rec.outcome == "error" and (rec.error or "").startswith("server disconnected")
+    assert client.retries == 0 and seen == 1
+
+
+async def test_a_resent_request_is_timed_from_the_resend() -> None:
+    """The dead connection holds the request 1 s before it closes; the record's TTFT and
+    E2E are the answer's (ms on loopback), not the dead socket's second. Open loop: the
+    delay between the scheduled time and the first send still counts."""
+    up = RawUpstream("drop", dead_s=1.0)
+    async with raw_serving(up) as url:
+        client = BenchClient(url)
+        async with bench_session(1) as session:
+            first = await client.send(session, workload().next())
+            t_before = time.time()
+            second = await client.send(session, workload().next())
+            late_ns = 200_000_000  # scheduled 0.2 s ago: the sender was late
+            third = await client.send(session, workload().next(),
+                                      scheduled_ns=time.perf_counter_ns() - late_ns)
+            fourth = await client.send(session, workload().next(),
+                                       scheduled_ns=time.perf_counter_ns() - late_ns)
+    assert [r.outcome for r in (first, second, third, fourth)] == ["ok"] * 4
+    assert client.retries == 2  # the second and the fourth met the dead connection
+    assert second.e2e_s is not None and second.e2e_s < 0.8, second.e2e_s
+    assert second.ttft_s is not None and second.ttft_s < 0.8
+    assert second.t_start >= t_before + 0.9  # it started when it was resent
+    assert fourth.e2e_s is not None and 0.2 <= fourth.e2e_s < 1.0, fourth.e2e_s
+    assert third.e2e_s is not None and third.e2e_s >= 0.2
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmtop", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_cli_against_a_server_that_closes_idle_connections_has_no_errors() -> None:
+    """The QA case: concurrency 1, 4 requests, straight at a llama-server-like target."""
+    up = RawUpstream("drop")
+    async with raw_serving(up) as url:
+        code, out, err = await cli("bench", url, "--concurrency", "1", "--requests", "4",
+                                   "--prompt-tokens", "16", "--max-tokens", "4", "--json")
+    assert code == 0, err
+    step = json.loads(out)["steps"][0]
+    assert step["requests"] == 4 and step["errors"] == 0, step
+    assert up.answered == 4 and up.requests > 4
+
