@@ -2,8 +2,12 @@
 
 What each request contributes (definitions in ``shared/docs/domain.md``):
 
-- TTFT, ITL and chunk gaps from **every** request that produced them (a cancelled or
-  broken stream's first token is still what its client saw);
+- TTFT, ITL and chunk gaps from **every streamed** request that produced them (a
+  cancelled or broken stream's first token is still what its client saw). A non-streamed
+  response (``stream`` false) arrives whole: its TTFT is its E2E and says nothing about
+  first-token latency or the pace of tokens, so it adds no TTFT, ITL, chunk-gap or TPOT
+  sample (its record keeps ``ttft_s``, what the client saw) and the TTFT, ITL and TPOT
+  objectives do not apply to it (see :mod:`llmtop.metrics.slo`);
 - TPOT and E2E only from requests whose outcome is ``ok`` (an aborted request's E2E is
   not a completion time);
 - each latency sample to three series: the system, the request's user and its model —
@@ -91,6 +95,7 @@ def ingest(
     n = len(records)
     nan = float("nan")
     ttft_l: list[float] = []
+    streamed_l: list[bool] = []
     e2e_l: list[float] = []
     tpot_l: list[float] = []
     ok_l: list[bool] = []
@@ -107,6 +112,8 @@ def ingest(
     for r in records:
         t = r.ttft_s
         ttft_l.append(nan if t is None else t)
+        streamed = r.stream
+        streamed_l.append(streamed)
         e2e_l.append(r.e2e_s)
         outcome = r.outcome
         ok_l.append(outcome == "ok")
@@ -119,7 +126,7 @@ def ingest(
         conc_l.append(r.concurrency_at_start)
         offs = r.chunk_offsets_s
         m = len(offs)
-        if m >= 2:
+        if m >= 2 and streamed:
             toks = r.chunk_tokens
             if len(toks) != m:
                 toks = (*toks[:m], *((1,) * (m - len(toks))))
@@ -133,6 +140,7 @@ def ingest(
     ttft = np.array(ttft_l, dtype=np.float64)
     e2e = np.array(e2e_l, dtype=np.float64)
     tpot = np.array(tpot_l, dtype=np.float64)
+    streamed_a = np.array(streamed_l, dtype=bool)
     ok = np.array(ok_l, dtype=bool)
     cancelled = np.array(canc_l, dtype=bool)
     conc = np.array(conc_l, dtype=np.int64)
@@ -160,14 +168,15 @@ def ingest(
     itl = np.divide(gaps, np.maximum(k, 1))
 
     # SLO pass/fail; ``within``: no objective broken so far (what a cancelled request is
-    # judged by: TTFT, its ITL p95 and E2E up to the cancel, not its partial TPOT)
-    has_ttft = ~np.isnan(ttft)
+    # judged by: TTFT, its ITL p95 and E2E up to the cancel, not its partial TPOT). TTFT
+    # applies to streamed requests only (a non-streamed one has no ITL sample, nor TPOT).
+    has_ttft = ~np.isnan(ttft) & streamed_a
     met = ok.copy()
     within = np.ones(n, dtype=bool)
     if slo.ttft_s is not None:
         ttft_ok = has_ttft & (ttft <= slo.ttft_s)
-        met &= ttft_ok
-        within &= ttft_ok | (~has_ttft & (e2e <= slo.ttft_s))
+        met &= ttft_ok | ~streamed_a
+        within &= ttft_ok | ~streamed_a | (np.isnan(ttft) & (e2e <= slo.ttft_s))
     if slo.e2e_s is not None:
         e2e_ok = e2e <= slo.e2e_s
         met &= e2e_ok

@@ -15,6 +15,11 @@ objective holds (``≤``, any subset may be configured):
 
 With no objective configured a request meets the SLOs exactly when its outcome is ok.
 
+A **non-streamed** response (the record's ``stream`` false) arrives whole: its TTFT is its
+E2E, it has no inter-token gaps and no TPOT. TTFT, ITL and TPOT are not applicable to it
+(as TPOT is not to a one-token answer): it is judged on E2E and its outcome only, and a
+non-streamed request cancelled before its answer is not judged on TTFT either.
+
 A request is **judged** (counted in attainment's denominator) unless its client cancelled
 it while it was still within every objective: then nothing the server did failed it (a
 load generator ending a level, a user pressing stop on a fast answer). A cancelled request
@@ -78,7 +83,10 @@ def rank_of_percentile(n: int, p: float = ITL_PERCENTILE) -> int:
 
 
 def request_itl_p95(r: RequestRecord) -> float | None:
-    """The request's own P95 ITL (seconds), ``None`` without ITL samples."""
+    """The request's own P95 ITL (seconds), ``None`` without ITL samples (a non-streamed
+    response has none: its body's timing is not a pace of tokens)."""
+    if not r.stream:
+        return None
     samples = sorted(r.itl_samples_s())
     if not samples:
         return None
@@ -93,7 +101,7 @@ def meets_slo(r: RequestRecord, slo: Slo, itl_p95: float | None = None,
     """
     if r.outcome != "ok":
         return False
-    if slo.ttft_s is not None and (r.ttft_s is None or r.ttft_s > slo.ttft_s):
+    if slo.ttft_s is not None and r.stream and (r.ttft_s is None or r.ttft_s > slo.ttft_s):
         return False
     if slo.e2e_s is not None and r.e2e_s > slo.e2e_s:
         return False
@@ -112,7 +120,7 @@ def slo_judged(r: RequestRecord, slo: Slo) -> bool:
     """Whether a finished request counts in attainment (see the module docstring)."""
     if r.outcome != "cancelled":
         return True
-    if slo.ttft_s is not None:
+    if slo.ttft_s is not None and r.stream:
         waited = r.e2e_s if r.ttft_s is None else r.ttft_s
         if waited > slo.ttft_s:
             return True
