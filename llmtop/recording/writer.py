@@ -15,6 +15,12 @@ file. ``os.fsync`` (surviving a power cut) is done once, when the recording is s
 fsync per flush would cost a disk round trip several times a second for no gain against a
 killed process.
 
+Warnings: the saturation monitor publishes a raised warning again (state ``raised``) when
+its figures change, for the live view. The recording keeps only the transitions — a code's
+first ``raised`` and its ``cleared`` — so a reader pairing raise and clear lines counts each
+episode once (a warning already raised when the recording starts is written at its first
+re-publication, with the figures of that moment).
+
 The recording never carries prompt or completion text: the events themselves don't.
 """
 
@@ -36,7 +42,7 @@ from typing import IO, Any, Final, Protocol
 
 from llmtop import __version__
 from llmtop.bus import EventBus
-from llmtop.events import Event, RequestRecord
+from llmtop.events import Event, RequestRecord, WarningEvent
 from llmtop.recording.errors import RecordingError
 
 FORMAT = "llmtop-recording"
@@ -194,6 +200,9 @@ class Recorder:
         self.lines = 0
         self.error: str | None = None
         self._footer: dict[str, Any] | None = None
+        self._raised: set[str] = set()
+        """Warning codes whose raise this recording holds and whose clear it does not yet
+        (the writer thread's own)."""
 
     @property
     def dropped(self) -> int:
@@ -349,6 +358,8 @@ class Recorder:
             pop = q.popleft
             while q and len(chunk) < _BATCH_LINES:
                 ev = pop()
+                if isinstance(ev, WarningEvent) and not self._is_transition(ev):
+                    continue  # a raised warning's new figures: for the live view only
                 try:
                     chunk.append(dumps_line(event_dict(ev)))
                 except (TypeError, ValueError, AttributeError):
@@ -379,6 +390,17 @@ class Recorder:
                         sink.flush()
                     except OSError as exc:
                         self.error = f"flush failed: {exc.strerror or exc}"
+
+    def _is_transition(self, ev: WarningEvent) -> bool:
+        """Whether ``ev`` raises a code not raised in this recording, or clears one (a
+        clear is always written: it ends whatever the reader knows of that code)."""
+        if ev.state == "raised":
+            if ev.code in self._raised:
+                return False
+            self._raised.add(ev.code)
+            return True
+        self._raised.discard(ev.code)
+        return True
 
     def _count_lost(self, chunk: list[bytes], requests: int) -> None:
         self._dropped_write += len(chunk)
