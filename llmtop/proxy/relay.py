@@ -34,6 +34,9 @@ class ChunkFilter(Protocol):
     """Rewrites the client-bound bytes (the usage-chunk stripper); ``filter`` may return
     ``b""`` when a read held only what the client must not see."""
 
+    extra_fields: bool
+    """What was removed held more than the client can do without (see ``usage_extra_fields``)."""
+
     def filter(self, data: bytes) -> bytes: ...
 
     def flush(self) -> bytes: ...
@@ -510,6 +513,13 @@ class RelaySink:
             self.done.set_result(None)
         else:
             self.done.set_exception(exc)
+
+    @property
+    def usage_extra_fields(self) -> bool:
+        """The usage event removed from this stream held more than usage (see
+        :class:`~llmtop.proxy.dialects.openai_usage.UsageChunkStripper`)."""
+        strip = self._strip
+        return strip is not None and strip.extra_fields
 
     @property
     def parser_error(self) -> str | None:

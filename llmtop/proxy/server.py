@@ -163,7 +163,9 @@ class ProxyServer:
         """With ``--workers N``: every worker's open requests (:mod:`llmtop.fleet_counts`),
         so each new request's ``concurrency_at_start`` counts the whole proxy's."""
         self.usage_rejected = False
-        """The upstream refused ``stream_options`` once: injection is off from then on."""
+        """The upstream refused ``stream_options`` once, or its usage event held more than
+        usage (llama.cpp's ``timings``, which the client would then lose): injection is off
+        from then on."""
         self.direct_starts = 0
         """Requests served directly (sent upstream from their connection's
         ``data_received``, without aiohttp: :mod:`llmtop.proxy.direct`)."""
@@ -727,6 +729,8 @@ class ProxyServer:
     def relay_outcome(self, ex: Exchange, sink: RelaySink) -> None:
         """After a body relayed in full: an error status or a stream the parser found
         wrong makes the outcome ``error``."""
+        if sink.usage_extra_fields:
+            self.usage_rejected = True
         if ex.status >= 400:
             ex.fail("error", f"upstream answered HTTP {ex.status}")
         elif sink.parser_error:

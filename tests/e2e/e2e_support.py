@@ -300,6 +300,15 @@ def usage_of(body: bytes) -> dict[str, Any] | None:
     return found
 
 
+def timings_of(body: bytes) -> dict[str, Any] | None:
+    """llama.cpp's ``timings`` object, from whichever event of an SSE body carries it."""
+    found: dict[str, Any] | None = None
+    for payload in sse_events(body):
+        if payload != b"[DONE]" and isinstance(t := json.loads(payload).get("timings"), dict):
+            found = t
+    return found
+
+
 def _is_usage_only(block: bytes) -> bool:
     if not block.startswith(b"data: {"):
         return False

@@ -28,6 +28,7 @@ from e2e_support import (
     openai_client,
     percentile,
     sdk_stream,
+    timings_of,
     usage_of,
     wait_engine_idle,
     without_usage_only_event,
@@ -96,6 +97,7 @@ async def teed(engine: Any, tmp_path: Path) -> AsyncIterator[tuple[Tee, LlmtopPr
 CASES = [
     ("/v1/chat/completions", {"messages": CHAT}, True),
     ("/v1/chat/completions", {"messages": CHAT}, False),
+    ("/v1/chat/completions", {"messages": CHAT}, False),
     ("/v1/completions", {"prompt": PROMPT}, True),
     ("/v1/completions", {"prompt": PROMPT}, False),
 ]
@@ -109,11 +111,15 @@ async def test_bytes_pass_through_unchanged_and_usage_is_the_servers(
     between llmtop and llama.cpp keeps the bytes llmtop read, the client keeps the bytes it
     read, and their SHA-256 must be equal. When the client did not ask for usage, llmtop
     adds ``stream_options.include_usage`` upstream and removes exactly the usage-only event:
-    the client's bytes equal the upstream bytes less that one event. Either way llmtop's
-    recorded ``completion_tokens`` is the server's own usage for that very request, and
-    equals the tokens the server reports in its ``timings.predicted_n``. (llama.cpp's legacy
-    completions carry usage on their finish chunk whether asked or not: nothing to remove.)"""
+    the client's bytes equal the upstream bytes less that one event. But llama.cpp then moves
+    its ``timings`` from the finish event into that usage event, so the client loses them:
+    llmtop stops asking this upstream from then on, and the bytes pass through whole, the
+    counts coming from the finish event's ``timings``. Either way llmtop's recorded
+    ``completion_tokens`` is the server's own count for that very request (its usage, and
+    ``timings.predicted_n``). (llama.cpp's legacy completions carry usage on their finish
+    chunk whether asked or not: nothing to remove.)"""
     tee, proc = teed
+    injected_chat = False
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         for path, body, client_usage in CASES:
             await wait_engine_idle(session, engine.url)
@@ -136,29 +142,36 @@ async def test_bytes_pass_through_unchanged_and_usage_is_the_servers(
             upstream = bytes(ex.response_body)
             sent = json.loads(ex.request_body)
             usage = usage_of(upstream)
-            assert usage is not None, f"the server sent no usage for {path} {sent}"
+            timings = timings_of(upstream)
+            assert timings is not None, f"the server sent no timings for {path} {sent}"
             assert upstream.endswith(b"data: [DONE]\n\n")
             if client_usage:
+                assert usage is not None
                 assert hashlib.sha256(got).hexdigest() == hashlib.sha256(upstream).hexdigest()
-            else:
-                assert sent.get("stream_options", {}).get("include_usage") is True, (
-                    "llmtop did not ask the server for usage"
-                )
+            elif sent.get("stream_options", {}).get("include_usage") is True:
+                # llmtop asked for usage: it removed exactly the usage-only event — once; the
+                # timings in it tell llmtop to stop asking this upstream
+                assert not injected_chat, "llmtop kept asking after losing the client timings"
+                assert usage is not None
                 assert not has_usage_only_event(bytes(got)), "the client got an extra usage event"
                 assert bytes(got) == without_usage_only_event(upstream)
                 if path == "/v1/chat/completions":
-                    # the usage-only event llmtop asked for was there, and was removed
+                    injected_chat = True
                     assert has_usage_only_event(upstream) and usage_of(bytes(got)) is None
                 else:
-                    # llama.cpp's legacy completions put usage on the finish chunk, asked or
-                    # not: there is no usage-only event and the bytes pass through whole
                     assert bytes(got) == upstream
+            else:
+                assert hashlib.sha256(got).hexdigest() == hashlib.sha256(upstream).hexdigest()
+                if path == "/v1/chat/completions":
+                    assert b'"timings"' in bytes(got)
             (rec,) = await proc.records_for([user])
             assert rec["token_source"] == "usage"
-            assert rec["completion_tokens"] == usage["completion_tokens"]
-            assert rec["prompt_tokens"] == usage["prompt_tokens"]
-            assert usage["timings"] is not None
-            assert rec["completion_tokens"] == usage["timings"]["predicted_n"]
+            assert rec["completion_tokens"] == timings["predicted_n"]
+            if usage is not None:
+                assert rec["completion_tokens"] == usage["completion_tokens"]
+                assert rec["prompt_tokens"] == usage["prompt_tokens"]
+            else:
+                assert rec["prompt_tokens"] == timings["prompt_n"] + timings["cache_n"]
             assert sum(rec["chunk_tokens"]) == rec["completion_tokens"]
 
 

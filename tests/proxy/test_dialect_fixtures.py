@@ -40,8 +40,9 @@ SMOL = "smollm2-135m-instruct"
 
 CASES: dict[str, Expect] = {
     # real llama.cpp: 11 non-empty content deltas; the role chunk (content null) and the
-    # finish chunk (empty delta) are not content; no usage without include_usage
-    "llamacpp_chat_stream.sse": Expect("openai", True, SSE, (1,) * 11, None, None, SMOL),
+    # finish chunk (empty delta) are not content; no usage without include_usage, but the
+    # finish chunk's timings: predicted_n 12, prompt_n 1 + cache_n 35
+    "llamacpp_chat_stream.sse": Expect("openai", True, SSE, (1,) * 11, 36, 12, SMOL),
     # same with include_usage: usage 36/12 (12 includes the end-of-sequence token)
     "llamacpp_chat_stream_usage.sse": Expect("openai", True, SSE, (1,) * 11, 36, 12, SMOL),
     # 16 non-empty texts; usage rides on the finish chunk (text "")

@@ -79,6 +79,18 @@ def test_what_the_client_sees_parses_as_without_usage() -> None:
     assert client.count(b"\n\n") == plain.count(b"\n\n")
 
 
+@pytest.mark.parametrize("name", sorted(USAGE_FIXTURES))
+def test_a_usage_event_holding_more_than_usage_is_said(name: str) -> None:
+    """llama.cpp moves its ``timings`` from the finish event into the usage event when asked
+    for usage: removing it loses the client those fields, and the proxy must know (it then
+    stops injecting for that upstream). The OpenAI API's usage events hold only usage."""
+    s = UsageChunkStripper()
+    s.filter((FIXTURES / name).read_bytes())
+    s.flush()
+    assert s.stripped
+    assert s.extra_fields == name.startswith("llamacpp")
+
+
 def test_complete_events_are_forwarded_on_the_same_read() -> None:
     raw = (FIXTURES / "llamacpp_chat_stream_usage.sse").read_bytes()
     events = [e + b"\n\n" for e in raw.split(b"\n\n") if e]

@@ -12,6 +12,9 @@ Tokens: each content event counts one token, unless the event carries ``usage`` 
 ``stream_options.continuous_usage_stats``, where ``usage.completion_tokens`` is
 cumulative): then the event carries exactly the increase since the tokens already counted.
 The last ``usage`` seen gives ``usage_completion_tokens``/``usage_prompt_tokens``.
+Without any, llama.cpp's ``timings`` (on its finish event, and on non-streamed answers)
+give them: ``predicted_n`` output tokens, ``prompt_n + cache_n`` prompt tokens — so its
+streams are counted exactly when usage is not injected (see ``openai_usage``).
 
 The usage-injection helpers (``add_include_usage``, ``UsageChunkStripper``,
 ``is_usage_rejection``) live in ``openai_usage`` and are re-exported here.
@@ -151,6 +154,7 @@ class OpenAIStreamParser(ParserState):
                 and end + 2 <= self._max
                 and data.find(b'"error"') < 0
                 and (data.find(b'"usage"') < 0 or _USAGE_OBJ.search(data, start, end) is None)
+                and data.find(b'"timings"') < 0
             ):
                 # The patterns start with '"', which "data: " and "\n\n" lack, and the event
                 # ends with "}", so searching all of ``data`` finds what the event holds.
@@ -197,6 +201,7 @@ class OpenAIStreamParser(ParserState):
                 and ev.event != "error"
                 and data.find(b'"error"') < 0
                 and (data.find(b'"usage"') < 0 or _USAGE_OBJ.search(data) is None)
+                and data.find(b'"timings"') < 0
                 and (self._warm or self._model_from_bytes(data))
             ):
                 i = data.find(b'"content":"')  # compact JSON, the common case
@@ -225,6 +230,8 @@ class OpenAIStreamParser(ParserState):
             if isinstance(usage, dict):
                 cum = self._set_completion(usage.get("completion_tokens"))
                 self._set_prompt(usage.get("prompt_tokens"))
+            elif not self.usage_seen:
+                _llamacpp_timings(self, obj)
             if _choices_have_content(obj.get("choices"), "delta"):
                 n += 1
                 if cum is None:
@@ -255,7 +262,21 @@ class OpenAIBodyParser(JSONBodyParser):
         if isinstance(usage, dict):
             self._set_completion(usage.get("completion_tokens"))
             self._set_prompt(usage.get("prompt_tokens"))
+        else:
+            _llamacpp_timings(self, obj)
         return _choices_have_content(obj.get("choices"), "message")
+
+
+def _llamacpp_timings(state: ParserState, obj: dict[str, Any]) -> None:
+    """llama.cpp's own counts when an answer has no ``usage``: ``timings.predicted_n``
+    output tokens and ``prompt_n + cache_n`` prompt tokens (its usage says the same)."""
+    t = obj.get("timings")
+    if not isinstance(t, dict):
+        return
+    state._set_completion(t.get("predicted_n"))
+    prompt, cached = t.get("prompt_n"), t.get("cache_n", 0)
+    if type(prompt) is int and type(cached) is int:
+        state._set_prompt(prompt + cached)
 
 
 def inspect_openai_request(body: bytes) -> RequestInfo:

@@ -6,6 +6,9 @@ chunk, so for a streaming request that did not ask for usage the proxy may add
 resulting usage-only event before it reaches the client (``UsageChunkStripper``), so the
 client sees what it would have seen. Upstreams that reject the option answer 400/422
 naming it (``is_usage_rejection``); the proxy then retries without it and remembers.
+Upstreams whose usage event carries more than usage (llama.cpp moves its ``timings`` from
+the finish event into it) cannot have it removed without the client losing those fields:
+``UsageChunkStripper.extra_fields`` says so, and the proxy stops injecting for them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ _LF = 0x0A
 _CR = 0x0D
 _WS = b" \t\r\n"
 _INJECT: Final = b'"stream_options":{"include_usage":true},'
+USAGE_EVENT_KEYS: Final = frozenset((
+    "id", "object", "created", "model", "system_fingerprint", "choices", "usage",
+    "service_tier", "obfuscation"))
+"""What a usage-only event of the OpenAI API (and vLLM, SGLang) holds: removing it loses
+the client nothing it would have had without ``include_usage``."""
 
 # What a "\r" at the very end of a read closed; a "\n" starting the next read is part of
 # the same line end and goes where that line went.
@@ -74,7 +82,7 @@ class UsageChunkStripper:
     """
 
     __slots__ = ("_at_rest", "_cr", "_done", "_has_line", "_held", "_line_open", "_max",
-                 "_passing", "stripped")
+                 "_passing", "extra_fields", "stripped")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._held = bytearray()
@@ -89,6 +97,9 @@ class UsageChunkStripper:
         state the fast path of ``filter`` needs; recomputed after every other read)."""
         self.stripped = False
         """The usage event has been removed."""
+        self.extra_fields = False
+        """The removed event held fields beyond :data:`USAGE_EVENT_KEYS` (e.g. llama.cpp's
+        ``timings``), which the client then did not get."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -135,7 +146,7 @@ class UsageChunkStripper:
                 end = data.find(b"\n\n", pos) + 2
                 block = data[pos:end]
                 if block.find(_USAGE_KEY) >= 0 and self._strippable(block):
-                    self.stripped = self._done = True
+                    self._removed(block)
                     return data[:pos] + data[end:]
                 if end == len(data):
                     return data
@@ -159,7 +170,7 @@ class UsageChunkStripper:
                     block = bytes(held) + data[pos:e] if held else data[pos:e]
                     held.clear()
                     if self._has_line and self._strippable(block):
-                        self.stripped = self._done = True
+                        self._removed(block)
                         if e == len(data) and data[e - 1] == _CR:
                             self._cr = _CR_DROPPED
                         out.append(data[e:])
@@ -191,6 +202,14 @@ class UsageChunkStripper:
                     self._passing = True
         return b"".join(out)
 
+    def _removed(self, block: bytes) -> None:
+        self.stripped = self._done = True
+        framer = SSEFramer(len(block) + 1)
+        for ev in framer.feed(block) + framer.finish():
+            obj = loads_event(ev.data)
+            if isinstance(obj, dict) and not USAGE_EVENT_KEYS.issuperset(obj):
+                self.extra_fields = True
+
     def _strippable(self, block: bytes) -> bool:
         # The same limits as for a held partial event, so that the result never depends on
         # where the reads were split: an event that would have been released early (it
@@ -211,7 +230,7 @@ class UsageChunkStripper:
         block = bytes(self._held)
         self._held.clear()
         if not self._done and self._strippable(block):
-            self.stripped = self._done = True
+            self._removed(block)
             self._at_rest = False
             return b""
         return block
