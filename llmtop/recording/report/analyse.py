@@ -7,7 +7,11 @@ Latency by concurrency goes through :func:`llmtop.metrics.ingest.ingest` and
 :func:`llmtop.metrics.table.group_stats` with the concurrency level as the series. Token
 length and concurrency distributions use :class:`llmtop.metrics.hdr.Histogram` (integers
 below 2048 are exact). What is counted here directly is only counting: outcomes, models,
-arrivals per second, reading peaks.
+arrivals per second, reading peaks — and requests in flight (and waiting for a first
+token), which are exact from the records' start and end times
+(:mod:`llmtop.recording.report.inflight`) rather than the aggregator's once-a-tick samples:
+the session's mean and max in ``conditions.in_flight`` and each ``series`` point's
+``in_flight_mean``/``in_flight_max``/``waiting_mean`` over that point's window.
 
 The dict (``REPORT_VERSION`` 1) has these sections: ``report_version``, ``source``
 (file, header, completeness), ``conditions``, ``latency``, ``throughput``, ``outcomes``,
@@ -44,6 +48,7 @@ from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
 from llmtop.recording.reader import Progress, read_header
 from llmtop.recording.replay import ReplayEngine, config_for
+from llmtop.recording.report.inflight import StepCount
 
 REPORT_VERSION: Final = 1
 PCTS: Final = (50.0, 90.0, 95.0, 99.0)
@@ -86,6 +91,10 @@ class _Collector:
         self.conc = Histogram()
         self.starts = array("d")
         """Every request's t_start (8 bytes a request): arrival rates over the span."""
+        self.ends = array("d")
+        """... its end (t_start + e2e_s): requests in flight, exactly."""
+        self.firsts = array("d")
+        """... its first token (its end without one): requests waiting, exactly."""
         self.first_start: float | None = None
         self.last_end: float | None = None
         self.first_t: float | None = None
@@ -137,6 +146,8 @@ class _Collector:
         if self.first_start is None or r.t_start < self.first_start:
             self.first_start = r.t_start
         end = r.t_start + r.e2e_s
+        self.ends.append(end)
+        self.firsts.append(end if r.ttft_s is None else r.t_start + min(r.ttft_s, r.e2e_s))
         if self.last_end is None or end > self.last_end:
             self.last_end = end
         self._pending.append(r)
@@ -268,6 +279,26 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
         "dispersion_index": float(full.var() / mean1) if mean1 > 0 and len(full) > 1 else None,
         "span_s": span,
     }
+
+
+def _in_flight(c: _Collector, begin: float, span: float,
+               series: list[dict[str, Any]]) -> dict[str, Any]:
+    """Requests in flight over the session (mean over ``span``, the throughput rates' span,
+    and max), exactly from the records; each series point's ``in_flight_mean``,
+    ``in_flight_max`` and ``waiting_mean`` recomputed likewise over its window."""
+    starts = np.frombuffer(c.starts, dtype=np.float64)
+    flight = StepCount(starts, np.frombuffer(c.ends, dtype=np.float64))
+    waiting = StepCount(starts, np.frombuffer(c.firsts, dtype=np.float64))
+    if series:
+        b = begin + np.array([float(p["t"]) for p in series])
+        a = np.maximum(begin, b - np.array([float(p["window_s"]) for p in series]))
+        means, maxima = flight.means(a, b), flight.maxima(a, b)
+        waits = waiting.means(a, b)
+        for i, p in enumerate(series):
+            p["in_flight_mean"] = float(means[i])
+            p["in_flight_max"] = int(maxima[i])
+            p["waiting_mean"] = float(waits[i])
+    return {"mean": flight.mean(begin, begin + span), "max": flight.max()}
 
 
 def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
@@ -410,6 +441,7 @@ def analyse(
     lat = final["latency"]
     series_tps = [p["output_tps"] for p in series if p["output_tps"] is not None]
     plot_step = max(1.0, duration / MAX_SERIES_POINTS)
+    span = float(sysf.get("span_s") or max(duration, 1.0))
 
     conditions = {
         "upstream": header.get("upstream"),
@@ -429,8 +461,8 @@ def analyse(
         "completion_tokens": _dist(c.completion),
         "token_source": dict(c.token_sources),
         "concurrency_at_start": _dist(c.conc),
-        "in_flight": {"mean": sysf.get("in_flight_mean"), "max": sysf.get("in_flight_max")},
-        "arrival": _arrival(c, begin, float(sysf.get("span_s") or max(duration, 1.0))),
+        "in_flight": _in_flight(c, begin, span, series),
+        "arrival": _arrival(c, begin, span),
         "gpus": [f"{g['index']}: {g['name']}" + (" (simulated)" if g["simulated"] else "")
                  for g in sorted(c.gpus.values(), key=lambda g: g["index"])],
         "engine_kind": c.engine["kind"],
