@@ -48,7 +48,7 @@ from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
 from llmtop.recording.reader import Progress, read_header
 from llmtop.recording.replay import ReplayEngine, config_for
-from llmtop.recording.report.inflight import StepCount
+from llmtop.recording.report.inflight import in_flight
 
 REPORT_VERSION: Final = 1
 PCTS: Final = (50.0, 90.0, 95.0, 99.0)
@@ -281,26 +281,6 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
     }
 
 
-def _in_flight(c: _Collector, begin: float, span: float,
-               series: list[dict[str, Any]]) -> dict[str, Any]:
-    """Requests in flight over the session (mean over ``span``, the throughput rates' span,
-    and max), exactly from the records; each series point's ``in_flight_mean``,
-    ``in_flight_max`` and ``waiting_mean`` recomputed likewise over its window."""
-    starts = np.frombuffer(c.starts, dtype=np.float64)
-    flight = StepCount(starts, np.frombuffer(c.ends, dtype=np.float64))
-    waiting = StepCount(starts, np.frombuffer(c.firsts, dtype=np.float64))
-    if series:
-        b = begin + np.array([float(p["t"]) for p in series])
-        a = np.maximum(begin, b - np.array([float(p["window_s"]) for p in series]))
-        means, maxima = flight.means(a, b), flight.maxima(a, b)
-        waits = waiting.means(a, b)
-        for i, p in enumerate(series):
-            p["in_flight_mean"] = float(means[i])
-            p["in_flight_max"] = int(maxima[i])
-            p["waiting_mean"] = float(waits[i])
-    return {"mean": flight.mean(begin, begin + span), "max": flight.max()}
-
-
 def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
     stats = group_stats(c.conc_table, PCTS)
     m_ttft, m_itl, m_e2e = METRICS.index("ttft"), METRICS.index("itl"), METRICS.index("e2e")
@@ -461,7 +441,7 @@ def analyse(
         "completion_tokens": _dist(c.completion),
         "token_source": dict(c.token_sources),
         "concurrency_at_start": _dist(c.conc),
-        "in_flight": _in_flight(c, begin, span, series),
+        "in_flight": in_flight(c.starts, c.ends, c.firsts, begin, span, series),
         "arrival": _arrival(c, begin, span),
         "gpus": [f"{g['index']}: {g['name']}" + (" (simulated)" if g["simulated"] else "")
                  for g in sorted(c.gpus.values(), key=lambda g: g["index"])],

@@ -13,7 +13,9 @@ A request that ends at the instant another starts does not overlap it.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -82,3 +84,25 @@ class StepCount:
         if end <= begin:
             return None
         return float(self.means(np.array([begin]), np.array([end]))[0])
+
+
+def in_flight(starts: array[float], ends: array[float], firsts: array[float], begin: float,
+              span: float, series: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's requests in flight: ``{"mean", "max"}`` over the session (the mean over
+    ``[begin, begin + span]``, the throughput rates' span), from each request's start, end
+    and first token (its end without one). Each ``series`` point (``t`` seconds after
+    ``begin``, over ``window_s``) gets ``in_flight_mean``, ``in_flight_max`` and
+    ``waiting_mean`` over its window, in place."""
+    s = np.frombuffer(starts, dtype=np.float64)
+    flight = StepCount(s, np.frombuffer(ends, dtype=np.float64))
+    waiting = StepCount(s, np.frombuffer(firsts, dtype=np.float64))
+    if series:
+        b = begin + np.array([float(p["t"]) for p in series])
+        a = np.maximum(begin, b - np.array([float(p["window_s"]) for p in series]))
+        means, maxima = flight.means(a, b), flight.maxima(a, b)
+        waits = waiting.means(a, b)
+        for i, p in enumerate(series):
+            p["in_flight_mean"] = float(means[i])
+            p["in_flight_max"] = int(maxima[i])
+            p["waiting_mean"] = float(waits[i])
+    return {"mean": flight.mean(begin, begin + span), "max": flight.max()}
