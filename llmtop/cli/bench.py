@@ -8,7 +8,7 @@ import os
 from typing import Literal
 from urllib.parse import urlsplit
 
-from llmtop.cli.common import UsageError
+from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args
 
 NAME = "bench"
 HELP = "load generator: find the largest concurrency (or rate) that meets the SLOs"
@@ -20,7 +20,9 @@ goodput and SLO attainment — then the largest level that still meets the SLOs.
 Closed loop (--concurrency) keeps N requests open. Open loop (--rate) sends Poisson
 arrivals (or --constant) at their scheduled times and measures from those times, so a
 slow server cannot hide its stalls (no coordinated omission). --search sweeps then
-bisects to the largest level whose SLO attainment holds --slo-target.
+bisects to the largest level whose SLO attainment holds the target. The SLOs come from
+--slo (e.g. --slo ttft=0.5,itl_p95=0.05,target=0.95) or the --slo-* flags, which mean
+the same; their defaults are the config's (--config, LLMTOP_SLO_*).
 
 Token counts come from the engine's usage (requested with stream_options), not from
 counting chunks. Only loopback targets are allowed unless --allow-remote: a load
@@ -36,7 +38,7 @@ Exit status: 0 done; 1 no request succeeded, or the target stopped answering mid
 
 examples:
   llmtop bench http://127.0.0.1:8000 --concurrency 1,2,4,8 --duration 30
-  llmtop bench http://127.0.0.1:8080 --search --slo-ttft 0.5 --slo-itl-p95 0.05
+  llmtop bench http://127.0.0.1:8080 --search --slo ttft=0.5,itl_p95=0.05,target=0.9
   llmtop bench http://127.0.0.1:8000 --rate 1,2,5 --requests 200 --record run.jsonl
 """
 
@@ -113,6 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="don't send ignore_eos (for servers that reject it)")
     p.add_argument("--constant", action="store_true",
                    help="constant arrivals with --rate (default: Poisson)")
+    add_slo_spec_argument(p, "(default: each --slo-* flag's default)")
     p.add_argument("--slo-ttft", type=float, metavar="S",
                    help="TTFT SLO in seconds (default: 0.5, or the config's)")
     p.add_argument("--slo-itl-p95", type=float, metavar="S",
@@ -181,11 +184,8 @@ def main(args: argparse.Namespace) -> int:
                         ("--slo-tpot", args.slo_tpot), ("--slo-e2e", args.slo_e2e)):
         _number(value, flag, low=0, high=MAX_SECONDS)
     _number(args.slo_target, "--slo-target", low=0, high=1)
-    cfg = load_config(args.config, os.environ, {
-        "slo.ttft_s": args.slo_ttft, "slo.itl_p95_s": args.slo_itl_p95,
-        "slo.tpot_s": args.slo_tpot, "slo.e2e_s": args.slo_e2e,
-        "slo.target": args.slo_target,
-    })
+    slo = slo_from_args(args)
+    cfg = load_config(args.config, os.environ, {f"slo.{k}": v for k, v in slo.items()})
     mode, levels, max_level = _levels(args)
     if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
         raise UsageError(f"--requests {args.requests}: must be 1 to {MAX_REQUESTS:,}")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from llmtop.config import Config, load_config
@@ -40,6 +41,7 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         help="where GPU readings come from (default auto: NVML when it initialises, else "
              "none; sim: llmtop sim's simulated GPU)"
     )
+    add_slo_spec_argument(p, "(default: the --slo-* defaults)")
     p.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT SLO in seconds (0.5)")
     p.add_argument("--slo-itl-p95", type=float, metavar="S",
                    help="per-request ITL p95 SLO in seconds (0.05)")
@@ -48,6 +50,88 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-target", type=float, metavar="F",
                    help="attainment target: the share of requests that must meet every SLO "
                         "(0.95)")
+
+
+SLO_SPEC_KEYS: dict[str, str] = {
+    "ttft": "ttft_s", "itl_p95": "itl_p95_s", "itl": "itl_p95_s", "tpot": "tpot_s",
+    "e2e": "e2e_s", "target": "target",
+}
+"""``--slo`` keys → :class:`llmtop.config.SloConfig` fields (``itl`` is ``itl_p95``)."""
+SLO_FLAGS: dict[str, str] = {
+    "ttft_s": "--slo-ttft", "itl_p95_s": "--slo-itl-p95", "tpot_s": "--slo-tpot",
+    "e2e_s": "--slo-e2e", "target": "--slo-target",
+}
+"""SloConfig fields → the single-SLO flags that set them."""
+MAX_SLO_S = 86_400.0
+"""The longest time an ``--slo`` spec accepts (a day)."""
+_SLO_NAMES = {"ttft_s": "ttft", "itl_p95_s": "itl_p95", "tpot_s": "tpot", "e2e_s": "e2e",
+              "target": "target"}
+
+
+def add_slo_spec_argument(p: argparse.ArgumentParser, default: str) -> None:
+    """``--slo KEY=VALUE,...`` (repeatable); ``default`` ends its help, e.g. ``(default: …)``."""
+    p.add_argument("--slo", action="append", metavar="KEY=V,...",
+                   help="SLOs in one flag, e.g. ttft=0.5,itl_p95=0.05,target=0.95; keys: ttft, "
+                        "itl_p95 (or itl), tpot, e2e in seconds, target a share in (0, 1]; "
+                        "repeatable; the same as the --slo-* flags, which it must not "
+                        f"contradict {default}")
+
+
+def parse_slo_specs(specs: Sequence[str] | None) -> dict[str, float]:
+    """The ``--slo`` values as ``{SloConfig field: value}``; a :class:`UsageError` for an
+    unknown key, a value that is not a finite number above 0 (at most a day; a target at
+    most 1), or a key given twice with different values."""
+    out: dict[str, float] = {}
+    for spec in specs or ():
+        items = spec.split(",")
+        if any(not x.strip() for x in items):
+            raise UsageError(f"--slo '{spec}' has an empty item; e.g. ttft=0.5,itl_p95=0.05")
+        for item in items:
+            key, eq, text = (x.strip() for x in item.partition("="))
+            key = key.lower()
+            if not eq:
+                raise UsageError(f"--slo '{spec}': '{item.strip()}' is not KEY=VALUE; "
+                                 "e.g. ttft=0.5")
+            field = SLO_SPEC_KEYS.get(key)
+            if field is None:
+                raise UsageError(f"--slo '{spec}': unknown key '{key}'; the keys are ttft, "
+                                 "itl_p95 (or itl), tpot, e2e and target")
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if field == "target":
+                if not (math.isfinite(value) and 0 < value <= 1):
+                    raise UsageError(f"--slo '{spec}': target={text} must be a share more "
+                                     "than 0 and at most 1, e.g. target=0.95")
+            elif not (math.isfinite(value) and 0 < value <= MAX_SLO_S):
+                raise UsageError(f"--slo '{spec}': {key}={text} must be a number of seconds "
+                                 f"more than 0 and at most {MAX_SLO_S:,.0f}")
+            if field in out and out[field] != value:
+                raise UsageError(f"--slo gives {_SLO_NAMES[field]} twice: {out[field]:g} and "
+                                 f"{value:g}")
+            out[field] = value
+    return out
+
+
+def merge_slo(flags: Mapping[str, float], specs: Sequence[str] | None) -> dict[str, float]:
+    """``--slo`` specs merged with the single-SLO flags' values (``{SloConfig field:
+    value}``, None left out); a :class:`UsageError` when both give a key differently."""
+    out = parse_slo_specs(specs)
+    for field, value in flags.items():
+        if field in out and out[field] != value:
+            raise UsageError(f"{SLO_FLAGS[field]} {value:g} and --slo "
+                             f"{_SLO_NAMES[field]}={out[field]:g} disagree; give it once")
+        out[field] = value
+    return out
+
+
+def slo_from_args(args: argparse.Namespace) -> dict[str, float]:
+    """The SLOs the command line gives (``--slo`` and ``--slo-*``), as ``{SloConfig field:
+    value}``; the ``--slo-*`` values are not range-checked here."""
+    flags = {field: v for field, flag in SLO_FLAGS.items()
+             if (v := getattr(args, flag[2:].replace("-", "_"), None)) is not None}
+    return merge_slo(flags, getattr(args, "slo", None))
 
 
 def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
@@ -68,12 +152,8 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
         "recording.path": getattr(args, "record", None),
         "gpu.devices": devices,
         "gpu.source": getattr(args, "gpu_source", None),
-        "slo.ttft_s": getattr(args, "slo_ttft", None),
-        "slo.itl_p95_s": getattr(args, "slo_itl_p95", None),
-        "slo.tpot_s": getattr(args, "slo_tpot", None),
-        "slo.e2e_s": getattr(args, "slo_e2e", None),
-        "slo.target": getattr(args, "slo_target", None),
     }
+    overrides.update({f"slo.{k}": v for k, v in slo_from_args(args).items()})
     overrides.update(extra)
     return load_config(getattr(args, "config", None), os.environ, overrides)
 

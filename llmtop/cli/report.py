@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmtop.cli.common import UsageError
+from llmtop.cli.common import UsageError, add_slo_spec_argument, merge_slo
 
 NAME = "report"
 HELP = "offline analysis of a recording (text, JSON or an HTML page with plots)"
@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json", "html"), default="text",
                    help="output format (default text)")
     p.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    add_slo_spec_argument(p, "(default: the recording's)")
     p.add_argument("--slo-ttft", type=float, metavar="S",
                    help="judge against this TTFT SLO instead of the recording's")
     p.add_argument("--slo-itl-p95", type=float, metavar="S", help="per-request ITL p95 SLO")
@@ -59,7 +60,7 @@ def slo_overrides(args: argparse.Namespace) -> dict[str, Any]:
         if key != "target" and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{name} must be positive, got {v}")
         out[key] = v
-    return out
+    return merge_slo(out, getattr(args, "slo", None))
 
 
 def check_output(path: str) -> Path:

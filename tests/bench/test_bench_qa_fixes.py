@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -23,6 +25,9 @@ import pytest
 from llmtop.bench.client import BenchClient, bench_session
 from llmtop.bench.loadgen import run_closed, run_open
 from llmtop.bench.workload import Length, Workload
+from llmtop.cli import build_parser, main
+from llmtop.cli.common import UsageError, config_from_args, parse_slo_specs
+from llmtop.sim.server import running_sim
 
 SSE_OK = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
           b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'
@@ -212,3 +217,97 @@ async def test_cli_against_a_server_that_closes_idle_connections_has_no_errors()
     assert step["requests"] == 4 and step["errors"] == 0, step
     assert up.answered == 4 and up.requests > 4
 
+
+
+# --- 2. --slo SPEC -----------------------------------------------------------------------
+
+CLOSED = "http://127.0.0.1:1"
+
+
+def test_slo_specs_parse_to_config_fields() -> None:
+    assert parse_slo_specs(["ttft=0.5,itl=0.05", " target = 0.9 , E2E=30", "tpot=0.02"]) == {
+        "ttft_s": 0.5, "itl_p95_s": 0.05, "target": 0.9, "e2e_s": 30.0, "tpot_s": 0.02}
+    assert parse_slo_specs(["itl_p95=0.05", "itl=0.05"]) == {"itl_p95_s": 0.05}
+    assert parse_slo_specs(None) == {} and parse_slo_specs(["target=1"]) == {"target": 1.0}
+    with pytest.raises(UsageError, match=r"itl_p95 twice: 0\.05 and 0\.04"):
+        parse_slo_specs(["itl=0.05,itl_p95=0.04"])
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--slo", "foo=1"], "unknown key 'foo'"),
+    (["--slo", "ttft=abc"], "ttft=abc must be a number of seconds"),
+    (["--slo", "ttft=nan"], "ttft=nan must be"),
+    (["--slo", "e2e=inf"], "e2e=inf must be"),
+    (["--slo", "tpot=0"], "more than 0"),
+    (["--slo", "ttft=-1"], "more than 0"),
+    (["--slo", "ttft=100000"], "at most 86,400"),
+    (["--slo", "target=0"], "target=0 must be a share"),
+    (["--slo", "target=1.5"], "target=1.5 must be a share"),
+    (["--slo", "target=nan"], "target=nan"),
+    (["--slo", "ttft"], "'ttft' is not KEY=VALUE"),
+    (["--slo", "ttft=0.5,,e2e=1"], "empty item"),
+    (["--slo", ""], "empty item"),
+    (["--slo", "ttft=0.5", "--slo-ttft", "0.3"], "--slo-ttft 0.3 and --slo ttft=0.5 disagree"),
+    (["--slo", "ttft=0.5", "--slo", "ttft=0.3"], "ttft twice"),
+    (["--slo-target", "0.9", "--slo", "target=0.95"], "--slo-target 0.9 and --slo target"),
+])
+def test_bad_slo_specs_are_one_line_usage_errors(args: list[str], says: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before any request (the target is a closed port), for bench and run."""
+    for argv, prefix in ((["bench", CLOSED, "--requests", "1", *args], "llmtop bench"),
+                         (["run", "--upstream", CLOSED, *args], "llmtop run")):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"{prefix}: error: ") and says in err, err
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def test_run_takes_slo_specs_into_its_config() -> None:
+    cfg = config_from_args(parsed("run", "--upstream", CLOSED, "--slo", "ttft=0.3,itl=0.04",
+                                  "--slo", "target=0.9", "--slo-e2e", "20",
+                                  "--slo-ttft", "0.3"))
+    assert (cfg.slo.ttft_s, cfg.slo.itl_p95_s, cfg.slo.target, cfg.slo.e2e_s) == (
+        0.3, 0.04, 0.9, 20.0)
+    assert cfg.slo.tpot_s is None
+    plain = config_from_args(parsed("run", "--upstream", CLOSED))
+    assert (plain.slo.ttft_s, plain.slo.target) == (0.5, 0.95)  # the defaults stay
+
+
+@pytest.mark.parametrize("command", ["bench", "run", "report"])
+def test_help_explains_slo(command: str) -> None:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(sub.choices[command].format_help().split())
+    assert "--slo KEY=V,..." in text
+    assert "e.g. ttft=0.5,itl_p95=0.05,target=0.95" in text
+    assert "keys: ttft, itl_p95 (or itl), tpot, e2e in seconds, target" in text
+
+
+async def test_bench_against_the_simulator_uses_the_slo_spec(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    """End to end: the SLOs given with --slo (and one --slo-* flag) are the run's, in its
+    JSON and its recording; llmtop report --slo judges a recording like --slo-* does."""
+    rec = tmp_path / "b.jsonl"
+    async with running_sim("tiny") as sim:
+        code, out, err = await cli("bench", sim.url, "--requests", "2", "--prompt-tokens", "16",
+                                   "--max-tokens", "4", "--slo", "ttft=2,itl_p95=0.5",
+                                   "--slo", "target=0.5", "--slo-e2e", "30", "--json",
+                                   "--record", str(rec))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["slo"] == {"ttft_s": 2.0, "itl_p95_s": 0.5, "target": 0.5, "e2e_s": 30.0}
+    assert doc["steps"][0]["requests"] == 2 and doc["steps"][0]["slo_attainment"] == 1.0
+    reports = []
+    for argv in (["--slo", "ttft=0.000001,target=0.9"],
+                 ["--slo-ttft", "0.000001", "--slo-target", "0.9"]):
+        assert main(["report", str(rec), "--format", "json", "-q", *argv]) == 0
+        reports.append(json.loads(capsys.readouterr().out)["slo"])
+    assert reports[0] == reports[1]
+    assert reports[0]["ttft_s"] == 0.000001 and reports[0]["attainment"] == 0.0
+    assert main(["report", str(rec), "-q", "--slo", "ttft=x"]) == 2
+    assert "ttft=x must be a number" in capsys.readouterr().err
