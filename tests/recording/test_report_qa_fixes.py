@@ -117,3 +117,36 @@ def test_step_count_edges() -> None:
     nested = StepCount([0.0, 0.1, 0.2], [10.0, 0.3, 0.25])
     assert nested.max() == 3
     assert nested.maxima([0.26, 0.0, 5.0], [9.0, 0.15, 6.0]).tolist() == [2, 2, 1]
+
+
+# -- 3. the comparison's model warning looks at what served the requests -------------------
+
+def _workload(path: Path, *, served: str, failed_as: str | None, n: int = 120) -> None:
+    """n requests at one arrival rate; every tenth failed, recorded under ``failed_as``
+    (the name the client asked for) when given."""
+    t0 = soon()
+    recs = []
+    for i in range(n):
+        failed = failed_as is not None and i % 10 == 9
+        recs.append(request(i, t0 + 0.5 * i, model=failed_as if failed else served,
+                            outcome="error" if failed else "ok", ttft=0.1, gap=0.01,
+                            concurrency=1 + i % 4))
+    write_recording(path, by_end(recs), header={"upstream": "u", "slo": SLO})
+
+
+def test_failed_requests_model_names_do_not_make_a_model_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _workload(a, served="smollm2-135m-instruct", failed_as="m")
+    _workload(b, served="smollm2-135m-instruct", failed_as=None)
+    text = report_text(capsys, a, b)
+    assert "different models" not in text
+    cmp = report_json(capsys, a, b)
+    assert not any("models" in w for w in cmp["warnings"]), cmp["warnings"]
+    assert cmp["reports"][0]["conditions"]["models_ok"] == {"smollm2-135m-instruct": 108}
+    assert cmp["reports"][0]["conditions"]["models"] == {"smollm2-135m-instruct": 108, "m": 12}
+    # a real difference in what served the requests still warns
+    c = tmp_path / "c.jsonl"
+    _workload(c, served="llama-3-8b", failed_as="m")
+    text = report_text(capsys, a, c)
+    assert "different models: A smollm2-135m-instruct; B llama-3-8b" in text

@@ -78,6 +78,9 @@ class _Collector:
     def __init__(self, slo: Slo) -> None:
         self.slo = slo
         self.models: Counter[str] = Counter()
+        self.models_ok: Counter[str] = Counter()
+        """Models of the requests that succeeded: a failed request records the name it was
+        asked for (an alias, a typo), a successful one the engine's own."""
         self.dialects: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
@@ -133,6 +136,8 @@ class _Collector:
     def _request(self, r: RequestRecord) -> None:
         self.requests += 1
         self.models[r.model or "unknown"] += 1
+        if r.outcome == "ok":
+            self.models_ok[r.model or "unknown"] += 1
         self.dialects[r.dialect] += 1
         self.paths[r.path] += 1
         self.outcomes[r.outcome] += 1
@@ -426,6 +431,7 @@ def analyse(
     conditions = {
         "upstream": header.get("upstream"),
         "models": dict(c.models.most_common()),
+        "models_ok": dict(c.models_ok.most_common()),
         "dialects": dict(c.dialects.most_common()),
         "paths": dict(c.paths.most_common(10)),
         "slo": eff_slo.as_dict(),

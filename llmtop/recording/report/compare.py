@@ -31,11 +31,19 @@ def _dominant(counts: dict[str, int]) -> str | None:
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 
+def served_models(c: dict[str, Any]) -> set[str]:
+    """The models a recording's successful requests were served by (all its models when
+    none succeeded): a failed request records the name the client asked for — an alias,
+    a placeholder such as ``m`` — not the engine's, so it says nothing about what ran."""
+    ok = c.get("models_ok")
+    return set(ok) if ok else set(c["models"])
+
+
 def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Every way the two recordings' conditions differ enough to make ratios misleading."""
     ca, cb = a["conditions"], b["conditions"]
     out: list[str] = []
-    ma, mb = set(ca["models"]), set(cb["models"])
+    ma, mb = served_models(ca), served_models(cb)
     if ma != mb:
         out.append(f"different models: A {', '.join(sorted(ma)) or NA}; "
                    f"B {', '.join(sorted(mb)) or NA}")
