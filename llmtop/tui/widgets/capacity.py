@@ -14,7 +14,9 @@ from llmtop.tui.widgets.base import ViewPanel
 class CapacityLine(ViewPanel):
     """"max concurrency at SLO ≈ N, goodput ≈ X tok/s", or "collecting data…". With more
     requests in flight than N: "over capacity" once a level above N has failed the target,
-    else "above every level measured so far" (no evidence yet that it is too many)."""
+    else "above every level measured so far" (no evidence yet that it is too many). When
+    even the lowest level seen misses the SLOs (N = 0): "none — even concurrency 1 misses
+    the SLOs", as ``llmtop bench`` says it, not "≈ 0, goodput ≈ 0 tok/s"."""
 
     READS = ("capacity", "system")
 
@@ -48,6 +50,11 @@ class CapacityLine(ViewPanel):
             return t
         if n is None:
             t.append("max concurrency at SLO: collecting data…", pal.dim)
+        elif n == 0:  # the lowest level seen already misses: no concurrency meets the SLOs
+            t.append("at SLO: " if compact else "max concurrency at SLO: ", pal.dim)
+            t.append("none", f"bold {pal.bad}")
+            t.append(" — ", pal.dim)
+            t.append(self._none_why(failing, compact), pal.bad)
         else:
             t.append("≈ " if compact else "max concurrency at SLO ≈ ", pal.dim)
             t.append(fmt.count(n), f"bold {pal.accent}")
@@ -70,3 +77,16 @@ class CapacityLine(ViewPanel):
         if note:
             t.append(f"  ({note})", pal.dim)
         return t
+
+    @staticmethod
+    def _none_why(failing: float | None, compact: bool) -> str:
+        """Why the capacity is none, as ``llmtop bench`` says it: the lowest level seen
+        (concurrency 1, or the lowest the traffic reached) misses the SLOs."""
+        if failing is None:
+            return "no load level seen meets the SLOs"
+        level = fmt.count(failing)
+        if failing <= 1:
+            return f"even concurrency {level} misses the SLOs"
+        if compact:
+            return f"even concurrency {level} (lowest seen) misses the SLOs"
+        return f"even concurrency {level}, the lowest seen, misses the SLOs"

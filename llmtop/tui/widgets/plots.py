@@ -30,6 +30,8 @@ class PlotSpec:
     unit: Callable[[float | None], str]
     reference: Callable[[SnapView], float | None]
     reference_label: str
+    short_label: str = ""
+    """``reference_label`` for a narrow chart (defaults to it)."""
     over_is_bad: bool = True
     """Colour values above the reference line as bad (latency, in-flight over capacity);
     not for throughput, where more is better."""
@@ -39,16 +41,29 @@ def _count(x: float | None) -> str:
     return fmt.count(x)
 
 
+def _at_capacity(key: str) -> Callable[[SnapView], float | None]:
+    """The capacity section's ``key`` — none when no concurrency meets the SLOs (a line
+    at 0 is no limit worth drawing; the capacity line says why)."""
+
+    def ref(v: SnapView) -> float | None:
+        if v.num("capacity", "max_concurrency_at_slo") == 0:
+            return None
+        return v.num("capacity", key)
+
+    return ref
+
+
 PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
-        "output_tps", "output tok/s", fmt.rate,
-        lambda v: v.num("capacity", "goodput_tps_at_slo"), "goodput", over_is_bad=False,
+        # not plain "goodput": the header's goodput is the window's, this one capacity's
+        "output_tps", "output tok/s", fmt.rate, _at_capacity("goodput_tps_at_slo"),
+        "goodput at capacity", "capacity", over_is_bad=False,
     ),
     PlotSpec("ttft_p95", "TTFT p95", fmt.latency, lambda v: v.slo.ttft_s, "SLO"),
     PlotSpec("itl_p95", "ITL p95", fmt.latency, lambda v: v.slo.itl_p95_s, "SLO"),
     PlotSpec(
-        "in_flight", "in flight", _count,
-        lambda v: v.num("capacity", "max_concurrency_at_slo"), "capacity",
+        "in_flight", "in flight", _count, _at_capacity("max_concurrency_at_slo"),
+        "capacity",
     ),
 )
 
@@ -121,7 +136,10 @@ class PlotsPanel(ViewPanel):
         over = spec.over_is_bad and ref is not None and last is not None and last > ref
         title.append(spec.unit(last), pal.bad if over else pal.accent)
         if ref is not None:
-            title.append(f"  ╌ {spec.reference_label} {spec.unit(ref)}", pal.warn)
+            legend = f"  ╌ {spec.reference_label} {spec.unit(ref)}"
+            if title.cell_len + len(legend) > width and spec.short_label:
+                legend = f"  ╌ {spec.short_label} {spec.unit(ref)}"
+            title.append(legend, pal.warn)
         peak = f"  max {spec.unit(max(finite))}" if finite else ""
         if peak and title.cell_len + len(peak) <= width:
             title.append(peak, pal.dim)
