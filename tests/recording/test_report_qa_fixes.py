@@ -150,3 +150,30 @@ def test_failed_requests_model_names_do_not_make_a_model_warning(
     _workload(c, served="llama-3-8b", failed_as="m")
     text = report_text(capsys, a, c)
     assert "different models: A smollm2-135m-instruct; B llama-3-8b" in text
+
+
+# -- 4 and 5. the capacity table's judged counts; "none" when even concurrency 1 fails -------
+
+def _failing_at_one(path: Path) -> None:
+    """21 requests one at a time: one cancelled while on track (not judged), 10 meet the
+    SLOs, 10 start too slowly (TTFT 0.7 s > 0.5 s): 50% of 20 judged."""
+    t0 = soon()
+    recs = [request(0, t0, outcome="cancelled", ttft=0.2)]
+    recs += [request(i, t0 + i, ttft=0.1 if i % 2 else 0.7, gap=0.01) for i in range(1, 21)]
+    write_recording(path, by_end(recs), header={"upstream": "u", "slo": SLO})
+
+
+def test_capacity_table_says_how_many_requests_were_judged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "one.jsonl"
+    _failing_at_one(path)
+    r = report_json(capsys, path)
+    (row,) = r["by_concurrency"]
+    assert row["requests"] == 21 and row["judged"] == 20
+    assert row["slo_attainment"] == pytest.approx(10 / 20)
+    text = report_text(capsys, path)
+    section = text.split("CAPACITY AT SLO", 1)[1].split("\n\n", 1)[0].splitlines()
+    line = next(ln for ln in section if ln.split()[:1] == ["1"])
+    assert "21 (20 judged)" in line and "50.0%" in line, line
+    page = report_text(capsys, path, fmt="html")
+    assert "<td>21 (20 judged)</td>" in page

@@ -309,6 +309,7 @@ def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
         rows.append({
             "concurrency": conc,
             "requests": n,
+            "judged": judged,
             "errors": n - int(cnt[COUNTERS.index("ok")]),
             "slo_attainment": int(cnt[C_MET]) / judged if judged else None,
             "meets_target": (int(cnt[C_MET]) / judged >= slo.target) if judged else None,

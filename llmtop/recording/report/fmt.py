@@ -95,6 +95,18 @@ def slo_text(slo: Any) -> str:
     return objectives + (f"; target {pct(target)} of requests" if target is not None else "")
 
 
+def requests_judged(row: Any) -> str:
+    """A concurrency level's requests, with how many were judged on the SLOs when that
+    differs (a request cancelled while within every objective is not): ``20 (19 judged)``
+    — its "SLO met" share is over the judged ones."""
+    if not isinstance(row, dict):
+        return NA
+    n, judged = row.get("requests"), row.get("judged")
+    if isinstance(judged, int) and judged != n:
+        return f"{num(n, 0)} ({num(judged, 0)} judged)"
+    return num(n, 0)
+
+
 def _n(k: int, one: str, many: str) -> str:
     return f"{k:,} {one if k == 1 else many}"
 

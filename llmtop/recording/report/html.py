@@ -21,6 +21,7 @@ from llmtop.recording.report.fmt import (
     pct,
     pct100,
     plain,
+    requests_judged,
     secs,
     slo_text,
     when,
@@ -206,7 +207,7 @@ def render_html(r: dict[str, Any]) -> str:
     if bc:
         parts.append(grid(("concurrency", "requests", "TTFT p50", "TTFT p95", "ITL p95",
                            "E2E p95", "tok/s", "SLO met"),
-                          [[str(b["concurrency"]), num(b["requests"], 0), secs(b["ttft_p50"]),
+                          [[str(b["concurrency"]), requests_judged(b), secs(b["ttft_p50"]),
                             secs(b["ttft_p95"]), secs(b["itl_p95"]), secs(b["e2e_p95"]),
                             num(b["output_tps"]), pct(b["slo_attainment"])] for b in bc]))
 

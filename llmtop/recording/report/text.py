@@ -17,6 +17,7 @@ from llmtop.recording.report.fmt import (
     pct,
     pct100,
     plain,
+    requests_judged,
     secs,
     slo_text,
     when,
@@ -169,7 +170,7 @@ def render_text(r: dict[str, Any]) -> str:
         shown = bc[::step]
         if bc[-1] is not shown[-1]:
             shown.append(bc[-1])
-        rows = [[str(b["concurrency"]), num(b["requests"], 0), secs(b["ttft_p95"]),
+        rows = [[str(b["concurrency"]), requests_judged(b), secs(b["ttft_p95"]),
                  secs(b["itl_p95"]), num(b["output_tps"]), pct(b["slo_attainment"])]
                 for b in shown]
         out += table(rows, ("concurrency", "requests", "TTFT p95", "ITL p95", "tok/s",
