@@ -177,3 +177,25 @@ def test_capacity_table_says_how_many_requests_were_judged(
     assert "21 (20 judged)" in line and "50.0%" in line, line
     page = report_text(capsys, path, fmt="html")
     assert "<td>21 (20 judged)</td>" in page
+
+
+def test_capacity_when_even_concurrency_1_misses_the_slos(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "one.jsonl"
+    _failing_at_one(path)
+    r = report_json(capsys, path)
+    cap = r["capacity"]  # the JSON fields keep their meaning: 0 = no level holds
+    assert cap["max_concurrency_at_slo"] == 0 and cap["first_failing_concurrency"] == 1
+    assert cap["goodput_tps_at_slo"] == 0.0
+    text = report_text(capsys, path)
+    want = ("none — even concurrency 1, the lowest level seen, misses the SLOs (met by 50.0% "
+            "of its 20 judged requests; target 95.0%)")
+    assert f"  {want}\n" in text
+    assert "≈ 0" not in text and "first failing level" not in text
+    page = report_text(capsys, path, fmt="html")
+    assert "None</b> — even concurrency 1, the lowest level seen, misses the SLOs" in page
+    assert "≈ <b>0</b>" not in page
+    # the comparison's figure row reads "none", not 0
+    cmp_text = report_text(capsys, path, path)
+    row = next(ln for ln in cmp_text.splitlines() if "max concurrency at SLO" in ln)
+    assert row.split()[4:6] == ["none", "none"], row

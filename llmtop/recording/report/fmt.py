@@ -107,6 +107,35 @@ def requests_judged(row: Any) -> str:
     return num(n, 0)
 
 
+def capacity_text(cap: Any, by_concurrency: Any) -> str:
+    """The capacity estimate in words (no markup): the largest concurrency meeting the
+    SLOs and the goodput there, or why there is none. ``max_concurrency_at_slo`` 0 means
+    the lowest level seen already misses the target: said as "none — even concurrency 1
+    misses the SLOs (...)", as ``llmtop bench`` says it, not "≈ 0"."""
+    if not isinstance(cap, dict):
+        return NA
+    best, fail = cap.get("max_concurrency_at_slo"), cap.get("first_failing_concurrency")
+    need = cap.get("min_requests_per_bin")
+    if best is None and fail is not None:
+        return (f"below {fail}: the SLOs fail there, and no lower level has {need} judged "
+                "requests to say where they hold")
+    if best is None:
+        return f"not enough data: needs {need} judged requests at a concurrency level"
+    if best == 0:
+        row = next((b for b in by_concurrency or () if isinstance(b, dict)
+                    and b.get("concurrency") == fail), None)
+        why = ""
+        if row is not None and row.get("slo_attainment") is not None:
+            judged = row.get("judged", row.get("requests"))
+            why = (f" (met by {pct(row['slo_attainment'])} of its {num(judged, 0)} judged "
+                   f"requests; target {pct(cap.get('target'))})")
+        return f"none — even concurrency {fail}, the lowest level seen, misses the SLOs{why}"
+    return (f"max concurrency meeting the SLOs ≈ {best}, goodput there ≈ "
+            f"{num(cap.get('goodput_tps_at_slo'))} tok/s"
+            + (f"; first failing level {fail}" if fail is not None else
+               "; no level failed: the limit may be higher"))
+
+
 def _n(k: int, one: str, many: str) -> str:
     return f"{k:,} {one if k == 1 else many}"
 

@@ -12,6 +12,7 @@ from llmtop.recording.report.compare import comparison, condition_rows, figure_r
 from llmtop.recording.report.fmt import (
     NA,
     arrivals_text,
+    capacity_text,
     dist,
     duration,
     file_notes,
@@ -187,11 +188,15 @@ def render_html(r: dict[str, Any]) -> str:
             cap.get("first_failing_concurrency") is not None:
         parts.append(f"<p>Below <b>{esc(cap['first_failing_concurrency'])}</b>: the SLOs "
                      f"fail there, and no lower level has "
-                     f"{esc(cap.get('min_requests_per_bin'))} requests to say where they "
-                     "hold.</p>")
+                     f"{esc(cap.get('min_requests_per_bin'))} judged requests to say where "
+                     "they hold.</p>")
     elif cap.get("max_concurrency_at_slo") is None:
         parts.append(f'<p class="note">Not enough data: each concurrency level needs '
-                     f"{esc(cap.get('min_requests_per_bin'))} requests.</p>")
+                     f"{esc(cap.get('min_requests_per_bin'))} judged requests.</p>")
+    elif cap.get("max_concurrency_at_slo") == 0:
+        text = capacity_text(cap, r["by_concurrency"])
+        head, _, rest = text.partition(" — ")
+        parts.append(f'<p><b class="bad">{esc(head.capitalize())}</b> — {esc(rest)}.</p>')
     else:
         parts.append(f"<p>Largest concurrency meeting the SLOs ≈ "
                      f"<b>{esc(cap['max_concurrency_at_slo'])}</b>, goodput there ≈ "

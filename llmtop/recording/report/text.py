@@ -8,6 +8,7 @@ from typing import Any
 from llmtop.recording.report.fmt import (
     NA,
     arrivals_text,
+    capacity_text,
     dist,
     duration,
     file_notes,
@@ -148,22 +149,8 @@ def render_text(r: dict[str, Any]) -> str:
         "",
     ]
 
-    cap = r["capacity"]
     out.append("CAPACITY AT SLO (requests binned by concurrency at their start)")
-    if cap.get("max_concurrency_at_slo") is None and \
-            cap.get("first_failing_concurrency") is not None:
-        out.append(f"  below {cap['first_failing_concurrency']}: the SLOs fail there, and no "
-                   f"lower level has {cap.get('min_requests_per_bin')} requests to say where "
-                   "they hold")
-    elif cap.get("max_concurrency_at_slo") is None:
-        out.append(f"  not enough data: needs {cap.get('min_requests_per_bin')} requests at a "
-                   "concurrency level")
-    else:
-        out.append(f"  max concurrency meeting the SLOs ≈ {cap['max_concurrency_at_slo']}, "
-                   f"goodput there ≈ {num(cap.get('goodput_tps_at_slo'))} tok/s"
-                   + (f"; first failing level {cap['first_failing_concurrency']}"
-                      if cap.get("first_failing_concurrency") is not None else
-                      "; no level failed: the limit may be higher"))
+    out.append(f"  {capacity_text(r['capacity'], r['by_concurrency'])}")
     bc = [b for b in r["by_concurrency"] if b["requests"]]
     if bc:
         step = max(1, len(bc) // 20)
