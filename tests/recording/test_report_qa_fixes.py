@@ -199,3 +199,35 @@ def test_capacity_when_even_concurrency_1_misses_the_slos(
     cmp_text = report_text(capsys, path, path)
     row = next(ln for ln in cmp_text.splitlines() if "max concurrency at SLO" in ln)
     assert row.split()[4:6] == ["none", "none"], row
+
+
+# -- 1. non-streamed requests in a report ---------------------------------------------------
+
+def test_report_leaves_non_streamed_requests_out_of_ttft(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A llama.cpp-like session: streamed requests start in ~30 ms, non-streamed ones take
+    ~1.04 s to answer whole. TTFT percentiles are the streamed ones'; the non-streamed are
+    judged on no error (no E2E objective here) and meet the SLOs."""
+    import dataclasses
+
+    t0 = soon()
+    recs = []
+    for i in range(40):
+        if i % 2:
+            r = request(i, t0 + i, ttft=1.04, n_chunks=1, tokens_per_chunk=30)
+            recs.append(dataclasses.replace(r, stream=False, e2e_s=1.041))
+        else:
+            recs.append(request(i, t0 + i, ttft=0.03, gap=0.01))
+    path = tmp_path / "mixed.jsonl"
+    write_recording(path, by_end(recs), header={"upstream": "u", "slo": SLO})
+    r = report_json(capsys, path)
+    assert r["conditions"]["streaming_share"] == pytest.approx(0.5)
+    ttft = r["latency"]["ttft"]
+    assert ttft["count"] == 20 and ttft["p50"] == pytest.approx(0.03, rel=1e-2)
+    assert ttft["max"] == pytest.approx(0.03, rel=1e-2)
+    assert r["latency"]["e2e"]["count"] == 40
+    assert r["latency"]["tpot"]["count"] == 20
+    assert r["slo"]["attainment"] == pytest.approx(1.0)
+    (row,) = r["by_concurrency"]
+    assert row["ttft_p95"] == pytest.approx(0.03, rel=1e-2) and row["slo_attainment"] == 1.0
+    assert r["users"][0]["ttft_p95"] == pytest.approx(0.03, rel=1e-2)
