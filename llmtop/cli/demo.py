@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
         from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
         return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
-                       title=f"llmtop demo — {proxy_url}", proxy=proxy_url)
+                       title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url)
     except KeyboardInterrupt:
         return 0
     finally:

@@ -128,14 +128,22 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
             os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch_child, name="llmtop-child-watch", daemon=True).start()
+    proxy_url, admin_url = child.found[LISTEN_PREFIX], child.found[ADMIN_PREFIX]
+    # The addresses, as --headless prints them, before the TUI takes the screen: the TUI
+    # draws on the terminal's alternate screen, so these stay on the main one (and in its
+    # scrollback and any log of the session) and are there again when the TUI exits —
+    # with --admin :0 the only record of the port to `attach` or `curl` outside the TUI.
+    print(f"{LISTEN_PREFIX}{proxy_url}", flush=True)
+    print(f"{ADMIN_PREFIX}{admin_url}", flush=True)
     code = 0
     try:
         code = run_tui(
-            AdminSource([child.found[ADMIN_PREFIX]], token=args.admin_token or "",
+            AdminSource([admin_url], token=args.admin_token or "",
                         max_age_s=SHARED_SNAPSHOT_AGE_S),
             refresh_hz=refresh_hz,
-            title=f"llmtop — {child.found[LISTEN_PREFIX]}",
-            proxy=child.found[LISTEN_PREFIX],
+            title=f"llmtop — {proxy_url}",
+            proxy=proxy_url,
+            admin=admin_url,
         )
     except KeyboardInterrupt:  # SIGTERM (or SIGINT): stop as q does, summary included
         code = 0

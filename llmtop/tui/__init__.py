@@ -20,13 +20,16 @@ def run_tui(
     window_s: int | None = 60,
     title: str = "llmtop",
     proxy: str | None = None,
+    admin: str | None = None,
 ) -> int:
     """Run the TUI on ``source`` until the user quits; returns the exit code.
     The app closes ``source`` when it exits. ``proxy``: the URL clients send requests
-    to, shown in the header (``run`` and ``demo`` know it; ``attach`` does not)."""
+    to, and ``admin``: the admin API the source reads, both shown in the header (``run``
+    and ``demo`` know them; ``attach`` does not)."""
     from llmtop.tui.app import run_tui as run
 
-    return run(source, refresh_hz=refresh_hz, window_s=window_s, title=title, proxy=proxy)
+    return run(source, refresh_hz=refresh_hz, window_s=window_s, title=title, proxy=proxy,
+               admin=admin)
 
 
 __all__ = ["run_tui"]

@@ -75,6 +75,7 @@ class LlmtopApp(App[int]):
         window_s: int | None = 60,
         title: str = "llmtop",
         proxy: str | None = None,
+        admin: str | None = None,
         clock: Clock = time.time,
         retry_s: float = 1.0,
     ) -> None:
@@ -88,6 +89,7 @@ class LlmtopApp(App[int]):
         self.window_s: int | None = window_s
         self.title = title
         self.proxy = proxy
+        self.admin = admin
         self.clock = clock
         self.retry_s = retry_s
         self.paused = False
@@ -192,6 +194,7 @@ class LlmtopApp(App[int]):
             has_data=self.has_data,
             replay=self._replay_label(),
             proxy=self.proxy,
+            admin=self.admin,
         )
 
     def _source_label(self) -> str:
@@ -372,11 +375,14 @@ def run_tui(
     window_s: int | None = 60,
     title: str = "llmtop",
     proxy: str | None = None,
+    admin: str | None = None,
 ) -> int:
     """Run the TUI on ``source`` until the user quits; returns the exit code (0).
     The app closes the source when it exits. Used by ``attach``, ``run``, ``replay``
-    and ``demo``."""
-    app = LlmtopApp(source, refresh_hz=refresh_hz, window_s=window_s, title=title, proxy=proxy)
+    and ``demo``; ``proxy`` and ``admin`` (the addresses of the proxy ``run`` or ``demo``
+    started) are named in the header."""
+    app = LlmtopApp(source, refresh_hz=refresh_hz, window_s=window_s, title=title, proxy=proxy,
+                    admin=admin)
     app.run()
     return int(app.return_code or 0)
 

@@ -1,14 +1,22 @@
-"""QA round 8, on screen: capacity "≈ 0, goodput ≈ 0 tok/s" when even concurrency 1 misses
-the SLOs; two different figures both called "goodput" (the header's, for the window, and the
-output chart's reference line, at capacity)."""
+"""QA round 8, on screen: `llmtop run` never showed its admin address (the listen lines
+were read from the proxy child and not printed; the header named it only at ≥ 120
+columns); capacity "≈ 0, goodput ≈ 0 tok/s" when even concurrency 1 misses the SLOs; two
+different figures both called "goodput" (the header's, for the window, and the output
+chart's reference line, at capacity)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import re
 
+import aiohttp
 import pytest
+from test_tui_run_pty import ANSI, _close, _run_in_pty
 from tui_support import FIXED_NOW, FixtureSource, screen_text, until
 
+from llmtop.sim.server import running_sim
 from llmtop.tui.app import LlmtopApp
 
 SIZES = [(160, 48), (120, 40), (80, 24)]
@@ -57,3 +65,73 @@ async def test_only_the_window_goodput_is_called_plain_goodput(size: tuple[int, 
     assert re.search(r"goodput 596", text), text  # the header's
     assert "╌ goodput 1,105" not in text, text
     assert re.search(r"output tok/s 1,4[0-9]{2}\s+╌ (goodput at )?capacity 1,(105|…)", text), text
+
+
+# -- the admin address (QA: `llmtop run --admin 127.0.0.1:0` never showed it) ---------------
+
+PROXY, ADMIN = "http://127.0.0.1:8080", "http://127.0.0.1:45679"
+
+
+@pytest.mark.parametrize(("size", "shown"), [((160, 48), f"admin {ADMIN}"),
+                                             ((100, 40), "admin :45679"),
+                                             ((80, 24), "admin :45679")])
+async def test_the_header_names_the_admin_address_at_every_width(
+        size: tuple[int, int], shown: str) -> None:
+    app = LlmtopApp(FixtureSource("saturated"), refresh_hz=0, clock=lambda: FIXED_NOW,
+                    proxy=PROXY, admin=ADMIN)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause()
+        line1 = screen_text(app).splitlines()[0]
+    assert f"proxy {PROXY} │ {shown} │ " in line1, line1
+
+
+async def test_an_admin_url_not_beside_the_proxys_is_shown_whole() -> None:
+    app = LlmtopApp(FixtureSource("saturated"), refresh_hz=0, clock=lambda: FIXED_NOW,
+                    proxy="http://0.0.0.0:8080", admin=ADMIN)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause()
+        line1 = screen_text(app).splitlines()[0]
+    assert f"│ admin {ADMIN} │" in line1, line1
+
+
+async def test_run_prints_both_addresses_on_the_main_screen_and_names_the_admin_port(
+) -> None:
+    """`llmtop run --admin 127.0.0.1:0` in a real pty, 100 columns: the two listen lines
+    are printed before the TUI takes the alternate screen (so they are on the main screen,
+    and in its scrollback, when the TUI exits; nothing clears it), the header names the
+    admin port, and that address is the admin API."""
+    async with running_sim("tiny") as sim:
+        proc, master, out = await _run_in_pty(sim.url, cols=100, rows=30)
+        try:
+            before, alt, _ = bytes(out).partition(b"\x1b[?1049h")
+            assert alt, "the TUI did not use the alternate screen"
+            proxy = re.search(rb"llmtop: proxy listening on http://127\.0\.0\.1:[0-9]+\r?\n",
+                              before)
+            admin = re.search(rb"llmtop: admin listening on (http://127\.0\.0\.1:([0-9]+))\r?\n",
+                              before)
+            assert proxy is not None and admin is not None, before
+            url, port = admin[1].decode(), admin[2].decode()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while f"admin :{port}".encode() not in ANSI.sub(b"", bytes(out)):
+                assert loop.time() < deadline, ANSI.sub(b"", bytes(out))[-3000:]
+                await asyncio.sleep(0.2)
+            async with aiohttp.ClientSession() as s, \
+                    s.get(url + "/llmtop/v1/snapshot") as r:
+                assert r.status == 200 and (await r.json())["version"] == 1
+            for _ in range(15):  # q (again, should the first come before the app reads)
+                os.write(master, b"q")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(proc.wait()), 2)
+                    break
+            assert proc.returncode == 0
+            await asyncio.sleep(0.2)
+            raw = bytes(out)
+            _, left, after = raw.rpartition(b"\x1b[?1049l")
+            assert left and b"llmtop: served" in after, raw[-2000:]
+            for clear in (b"\x1b[2J", b"\x1b[3J", b"\x1bc"):  # the main screen is kept
+                assert clear not in before + after, (clear, before + after)
+        finally:
+            await _close(proc, master)

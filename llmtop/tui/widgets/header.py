@@ -28,14 +28,26 @@ class HeaderStatus:
     proxy: str | None = None
     """The URL clients send their requests to, when the command knows it (``run`` and
     ``demo``; with ``--listen :0`` it is the only place the port is shown)."""
+    admin: str | None = None
+    """The admin API the source reads, when the command started it (``run`` and ``demo``):
+    what ``llmtop attach`` and ``curl`` need, shown at every width."""
 
 
 SEP = " │ "
 
 
+def _beside(url: str, proxy: str | None) -> str:
+    """``url`` short next to the proxy's: ``:9001`` when only the port differs (narrow
+    terminals keep the upstream and window in view), else the whole URL."""
+    head, sep, port = url.rpartition(":")
+    if proxy and sep and port.isdigit() and proxy.rpartition(":")[0] == head:
+        return f":{port}"
+    return url
+
+
 class HeaderBar(ViewPanel):
-    """Line 1: proxy address, state flags, upstream, window, uptime, source. Line 2:
-    system figures."""
+    """Line 1: proxy and admin addresses, state flags, upstream, window, uptime, source.
+    Line 2: system figures."""
 
     READS = ("system", "recording", "upstream", "uptime_s", "started_at", "time", "slo")
 
@@ -63,6 +75,10 @@ class HeaderBar(ViewPanel):
             t.append(SEP)
             t.append("proxy ", pal.dim)  # labelled even when narrow: two bare URLs confuse
             t.append(st.proxy)
+        if st.admin:
+            t.append(SEP)
+            t.append("admin ", pal.dim)
+            t.append(st.admin if wide else _beside(st.admin, st.proxy))
         if not st.connected:
             t.append(SEP)
             why = f" ({st.error})" if st.error else ""
@@ -90,7 +106,8 @@ class HeaderBar(ViewPanel):
         t.append(SEP)
         t.append("up ", pal.dim)
         t.append(fmt.duration(v.uptime_s))
-        if st.source and (wide or not v.text("upstream")):
+        if st.source and (wide or not v.text("upstream")) and not (
+                st.admin and st.source.startswith(st.admin)):  # named already
             t.append(SEP)
             t.append("via ", pal.dim)
             t.append(st.source)
