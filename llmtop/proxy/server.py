@@ -692,20 +692,24 @@ class ProxyServer:
             is_stream = False
         else:
             is_stream = ex.stream  # the response does not say: as the request asked
-        ex.stream = ex.active.stream = is_stream
+        if status < 400:
+            # the record's ``stream``: whether the answer was streamed; an error page is
+            # never streamed, so for errors it stays what the request asked (QA: upstream
+            # 4xx/5xx said false but the proxy's own 502/504 true, for the same request)
+            ex.stream = ex.active.stream = is_stream
         frame = response_head(request.version, request.method, status, head.reason,
                               head.headers, length=head.length if strip is None else None,
                               stream=is_stream, keep_alive=request.keep_alive)
         encoding = head.content_encoding.lower()
         parser: StreamParser
         if encoding in ("", "identity"):
-            parser = (make_parser(ex.active.dialect, ex.stream, ctype or None)
+            parser = (make_parser(ex.active.dialect, is_stream, ctype or None)
                       if status < 400 or ex.active.dialect != "other" else PlainParser(False))
         else:  # compressed bytes pass through; the parser reads an inflated copy if it can
             # (a compressed body cannot be edited: the usage event is not removed — llmtop
             # asks for an uncompressed answer whenever it would have to, see _upstream_request)
             strip = None
-            parser = (InflatingParser(make_parser(ex.active.dialect, ex.stream, ctype or None),
+            parser = (InflatingParser(make_parser(ex.active.dialect, is_stream, ctype or None),
                                       encoding) if encoding in INFLATABLE
                       else PlainParser(status < 400))
         ex.parser = parser
