@@ -168,7 +168,9 @@ class Signals:
             t_start=ev.t_start,
             outcome=ev.outcome,
             status=ev.status,
-            ttft_s=ev.ttft_s,
+            # a non-streamed answer arrives whole: its TTFT is its E2E, not a first token's
+            # latency (the metrics leave it out of TTFT and its objective too)
+            ttft_s=ev.ttft_s if ev.stream else None,
             e2e_s=ev.e2e_s,
             itl_p95_s=itl_p95(ev),
             tokens=ev.completion_tokens or 0,
@@ -185,8 +187,8 @@ class Signals:
             slo = self.slo
             tally = self._tally_for(t_end)
             tally.answered += 1
-            tally.ok_ttft += f.ttft_s is not None and (slo.ttft_s is None
-                                                       or f.ttft_s <= slo.ttft_s)
+            tally.ok_ttft += not ev.stream or (f.ttft_s is not None and (
+                slo.ttft_s is None or f.ttft_s <= slo.ttft_s))
             # a one-token answer has no ITL to miss
             tally.ok_itl += f.itl_p95_s is None or slo.itl_p95_s is None or \
                 f.itl_p95_s <= slo.itl_p95_s

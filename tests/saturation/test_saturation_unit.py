@@ -244,6 +244,22 @@ def test_slo_one_miss_in_twenty_is_noise_many_are_not() -> None:
     assert "answered requests" in msg and "replicas" in msg
 
 
+def test_slo_ttft_leaves_non_streamed_answers_out() -> None:
+    """QA (real llama.cpp): non-streamed answers of 0.6–1 s (their TTFT is their E2E)
+    raised SLO_TTFT "requests wait or prefill too long" with no load at all. They are not
+    judged on TTFT (as in the metrics), and do not move the TTFT p95 either."""
+    import dataclasses
+
+    h = Harness()
+    for _ in range(20):
+        whole = [dataclasses.replace(record(h.now - 1.0, ttft=0.9, n=1), stream=False)
+                 for _ in range(3)]
+        h.feed(*whole, *[record(h.now - 1.0, ttft=0.1) for _ in range(2)])
+        h.step()
+    assert h.codes() == []
+    assert h.mon.signals.ttft_p95(h.now, 60) == 0.1
+
+
 def test_slo_ignores_failed_requests() -> None:
     """Failures are ERRORS' business: 30 % of requests failing is not an SLO_TTFT miss."""
     h = Harness()
