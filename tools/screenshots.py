@@ -41,6 +41,7 @@ async def capture_async(
     keys: tuple[str, ...] = (),
     refresh_hz: float = 4.0,
     proxy: str | None = None,
+    admin: str | None = None,
 ) -> Path:
     """Run the app on ``source`` headless at ``size`` (columns, rows), wait for its
     first snapshot and then ``wait_s`` seconds more (plots fill up from a live source),
@@ -48,7 +49,7 @@ async def capture_async(
     Raises ``RuntimeError`` when no snapshot arrived within ``wait_s`` + 30 s."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    app = LlmtopApp(source, refresh_hz=refresh_hz, title=title, proxy=proxy)
+    app = LlmtopApp(source, refresh_hz=refresh_hz, title=title, proxy=proxy, admin=admin)
     async with app.run_test(size=size) as pilot:
         deadline = time.monotonic() + wait_s + 30.0
         while app.refreshes == 0:
@@ -139,7 +140,8 @@ def live(out: Path, size: tuple[int, int]) -> list[Path]:
             proxy = demo.found["llmtop: proxy listening on "]
             time.sleep(12)
             paths.append(capture(AdminSource([admin]), out / "demo-low-load.svg", size,
-                                 wait_s=2, title="llmtop demo", proxy=proxy))
+                                 wait_s=2, title="llmtop demo", proxy=proxy,
+                                 admin=admin))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 snap = _admin_snapshot(admin)
@@ -150,7 +152,8 @@ def live(out: Path, size: tuple[int, int]) -> list[Path]:
                 raise RuntimeError("the demo never raised QUEUEING within 120 s")
             time.sleep(5)
             paths.append(capture(AdminSource([admin]), out / "demo-saturated.svg", size,
-                                 wait_s=2, title="llmtop demo", proxy=proxy))
+                                 wait_s=2, title="llmtop demo", proxy=proxy,
+                                 admin=admin))
         finally:
             demo.stop(30)
         paths.append(capture(tui_source(rec, speed=20.0), out / "replay.svg", size,
