@@ -121,7 +121,8 @@ class Config:
     """auto, openai, anthropic, ollama, tgi, other."""
     user_header: str = "X-LLMTOP-User"
     user_salt: str = ""
-    """Salt for API-key pseudonyms; empty = a random salt per process."""
+    """Salt for API-key pseudonyms; empty = the stored salt of this machine user
+    (:func:`llmtop.proxy.identity.stored_salt`)."""
     inject_usage: bool = True
     """Ask OpenAI-style upstreams for usage in streams and hide it from clients that did not."""
     max_body_bytes: int = 64 * 1024 * 1024

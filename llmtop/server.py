@@ -423,7 +423,10 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     token = secrets.token_hex(16)
     obs.check_recording()
     if not cfg.user_salt:  # every worker must derive the same key pseudonyms
-        os.environ["LLMTOP_USER_SALT"] = secrets.token_hex(16)
+        from llmtop.proxy.identity import stored_salt
+
+        salt = stored_salt()  # the same as one process would use
+        os.environ["LLMTOP_USER_SALT"] = salt.decode() if salt else secrets.token_hex(16)
     admin_url = await obs.start_admin([ingest_route(bus, fleet, token)],
                                       self_authenticated=frozenset({INGEST_PATH}))
     try:

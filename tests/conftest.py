@@ -6,3 +6,10 @@ import os
 
 # The test suite never sends telemetry or looks for a real GPU unless a test asks.
 os.environ.setdefault("LLMTOP_GPU_SOURCE", "none")
+# API-key pseudonyms use a stored salt (~/.local/state/llmtop/user_salt): the suite keeps
+# its own, so running the tests never writes to the home directory
+if "LLMTOP_SALT_FILE" not in os.environ:
+    import tempfile
+
+    os.environ["LLMTOP_SALT_FILE"] = os.path.join(
+        tempfile.mkdtemp(prefix="llmtop-tests-"), "user_salt")

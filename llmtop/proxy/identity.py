@@ -4,21 +4,68 @@ First match wins: the configured header (default ``X-LLMTOP-User``), the request
 ``user`` field (OpenAI), the API key (``Authorization: Bearer …`` or ``x-api-key``) as a
 salted-hash pseudonym ``key:`` + 8 hex digits, then the client address. Names are always
 valid text (bytes that are not UTF-8 become U+FFFD). A raw key is never
-stored or returned: it is hashed with a salt (``user_salt`` from the config, else random per
-process — pseudonyms are then stable only for the life of the process).
+stored or returned: it is hashed with a salt — ``user_salt`` from the config, else this
+machine user's stored salt (:func:`stored_salt`: made once, kept in a 0600 file), so a key
+keeps its pseudonym across restarts and across the proxies of one host; only when that file
+cannot be read or made is the salt random per process. Proxies on several hosts share a
+``user_salt`` (docs/fleet.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 
 from llmtop.proxy.dialects._common import as_text
 
 MAX_USER_LEN: Final = 128
 """Longer header or body values are cut (a user id, not a payload)."""
+
+
+SALT_FILE_ENV: Final = "LLMTOP_SALT_FILE"
+"""Where the stored salt lives, when set (tests point it at a temporary file)."""
+
+
+def salt_path() -> Path:
+    """``$LLMTOP_SALT_FILE``, else ``$XDG_STATE_HOME/llmtop/user_salt`` (by default
+    ``~/.local/state/llmtop/user_salt``)."""
+    env = os.environ.get(SALT_FILE_ENV)
+    if env:
+        return Path(env)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "llmtop" / "user_salt"
+
+
+def stored_salt() -> bytes | None:
+    """This machine user's pseudonym salt: read from :func:`salt_path`, or made there
+    (32 random bytes as hex, mode 0600; a concurrent maker's file wins). None when the file
+    can be neither read nor made (read-only home): the caller falls back to a random salt."""
+    path = salt_path()
+    for _ in range(2):
+        try:
+            text = path.read_text("ascii").strip()
+            if len(text) >= 32:
+                return text.encode()
+            return None  # damaged: never overwritten (it may be a user's own choice)
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError):
+            return None
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue  # made meanwhile by another proxy or worker: read theirs
+        except OSError:
+            return None
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    return None
 
 
 def key_pseudonym(key: str, salt: bytes) -> str:
@@ -46,7 +93,7 @@ class IdentityResolver:
         self._header = user_header
         if isinstance(salt, str):
             salt = salt.encode()
-        self._salt = salt or os.urandom(32)
+        self._salt = salt or stored_salt() or os.urandom(32)
         self.header_names: frozenset[bytes] = frozenset(
             {b"authorization", b"x-api-key"}
             | ({user_header.lower().encode("latin-1", "replace")} if user_header else set()))

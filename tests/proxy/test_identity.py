@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+import stat
+from pathlib import Path
 
 import aiohttp
+import pytest
 from multidict import CIMultiDict
 from test_proxy_support import Script, running_proxy, scripted_upstream
 
-from llmtop.proxy.identity import IdentityResolver, key_pseudonym
+from llmtop.proxy.identity import SALT_FILE_ENV, IdentityResolver, key_pseudonym, stored_salt
 
 
 def test_order_header_then_body_then_key_then_address() -> None:
@@ -40,10 +43,32 @@ def test_key_pseudonym_is_salted_stable_and_never_the_key() -> None:
     # other auth schemes still become pseudonyms, never the raw value
     basic = a.resolve({"Authorization": "Basic dXNlcjpwYXNz"}, None, None)
     assert basic.startswith("key:") and "dXNl" not in basic
-    # no salt configured: a random one per process (not guessable, still stable)
+    # no salt configured: the stored one (not guessable, stable)
     r = IdentityResolver("X-LLMTOP-User", "")
     assert r.resolve(bearer, None, None) == r.resolve(bearer, None, None)
     assert r.resolve(bearer, None, None) != key_pseudonym("sk-live-abcdef123456", b"")
+
+
+def test_without_a_configured_salt_a_key_keeps_its_pseudonym_across_proxies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QA: the same key was key:73af17a8 on one proxy and key:e32102a8 on the next (a
+    random salt per process): `attach A B` split one user in two, `report before after`
+    could not match users, Prometheus labels changed at every restart. Now the salt is made
+    once (0600) and read by every later proxy of this machine user."""
+    path = tmp_path / "state" / "llmtop" / "user_salt"
+    monkeypatch.setenv(SALT_FILE_ENV, str(path))
+    bearer = {"Authorization": "Bearer sk-live-abcdef123456"}
+    first = IdentityResolver("X-LLMTOP-User", "").resolve(bearer, None, None)
+    assert path.exists() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "sk-live" not in path.read_text()
+    assert IdentityResolver("X-LLMTOP-User", "").resolve(bearer, None, None) == first
+    assert IdentityResolver("X-LLMTOP-User", "other").resolve(bearer, None, None) != first
+    # a place where no file can be made: a random salt, and the proxy still works
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv(SALT_FILE_ENV, str(blocker / "user_salt"))
+    assert stored_salt() is None
+    assert IdentityResolver("X-LLMTOP-User", "").resolve(bearer, None, None).startswith("key:")
 
 
 def test_long_names_are_cut() -> None:
