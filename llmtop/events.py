@@ -174,7 +174,12 @@ class ActiveRequest:
             concurrency_at_start=self.concurrency_at_start, error=error)
 
     def to_json_dict(self, now_ns: int) -> dict[str, Any]:
-        """The ``request`` shape with fields so far (for ``/llmtop/v1/requests?state=active``)."""
+        """The ``request`` shape with fields so far (for ``/llmtop/v1/requests?state=active``):
+        every scalar field of a record, ``null`` where not known yet (``status``,
+        ``outcome``, ``e2e_s``, ``prompt_tokens``, ``error``); ``completion_tokens`` counted
+        from the stream so far (``token_source`` ``chunks``); and, beyond the record,
+        ``state`` (waiting/streaming), ``age_s``, ``chunks`` (how many so far, instead of
+        the per-chunk lists) and ``tps``."""
         age = (now_ns - self.t0_ns) / 1e9
         ttft = None if self.first_token_ns is None else (self.first_token_ns - self.t0_ns) / 1e9
         tps = None
@@ -189,14 +194,20 @@ class ActiveRequest:
             "dialect": self.dialect,
             "path": self.path,
             "stream": self.stream,
+            "status": None,
+            "outcome": None,
             "state": self.state,
             "t_start": self.t_start,
             "age_s": age,
             "ttft_s": ttft,
+            "e2e_s": None,
+            "prompt_tokens": None,
             "chunks": self.chunks,
             "completion_tokens": self.tokens,
+            "token_source": "chunks",
             "tps": tps,
             "concurrency_at_start": self.concurrency_at_start,
+            "error": None,
         }
 
 

@@ -120,6 +120,12 @@ async def test_requests_active_and_recent(make_server: Callable[..., Any]) -> No
     status, active, _ = await get(srv.url + "/llmtop/v1/requests?state=active")
     assert status == 200 and [a["id"] for a in active] == ["live"]
     assert active[0]["state"] == "waiting" and active[0]["age_s"] >= 2
+    # the recording's request shape, fields so far (QA: status, outcome, e2e_s,
+    # prompt_tokens, token_source and error were missing)
+    _, recent_one, _ = await get(srv.url + "/llmtop/v1/requests?state=recent&limit=1")
+    missing = set(recent_one[0]) - {"chunk_offsets_s", "chunk_tokens"} - set(active[0])
+    assert not missing, missing
+    assert active[0]["outcome"] is None and active[0]["e2e_s"] is None
     status, recent, _ = await get(srv.url + "/llmtop/v1/requests?state=recent&limit=4")
     assert status == 200 and [r["id"] for r in recent] == ["r2", "r3", "r4", "r5"]
     status, default, _ = await get(srv.url + "/llmtop/v1/requests")
