@@ -9,6 +9,12 @@ record arrives, whatever of its output tokens was not yet attributed is added th
 final count from the engine's usage wins; the correction may be negative).
 Both sides are keyed by the request id, which the proxy uses for both.
 
+Live tokens are the proxy's count of content events (one token each) until the engine's
+usage arrives with the record. Engines that pack several tokens into an event (speculative
+decoding, a stream interval) would then read k× low while streaming and jump when the
+request ends; so each model's tokens per event is learned from its finished requests that
+carried usage (:data:`TPE_ALPHA`-weighted), and live events are attributed at that rate.
+
 Series: ``0`` is the system; users and models get bounded label sets (see
 :mod:`llmtop.metrics.labels`); every latency sample is recorded to the system, its user
 and its model. Windows are described in :mod:`llmtop.metrics.windows`, SLOs in
@@ -76,6 +82,12 @@ SERIES_POINTS: Final = 150
 """Time-series points kept: one per 2 s, 5 minutes."""
 ENGINE_HISTORY_S: Final = 320.0
 _LIVE_FORGET_S: Final = 600.0
+TPE_ALPHA: Final = 0.3
+"""Weight of a finished request in its model's tokens-per-event estimate."""
+TPE_MIN_EVENTS: Final = 8
+"""Requests with fewer live events seen teach nothing (too coarse a ratio)."""
+TPE_MODELS: Final = 64
+"""Models whose tokens-per-event is remembered (a flood of names cannot grow memory)."""
 PENDING_RECORDS: Final = 64
 """Records queued before they are filed without a reader asking ..."""
 PENDING_CHUNKS: Final = 2048
@@ -139,8 +151,12 @@ class Aggregator:
         self.filing_errors = 0
         """Batches of records dropped because filing them raised (a bug, not traffic)."""
         self.last_filing_error: BaseException | None = None
-        self._live: dict[str, int] = {}
+        self._live: dict[str, tuple[int, int]] = {}
+        """Active request id → (content events seen at the last tick, tokens attributed)."""
         self._live_seen: dict[str, float] = {}
+        self.tokens_per_event: dict[str, float] = {}
+        """Model → output tokens per content event, learned from finished requests with
+        usage (absent: 1)."""
         self._scored: set[str] = set()
         """Active request ids already counted in their user's traffic score."""
         self._coarse_start = self._windows.coarse_cur.start
@@ -222,8 +238,11 @@ class Aggregator:
             w = 0.0 if r.id in scored else 1.0
             users.append(self.users.series_for(r.user, w))
             models.append(self.models.series_for(r.model or "unknown", w))
-            remainder.append(output_tokens(r) - live.pop(r.id, 0))
-            seen.pop(r.id, None)
+            events, attributed = live.pop(r.id, (0, 0))
+            last_tick = seen.pop(r.id, None)
+            remainder.append(output_tokens(r) - attributed)
+            if r.token_source == "usage" and r.stream and last_tick is not None:
+                self._learn_tpe(r, events, last_tick)
             scored.discard(r.id)
             chunks += len(r.chunk_offsets_s)
         self._pending.extend(records)
@@ -232,6 +251,24 @@ class Aggregator:
         self.recent.extend(records)
         if len(self._pending) >= PENDING_RECORDS or self._pending_chunks >= PENDING_CHUNKS:
             self.flush()
+
+    def _learn_tpe(self, r: RequestRecord, events: int, last_tick: float) -> None:
+        """Update ``r.model``'s tokens per event from its usage and the events the last
+        tick saw, plus its chunks since (one event each: what a tick cannot see yet)."""
+        cut = last_tick - r.t_start
+        events += sum(1 for o in r.chunk_offsets_s if o > cut)
+        n = r.completion_tokens
+        if n is None or events < TPE_MIN_EVENTS:
+            return
+        sample = min(max(n / events, 0.5), 64.0)
+        model = r.model or "unknown"
+        old = self.tokens_per_event.get(model)
+        if old is None:  # a model's first request sets it; later ones move it
+            if len(self.tokens_per_event) >= TPE_MODELS:
+                return
+            old = sample
+        new = old + TPE_ALPHA * (sample - old)
+        self.tokens_per_event[model] = 1.0 if abs(new - 1.0) < 0.02 else new
 
     def flush(self) -> None:
         """File the queued records into the current interval and the capacity bins."""
@@ -273,21 +310,27 @@ class Aggregator:
         waiting = 0
         delta: np.ndarray[Any, np.dtype[np.int64]] | None = None
         live, seen = self._live, self._live_seen
+        tpe_of = self.tokens_per_event.get if self.tokens_per_event else None
         actives = list(self.active.values())
         for a in actives:
             if a.first_token_ns is None:
                 waiting += 1
             prev = live.get(a.id)
             if prev is None:
-                prev = live[a.id] = 0
+                prev = live[a.id] = (0, 0)
             if a.user and a.id not in self._scored:  # the user is known once the body is read
                 self._scored.add(a.id)
                 self.users.series_for(a.user)
                 self.models.series_for(a.model or "unknown")
             seen[a.id] = t
-            d = a.tokens - prev
+            raw = a.tokens
+            if raw == prev[0]:
+                continue
+            tpe = tpe_of(a.model or "unknown") if tpe_of is not None else None
+            attributed = raw if tpe is None else int(raw * tpe + 0.5)
+            live[a.id] = (raw, attributed)
+            d = attributed - prev[1]
             if d:
-                live[a.id] = a.tokens
                 if delta is None:
                     delta = np.zeros(self.shape, dtype=np.int64)
                 delta[0, C_OUT] += d
