@@ -72,16 +72,22 @@ class RunSummary:
 
     def lines(self) -> list[str]:
         out = [
-            f"llmtop: served {self.requests} requests in {self.uptime_s:.1f} s "
-            f"({self.errors} errors, {self.output_tokens} output tokens)",
+            f"llmtop: served {_n(self.requests, 'request')} in {self.uptime_s:.1f} s "
+            f"({_n(self.errors, 'error')}, {_n(self.output_tokens, 'output token')})",
         ]
         if self.cancelled_at_shutdown:
+            n = self.cancelled_at_shutdown
             out.append(
-                f"llmtop: {self.cancelled_at_shutdown} in-flight streams were cancelled "
-                "at the shutdown deadline"
+                f"llmtop: {_n(n, 'in-flight stream')} {'was' if n == 1 else 'were'} "
+                "cancelled at the shutdown deadline"
             )
         out.extend(self.notes)
         return out
+
+
+def _n(n: int, noun: str) -> str:
+    """``1 request``, ``2 requests``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class Observers:

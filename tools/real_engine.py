@@ -524,6 +524,9 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
     print(f"real_engine: llama-server listening on {server.url} (log: {server.log_path})")
     print(f"real_engine: model alias {MODEL_ALIAS}", flush=True)
+    # SIGTERM (a supervisor, `timeout`, `kill`) stops llama-server as Ctrl-C does: it used
+    # to end this script and leave the server running
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         while server.proc.poll() is None:
             time.sleep(0.5)

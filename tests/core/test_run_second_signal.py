@@ -61,6 +61,6 @@ async def test_a_second_signal_ends_the_grace_at_once(workers: list[str]) -> Non
         assert proc.stdout is not None
         rest = (await proc.stdout.read()).decode()
     assert rc == 0 and took < 5, (took, rest)
-    assert "1 in-flight streams were cancelled at the shutdown deadline" in rest
+    assert "1 in-flight stream was cancelled at the shutdown deadline" in rest
     assert "stopping now" in rest and "Traceback" not in rest
     assert "served 1 request" in rest
