@@ -28,6 +28,19 @@ def _request(host: str) -> bytes:
             str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
 
 
+async def _ask(url: str, until: bytes,
+               conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None,
+               ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Send one request (on ``conn``, else a new connection) and read until ``until``."""
+    host = url.removeprefix("http://")
+    if conn is None:
+        h, p = host.rsplit(":", 1)
+        conn = await asyncio.open_connection(h, int(p))
+    conn[1].write(_request(host))
+    await _read_until(conn[0], until)
+    return conn
+
+
 async def _read_until(reader: asyncio.StreamReader, marker: bytes) -> bytes:
     got = b""
     async with asyncio.timeout(10):
@@ -43,21 +56,12 @@ async def test_leaving_right_after_done_is_ok_not_cancelled() -> None:
     async with scripted_upstream() as up:
         up.script = Script(chunks=chunks, headers=SSE, gap_s=0.3)
         async with running_proxy(up.url, inject_usage=False) as (_, url, recs):
-            host = url.removeprefix("http://")
-            h, p = host.rsplit(":", 1)
-            reader, writer = await asyncio.open_connection(h, int(p))
             # 1st request: read it whole (through the terminator), keeping the connection
-            writer.write(_request(host))
-            await _read_until(reader, b"0\r\n\r\n")
+            conn = await _ask(url, b"0\r\n\r\n")
             # 2nd request on the same connection (the direct path): leave after [DONE]
-            writer.write(_request(host))
-            await _read_until(reader, b"data: [DONE]")
-            writer.close()
+            (await _ask(url, b"data: [DONE]", conn))[1].close()
             # a new connection (aiohttp's handler path): leave after [DONE] as well
-            reader2, writer2 = await asyncio.open_connection(h, int(p))
-            writer2.write(_request(host))
-            await _read_until(reader2, b"data: [DONE]")
-            writer2.close()
+            (await _ask(url, b"data: [DONE]"))[1].close()
             records = await recs.wait(3, within_s=10)
     assert [r.outcome for r in records] == ["ok", "ok", "ok"], [
         (r.outcome, r.error) for r in records]
@@ -71,12 +75,7 @@ async def test_leaving_before_done_is_still_cancelled() -> None:
         up.script = Script(chunks=openai_chunks(["Hi", " there", "!"]), headers=SSE,
                            gap_s=0.3)
         async with running_proxy(up.url, inject_usage=False) as (_, url, recs):
-            host = url.removeprefix("http://")
-            h, p = host.rsplit(":", 1)
-            reader, writer = await asyncio.open_connection(h, int(p))
-            writer.write(_request(host))
-            await _read_until(reader, b'"Hi"')
-            writer.close()
+            (await _ask(url, b'"Hi"'))[1].close()
             (rec,) = await recs.wait(1, within_s=10)
     assert rec.outcome == "cancelled" and rec.error == "client disconnected"
 
