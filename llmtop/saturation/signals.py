@@ -210,7 +210,10 @@ class Signals:
         return tallies[0]
 
     def sample(self, now: float, active: Mapping[str, ActiveRequest], now_ns: int) -> Sample:
-        waiting = [a for a in list(active.values()) if a.first_token_ns is None]
+        # a non-streamed request has no first token until its whole answer is there: it
+        # is generating, not necessarily queued, so it is no evidence of a queue (QA: three
+        # 1.5 s non-streamed Ollama requests raised QUEUEING against an idle engine)
+        waiting = [a for a in list(active.values()) if a.first_token_ns is None and a.stream]
         oldest = max(((now_ns - a.t0_ns) / 1e9 for a in waiting), default=0.0)
         engine_waiting = None
         if self.engine is not None and now - self.engine.t < self.engine_fresh_s:

@@ -56,11 +56,11 @@ class Harness:
         ns = int(self.now * 1e9)
         return self.mon.tick(self.now, ns)
 
-    def set_waiting(self, n: int, age_s: float = 0.0) -> None:
+    def set_waiting(self, n: int, age_s: float = 0.0, *, stream: bool = True) -> None:
         self.active.clear()
         for i in range(n):
             self.active[f"w{i}"] = ActiveRequest(
-                id=f"w{i}", user="u", model="m", dialect="openai", path="/", stream=True,
+                id=f"w{i}", user="u", model="m", dialect="openai", path="/", stream=stream,
                 t_start=self.now - age_s, t0_ns=int((self.now - age_s) * 1e9))
 
     def codes(self, state: str = "raised") -> list[str]:
@@ -285,6 +285,23 @@ def test_queueing_ignores_a_burst_the_engine_absorbs() -> None:
         h.feed(*[record(h.now - 1.0, ttft=0.4) for _ in range(5)])
         h.step()
     assert h.codes() == ["QUEUEING"]
+
+
+def test_non_streamed_requests_in_flight_are_no_queue() -> None:
+    """QA (Ollama, no engine /metrics): three 1.5 s non-streamed requests always in flight
+    have no first token for their whole life — generating, not queued — and raised
+    QUEUEING "3 of them without a first token" against an idle engine."""
+    h = Harness()
+    healthy_traffic(h, 30)
+    for _ in range(20):
+        h.set_waiting(3, age_s=1.5, stream=False)
+        h.step()
+    assert h.codes() == []
+    for _ in range(10):  # the same, streamed: a queue that never empties
+        h.set_waiting(3, age_s=1.5)
+        h.feed(*[record(h.now - 1.0, ttft=1.5) for _ in range(3)])
+        h.step()
+    assert "QUEUEING" in h.codes()
 
 
 def test_error_rate_at_the_threshold_raises_once_and_does_not_flap() -> None:
