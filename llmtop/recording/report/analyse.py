@@ -143,7 +143,7 @@ class _Collector:
         self.outcomes[r.outcome] += 1
         self.statuses[r.status] += 1
         self.token_sources[r.token_source] += 1
-        if r.error:
+        if r.error and r.outcome in ("error", "timeout"):  # a cancel is no error
             self.error_messages[r.error[:120]] += 1
         if r.stream:
             self.streaming += 1
@@ -499,6 +499,8 @@ def analyse(
             "timeout_rate": timeouts / c.requests if c.requests else None,
             "statuses": {str(k): v for k, v in sorted(c.statuses.items())},
             "top_errors": [{"error": m, "count": n} for m, n in c.error_messages.most_common(5)],
+            "other_errors": sum(c.error_messages.values())
+            - sum(n for _, n in c.error_messages.most_common(5)),
         },
         "slo": {
             **eff_slo.as_dict(),

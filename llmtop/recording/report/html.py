@@ -169,7 +169,9 @@ def render_html(r: dict[str, Any]) -> str:
     ]))
     if o["top_errors"]:
         parts.append(grid(("most frequent errors", "count"),
-                          [[e["error"], num(e["count"], 0)] for e in o["top_errors"]]))
+                          [[e["error"], num(e["count"], 0)] for e in o["top_errors"]]
+                          + ([["other errors", num(o["other_errors"], 0)]]
+                             if o.get("other_errors") else [])))
 
     s = r["slo"]
     verdict = "" if s["target_met"] is None else (

@@ -136,6 +136,8 @@ def render_text(r: dict[str, Any]) -> str:
     ]
     for e in o["top_errors"]:
         out.append(f"  {e['count']:>6} × {e['error']}")
+    if o.get("other_errors"):
+        out.append(f"  {o['other_errors']:>6} × other errors")
     out.append("")
 
     s = r["slo"]
