@@ -167,6 +167,16 @@ def _merge_gpus(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [dict(gpus[k]) for k in sorted(gpus)]
 
 
+def _merge_recordings(recordings: list[Any]) -> Any:
+    """The first proxy's recording status; with several recording, its path names how many
+    more (QA: `attach A B` showed only A's file although B recorded too) and ``paths``
+    lists them all."""
+    if len(recordings) < 2 or not all(isinstance(r, dict) for r in recordings):
+        return recordings[0] if recordings else None
+    paths = [str(r.get("path") or "") for r in recordings]
+    return {**recordings[0], "path": f"{paths[0]} (+{len(paths) - 1} more)", "paths": paths}
+
+
 def _merge_warnings(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for s in snaps:
@@ -281,6 +291,6 @@ def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         # an upper bound: a user folded on two proxies counts twice
         "users_untracked": _sum(s.get("users_untracked") for s in snaps),
         "clamped_values": int(_sum(s.get("clamped_values") for s in snaps) or 0),
-        "recording": recordings[0] if recordings else None,
+        "recording": _merge_recordings(recordings),
         "sources": len(snaps),
     }

@@ -153,3 +153,16 @@ def test_a_snapshot_without_slo_judged_judges_all_its_requests() -> None:
     assert merged["system"]["slo_attainment"] == pytest.approx(13 / 18)
     (user,) = merged["users"]
     assert user["slo_judged"] == 18 and user["slo_attainment"] == pytest.approx(13 / 18)
+
+
+def test_every_proxys_recording_is_named() -> None:
+    """QA: `attach A B` with both recording showed only A's file."""
+    agg = Aggregator(Config(), clock=Clock())
+    a, b, c = agg.snapshot(60), agg.snapshot(60), agg.snapshot(60)
+    a["recording"] = {"path": "/r/a.jsonl", "recording": True, "requests": 3}
+    b["recording"] = {"path": "/r/b.jsonl", "recording": True, "requests": 4}
+    c["recording"] = None
+    m = merge_snapshots([a, b, c])["recording"]
+    assert m["path"] == "/r/a.jsonl (+1 more)" and m["paths"] == ["/r/a.jsonl", "/r/b.jsonl"]
+    assert merge_snapshots([c, a])["recording"] == a["recording"]  # one: as it is
+    assert merge_snapshots([c, c])["recording"] is None
