@@ -84,6 +84,8 @@ class EnginePanel(ViewPanel):
         eng_ttft, proxy_ttft = v.num("engine", "ttft_p95"), v.num("latency", "ttft", "p95")
         slo = v.slo.ttft_s
         ttft = Text("TTFT p95 engine ", pal.dim)
+        if eng_ttft is not None:  # read off the engine's histogram buckets: approximate
+            ttft.append("≈", pal.dim)
         ttft.append(fmt.latency(eng_ttft), live(pal.latency(eng_ttft, slo)))
         proxy = Text("· proxy ", pal.dim)
         proxy.append(fmt.latency(proxy_ttft), pal.latency(proxy_ttft, slo))
