@@ -154,7 +154,6 @@ class OpenAIStreamParser(ParserState):
                 and end + 2 <= self._max
                 and data.find(b'"error"') < 0
                 and (data.find(b'"usage"') < 0 or _USAGE_OBJ.search(data, start, end) is None)
-                and data.find(b'"timings"') < 0
             ):
                 # The patterns start with '"', which "data: " and "\n\n" lack, and the event
                 # ends with "}", so searching all of ``data`` finds what the event holds.
@@ -164,7 +163,8 @@ class OpenAIStreamParser(ParserState):
                 ) is not None:
                     self._counted += 1
                     return (1, 1)
-                return ZERO
+                if data.find(b'"timings"') < 0:  # llama.cpp's counts: decoded below
+                    return ZERO
         sse = self._sse
         events = sse.feed(data)
         if sse.error is not None:
@@ -201,7 +201,6 @@ class OpenAIStreamParser(ParserState):
                 and ev.event != "error"
                 and data.find(b'"error"') < 0
                 and (data.find(b'"usage"') < 0 or _USAGE_OBJ.search(data) is None)
-                and data.find(b'"timings"') < 0
                 and (self._warm or self._model_from_bytes(data))
             ):
                 i = data.find(b'"content":"')  # compact JSON, the common case
@@ -211,7 +210,9 @@ class OpenAIStreamParser(ParserState):
                     n += 1
                     tokens += 1
                     self._counted += 1
-                continue
+                    continue
+                if data.find(b'"timings"') < 0:  # llama.cpp's counts: decoded below
+                    continue
             obj = loads_event(data)
             if obj is BAD or not isinstance(obj, dict):
                 if ev.event == "error":
