@@ -170,19 +170,20 @@ async def test_kv_exhaustion_with_preemptions_raises_kv_cache() -> None:
 
 
 async def test_error_burst_raises_errors_then_clears() -> None:
-    """Poisson traffic where every 20th request gets ``X-Sim-Fault: status:500`` (5 %):
-    ERRORS; cleared after the faults stop. The latency SLOs leave failures to ERRORS."""
+    """Poisson traffic where every 8th request gets ``X-Sim-Fault: status:500`` (12.5 %,
+    surely above the 5 % threshold): ERRORS; cleared after the faults stop. The latency
+    SLOs leave failures to ERRORS."""
     async with scenario() as p:
         load = OpenLoop(p.url, 10.0, max_tokens=8, seed=5)
         await asyncio.sleep(4 * SCALE)
         start = time.monotonic()
-        load.fault, load.fault_every = "status:500", 20
+        load.fault, load.fault_every = "status:500", 8
         raised = await p.wait_for("ERRORS", after=start, within=40 * SCALE)
         load.fault = None
         stop = time.monotonic()
         cleared = await p.wait_for("ERRORS", "cleared", after=stop, within=60 * SCALE)
         await load.stop()
-        report("5 % HTTP 500 (every 20th request)", p, "ERRORS", start, raised, stop, cleared)
+        report("12.5 % HTTP 500 (every 8th request)", p, "ERRORS", start, raised, stop, cleared)
     assert load.stats.statuses.get(500, 0) >= 3
     assert raised is not None and cleared is not None, p.describe()
     msg = p.message("ERRORS")
