@@ -7,13 +7,11 @@ chart's reference line, at capacity)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
 
 import aiohttp
 import pytest
-from test_tui_run_pty import ANSI, _close, _run_in_pty
+from test_tui_run_pty import ANSI, _close, _run_in_pty, press_until_exit
 from tui_support import FIXED_NOW, FixtureSource, screen_text, until
 
 from llmtop.sim.server import running_sim
@@ -121,12 +119,7 @@ async def test_run_prints_both_addresses_on_the_main_screen_and_names_the_admin_
             async with aiohttp.ClientSession() as s, \
                     s.get(url + "/llmtop/v1/snapshot") as r:
                 assert r.status == 200 and (await r.json())["version"] == 1
-            for _ in range(15):  # q (again, should the first come before the app reads)
-                os.write(master, b"q")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(proc.wait()), 2)
-                    break
-            assert proc.returncode == 0
+            assert await press_until_exit(proc, master, b"q") == 0
             await asyncio.sleep(0.2)
             raw = bytes(out)
             _, left, after = raw.rpartition(b"\x1b[?1049l")

@@ -75,6 +75,17 @@ async def _close(proc: asyncio.subprocess.Process, master: int) -> None:
         await proc.wait()
 
 
+async def press_until_exit(proc: asyncio.subprocess.Process, master: int, key: bytes) -> int:
+    """Press ``key`` (again every 2 s, should the first come before the app reads input)
+    until the process exits; its exit code (None if it never did)."""
+    for _ in range(15):
+        os.write(master, key)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), 2)
+            break
+    return proc.returncode  # type: ignore[return-value]
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -140,12 +151,7 @@ async def test_ctrl_c_quits_like_q_and_a_dead_proxy_ends_the_tui() -> None:
             # user of the TUI could see it
             m = re.search(rb"proxy http://127\.0\.0\.1:([0-9]+)", ANSI.sub(b"", bytes(out)))
             assert m is not None and int(m[1]) > 0, ANSI.sub(b"", bytes(out))[:3000]
-            for _ in range(15):  # Ctrl-C (again, should the first come before the app reads)
-                os.write(master, b"\x03")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(proc.wait()), 2)
-                    break
-            assert proc.returncode == 0
+            assert await press_until_exit(proc, master, b"\x03") == 0
             await asyncio.sleep(0.2)
             assert b"llmtop: served" in bytes(out)  # the summary after the TUI
         finally:
