@@ -17,9 +17,11 @@ killed process.
 
 Warnings: the saturation monitor publishes a raised warning again (state ``raised``) when
 its figures change, for the live view. The recording keeps only the transitions — a code's
-first ``raised`` and its ``cleared`` — so a reader pairing raise and clear lines counts each
-episode once (a warning already raised when the recording starts is written at its first
-re-publication, with the figures of that moment).
+first ``raised``, a ``raised`` whose severity changed (``warning`` → ``critical`` and back)
+and its ``cleared`` — so a reader pairing raise and clear lines per code counts each episode
+once, and a second ``raised`` line for a code still raised means its severity changed (a
+warning already raised when the recording starts is written at its first re-publication,
+with the figures of that moment).
 
 The recording never carries prompt or completion text: the events themselves don't.
 """
@@ -42,7 +44,7 @@ from typing import IO, Any, Final, Protocol
 
 from llmtop import __version__
 from llmtop.bus import EventBus
-from llmtop.events import Event, RequestRecord, WarningEvent
+from llmtop.events import Event, RequestRecord, Severity, WarningEvent
 from llmtop.recording.errors import RecordingError
 
 FORMAT = "llmtop-recording"
@@ -200,9 +202,9 @@ class Recorder:
         self.lines = 0
         self.error: str | None = None
         self._footer: dict[str, Any] | None = None
-        self._raised: set[str] = set()
-        """Warning codes whose raise this recording holds and whose clear it does not yet
-        (the writer thread's own)."""
+        self._raised: dict[str, Severity] = {}
+        """Warning codes whose raise this recording holds and whose clear it does not yet,
+        with the severity last written (the writer thread's own)."""
 
     @property
     def dropped(self) -> int:
@@ -392,14 +394,15 @@ class Recorder:
                         self.error = f"flush failed: {exc.strerror or exc}"
 
     def _is_transition(self, ev: WarningEvent) -> bool:
-        """Whether ``ev`` raises a code not raised in this recording, or clears one (a
-        clear is always written: it ends whatever the reader knows of that code)."""
+        """Whether ``ev`` raises a code not raised in this recording, changes a raised
+        code's severity, or clears one (a clear is always written: it ends whatever the
+        reader knows of that code)."""
         if ev.state == "raised":
-            if ev.code in self._raised:
+            if self._raised.get(ev.code) == ev.severity:
                 return False
-            self._raised.add(ev.code)
+            self._raised[ev.code] = ev.severity
             return True
-        self._raised.discard(ev.code)
+        self._raised.pop(ev.code, None)
         return True
 
     def _count_lost(self, chunk: list[bytes], requests: int) -> None:

@@ -140,3 +140,36 @@ def test_a_warning_raised_before_the_recording_started_is_written_once(
     assert got == [(0.0, "raised", "met by 90%"), (6.0, "cleared", "cleared: met by 86%"),
                    (9.0, "raised", "met by 80%")]
     assert lines[-1]["type"] == "footer" and lines[-1]["lines"] == len(lines)
+
+
+def test_a_severity_change_while_raised_is_written_and_reported(tmp_path: Path) -> None:
+    """KV_CACHE warning → critical → warning while raised: each change is a line (the
+    recording used to keep only the first severity), the report's episode says the worst
+    severity and when it was reached, and the clear still ends one episode."""
+    path = tmp_path / "esc.jsonl"
+    rec = Recorder(path, header={}, flush_s=0.05)
+    rec.start()
+    t = time.time() + 1.0
+    evs = [WarningEvent(t, "KV_CACHE", "warning", "KV cache 91%", "raised"),
+           WarningEvent(t + 1, "KV_CACHE", "warning", "KV cache 93%", "raised"),
+           WarningEvent(t + 2, "KV_CACHE", "critical", "KV cache 99%", "raised"),
+           WarningEvent(t + 3, "KV_CACHE", "critical", "KV cache 99.5%", "raised"),
+           WarningEvent(t + 4, "KV_CACHE", "warning", "KV cache 92%", "raised"),
+           WarningEvent(t + 8, "KV_CACHE", "info", "cleared", "cleared")]
+    rec.on_events(evs)
+    rec.stop()
+    lines = [json.loads(x) for x in path.read_text("utf-8").splitlines()]
+    got = [(d["t"] - t, d["state"], d["severity"]) for d in lines if d["type"] == "warning"]
+    assert got == [(0.0, "raised", "warning"), (2.0, "raised", "critical"),
+                   (4.0, "raised", "warning"), (8.0, "cleared", "info")]
+
+    episodes = analyse(path)["warnings"]
+    assert len(episodes) == 1
+    ep = episodes[0]
+    assert (ep["severity"], ep["message"]) == ("critical", "KV cache 99%")
+    assert ep["raised_at"] == t and ep["escalated_at"] == t + 2
+    assert ep["duration_s"] == 8.0
+    out = tmp_path / "r.txt"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    text = out.read_text("utf-8")
+    assert "KV_CACHE (critical from +" in text, text

@@ -58,6 +58,7 @@ _STEPS: Final = ((2, 10), (10, 10), (60, 60), (300, 300))
 recordings, coarser as they grow (windows the aggregator offers: 10, 60, 300)."""
 _BATCH: Final = 5000
 _BATCH_CHUNKS: Final = 200_000
+_SEVERITY_RANK: Final = {"info": 0, "warning": 1, "critical": 2}
 """A batch is also filed once its records hold this many chunks: filing is vectorised at
 ~350 B per chunk for the moment (QA soak: 3,000 answers of 2,000 chunks peaked at 2.3 GB
 with a batch bounded only by records)."""
@@ -245,7 +246,13 @@ class _Collector:
 
     def _warning(self, w: WarningEvent) -> None:
         if w.state == "raised":
-            if w.code in self._open_warnings:
+            open_ep = self._open_warnings.get(w.code)
+            if open_ep is not None:  # still raised: a second line means a new severity
+                if _SEVERITY_RANK.get(w.severity, 0) > _SEVERITY_RANK.get(
+                        open_ep["severity"], 0):
+                    open_ep["severity"] = w.severity
+                    open_ep["message"] = w.message
+                    open_ep["escalated_at"] = w.t
                 return
             ep = {"code": w.code, "severity": w.severity, "message": w.message,
                   "raised_at": w.t, "cleared_at": None, "duration_s": None}

@@ -223,7 +223,9 @@ def render_html(r: dict[str, Any]) -> str:
         parts.append('<p class="note">No saturation warning fired.</p>')
     else:
         parts.append(grid(("raised", "code", "severity", "message", "cleared", "lasted"),
-                          [[offset(w["raised_at"], begin), w["code"], w["severity"],
+                          [[offset(w["raised_at"], begin), w["code"],
+                            w["severity"] + (f" from {offset(w['escalated_at'], begin)}"
+                                             if w.get("escalated_at") is not None else ""),
                             w["message"], offset(w["cleared_at"], begin)
                             if w["cleared_at"] is not None else "still raised",
                             duration(w["duration_s"])] for w in r["warnings"]]))

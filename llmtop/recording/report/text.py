@@ -173,7 +173,9 @@ def render_text(r: dict[str, Any]) -> str:
     for w in r["warnings"]:
         span = (f"cleared {offset(w['cleared_at'], begin)} after {duration(w['duration_s'])}"
                 if w["cleared_at"] is not None else "still raised at the end")
-        out.append(f"  {offset(w['raised_at'], begin)}  {w['code']} ({w['severity']}): "
+        sev = w["severity"] + (f" from {offset(w['escalated_at'], begin)}"
+                               if w.get("escalated_at") is not None else "")
+        out.append(f"  {offset(w['raised_at'], begin)}  {w['code']} ({sev}): "
                    f"{w['message']} — {span}")
     out.append("")
 
