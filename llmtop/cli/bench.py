@@ -217,8 +217,14 @@ def main(args: argparse.Namespace) -> int:
         )
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
-    if args.record and os.path.exists(args.record):
-        raise UsageError(f"--record: {args.record} exists; choose a new file")
+    if args.record is not None:
+        from llmtop.recording.errors import RecordingError
+        from llmtop.recording.writer import check_recording_path
+
+        try:
+            check_recording_path(args.record)
+        except RecordingError as exc:
+            raise UsageError(f"--record: {exc}") from None
     plan = BenchPlan(
         url=args.url, mode=mode, levels=levels, search=args.search, duration_s=duration,
         requests=args.requests, warmup_s=warmup, workload=workload, api=args.api,

@@ -240,6 +240,7 @@ class Recorder:
         writer thread."""
         if self._running or self._sink is not None:
             raise RecordingError(f"{self.path}: this recorder was already started")
+        refuse_other_compression(self.path)
         try:
             raw = self._opener(self.path, self.overwrite)
         except FileExistsError:
@@ -410,6 +411,42 @@ class Recorder:
         self._dropped_write_requests += requests
 
 
+_OTHER_COMPRESSION: Final = {".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2", ".xz": "xz",
+                              ".lz4": "lz4", ".zip": "zip", ".7z": "7-zip"}
+
+
+def refuse_other_compression(path: Path) -> None:
+    """:class:`RecordingError` for a path whose suffix asks for a compression the recorder
+    does not write (a ``.jsonl.zst`` would otherwise be plain JSON Lines under that name)."""
+    kind = _OTHER_COMPRESSION.get(path.suffix.lower())
+    if kind is not None:
+        raise RecordingError(
+            f"{path}: llmtop writes recordings as .jsonl or .jsonl.gz, not {kind}; "
+            "use a .jsonl.gz name for a compressed recording")
+
+
+def check_recording_path(path: str, *, overwrite: bool = False) -> None:
+    """:class:`RecordingError` when a recorder would certainly refuse ``path`` (an existing
+    file unless ``overwrite``, a directory, a missing or unwritable directory, a
+    compression suffix it does not write), without creating anything: a process checks its
+    ``--record`` before it binds its ports and says it is listening, or starts a run."""
+    if not str(path).strip():
+        raise RecordingError("recording path is empty")
+    p = Path(path)
+    refuse_other_compression(p)
+    if p.is_dir():
+        raise RecordingError(f"{p}: is a directory")
+    if p.exists() and not overwrite:
+        raise RecordingError(
+            f"{p}: file exists (a recording is never overwritten); choose another "
+            "name or remove the old file")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise RecordingError(f"{p}: directory does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RecordingError(f"{p}: permission denied")
+
+
 class RecordingController:
     """Start/stop recordings on a bus — what the admin API, ``--record`` and the TUI's ``r``
     key drive. Implements the admin's ``RecordingControl``: ``start(path) -> dict``,
@@ -461,24 +498,9 @@ class RecordingController:
         return rec.status()
 
     def check(self, path: str) -> None:
-        """:class:`RecordingError` when :meth:`start` would certainly refuse ``path`` (an
-        existing file unless ``overwrite``, a directory, a missing or unwritable directory),
-        without creating anything: a process checks its ``--record`` before it binds its
-        ports and says it is listening."""
-        if not str(path).strip():
-            raise RecordingError("recording path is empty")
-        p = Path(path)
-        if p.is_dir():
-            raise RecordingError(f"{p}: is a directory")
-        if p.exists() and not self.overwrite:
-            raise RecordingError(
-                f"{p}: file exists (a recording is never overwritten); choose another "
-                "name or remove the old file")
-        parent = p.parent if str(p.parent) else Path(".")
-        if not parent.is_dir():
-            raise RecordingError(f"{p}: directory does not exist")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise RecordingError(f"{p}: permission denied")
+        """:class:`RecordingError` when :meth:`start` would certainly refuse ``path`` (see
+        :func:`check_recording_path`)."""
+        check_recording_path(path, overwrite=self.overwrite)
 
     def stop(self) -> dict[str, Any]:
         """Stop the running recording: unsubscribe, write the footer, close. Returns its

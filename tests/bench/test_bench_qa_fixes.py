@@ -311,3 +311,22 @@ async def test_bench_against_the_simulator_uses_the_slo_spec(tmp_path: Path,
     assert reports[0]["ttft_s"] == 0.000001 and reports[0]["attainment"] == 0.0
     assert main(["report", str(rec), "-q", "--slo", "ttft=x"]) == 2
     assert "ttft=x must be a number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["no directory", "a directory", "zstd", "exists"])
+def test_bench_refuses_an_unusable_record_path_with_one_line(
+        tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench --record` into a missing directory raised RecordingError as a traceback once
+    the run began; now every path the recorder would refuse is a usage error before any
+    request (the upstream here is a closed port: nothing may be sent to it)."""
+    path = {"no directory": tmp_path / "nope" / "b.jsonl", "a directory": tmp_path,
+            "zstd": tmp_path / "b.jsonl.zst", "exists": tmp_path / "old.jsonl"}[case]
+    if case == "exists":
+        path.write_text("keep me\n")
+    code = main(["bench", "http://127.0.0.1:9", "--requests", "1", "--record", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("llmtop bench: error: --record:")
+    assert {"no directory": "directory does not exist", "a directory": "is a directory",
+            "zstd": "not zstd", "exists": "file exists"}[case] in err
+    assert case != "exists" or path.read_text() == "keep me\n"
+    assert case != "zstd" or not path.exists()

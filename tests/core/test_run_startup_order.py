@@ -21,11 +21,11 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["1 process", "2 workers"])
-@pytest.mark.parametrize("case", ["exists", "no directory", "a directory"])
+@pytest.mark.parametrize("case", ["exists", "no directory", "a directory", "zstd"])
 def test_a_refused_recording_path_stops_start_up_before_the_listen_lines(
         tmp_path: Path, case: str, workers: list[str]) -> None:
     path = {"exists": tmp_path / "old.jsonl", "no directory": tmp_path / "nope" / "r.jsonl",
-            "a directory": tmp_path}[case]
+            "a directory": tmp_path, "zstd": tmp_path / "r.jsonl.zst"}[case]
     if case == "exists":
         path.write_text("keep me\n")
     res = _run("--admin", "127.0.0.1:0", "--record", str(path), *workers)
@@ -33,7 +33,10 @@ def test_a_refused_recording_path_stops_start_up_before_the_listen_lines(
     assert "listening" not in res.stdout
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     assert {"exists": "file exists", "no directory": "directory does not exist",
-            "a directory": "is a directory"}[case] in res.stderr
+            "a directory": "is a directory", "zstd": "not zstd; use a .jsonl.gz name"}[case] \
+        in res.stderr
+    if case == "zstd":
+        assert not path.exists()
     if case == "exists":
         assert path.read_text() == "keep me\n"
 
