@@ -28,6 +28,7 @@ from typing import Protocol
 
 from llmtop.events import ActiveRequest, Dialect, Outcome, RequestRecord, TokenSource
 from llmtop.proxy.dialects.base import StreamParser
+from llmtop.proxy.token_rate import TokenRates
 
 
 class ChunkFilter(Protocol):
@@ -223,8 +224,13 @@ class Exchange:
             self.outcome = outcome
             self.error = error
 
-    def to_record(self) -> RequestRecord:
-        """The one finished-request event (token counts scaled to the engine's usage)."""
+    def to_record(self, rates: TokenRates | None = None) -> RequestRecord:
+        """The one finished-request event (token counts scaled to the engine's usage).
+
+        With ``rates`` (the proxy's :class:`~llmtop.proxy.token_rate.TokenRates`): a stream
+        with usage teaches its model's tokens per counted token, and a stream without usage
+        is scaled by the rate learned (``token_source`` ``estimate``) when the model has one
+        other than 1; else it stays counted one token per content event (``chunks``)."""
         a = self.active
         t0 = a.t0_ns
         end = self.end_ns or perf_counter_ns()
@@ -238,13 +244,22 @@ class Exchange:
                 prompt = parser.usage_prompt_tokens
             model = parser.model or model
         counts = self.tokens
+        counted = sum(counts)
         source: TokenSource
+        completion: int | None
         if usage is not None:
+            if rates is not None and self.stream:
+                rates.learn(model, usage, counted)
             counts = scale_tokens(counts, usage)
-            completion: int | None = usage
+            completion = usage
             source = "usage"
+        elif rates is not None and self.stream and (
+                estimate := rates.estimate(model, counted)) is not None:
+            # ended before the engine's usage (cancelled, broken off, not asked for)
+            counts = scale_tokens(counts, estimate)
+            completion = estimate
+            source = "estimate"
         else:
-            counted = sum(counts)
             completion = counted if counted > 0 else None  # e.g. ``other``: nothing counted
             source = "chunks"
         offsets = self.offsets

@@ -80,6 +80,7 @@ from llmtop.proxy.relay import (
 )
 from llmtop.proxy.response import response_head, sent_response
 from llmtop.proxy.stamping import StampingRequestHandler, StampingServer, t0_ns_of
+from llmtop.proxy.token_rate import TokenRates
 from llmtop.proxy.upstream import (
     BufferSink,
     ConnectFailed,
@@ -166,6 +167,9 @@ class ProxyServer:
         """The upstream refused ``stream_options`` once, or its usage event held more than
         usage (llama.cpp's ``timings``, which the client would then lose): injection is off
         from then on."""
+        self.token_rates = TokenRates()
+        """Per model, the engine's tokens per content event, learned from streams with usage
+        and used for streams that end without it (``token_source`` ``estimate``)."""
         self.direct_starts = 0
         """Requests served directly (sent upstream from their connection's
         ``data_received``, without aiohttp: :mod:`llmtop.proxy.direct`)."""
@@ -334,7 +338,7 @@ class ProxyServer:
         that is not a generation has none)."""
         self.closed(ex)
         if ex.measured:
-            self.bus.publish(ex.to_record())
+            self.bus.publish(ex.to_record(self.token_rates))
 
     def closed(self, ex: Exchange) -> None:
         """``ex``'s request is no longer open."""
