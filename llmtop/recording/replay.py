@@ -14,6 +14,9 @@ Read-ahead: a request only becomes known when its record is read, which is when 
 finished. The engine reads ``lookahead_s`` of recording time ahead of the clock (bounded by
 ``max_buffered`` events), so a request longer than that shows as in flight only for its
 last ``lookahead_s`` seconds. Seeking backwards restarts from the beginning of the file.
+The records read ahead are held packed (:mod:`llmtop.recording.compact`: their chunk lists
+as arrays, about 9 bytes a chunk instead of 40) and unpacked, equal to what was read, when
+they are delivered.
 
 :class:`ReplaySource` wraps an engine as the TUI's ``SnapshotSource`` + ``ReplayControl``
 (pause, resume, seek, speed), driven by the wall clock times ``speed``.
@@ -28,7 +31,8 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -37,6 +41,7 @@ from llmtop.config import Config, SloConfig
 from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.metrics.slo import Slo
+from llmtop.recording.compact import HeldRecord, pack
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.reader import Progress, RecordingReader, decode_event, event_time
 from llmtop.recording.validate import MAX_GAP_S
@@ -69,11 +74,13 @@ def config_for(header: Mapping[str, Any], slo: Mapping[str, Any] | None = None,
 
 @dataclass(slots=True)
 class _Live:
-    """A request in flight in the replay: its record and where its stream has got to."""
+    """A request in flight in the replay: when it started, its chunk offsets, its tokens
+    up to each chunk (None: one a chunk) and where its stream has got to."""
 
-    rec: RequestRecord
+    t_start: float
+    offsets: Sequence[float]
+    cum_tokens: array[int] | list[int] | None
     active: ActiveRequest
-    cum_tokens: list[int]
 
 
 class ReplayEngine:
@@ -161,8 +168,11 @@ class ReplayEngine:
             self._read_to = max(self._read_to, t)
             self.last_event_t = self._read_to
             if isinstance(ev, RequestRecord):
-                self._push(ev.t_start, _START, ev)
-            self._push(t, _EVENT, ev)
+                held = pack(ev)  # what the read-ahead holds until the request ends
+                self._push(ev.t_start, _START, held)
+                self._push(t, _EVENT, held)
+            else:
+                self._push(t, _EVENT, ev)
             want_one = False
 
     @property
@@ -177,30 +187,35 @@ class ReplayEngine:
 
     # -- the clock ---------------------------------------------------------------------------
 
-    def _start(self, rec: RequestRecord) -> None:
+    def _start(self, item: RequestRecord | HeldRecord) -> None:
+        offsets: Sequence[float]
+        cum: array[int] | list[int] | None
+        if isinstance(item, HeldRecord):
+            rec, offsets, cum = item.bare, item.offsets, item.cum_tokens()
+        else:
+            rec, offsets = item, item.chunk_offsets_s
+            cum = list(itertools.accumulate(rec.chunk_tokens))
         base_ns = round((rec.t_start - self.begin) * 1e9)
         a = ActiveRequest(
             id=rec.id, user=rec.user, model=rec.model, dialect=rec.dialect, path=rec.path,
             stream=rec.stream, t_start=rec.t_start, t0_ns=base_ns,
             concurrency_at_start=rec.concurrency_at_start,
         )
-        cum = list(itertools.accumulate(rec.chunk_tokens))
-        self._live[rec.id] = _Live(rec, a, cum)
+        self._live[rec.id] = _Live(rec.t_start, offsets, cum, a)
         self.active[rec.id] = a
 
     def _progress_streams(self) -> None:
         """Bring every active request's first token / chunks / tokens up to ``now``."""
         for lv in self._live.values():
-            rec, a = lv.rec, lv.active
-            offs = rec.chunk_offsets_s
-            k = bisect.bisect_right(offs, self.now - rec.t_start)
+            a, offs, cum = lv.active, lv.offsets, lv.cum_tokens
+            k = bisect.bisect_right(offs, self.now - lv.t_start)
             if k == a.chunks:
                 continue
             a.chunks = k
             if k:
                 a.first_token_ns = a.t0_ns + round(offs[0] * 1e9)
                 a.last_chunk_ns = a.t0_ns + round(offs[k - 1] * 1e9)
-                a.tokens = lv.cum_tokens[k - 1] if k <= len(lv.cum_tokens) else k
+                a.tokens = cum[k - 1] if cum is not None and k <= len(cum) else k
 
     def now_ns(self) -> int:
         """The virtual clock on the ``ActiveRequest`` nanosecond scale."""
@@ -216,6 +231,8 @@ class ReplayEngine:
             if kind == _START:
                 self._start(item)
                 continue
+            if isinstance(item, HeldRecord):
+                item = item.unpack()
             if isinstance(item, RequestRecord):
                 self._live.pop(item.id, None)
                 self.active.pop(item.id, None)
