@@ -11,10 +11,16 @@ finish-only and usage-only (``choices: []``) events are not.
 Tokens: each content event counts one token, unless the event carries ``usage`` (vLLM's
 ``stream_options.continuous_usage_stats``, where ``usage.completion_tokens`` is
 cumulative): then the event carries exactly the increase since the tokens already counted.
-The last ``usage`` seen gives ``usage_completion_tokens``/``usage_prompt_tokens``.
-Without any, llama.cpp's ``timings`` (on its finish event, and on non-streamed answers)
-give them: ``predicted_n`` output tokens, ``prompt_n + cache_n`` prompt tokens — so its
-streams are counted exactly when usage is not injected (see ``openai_usage``).
+The last ``usage`` seen gives ``usage_completion_tokens``/``usage_prompt_tokens`` — except
+that usage-only events (``choices: []``) are summed: vLLM and the OpenAI API send one for
+the whole answer, but llama.cpp sends one per choice of an ``n > 1`` request (each with
+that choice's completion tokens and the whole prompt), so ``usage_completion_tokens`` is
+the sum of their completion tokens and ``usage_prompt_tokens`` the prompt once; once one
+was seen, usage on other events no longer changes the figures.
+Without any ``usage``, llama.cpp's ``timings`` (on its finish event — one per choice —
+and on non-streamed answers) give them: ``predicted_n`` output tokens (the last per choice
+index, summed over choices), ``prompt_n + cache_n`` prompt tokens — so its streams are
+counted exactly when usage is not injected (see ``openai_usage``).
 
 The usage-injection helpers (``add_include_usage``, ``UsageChunkStripper``,
 ``is_usage_rejection``) live in ``openai_usage`` and are re-exported here.
@@ -31,6 +37,7 @@ from llmtop.proxy.dialects._common import (
     ZERO,
     JSONBodyParser,
     ParserState,
+    count,
     error_text,
     loads,
     loads_event,
@@ -122,7 +129,8 @@ _MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
 class OpenAIStreamParser(ParserState):
     """An OpenAI-style SSE stream (see the module docstring for what counts)."""
 
-    __slots__ = ("_counted", "_fast", "_max", "_sse", "_warm", "done")
+    __slots__ = ("_counted", "_fast", "_max", "_per_choice", "_sse", "_summed", "_usage_obj",
+                 "_warm", "done")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__()
@@ -131,6 +139,9 @@ class OpenAIStreamParser(ParserState):
         self._counted = 0  # tokens attributed to content events so far
         self._warm = False  # one event was decoded in full (the model is read from it)
         self._fast = False  # _warm, and the framer is idle (see feed)
+        self._usage_obj = False  # a ``usage`` object was seen (timings are then not read)
+        self._summed: int | None = None  # completion tokens of the usage-only events, summed
+        self._per_choice: dict[int, int] | None = None  # timings.predicted_n per choice index
         self.done = False
         """``data: [DONE]`` was seen."""
 
@@ -229,10 +240,16 @@ class OpenAIStreamParser(ParserState):
             cum: int | None = None
             usage = obj.get("usage")
             if isinstance(usage, dict):
-                cum = self._set_completion(usage.get("completion_tokens"))
-                self._set_prompt(usage.get("prompt_tokens"))
-            elif not self.usage_seen:
-                _llamacpp_timings(self, obj)
+                self._usage_obj = True
+                if obj.get("choices") == []:  # usage-only: one per choice from llama.cpp
+                    cum = self._add_usage_only(usage)
+                elif self._summed is None:
+                    cum = self._set_completion(usage.get("completion_tokens"))
+                    self._set_prompt(usage.get("prompt_tokens"))
+                else:
+                    cum = count(usage.get("completion_tokens"))
+            elif not self._usage_obj:
+                self._timings(obj)
             if _choices_have_content(obj.get("choices"), "delta"):
                 n += 1
                 if cum is None:
@@ -244,6 +261,40 @@ class OpenAIStreamParser(ParserState):
             elif cum is not None and cum > self._counted:
                 self._counted = cum  # e.g. an end-of-sequence token in a finish-only chunk
         return (n, tokens)
+
+    def _add_usage_only(self, usage: dict[str, Any]) -> int | None:
+        """A usage-only event's figures added to those of the ones before it (the same
+        prompt in each: counted once). Returns the completion tokens so far."""
+        n = count(usage.get("completion_tokens"))
+        if n is not None:
+            self._summed = n if self._summed is None else self._summed + n
+            self._set_completion(self._summed)
+        self._set_prompt(usage.get("prompt_tokens"))
+        return self._summed
+
+    def _timings(self, obj: dict[str, Any]) -> None:
+        """llama.cpp's counts from ``timings`` (no ``usage`` in the stream): the last
+        ``predicted_n`` of each choice index, summed (with ``n > 1`` each choice's finish
+        event carries its own), and the prompt once."""
+        t = obj.get("timings")
+        if not isinstance(t, dict):
+            return
+        n = count(t.get("predicted_n"))
+        if n is not None:
+            choices = obj.get("choices")
+            index = -1
+            if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
+                i = choices[0].get("index")
+                if type(i) is int:
+                    index = i
+            per = self._per_choice
+            if per is None:
+                per = self._per_choice = {}
+            per[index] = n
+            self._set_completion(sum(per.values()))
+        prompt, cached = t.get("prompt_n"), t.get("cache_n", 0)
+        if type(prompt) is int and type(cached) is int:
+            self._set_prompt(prompt + cached)
 
 
 class OpenAIBodyParser(JSONBodyParser):

@@ -3,9 +3,11 @@
 Counting one token per chunk is wrong whenever an engine packs several tokens into one
 chunk, so for a streaming request that did not ask for usage the proxy may add
 ``stream_options.include_usage: true`` upstream (``add_include_usage``) and remove the
-resulting usage-only event before it reaches the client (``UsageChunkStripper``), so the
-client sees what it would have seen. Upstreams that reject the option answer 400/422
-naming it (``is_usage_rejection``); the proxy then retries without it and remembers.
+resulting usage-only events before they reach the client (``UsageChunkStripper``), so the
+client sees what it would have seen. (Most upstreams send one usage event for the whole
+answer; llama.cpp sends one per choice when ``n > 1``: every one of them is removed.)
+Upstreams that reject the option answer 400/422 naming it (``is_usage_rejection``); the
+proxy then retries without it and remembers.
 Upstreams whose usage event carries more than usage (llama.cpp moves its ``timings`` from
 the finish event into it) cannot have it removed without the client losing those fields:
 ``UsageChunkStripper.extra_fields`` says so, and the proxy stops injecting for them.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Final
+from typing import Any, Final
 
 from llmtop.proxy.dialects._common import BAD, MAX_EVENT_BYTES, loads, loads_event
 from llmtop.proxy.dialects.sse import SSEFramer
@@ -45,8 +47,13 @@ def is_usage_event(block: bytes) -> bool:
     """True if ``block`` (the raw bytes of one SSE event) is a usage-only chunk:
     ``choices: []`` with a ``usage`` object. Cheap byte checks first; JSON only if they pass.
     """
+    return _usage_object(block) is not None
+
+
+def _usage_object(block: bytes) -> dict[str, Any] | None:
+    """The decoded usage-only chunk ``block`` holds (see ``is_usage_event``), or None."""
     if block.find(_USAGE_KEY) < 0 or _CHOICES_EMPTY.search(block) is None:
-        return False
+        return None
     datas: list[bytes]
     if block.startswith(b"data:") and block.find(b"\n") == len(block) - 2 and (
             block.endswith(b"\n\n") and 0x0D not in block):
@@ -60,29 +67,30 @@ def is_usage_event(block: bytes) -> bool:
         if isinstance(obj, dict) and obj.get("choices") == [] and isinstance(
             obj.get("usage"), dict
         ):
-            return True
-    return False
+            return obj
+    return None
 
 
 class UsageChunkStripper:
-    """Removes the usage-only event from an OpenAI-style SSE stream, byte-exact otherwise.
+    """Removes the usage-only events from an OpenAI-style SSE stream, byte-exact otherwise.
 
     ``filter(data)`` returns the bytes to write to the client for this read; ``flush()``
     the bytes still held at the end of the body. Output == input minus exactly the bytes of
-    the first usage-only event (its lines and its terminating blank line), however the
-    input was split into reads.
+    every usage-only event (its lines and its terminating blank line), however the input
+    was split into reads. Most upstreams send one, last; llama.cpp sends one per choice of
+    an ``n > 1`` request, each as soon as its choice ends (before the other choices' later
+    events), and a client that did not ask for usage must see none of them.
 
     Holding: every *complete* event in a read is returned at once. Only a trailing
     incomplete event may be held until its blank line arrives (a read can therefore
     return ``b""``, which the caller should not write) — and not even that once its bytes
-    show a non-empty ``"choices": [{`` (it cannot be the usage event): from there its
-    bytes are returned as they arrive. After the usage event is removed everything is
-    passed through untouched. A held event is bounded by ``max_event_bytes``; a larger
-    one is released unchanged.
+    show a non-empty ``"choices": [{`` (it cannot be a usage event): from there its bytes
+    are returned as they arrive. A held event is bounded by ``max_event_bytes``; a larger
+    one is released unchanged. ``removed`` counts the events removed so far.
     """
 
-    __slots__ = ("_at_rest", "_cr", "_done", "_has_line", "_held", "_line_open", "_max",
-                 "_passing", "extra_fields", "stripped")
+    __slots__ = ("_at_rest", "_cr", "_has_line", "_held", "_line_open", "_max", "_passing",
+                 "extra_fields", "removed", "stripped")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._held = bytearray()
@@ -91,14 +99,15 @@ class UsageChunkStripper:
         self._has_line = False  # the open event has a complete non-empty line
         self._line_open = False  # the last read ended inside a line
         self._cr = _CR_NONE
-        self._done = False
         self._at_rest = True
-        """At an event boundary with nothing held or open, usage event not yet removed (the
-        state the fast path of ``filter`` needs; recomputed after every other read)."""
+        """At an event boundary with nothing held or open (the state the fast path of
+        ``filter`` needs; recomputed after every other read)."""
         self.stripped = False
-        """The usage event has been removed."""
+        """A usage event has been removed."""
+        self.removed = 0
+        """How many usage events have been removed."""
         self.extra_fields = False
-        """The removed event held fields beyond :data:`USAGE_EVENT_KEYS` (e.g. llama.cpp's
+        """A removed event held fields beyond :data:`USAGE_EVENT_KEYS` (e.g. llama.cpp's
         ``timings``), which the client then did not get."""
 
     @property
@@ -119,15 +128,13 @@ class UsageChunkStripper:
             return data
         out = self._filter(data)
         self._at_rest = (self._cr == _CR_NONE and not self._held and not self._passing
-                         and not self._line_open and not self._done)
+                         and not self._line_open)
         return out
 
     def _filter(self, data: bytes) -> bytes:
         if not data:
             return b""
         cr, self._cr = self._cr, _CR_NONE
-        if self._done:
-            return data[1:] if cr == _CR_DROPPED and data[0] == _LF else data
         if (
             data.endswith(b"\n\n")
             and cr == _CR_NONE
@@ -138,19 +145,22 @@ class UsageChunkStripper:
             and data[0] != _LF
             and data.find(b"\n\n\n") < 0
         ):
-            # Whole "\n"-framed events from an event boundary, one of which may be the usage
-            # event (typically the last read: finish chunk, usage, [DONE]): each event block
+            # Whole "\n"-framed events from an event boundary, some of which may be usage
+            # events (typically the last read: finish chunk, usage, [DONE]): each event block
             # ends at a "\n\n", as the line loop below would find, without the loop.
-            pos = 0
-            while True:
+            kept = b""  # what goes out of data[:keep]
+            pos = keep = 0
+            n = len(data)
+            while pos < n:
                 end = data.find(b"\n\n", pos) + 2
-                block = data[pos:end]
-                if block.find(_USAGE_KEY) >= 0 and self._strippable(block):
-                    self._removed(block)
-                    return data[:pos] + data[end:]
-                if end == len(data):
-                    return data
+                if data.find(_USAGE_KEY, pos, end) >= 0:
+                    obj = self._strippable(data[pos:end])
+                    if obj is not None:
+                        self._removed(obj)
+                        kept += data[keep:pos]
+                        keep = end
                 pos = end
+            return data if not keep else kept + data[keep:]
         out: list[bytes] = []
         pos = 0  # data[:pos] is dealt with
         line_start = 0
@@ -159,27 +169,28 @@ class UsageChunkStripper:
             if cr == _CR_EMITTED:
                 out.append(data[:1])
                 pos = 1
+            elif cr == _CR_DROPPED:  # the end of a removed event's blank line
+                pos = 1
         held = self._held
         last_kind = _CR_NONE
         for m in _EOL.finditer(data, line_start):
             s, e = m.span()
             if s == line_start and not self._line_open:  # a blank line ends an event
+                last_kind = _CR_EMITTED
                 if self._passing:
                     out.append(data[pos:e])
                 else:
                     block = bytes(held) + data[pos:e] if held else data[pos:e]
                     held.clear()
-                    if self._has_line and self._strippable(block):
-                        self._removed(block)
-                        if e == len(data) and data[e - 1] == _CR:
-                            self._cr = _CR_DROPPED
-                        out.append(data[e:])
-                        return b"".join(out)
-                    out.append(block)
+                    obj = self._strippable(block) if self._has_line else None
+                    if obj is not None:
+                        self._removed(obj)  # and on to the next event
+                        last_kind = _CR_DROPPED
+                    else:
+                        out.append(block)
                 pos = e
                 self._passing = False
                 self._has_line = False
-                last_kind = _CR_EMITTED
             else:
                 self._has_line = True
                 last_kind = _CR_LINE
@@ -202,36 +213,35 @@ class UsageChunkStripper:
                     self._passing = True
         return b"".join(out)
 
-    def _removed(self, block: bytes) -> None:
-        self.stripped = self._done = True
-        framer = SSEFramer(len(block) + 1)
-        for ev in framer.feed(block) + framer.finish():
-            obj = loads_event(ev.data)
-            if isinstance(obj, dict) and not USAGE_EVENT_KEYS.issuperset(obj):
-                self.extra_fields = True
+    def _removed(self, obj: dict[str, Any]) -> None:
+        """``obj``, the decoded usage event, was removed."""
+        self.stripped = True
+        self.removed += 1
+        if not USAGE_EVENT_KEYS.issuperset(obj):
+            self.extra_fields = True
 
-    def _strippable(self, block: bytes) -> bool:
+    def _strippable(self, block: bytes) -> dict[str, Any] | None:
+        """The decoded usage event ``block`` is, if it may be removed; else None."""
         # The same limits as for a held partial event, so that the result never depends on
         # where the reads were split: an event that would have been released early (it
         # shows a non-empty "choices": [{, or it is too big to hold) is never removed.
-        return (
-            len(block) <= self._max
-            and is_usage_event(block)
-            and _CHOICES_NONEMPTY.search(block) is None
-        )
+        if len(block) > self._max or _CHOICES_NONEMPTY.search(block) is not None:
+            return None
+        return _usage_object(block)
 
     def flush(self) -> bytes:
         """End of body: the held bytes, unless they are a usage event without its blank line."""
         self._cr = _CR_NONE
         self._line_open = False
-        self._at_rest = not self._passing and not self._done
+        self._at_rest = not self._passing
         if not self._held:
             return b""
         block = bytes(self._held)
         self._held.clear()
-        if not self._done and self._strippable(block):
-            self._removed(block)
-            self._at_rest = False
+        self._has_line = False
+        obj = self._strippable(block)
+        if obj is not None:
+            self._removed(obj)
             return b""
         return block
 
