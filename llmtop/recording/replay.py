@@ -15,8 +15,8 @@ finished. The engine reads ``lookahead_s`` of recording time ahead of the clock 
 ``max_buffered`` events), so a request longer than that shows as in flight only for its
 last ``lookahead_s`` seconds. Seeking backwards restarts from the beginning of the file.
 The records read ahead are held packed (:mod:`llmtop.recording.compact`: their chunk lists
-as arrays, about 9 bytes a chunk instead of 40) and unpacked, equal to what was read, when
-they are delivered.
+as packed numbers, about 8 bytes a chunk instead of 40) and unpacked, equal to what was
+read, when they are delivered.
 
 :class:`ReplaySource` wraps an engine as the TUI's ``SnapshotSource`` + ``ReplayControl``
 (pause, resume, seek, speed), driven by the wall clock times ``speed``.
@@ -191,7 +191,7 @@ class ReplayEngine:
         offsets: Sequence[float]
         cum: array[int] | list[int] | None
         if isinstance(item, HeldRecord):
-            rec, offsets, cum = item.bare, item.offsets, item.cum_tokens()
+            rec, offsets, cum = item.bare, item.offsets_view(), item.cum_tokens()
         else:
             rec, offsets = item, item.chunk_offsets_s
             cum = list(itertools.accumulate(rec.chunk_tokens))
