@@ -73,11 +73,19 @@ from llmtop.metrics.slo import Slo
 from llmtop.metrics.snapshot import build_snapshot  # not at the first request: no compile there
 from llmtop.metrics.table import CountTable
 from llmtop.metrics.windows import COARSE_S, FINE_S, Interval, Windows, WindowView
+from llmtop.packed import HeldRecord, pack
 
 MODEL_SLOTS: Final = 16
 """Models tracked one by one; the rest count as "other"."""
 RECENT_MAX: Final = 500
 """Finished requests kept for ``/llmtop/v1/requests?state=recent``."""
+RECENT_MAX_CHUNKS: Final = 1_000_000
+"""…and at most this many chunks among them (the newest request always stays): held packed
+(:mod:`llmtop.packed`, ~9 bytes a chunk), 500 answers of 32k tokens would otherwise hold
+640 MB of chunk tuples."""
+RECENT_PACK_CHUNKS: Final = 256
+"""Records with this many chunks or more are held packed; packing costs ~20 µs a record,
+which short answers (a few hundred KB for all 500) are not worth."""
 SERIES_POINTS: Final = 150
 """Time-series points kept: one per 2 s, 5 minutes."""
 ENGINE_HISTORY_S: Final = 320.0
@@ -132,7 +140,8 @@ class Aggregator:
                                 on_fine_closed=self._on_fine_closed)
         self._capacity = CapacityBins()
         self._series: deque[dict[str, Any]] = deque(maxlen=SERIES_POINTS)
-        self.recent: deque[RequestRecord] = deque(maxlen=RECENT_MAX)
+        self.recent: deque[RequestRecord | HeldRecord] = deque()
+        self._recent_chunks = 0
         self.gpus: dict[int, GpuReading] = {}
         self.engine: EngineReading | None = None
         self.engine_history: deque[EngineReading] = deque()
@@ -248,9 +257,22 @@ class Aggregator:
         self._pending.extend(records)
         self._pending_chunks += chunks
         self.records_seen += len(records)
-        self.recent.extend(records)
+        self._keep_recent(records)
         if len(self._pending) >= PENDING_RECORDS or self._pending_chunks >= PENDING_CHUNKS:
             self.flush()
+
+    def _keep_recent(self, records: list[RequestRecord]) -> None:
+        """Hold the newest finished requests for :meth:`recent_requests`, packed, within
+        :data:`RECENT_MAX` requests and :data:`RECENT_MAX_CHUNKS` chunks."""
+        recent = self.recent
+        held = self._recent_chunks
+        for r in records[-RECENT_MAX:]:
+            n = len(r.chunk_offsets_s)
+            recent.append(pack(r) if n >= RECENT_PACK_CHUNKS else r)
+            held += n
+        while len(recent) > RECENT_MAX or (held > RECENT_MAX_CHUNKS and len(recent) > 1):
+            held -= _chunks_of(recent.popleft())
+        self._recent_chunks = held
 
     def _learn_tpe(self, r: RequestRecord, events: int, last_tick: float) -> None:
         """Update ``r.model``'s tokens per event from its usage and the events the last
@@ -441,7 +463,7 @@ class Aggregator:
     def recent_requests(self, limit: int = 100) -> list[dict[str, Any]]:
         """The last ``limit`` finished requests, oldest first, in the recording's shape."""
         rs = list(self.recent)[-limit:] if limit > 0 else []
-        return [r.to_json_dict() for r in rs]
+        return [(r.unpack() if isinstance(r, HeldRecord) else r).to_json_dict() for r in rs]
 
     def active_requests(self, now_ns: int | None = None) -> list[dict[str, Any]]:
         """Requests open now (fields so far), oldest first."""
@@ -451,3 +473,10 @@ class Aggregator:
     def interval_s(self) -> tuple[float, float]:
         """(fine, coarse) interval lengths in seconds."""
         return FINE_S, COARSE_S
+
+
+def _chunks_of(r: RequestRecord | HeldRecord) -> int:
+    """Chunks a held recent request counts against :data:`RECENT_MAX_CHUNKS`."""
+    if isinstance(r, HeldRecord):
+        return len(r.offsets) // 8
+    return len(r.chunk_offsets_s)

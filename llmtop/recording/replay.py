@@ -14,7 +14,7 @@ Read-ahead: a request only becomes known when its record is read, which is when 
 finished. The engine reads ``lookahead_s`` of recording time ahead of the clock (bounded by
 ``max_buffered`` events), so a request longer than that shows as in flight only for its
 last ``lookahead_s`` seconds. Seeking backwards restarts from the beginning of the file.
-The records read ahead are held packed (:mod:`llmtop.recording.compact`: their chunk lists
+The records read ahead are held packed (:mod:`llmtop.packed`: their chunk lists
 as packed numbers, about 8 bytes a chunk instead of 40) and unpacked, equal to what was
 read, when they are delivered.
 
@@ -41,7 +41,7 @@ from llmtop.config import Config, SloConfig
 from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.metrics.slo import Slo
-from llmtop.recording.compact import HeldRecord, pack
+from llmtop.packed import HeldRecord, pack
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.reader import Progress, RecordingReader, decode_event, event_time
 from llmtop.recording.validate import MAX_GAP_S

@@ -1,4 +1,4 @@
-"""The replay's read-ahead holds request records packed (llmtop.recording.compact): the
+"""The replay's read-ahead holds request records packed (llmtop.packed): the
 engine must deliver exactly the records — same order, same values, same element types — and
 rebuild exactly the same in-flight picture as it did holding the records themselves, and the
 packed form must really be small (bytes a chunk, measured on the objects held)."""
@@ -19,7 +19,7 @@ from rec_helpers import request, soon
 
 import llmtop.recording.replay as replay
 from llmtop.events import Event, RequestRecord
-from llmtop.recording.compact import PACK_MIN_CHUNKS, HeldRecord, pack
+from llmtop.packed import PACK_MIN_CHUNKS, HeldRecord, pack
 from llmtop.recording.replay import ReplayEngine
 
 

@@ -1,4 +1,4 @@
-"""Request records packed for the replay's read-ahead.
+"""Request records packed to be held: the replay's read-ahead, the aggregator's recent requests.
 
 A recording writes each request when it *ended*; the replay plays it from its *start*, so
 it reads ``lookahead_s`` (600 s) of the file ahead of its clock and holds those records until
