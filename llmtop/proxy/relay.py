@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from array import array
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Protocol
+from typing import Final, Protocol
 
 from llmtop.events import ActiveRequest, Dialect, Outcome, RequestRecord, TokenSource
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.token_rate import TokenRates
+
+HOLD_AT: Final = 512
+"""Chunks an open stream keeps in plain lists before :meth:`Exchange.hold` packs them."""
 
 
 class ChunkFilter(Protocol):
@@ -180,6 +184,8 @@ class Exchange:
         "end_ns",
         "error",
         "headers_sent",
+        "held_offsets",
+        "held_tokens",
         "measured",
         "model",
         "offsets",
@@ -194,9 +200,12 @@ class Exchange:
     def __init__(self, active: ActiveRequest) -> None:
         self.active = active
         self.offsets: list[int] = []
-        """perf_counter_ns of each content chunk's write."""
+        """perf_counter_ns of each content chunk's write (the latest, up to
+        :data:`HOLD_AT`; the earlier ones in ``held_offsets``)."""
         self.tokens: list[int] = []
-        """Tokens the parser counted in each content chunk."""
+        """Tokens the parser counted in each content chunk (as ``offsets``)."""
+        self.held_offsets: array[int] | None = None
+        self.held_tokens: array[int] | None = None
         self.status = 0
         self.outcome: Outcome = "ok"
         self.error: str | None = None
@@ -209,6 +218,27 @@ class Exchange:
         self.measured = True
         """A generation request: in the live views and published as a record (a GET for
         a model list, a health check or ``/metrics`` is forwarded but not measured)."""
+
+    def hold(self) -> None:
+        """Move the chunk lists into packed arrays (called every :data:`HOLD_AT` chunks).
+        A list holds a chunk's time as an int object and a pointer, ~48 bytes with its
+        token count; packed it is 16 — a 16k-token reasoning answer holds 260 KB open,
+        not 780 KB. A list is appended to ~5× faster than an array, so the hot path
+        appends to the lists and this moves them once in a while."""
+        if self.held_offsets is None:
+            self.held_offsets = array("q")
+            self.held_tokens = array("q")
+        assert self.held_tokens is not None
+        self.held_offsets.extend(self.offsets)
+        self.held_tokens.extend(self.tokens)
+        self.offsets = []
+        self.tokens = []
+
+    def chunk_lists(self) -> tuple[list[int], list[int]]:
+        """Every content chunk's (write time, tokens), held ones included."""
+        if self.held_offsets is None or self.held_tokens is None:
+            return self.offsets, self.tokens
+        return ([*self.held_offsets, *self.offsets], [*self.held_tokens, *self.tokens])
 
     def fail(self, outcome: Outcome, error: str) -> None:
         """Set the outcome unless an earlier failure already explains the request.
@@ -243,7 +273,7 @@ class Exchange:
             if parser.usage_prompt_tokens is not None:
                 prompt = parser.usage_prompt_tokens
             model = parser.model or model
-        counts = self.tokens
+        offsets, counts = self.chunk_lists()
         counted = sum(counts)
         source: TokenSource
         completion: int | None
@@ -262,7 +292,6 @@ class Exchange:
         else:
             completion = counted if counted > 0 else None  # e.g. ``other``: nothing counted
             source = "chunks"
-        offsets = self.offsets
         dialect: Dialect = a.dialect
         return RequestRecord(
             id=a.id,
@@ -470,6 +499,8 @@ class RelaySink:
             active.tokens += toks
             ex.offsets.append(now)
             ex.tokens.append(toks)
+            if len(ex.tokens) >= HOLD_AT:
+                ex.hold()
 
     def _chunk(self, now: int, toks: int) -> None:
         ex = self._ex
@@ -481,6 +512,8 @@ class RelaySink:
         active.tokens += toks
         ex.offsets.append(now)
         ex.tokens.append(toks)
+        if len(ex.tokens) >= HOLD_AT:
+            ex.hold()
 
     def on_last(self, data: bytes) -> None:
         """``on_data(data)`` and ``on_end()`` with one write to the client."""
