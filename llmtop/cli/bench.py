@@ -98,7 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds per level not counted (default: 10%% of the duration, ≤ 5 s; "
                         "0 with --requests)")
     p.add_argument("--prompt-tokens", default="128", metavar="N|LO-HI",
-                   help="prompt length in tokens (default: 128)")
+                   help="prompt length in tokens (default: 128), approximate: the text is "
+                        "made to be about this many tokens, and with --api chat the engine "
+                        "adds its chat template (e.g. 64 arrived as 94 at llama.cpp); the "
+                        "input tok/s figures use the engine's own counts from its usage")
     p.add_argument("--max-tokens", default="128", metavar="N|LO-HI",
                    help="output length in tokens (default: 128)")
     p.add_argument("--workload", metavar="FILE",
