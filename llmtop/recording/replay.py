@@ -12,8 +12,12 @@ live ones — never from a second percentile engine.
 
 Read-ahead: a request only becomes known when its record is read, which is when it
 finished. The engine reads ``lookahead_s`` of recording time ahead of the clock (bounded by
-``max_buffered`` events), so a request longer than that shows as in flight only for its
-last ``lookahead_s`` seconds. Seeking backwards restarts from the beginning of the file.
+``max_buffered`` events), so a request longer than that is started late: its tokens up to
+the clock land in one tick (a 15-minute answer read 600 s ahead showed as a burst of tok/s).
+The read-ahead grows to the longest request read so far (+ ``LOOKAHEAD_MARGIN_S``), so only
+the first such requests are late; ``late_starts`` counts them and ``max_e2e_s`` says what
+read-ahead would have avoided them — the report replays again with it. Seeking backwards
+restarts from the beginning of the file (keeping the grown read-ahead).
 The records read ahead are held packed (:mod:`llmtop.packed`: their chunk lists
 as packed numbers, about 8 bytes a chunk instead of 40) and unpacked, equal to what was
 read, when they are delivered.
@@ -51,6 +55,8 @@ __all__ = ["DEFAULT_LOOKAHEAD_S", "IDLE_SKIP_S", "ReplayEngine", "ReplaySource",
 
 _START, _EVENT = 0, 1
 DEFAULT_LOOKAHEAD_S: Final = 600.0
+LOOKAHEAD_MARGIN_S: Final = 30.0
+"""Read-ahead kept beyond the longest request read so far (see ``late_starts``)."""
 IDLE_SKIP_S: Final = 86400.0
 """A stretch longer than this with nothing in flight and nothing to deliver is crossed in one
 step instead of tick by tick (its concurrency samples, all zero, are not taken)."""
@@ -119,6 +125,11 @@ class ReplayEngine:
         self.exhausted = False
         self.idle_skipped_s = 0.0
         """Virtual seconds crossed in one step (idle stretches over ``IDLE_SKIP_S``)."""
+        self.max_e2e_s = 0.0
+        """The longest request read so far (seconds from its start to its end)."""
+        self.late_starts = 0
+        """Requests started after the clock had passed their start by more than a tick
+        (read too late: see the module docstring)."""
         self.last_event_t: float | None = None
         self.first_event_t: float | None = None
         self.events_delivered = 0
@@ -168,6 +179,11 @@ class ReplayEngine:
             self._read_to = max(self._read_to, t)
             self.last_event_t = self._read_to
             if isinstance(ev, RequestRecord):
+                if ev.e2e_s > self.max_e2e_s and math.isfinite(ev.e2e_s):
+                    self.max_e2e_s = ev.e2e_s
+                    if ev.e2e_s + LOOKAHEAD_MARGIN_S > self.lookahead_s:
+                        self.lookahead_s = ev.e2e_s + LOOKAHEAD_MARGIN_S
+                        limit = horizon + self.lookahead_s
                 held = pack(ev)  # what the read-ahead holds until the request ends
                 self._push(ev.t_start, _START, held)
                 self._push(t, _EVENT, held)
@@ -229,6 +245,8 @@ class ReplayEngine:
         while heap and heap[0][0] <= upto:
             t, _, kind, item = heapq.heappop(heap)
             if kind == _START:
+                if t < self.now - self.tick_s:
+                    self.late_starts += 1
                 self._start(item)
                 continue
             if isinstance(item, HeldRecord):
@@ -440,8 +458,10 @@ class ReplaySource:
         self._rebase()
         self._anchor_pos = self._clamp(self._anchor_pos + delta_s)
         if self._anchor_pos < self.position_s - self._tick_s:
+            lookahead = self.engine.lookahead_s  # grown to the longest request read so far
             self.engine.close()
-            self.engine = ReplayEngine(self.path, slo=self._slo, tick_s=self._tick_s)
+            self.engine = ReplayEngine(self.path, slo=self._slo, tick_s=self._tick_s,
+                                       lookahead_s=lookahead)
 
     async def _catch_up(self) -> None:
         target_pos = self._clamp(self._target_pos())

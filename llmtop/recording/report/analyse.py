@@ -47,7 +47,7 @@ from llmtop.metrics.ingest import (
 from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
 from llmtop.recording.reader import Progress, read_header
-from llmtop.recording.replay import ReplayEngine, config_for
+from llmtop.recording.replay import DEFAULT_LOOKAHEAD_S, ReplayEngine, config_for
 from llmtop.recording.report.inflight import in_flight
 
 REPORT_VERSION: Final = 1
@@ -388,29 +388,11 @@ def _bucketed(buckets: Mapping[int, list[float | None]], begin: float, step: flo
     return out
 
 
-def analyse(
-    path: str | Path,
-    *,
-    slo: Mapping[str, Any] | None = None,
-    progress: Progress | None = None,
-    tick_s: float = 1.0,
-    top_users: int = 50,
-) -> dict[str, Any]:
-    """Read the recording once and build the report dict (see the module docstring).
-
-    ``slo`` overrides the recording's objectives (keys ``ttft_s``, ``itl_p95_s``,
-    ``tpot_s``, ``e2e_s``, ``target``; ``None`` unsets one).
-    """
-    eff_slo = Slo.from_config(config_for(read_header(path), slo))
-    c = _Collector(eff_slo)
-    eng = ReplayEngine(path, slo=slo, tick_s=tick_s, top_users=top_users, progress=progress,
-                       observer=c)
-    header = eng.header
-    started = header.get("started_at")
+def _replay(eng: ReplayEngine, c: _Collector) -> tuple[list[dict[str, Any]], int, int]:
+    """Play the whole recording: (time-series snapshots, their step and window). A snapshot
+    every `step` s of recording time (the step grows 2 → 10 → 60 → 300 s, thinning the
+    points so far, so a long recording stays ≤ MAX_SERIES_POINTS)."""
     begin = eng.begin
-
-    # time-series snapshots every `step` s of recording time; the step grows (2 → 10 → 60 →
-    # 300 s, thinning the points so far) so a long recording stays ≤ MAX_SERIES_POINTS
     series: list[dict[str, Any]] = []
     steps = iter(_STEPS[1:])
     step, window = _STEPS[0]
@@ -432,6 +414,40 @@ def analyse(
 
     eng.run_to_end(on_tick)
     c.flush()
+    return series, step, window
+
+
+def analyse(
+    path: str | Path,
+    *,
+    slo: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    tick_s: float = 1.0,
+    top_users: int = 50,
+) -> dict[str, Any]:
+    """Read the recording (twice when it holds requests longer than the replay's read-ahead)
+    and build the report dict (see the module docstring).
+
+    ``slo`` overrides the recording's objectives (keys ``ttft_s``, ``itl_p95_s``,
+    ``tpot_s``, ``e2e_s``, ``target``; ``None`` unsets one).
+    """
+    eff_slo = Slo.from_config(config_for(read_header(path), slo))
+    lookahead = DEFAULT_LOOKAHEAD_S
+    while True:
+        c = _Collector(eff_slo)
+        eng = ReplayEngine(path, slo=slo, tick_s=tick_s, top_users=top_users,
+                           progress=progress, observer=c, lookahead_s=lookahead)
+        series, step, window = _replay(eng, c)
+        if not eng.late_starts or eng.lookahead_s <= lookahead:
+            break
+        # requests longer than the read-ahead were started late (their tokens in one
+        # tick): once more, reading as far ahead as the longest one
+        lookahead = eng.lookahead_s
+        eng.close()
+    header = eng.header
+    started = header.get("started_at")
+    begin = eng.begin
+
 
     final = eng.snapshot(None)
     reader = eng.reader
