@@ -59,3 +59,18 @@ def test_the_report_times_long_answers_right(tmp_path: Path) -> None:
     # while a request streams, the system rate is never 0
     busy = [p for p in r["series"] if p["in_flight_max"] and p["t"] > 30]
     assert busy and all((p["output_tps"] or 0) > 0 for p in busy)
+
+
+def test_token_count_statistics_are_exact_where_they_can_be(tmp_path: Path) -> None:
+    """64 answers of exactly 16,385 tokens read "p50 16,399 · min 16,384, max 16,399, mean
+    16,392" (an HDR histogram's 3 significant digits); min, mean and max are now exact and
+    percentiles stay within them."""
+    path = tmp_path / "same.jsonl"
+    start = soon()
+    recs = [request(i, start + i, n_chunks=5, tokens_per_chunk=3277) for i in range(64)]
+    recs.append(request(64, start + 70, n_chunks=5, tokens_per_chunk=3278))  # 16,390
+    write_recording(path, sorted(recs, key=lambda r: r.t_start + r.e2e_s))
+    d = analyse(path)["conditions"]["completion_tokens"]
+    assert (d["count"], d["min"], d["max"]) == (65, 16_385, 16_390)
+    assert d["mean"] == (64 * 16_385 + 16_390) / 65
+    assert d["min"] <= d["p50"] <= d["p90"] <= d["p99"] <= d["max"]
