@@ -61,6 +61,8 @@ PREFIX: Final = "/llmtop/v1"
 WINDOW_PARAMS: Final = {"10": 10, "60": 60, "300": 300, "all": None}
 MAX_AGE_LIMIT_S: Final = 10.0
 DEFAULT_RECENT: Final = 100
+REQUEST_LISTS_MAX: Final = 8
+"""At most this many ``/requests`` lists are kept for ``max_age`` callers."""
 
 
 class RecordingControl(Protocol):
@@ -103,7 +105,12 @@ class AdminContext:
     it, so ten TUIs at 10 Hz cost the proxy what one costs."""
     request_lists: dict[tuple[str, int], tuple[float, bytes]] = field(default_factory=dict)
     """The same for ``/requests``, per (state, limit): the active list is built and
-    encoded once per ``max_age`` however many screens poll it."""
+    encoded once per ``max_age`` however many screens poll it. Bounded (see
+    :func:`remember_list`): at most :data:`REQUEST_LISTS_MAX` lists, together at most
+    ``request_lists_max_bytes``, none older than :data:`MAX_AGE_LIMIT_S` (no ``max_age``
+    could use it) — a recent list of long answers is megabytes, and callers asking for
+    many different ``limit`` values grew it without end (15 limits: +126 MB)."""
+    request_lists_max_bytes: int = 64 << 20
 
 
 CTX: Final = web.AppKey("llmtop_admin_ctx", AdminContext)
@@ -245,9 +252,25 @@ async def requests_(request: web.Request) -> web.Response:
     else:
         resp = json_response(ctx.aggregator.recent_requests(limit))
     if isinstance(resp.body, bytes):
-        ctx.request_lists[key] = (now, resp.body)
+        remember_list(ctx, key, now, resp.body)
     resp.headers[AGE_HEADER] = "0"
     return resp
+
+
+def remember_list(ctx: AdminContext, key: tuple[str, int], now: float, body: bytes) -> None:
+    """Keep ``body`` as the latest list for ``key`` and drop what no caller should be
+    served or what is over the bounds: lists built more than :data:`MAX_AGE_LIMIT_S` ago,
+    then the oldest while more than :data:`REQUEST_LISTS_MAX` are kept or together they
+    are over ``ctx.request_lists_max_bytes`` (the newest is always kept)."""
+    lists = ctx.request_lists
+    lists.pop(key, None)
+    for k in [k for k, (t, _) in lists.items() if now - t > MAX_AGE_LIMIT_S]:
+        del lists[k]
+    lists[key] = (now, body)  # insertion order is build order: the oldest first
+    size = sum(len(b) for _, b in lists.values())
+    while len(lists) > 1 and (len(lists) > REQUEST_LISTS_MAX
+                              or size > ctx.request_lists_max_bytes):
+        size -= len(lists.pop(next(iter(lists)))[1])
 
 
 class _Collected:
