@@ -26,6 +26,7 @@ import itertools
 import json
 import socket
 import time
+from array import array
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from types import SimpleNamespace
@@ -36,9 +37,9 @@ import aiohttp
 
 from llmtop.bench.workload import BenchRequest
 from llmtop.events import Outcome, RequestRecord, TokenSource
+from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.dialects.registry import make_parser
-from llmtop.proxy.relay import scale_tokens
 
 Api = Literal["chat", "completions"]
 _ids = itertools.count(1)
@@ -53,8 +54,10 @@ class _Attempt:
     head: bool = False
     """The response's head arrived (from then on nothing is resent)."""
     status: int = 0
-    offsets: list[int] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    """perf_counter_ns of each content chunk's read (packed: 8 bytes a chunk, read in place
+    when the record is built)."""
+    counts: array[int] = field(default_factory=lambda: array("q"))
     parser: StreamParser = field(
         default_factory=lambda: make_parser("openai", True, "text/event-stream"))
 
@@ -208,16 +211,18 @@ class BenchClient:
 
     def _record(self, t0: int, wall: float, end: int, outcome: Outcome, error: str | None,
                 at: _Attempt, req: BenchRequest, concurrency: int) -> RequestRecord:
-        parser, offsets, counts, status = at.parser, at.offsets, at.counts, at.status
+        # on the loop that measures the other requests: long streams are built in bulk
+        # (llmtop.proxy.chunk_math), as the proxy builds its records
+        parser, offsets, status = at.parser, at.offsets, at.status
+        counts = ChunkCounts(at.counts)
         usage = getattr(parser, "usage_completion_tokens", None)
         prompt = getattr(parser, "usage_prompt_tokens", None)
         source: TokenSource
         if usage is not None:
-            counts = scale_tokens(counts, usage)
             completion: int | None = usage
             source = "usage"
         else:
-            completion = sum(counts) or None
+            completion = counts.counted or None
             source = "chunks"
         return RequestRecord(
             id=f"bench-{next(_ids)}",
@@ -234,8 +239,8 @@ class BenchClient:
             prompt_tokens=prompt if prompt is not None else req.prompt_tokens_target or None,
             completion_tokens=completion,
             token_source=source,
-            chunk_offsets_s=tuple((o - t0) / 1e9 for o in offsets),
-            chunk_tokens=tuple(counts),
+            chunk_offsets_s=seconds_since(t0, offsets),
+            chunk_tokens=counts.scaled(usage),
             concurrency_at_start=concurrency,
             error=error,
         )

@@ -28,6 +28,8 @@ from time import perf_counter_ns
 from typing import Final, Protocol
 
 from llmtop.events import ActiveRequest, Dialect, Outcome, RequestRecord, TokenSource
+from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
+from llmtop.proxy.chunk_math import scale_tokens as scale_tokens
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.token_rate import TokenRates
 
@@ -273,25 +275,25 @@ class Exchange:
             if parser.usage_prompt_tokens is not None:
                 prompt = parser.usage_prompt_tokens
             model = parser.model or model
-        offsets, counts = self.chunk_lists()
-        counted = sum(counts)
+        counts = ChunkCounts(self.held_tokens, self.tokens)
+        counted = counts.counted
         source: TokenSource
         completion: int | None
         if usage is not None:
             if rates is not None and self.stream:
                 rates.learn(model, usage, counted)
-            counts = scale_tokens(counts, usage)
             completion = usage
             source = "usage"
         elif rates is not None and self.stream and (
                 estimate := rates.estimate(model, counted)) is not None:
             # ended before the engine's usage (cancelled, broken off, not asked for)
-            counts = scale_tokens(counts, estimate)
             completion = estimate
             source = "estimate"
         else:
             completion = counted if counted > 0 else None  # e.g. ``other``: nothing counted
             source = "chunks"
+        held = self.held_offsets
+        first = held[0] if held else self.offsets[0] if self.offsets else None
         dialect: Dialect = a.dialect
         return RequestRecord(
             id=a.id,
@@ -303,59 +305,16 @@ class Exchange:
             status=self.status,
             outcome=self.outcome,
             t_start=a.t_start,
-            ttft_s=(offsets[0] - t0) / 1e9 if offsets else None,
+            ttft_s=(first - t0) / 1e9 if first is not None else None,
             e2e_s=(end - t0) / 1e9,
             prompt_tokens=prompt,
             completion_tokens=completion,
             token_source=source,
-            chunk_offsets_s=tuple([(o - t0) / 1e9 for o in offsets]),
-            chunk_tokens=tuple(counts),
+            chunk_offsets_s=seconds_since(t0, held, self.offsets),
+            chunk_tokens=counts.scaled(None if source == "chunks" else completion),
             concurrency_at_start=a.concurrency_at_start,
             error=self.error,
         )
-
-
-def scale_tokens(counts: list[int], total: int) -> list[int]:
-    """Per-chunk token counts scaled so they sum to ``total`` (the engine's usage).
-
-    The first content event is the first token — what prefill produces, one token, even
-    from engines that pack several into later chunks — so the first chunk keeps one token
-    for it and the other ``total - 1`` are shared in proportion to the events counted
-    (largest remainder; ties go to the earlier chunk). Spreading all of ``total`` evenly
-    gave the first chunk a share of the decode tokens, which then counted for no ITL sample:
-    mean ITL came out 12–27% above TPOT. Chunks that counted nothing share evenly when all
-    did."""
-    n = len(counts)
-    if n == 0:
-        return []
-    total = max(total, 0)
-    have = sum(counts)
-    if have == total:
-        return list(counts)
-    if have == 0:
-        return _share([1] * n, total)
-    if total == 0:
-        return [0] * n
-    first = 1 if counts[0] > 0 else 0
-    weights = [counts[0] - first, *counts[1:]]
-    if sum(weights) == 0:
-        weights = [1] * n
-    out = _share(weights, total - first)
-    out[0] += first
-    return out
-
-
-def _share(weights: list[int], total: int) -> list[int]:
-    """``total`` split in proportion to ``weights`` (positive sum): largest remainder,
-    ties to the earlier index."""
-    n, wsum = len(weights), sum(weights)
-    base = [w * total // wsum for w in weights]
-    left = total - sum(base)
-    if left:
-        order = sorted(range(n), key=lambda i: (-(weights[i] * total % wsum), i))
-        for i in order[:left]:
-            base[i] += 1
-    return base
 
 
 SHUTDOWN_REASON = "proxy shut down"
