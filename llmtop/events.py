@@ -194,12 +194,19 @@ class ActiveRequest:
         ``outcome``, ``e2e_s``, ``prompt_tokens``, ``error``); ``completion_tokens`` counted
         from the stream so far (``token_source`` ``chunks``); and, beyond the record,
         ``state`` (waiting/streaming), ``age_s``, ``chunks`` (how many so far, instead of
-        the per-chunk lists) and ``tps``."""
+        the per-chunk lists) and ``tps``.
+
+        ``tps`` is (tokens so far − 1) / (now − first token): the rate up to *now*, not to
+        the last chunk, so a stream that stalls shows a falling rate (measured to its last
+        chunk, a 40 tok/s stream read 40 tok/s through a 20 s stall); ``None`` before a
+        second token."""
         age = (now_ns - self.t0_ns) / 1e9
         ttft = None if self.first_token_ns is None else (self.first_token_ns - self.t0_ns) / 1e9
         tps = None
-        if self.first_token_ns is not None and self.last_chunk_ns and self.tokens > 1:
-            dt = (self.last_chunk_ns - self.first_token_ns) / 1e9
+        if self.first_token_ns is not None and self.tokens > 1:
+            # the relay (another thread) may have written a chunk after ``now_ns`` was read
+            end = max(now_ns, self.last_chunk_ns or 0)
+            dt = (end - self.first_token_ns) / 1e9
             tps = (self.tokens - 1) / dt if dt > 0 else None
         return {
             "type": "request",
