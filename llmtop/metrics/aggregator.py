@@ -36,6 +36,7 @@ Not thread-safe: call everything from the event loop that owns the proxy.
 
 from __future__ import annotations
 
+import bisect
 import socket
 import time
 from collections import deque
@@ -160,8 +161,12 @@ class Aggregator:
         self.filing_errors = 0
         """Batches of records dropped because filing them raised (a bug, not traffic)."""
         self.last_filing_error: BaseException | None = None
-        self._live: dict[str, tuple[int, int]] = {}
-        """Active request id → (content events seen at the last tick, tokens attributed)."""
+        self._live: dict[str, tuple[int, float, int]] = {}
+        """Active request id → (content events seen at the last tick, tokens attributed —
+        unrounded —, chunks seen at the last tick)."""
+        self._debt = np.zeros(self.shape[0], dtype=np.int64)
+        """Per series: output tokens over-attributed live and not yet taken back (see
+        :meth:`_settle_out`)."""
         self._live_seen: dict[str, float] = {}
         self.tokens_per_event: dict[str, float] = {}
         """Model → output tokens per content event, learned from finished requests with
@@ -247,11 +252,14 @@ class Aggregator:
             w = 0.0 if r.id in scored else 1.0
             users.append(self.users.series_for(r.user, w))
             models.append(self.models.series_for(r.model or "unknown", w))
-            events, attributed = live.pop(r.id, (0, 0))
+            events, attributed, chunks_seen = live.pop(r.id, (0, 0.0, 0))
             last_tick = seen.pop(r.id, None)
-            remainder.append(output_tokens(r) - attributed)
+            remainder.append(output_tokens(r) - int(attributed + 0.5))
             if r.token_source == "usage" and r.stream and last_tick is not None:
-                self._learn_tpe(r, events, last_tick)
+                if chunks_seen <= 0 < events:  # a registry that does not count chunks
+                    chunks_seen = bisect.bisect_right(r.chunk_offsets_s,
+                                                      last_tick - r.t_start)
+                self._learn_tpe(r, events, chunks_seen)
             scored.discard(r.id)
             chunks += len(r.chunk_offsets_s)
         self._pending.extend(records)
@@ -274,15 +282,24 @@ class Aggregator:
             held -= _chunks_of(recent.popleft())
         self._recent_chunks = held
 
-    def _learn_tpe(self, r: RequestRecord, events: int, last_tick: float) -> None:
-        """Update ``r.model``'s tokens per event from its usage and the events the last
-        tick saw, plus its chunks since (one event each: what a tick cannot see yet)."""
-        cut = last_tick - r.t_start
-        events += sum(1 for o in r.chunk_offsets_s if o > cut)
-        n = r.completion_tokens
-        if n is None or events < TPE_MIN_EVENTS:
+    def _learn_tpe(self, r: RequestRecord, events: int, chunks: int) -> None:
+        """Update ``r.model``'s tokens per event from what the last tick saw of it: its
+        first ``chunks`` chunks carried ``events`` content events, and the record's
+        per-chunk counts (scaled to the engine's usage) say how many tokens those chunks
+        were. Exact whatever an engine packs into a read: counting the chunks after the
+        last tick as one event each taught engines whose reads carry several events a rate
+        above 1."""
+        toks = r.chunk_tokens
+        usage = r.completion_tokens
+        if usage is None or events < TPE_MIN_EVENTS or chunks <= 0 or chunks > len(toks):
             return
-        sample = min(max(n / events, 0.5), 64.0)
+        total = sum(toks)
+        seen = sum(toks[:chunks]) if chunks < len(toks) else total
+        if total <= 0:
+            return
+        # the per-chunk counts sum to the usage (the relay scales them); if they do not,
+        # they still share it in proportion
+        sample = min(max(usage * seen / (total * events), 0.5), 64.0)
         model = r.model or "unknown"
         old = self.tokens_per_event.get(model)
         if old is None:  # a model's first request sets it; later ones move it
@@ -311,6 +328,7 @@ class Aggregator:
             self.filing_errors += 1
             self.last_filing_error = exc
             return
+        self._settle_out(b.counters)
         self._windows.add(b.table, b.counters)
         # the capacity bins hold answers under load: the proxy's own 502s of an outage (it
         # could not connect) say nothing about how much load the engine takes — with them a
@@ -324,6 +342,26 @@ class Aggregator:
         else:
             self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s, b.judged)
         self._clamped += b.clamped
+
+    def _settle_out(self, counters: np.ndarray[Any, np.dtype[np.int64]]) -> None:
+        """Keep every series' output tokens in the current interval at or above zero.
+
+        Live tokens are attributed at the model's learned rate; when a request ends, its
+        final count corrects them, downwards if the rate was too high for it. Taken at once,
+        that correction made a window's output tokens/s negative. A negative amount is
+        taken back from the current interval only as far as it holds output tokens; the
+        rest is owed (``_debt``) and taken from the series' next tokens, so totals come out
+        exact once the series has streamed as many again (at the end of a session, the
+        totals exceed the engine's count by what is still owed)."""
+        col = counters[:, C_OUT]
+        debt = self._debt
+        if col.min() >= 0 and not debt.any():
+            return
+        net = col - debt
+        floor = -self._windows.cur.counters[:, C_OUT]
+        applied = np.maximum(net, np.minimum(floor, 0))
+        self._debt = applied - net
+        counters[:, C_OUT] = applied
 
     def tick(self, now: float | None = None) -> None:
         """Sample concurrency and live tokens from the active registry; rotate intervals."""
@@ -339,7 +377,7 @@ class Aggregator:
                 waiting += 1
             prev = live.get(a.id)
             if prev is None:
-                prev = live[a.id] = (0, 0)
+                prev = live[a.id] = (0, 0.0, 0)
             if a.user and a.id not in self._scored:  # the user is known once the body is read
                 self._scored.add(a.id)
                 self.users.series_for(a.user)
@@ -348,10 +386,12 @@ class Aggregator:
             raw = a.tokens
             if raw == prev[0]:
                 continue
+            # only the events since the last tick take the model's rate now: re-rating the
+            # whole stream made a rate change re-count thousands of tokens in one tick
             tpe = tpe_of(a.model or "unknown") if tpe_of is not None else None
-            attributed = raw if tpe is None else int(raw * tpe + 0.5)
-            live[a.id] = (raw, attributed)
-            d = attributed - prev[1]
+            attributed = prev[1] + (raw - prev[0] if tpe is None else (raw - prev[0]) * tpe)
+            live[a.id] = (raw, attributed, a.chunks)
+            d = int(attributed + 0.5) - int(prev[1] + 0.5)
             if d:
                 if delta is None:
                     delta = np.zeros(self.shape, dtype=np.int64)
@@ -359,6 +399,7 @@ class Aggregator:
                 delta[self.users.peek(a.user), C_OUT] += d
                 delta[self.models.peek(a.model or "unknown"), C_OUT] += d
         if delta is not None:
+            self._settle_out(delta)
             self._windows.add(CountTable.empty(), delta)
         n = len(actives)
         self._last_conc = (n, waiting, n - waiting)
@@ -379,6 +420,9 @@ class Aggregator:
             self._coarse_start = w.coarse_cur.start
             remap = self.users.rebalance(elapsed) | self.models.rebalance(elapsed)
             w.remap_series(remap)
+            for old, new in remap.items():  # what a folded series owes, its new one owes
+                self._debt[new] += self._debt[old]
+                self._debt[old] = 0
 
     def _on_fine_closed(self, iv: Interval) -> None:
         span = iv.end - max(iv.start, self.started_at)
