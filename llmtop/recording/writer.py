@@ -3,7 +3,9 @@
 ``Recorder.on_events`` runs on the event loop (it is an :class:`llmtop.bus.EventBus`
 subscriber). It only appends the event *objects* to a bounded queue — O(batch), no JSON, no
 I/O, never a lock that the writer holds while writing — and when the queue is full it counts
-the events it could not keep (``dropped``) instead of stalling the proxy. A writer thread
+the events it could not keep (``dropped``) instead of stalling the proxy. The queue is bounded
+by events (``queue_max``) and by the request records' chunks (``queue_max_chunks``): on a
+stalled disk 100,000 queued 16k-token answers would otherwise hold tens of GB. A writer thread
 serialises (the events' ``to_json_dict`` shape, built without deep copies, + ``json.dumps``),
 writes and flushes.
 
@@ -31,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
-import itertools
 import json
 import math
 import os
@@ -54,6 +55,8 @@ Opener = Callable[[Path, bool], IO[bytes]]
 """``opener(path, overwrite)`` → a binary file object to write to (tests inject slow ones)."""
 
 _BATCH_LINES = 4096  # lines serialised per write() call
+QUEUE_MAX_CHUNKS: Final = 4_000_000
+"""Default bound on the chunks of the request records queued (~40 B a chunk: ~160 MB)."""
 
 
 class _Serialisable(Protocol):
@@ -92,13 +95,47 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+PIECE: Final = 1024
+"""A list longer than this (a long answer's chunk offsets and tokens) is encoded this many
+items at a time."""
+
+_SEPARATORS: Final = (",", ":")
+
+
 def dumps_line(d: Mapping[str, Any]) -> bytes:
-    """One recording line: compact JSON, NaN/inf as ``null``, newline-terminated."""
+    """One recording line: compact JSON, NaN/inf as ``null``, newline-terminated.
+
+    The same bytes as ``json.dumps(d, separators=(",", ":"))``; a top-level list longer
+    than :data:`PIECE` is encoded in pieces of that many items, joined. One ``json.dumps``
+    of a 16k-chunk record is one C call holding the GIL 8–20 ms (the proxy's forwarding
+    thread waited that long); between pieces (~1 ms each) the GIL can pass."""
     try:
-        s = json.dumps(d, separators=(",", ":"), allow_nan=False)
+        s = _dumps(d)
     except ValueError:
-        s = json.dumps(_finite(dict(d)), separators=(",", ":"), allow_nan=False)
+        s = _dumps(_finite(dict(d)))
     return s.encode() + b"\n"
+
+
+def _dumps(d: Mapping[str, Any]) -> str:
+    long = False
+    for k, v in d.items():
+        if type(k) is not str:
+            long = False  # keys JSON would convert: left to json as a whole
+            break
+        if type(v) in (list, tuple) and len(v) > PIECE:
+            long = True
+    if not long:
+        return json.dumps(d, separators=_SEPARATORS, allow_nan=False)
+    parts: list[str] = []
+    for k, v in d.items():
+        if type(v) in (list, tuple) and len(v) > PIECE:
+            val = "[" + ",".join(
+                json.dumps(v[i:i + PIECE], separators=_SEPARATORS, allow_nan=False)[1:-1]
+                for i in range(0, len(v), PIECE)) + "]"
+        else:
+            val = json.dumps(v, separators=_SEPARATORS, allow_nan=False)
+        parts.append(json.dumps(k) + ":" + val)
+    return "{" + ",".join(parts) + "}"
 
 
 class _Counting:
@@ -174,18 +211,26 @@ class Recorder:
         flush_s: float = 1.0,
         overwrite: bool = False,
         opener: Opener | None = None,
+        queue_max_chunks: int = QUEUE_MAX_CHUNKS,
     ) -> None:
         if queue_max < 1:
             raise ValueError("queue_max must be at least 1")
+        if queue_max_chunks < 1:
+            raise ValueError("queue_max_chunks must be at least 1")
         if flush_s <= 0:
             raise ValueError("flush_s must be positive")
         self.path = Path(path)
         self.header_extra = dict(header)
         self.queue_max = queue_max
+        self.queue_max_chunks = queue_max_chunks
         self.flush_s = flush_s
         self.overwrite = overwrite
         self._opener: Opener = opener or _default_opener
         self._queue: deque[_Serialisable] = deque()
+        # chunks of the request records queued = in - out; each counter is written by one
+        # thread only (in: the event loop's on_events; out: the writer thread)
+        self._chunks_in = 0
+        self._chunks_out = 0
         self._running = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -272,24 +317,47 @@ class Recorder:
         )
         self._thread.start()
 
+    @property
+    def queued_chunks(self) -> int:
+        """Chunks of the request records queued, not yet written."""
+        return self._chunks_in - self._chunks_out
+
     def on_events(self, batch: Sequence[Event]) -> None:
-        """The bus subscriber: enqueue, never block; count what does not fit as dropped."""
+        """The bus subscriber: enqueue, never block; count what does not fit as dropped
+        (more than ``queue_max`` events, or request records whose chunks would take the
+        queued chunks past ``queue_max_chunks`` — a record is always taken into an
+        empty queue)."""
         if not self._running:
             return
         q = self._queue
         room = self.queue_max - len(q)
         n = len(batch)
-        if n <= room:
+        chunks = 0
+        for e in batch:
+            if type(e) is RequestRecord:
+                chunks += len(e.chunk_offsets_s)
+        if n <= room and (not chunks or self.queued_chunks + chunks <= self.queue_max_chunks):
+            self._chunks_in += chunks
             q.extend(batch)
             return
-        if room > 0:
-            q.extend(itertools.islice(batch, room))
-        else:
-            room = 0
-        self._dropped_full += n - room
-        self._dropped_full_requests += sum(
-            1 for e in itertools.islice(batch, room, None) if isinstance(e, RequestRecord)
-        )
+        self._enqueue_within_bounds(batch, room)
+
+    def _enqueue_within_bounds(self, batch: Sequence[Event], room: int) -> None:
+        """``on_events`` one event at a time, near a bound: the events past ``room`` are
+        dropped, and a record that would take the queued chunks past ``queue_max_chunks``
+        (the events after it may still fit)."""
+        q = self._queue
+        for e in batch:
+            c = len(e.chunk_offsets_s) if type(e) is RequestRecord else 0
+            queued = self.queued_chunks
+            if room <= 0 or (c and queued and queued + c > self.queue_max_chunks):
+                self._dropped_full += 1
+                if isinstance(e, RequestRecord):
+                    self._dropped_full_requests += 1
+                continue
+            q.append(e)
+            room -= 1
+            self._chunks_in += c
 
     def stop(self) -> dict[str, Any]:
         """Write what is queued and the footer (``ended_at``, ``requests``, ``dropped``),
@@ -361,6 +429,8 @@ class Recorder:
             pop = q.popleft
             while q and len(chunk) < _BATCH_LINES:
                 ev = pop()
+                if type(ev) is RequestRecord:
+                    self._chunks_out += len(ev.chunk_offsets_s)
                 if isinstance(ev, WarningEvent) and not self._is_transition(ev):
                     continue  # a raised warning's new figures: for the live view only
                 try:
@@ -465,10 +535,12 @@ class RecordingController:
         flush_s: float = 1.0,
         overwrite: bool = False,
         opener: Opener | None = None,
+        queue_max_chunks: int = QUEUE_MAX_CHUNKS,
     ) -> None:
         self.bus = bus
         self._header = header
         self.queue_max = queue_max
+        self.queue_max_chunks = queue_max_chunks
         self.flush_s = flush_s
         self.overwrite = overwrite
         self._opener = opener
@@ -488,6 +560,7 @@ class RecordingController:
             path,
             header=header,
             queue_max=self.queue_max,
+            queue_max_chunks=self.queue_max_chunks,
             flush_s=self.flush_s,
             overwrite=self.overwrite if overwrite is None else overwrite,
             opener=self._opener,
