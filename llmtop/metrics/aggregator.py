@@ -68,6 +68,7 @@ from llmtop.metrics.ingest import (
     M_TTFT,
     ingest,
     output_tokens,
+    ttft_table,
 )
 from llmtop.metrics.labels import LabelSlots
 from llmtop.metrics.slo import Slo
@@ -157,6 +158,7 @@ class Aggregator:
         self._pending_users: list[int] = []
         self._pending_models: list[int] = []
         self._pending_rest: list[int] = []
+        self._pending_ttft: list[bool] = []
         self._pending_chunks = 0
         self.filing_errors = 0
         """Batches of records dropped because filing them raised (a bug, not traffic)."""
@@ -171,6 +173,8 @@ class Aggregator:
         self.tokens_per_event: dict[str, float] = {}
         """Model → output tokens per content event, learned from finished requests with
         usage (absent: 1)."""
+        self._ttft_filed: set[str] = set()
+        """Active request ids whose TTFT sample a tick filed (their records add none)."""
         self._scored: set[str] = set()
         """Active request ids already counted in their user's traffic score."""
         self._coarse_start = self._windows.coarse_cur.start
@@ -247,6 +251,7 @@ class Aggregator:
         users, models = self._pending_users, self._pending_models
         remainder, scored = self._pending_rest, self._scored
         live, seen = self._live, self._live_seen
+        ttft_filed, ttft_pending = self._ttft_filed, self._pending_ttft
         chunks = 0
         for r in records:
             w = 0.0 if r.id in scored else 1.0
@@ -261,6 +266,11 @@ class Aggregator:
                                                       last_tick - r.t_start)
                 self._learn_tpe(r, events, chunks_seen)
             scored.discard(r.id)
+            if r.id in ttft_filed:
+                ttft_filed.discard(r.id)
+                ttft_pending.append(True)
+            else:
+                ttft_pending.append(False)
             chunks += len(r.chunk_offsets_s)
         self._pending.extend(records)
         self._pending_chunks += chunks
@@ -319,9 +329,11 @@ class Aggregator:
         self._pending_users = []
         self._pending_models = []
         self._pending_rest = []
+        ttft_filed = self._pending_ttft
+        self._pending_ttft = []
         self._pending_chunks = 0
         try:
-            b = ingest(records, users, models, rest, self.slo, self.shape)
+            b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed)
         except Exception as exc:  # filing runs inside readers and ticks too
             # a batch that cannot be filed is dropped (as a failing bus subscriber's batch
             # is), counted, and never breaks the tick or the snapshot that asked
@@ -372,9 +384,13 @@ class Aggregator:
         live, seen = self._live, self._live_seen
         tpe_of = self.tokens_per_event.get if self.tokens_per_event else None
         actives = list(self.active.values())
+        ttft_filed = self._ttft_filed
+        first: list[ActiveRequest] = []
         for a in actives:
             if a.first_token_ns is None:
                 waiting += 1
+            elif a.stream and a.id not in ttft_filed:
+                first.append(a)
             prev = live.get(a.id)
             if prev is None:
                 prev = live[a.id] = (0, 0.0, 0)
@@ -398,6 +414,8 @@ class Aggregator:
                 delta[0, C_OUT] += d
                 delta[self.users.peek(a.user), C_OUT] += d
                 delta[self.models.peek(a.model or "unknown"), C_OUT] += d
+        if first:
+            self._file_first_tokens(first)
         if delta is not None:
             self._settle_out(delta)
             self._windows.add(CountTable.empty(), delta)
@@ -409,6 +427,26 @@ class Aggregator:
                 seen.pop(rid, None)
                 live.pop(rid, None)
                 self._scored.discard(rid)
+                ttft_filed.discard(rid)
+
+    def _file_first_tokens(self, first: list[ActiveRequest]) -> None:
+        """File the TTFT of streams whose first token this tick is the first to see, into
+        the current interval: a 10-minute answer's TTFT is shown (and judged by the
+        detectors reading the windows) when its first token comes, not when it ends. Its
+        record then adds no TTFT sample; its TTFT objective is still judged with it."""
+        peek_u, peek_m = self.users.peek, self.models.peek
+        ttfts: list[float] = []
+        user_ids: list[int] = []
+        model_ids: list[int] = []
+        for a in first:
+            if a.first_token_ns is not None:
+                ttfts.append((a.first_token_ns - a.t0_ns) / 1e9)
+                user_ids.append(peek_u(a.user))
+                model_ids.append(peek_m(a.model or "unknown"))
+        table, clamped = ttft_table(ttfts, user_ids, model_ids)
+        self._ttft_filed.update(a.id for a in first)
+        self._clamped += clamped
+        self._windows.add(table)
 
     def _advance(self, now: float) -> None:
         w = self._windows

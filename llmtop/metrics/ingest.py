@@ -86,11 +86,14 @@ def ingest(
     live_remainder: Sequence[int],
     slo: Slo,
     shape: tuple[int, int],
+    ttft_filed: Sequence[bool] | None = None,
 ) -> Batch:
     """Build one batch's table and counters.
 
     ``user_series[i]``/``model_series[i]`` are record i's series ids; ``live_remainder[i]``
-    its output tokens not yet attributed live (see :class:`~llmtop.metrics.aggregator.Aggregator`).
+    its output tokens not yet attributed live (see :class:`~llmtop.metrics.aggregator.Aggregator`);
+    ``ttft_filed[i]``: its TTFT sample was filed live, when its first token was seen
+    (:func:`ttft_table`), so it adds none now (its TTFT objective is still judged here).
     """
     n = len(records)
     nan = float("nan")
@@ -198,11 +201,14 @@ def ingest(
     has_tpot = ok & ~np.isnan(tpot)
     itl_keep = k > 0
     k_itl = k[itl_keep]
-    vals = np.concatenate([gaps, ttft[has_ttft], itl[itl_keep], tpot[has_tpot], e2e[ok]])
-    counts = [len(gaps), int(has_ttft.sum()), len(k_itl), int(has_tpot.sum()),
+    ttft_sample = has_ttft
+    if ttft_filed is not None and any(ttft_filed):
+        ttft_sample = has_ttft & ~np.asarray(ttft_filed, dtype=bool)
+    vals = np.concatenate([gaps, ttft[ttft_sample], itl[itl_keep], tpot[has_tpot], e2e[ok]])
+    counts = [len(gaps), int(ttft_sample.sum()), len(k_itl), int(has_tpot.sum()),
               int(ok.sum())]
     metric = np.repeat(_METRIC_ORDER, counts)
-    rec = np.concatenate([gap_rec, rec_all[has_ttft], gap_rec[itl_keep], rec_all[has_tpot],
+    rec = np.concatenate([gap_rec, rec_all[ttft_sample], gap_rec[itl_keep], rec_all[has_tpot],
                           rec_all[ok]])
     w = np.ones(len(vals), dtype=np.int64)
     w[counts[0] + counts[1]:counts[0] + counts[1] + counts[2]] = k_itl
@@ -233,3 +239,24 @@ def ingest(
     np.add.at(counters, np.asarray(user_series, dtype=np.int64), rows)
     np.add.at(counters, np.asarray(model_series, dtype=np.int64), rows)
     return Batch(table, counters, met, judged, conc, good_i.astype(np.float64), e2e, clamped)
+
+
+def ttft_table(ttft_s: Sequence[float], user_series: Sequence[int],
+               model_series: Sequence[int]) -> tuple[CountTable, int]:
+    """TTFT samples of requests whose first token was just seen (filed live, before their
+    records), each to the system, its user and its model; and how many were clamped."""
+    vals = np.asarray(ttft_s, dtype=np.float64)
+    bad = np.isnan(vals)
+    clamped = int(bad.sum())
+    keep = ~bad
+    vals = vals[keep]
+    if not len(vals):
+        return CountTable.empty(), clamped
+    clamped += int((vals < 0).sum())
+    us, out_of_range = seconds_to_us(np.maximum(vals, 0.0))
+    clamped += out_of_range
+    base = bucket_index(us) + M_TTFT * (SERIES_SPAN * COUNTS_LEN)
+    users = np.asarray(user_series, dtype=np.int64)[keep]
+    models = np.asarray(model_series, dtype=np.int64)[keep]
+    keys = np.concatenate([base, base + users * COUNTS_LEN, base + models * COUNTS_LEN])
+    return CountTable.from_keys(keys), clamped
