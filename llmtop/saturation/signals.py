@@ -143,6 +143,13 @@ class Signals:
         self.engine: EngineReading | None = None
         self.engine_history: deque[EngineReading] = deque()
         self.gpus: dict[int, GpuReading] = {}
+        self.first_tokens: deque[tuple[float, float]] = deque()
+        """(unix time of the first token, TTFT) of streamed requests: noted by ``sample``
+        when it first sees a stream's first token, else from its record (one that started
+        and ended between two samples) — so TTFT p95 follows first tokens as they come,
+        not answers as they end (a 10-minute answer's TTFT was 10 minutes late)."""
+        self._ttft_noted: set[str] = set()
+        """Open requests whose first token ``sample`` noted (their records add none)."""
         self.ttft_p95_history: deque[tuple[float, float]] = deque()
         self.itl_p50_history: deque[tuple[float, float]] = deque()
         self._memo: dict[tuple[str, float, float], Any] = {}
@@ -179,6 +186,10 @@ class Signals:
             upstream_unreachable=unreachable,
         )
         self.finished.append(f)
+        if ev.id in self._ttft_noted:
+            self._ttft_noted.discard(ev.id)
+        elif f.ttft_s is not None:
+            self.first_tokens.append((ev.t_start + f.ttft_s, f.ttft_s))
         if ev.prompt_tokens:
             self.prompts.append(ev.prompt_tokens)
         if ev.outcome in ("error", "timeout"):
@@ -213,7 +224,9 @@ class Signals:
         # a non-streamed request has no first token until its whole answer is there: it
         # is generating, not necessarily queued, so it is no evidence of a queue (QA: three
         # 1.5 s non-streamed Ollama requests raised QUEUEING against an idle engine)
-        waiting = [a for a in list(active.values()) if a.first_token_ns is None and a.stream]
+        actives = list(active.values())
+        waiting = [a for a in actives if a.first_token_ns is None and a.stream]
+        self._note_first_tokens(actives, now, now_ns)
         oldest = max(((now_ns - a.t0_ns) / 1e9 for a in waiting), default=0.0)
         engine_waiting = None
         if self.engine is not None and now - self.engine.t < self.engine_fresh_s:
@@ -232,8 +245,22 @@ class Signals:
         self._memo.clear()
         return s
 
+    def _note_first_tokens(self, actives: list[ActiveRequest], now: float, now_ns: int
+                           ) -> None:
+        noted, firsts = self._ttft_noted, self.first_tokens
+        for a in actives:
+            ft = a.first_token_ns
+            if ft is not None and a.stream and a.id not in noted:
+                noted.add(a.id)
+                firsts.append((now - (now_ns - ft) / 1e9, (ft - a.t0_ns) / 1e9))
+        if len(noted) > 2 * len(actives) + 1024:  # records that never came: forget them
+            open_ids = {a.id for a in actives}
+            noted.intersection_update(open_ids)
+
     def _trim(self, now: float) -> None:
         keep = now - self.keep_s
+        while self.first_tokens and self.first_tokens[0][0] < keep:
+            self.first_tokens.popleft()
         while self.finished and self.finished[0].t_end < keep:
             self.finished.popleft()
         keep = now - self.tally_s
@@ -279,7 +306,9 @@ class Signals:
         return [s for s in self.samples if s.t >= cut]
 
     def ttft_p95(self, now: float, window_s: float) -> float | None:
-        return _p((f.ttft_s for f in self.finished_in(now, window_s) if f.ttft_s is not None), 95)
+        """TTFT p95 of the streamed requests whose first token came in the window."""
+        cut = now - window_s
+        return _p((v for t, v in self.first_tokens if t >= cut), 95)
 
     KEEP_BASELINES = 30
     """Baseline entries kept even when older than the horizon."""
