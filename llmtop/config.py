@@ -77,6 +77,9 @@ class RecordingConfig:
     flush_s: float = 1.0
     queue_max: int = 100_000
     """Lines buffered before the recorder drops (and counts) instead of stalling streams."""
+    queue_max_chunks: int = 4_000_000
+    """...and chunks in the buffered requests (~40 bytes each): a stalled disk with long
+    answers queued must not grow memory without bound."""
 
 
 @dataclass
@@ -397,7 +400,8 @@ def validate(cfg: Config) -> None:
     if cfg.top_users < 1:
         raise ConfigError("top_users must be at least 1")
     for key in ("timeouts.connect_s", "timeouts.first_byte_s", "timeouts.idle_s",
-                "gpu.interval_s", "engine.interval_s", "tui.refresh_hz", "recording.flush_s"):
+                "gpu.interval_s", "engine.interval_s", "tui.refresh_hz", "recording.flush_s",
+                "recording.queue_max", "recording.queue_max_chunks"):
         obj: Any = cfg
         for part in key.split("."):
             obj = getattr(obj, part)

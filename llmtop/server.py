@@ -111,7 +111,7 @@ class Observers:
         bus.subscribe(self._count)
         self.recording = RecordingController(
             bus, header=self._recording_header, queue_max=cfg.recording.queue_max,
-            flush_s=cfg.recording.flush_s,
+            queue_max_chunks=cfg.recording.queue_max_chunks, flush_s=cfg.recording.flush_s,
         )
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []

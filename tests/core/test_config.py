@@ -151,3 +151,21 @@ def test_a_config_that_is_not_text_or_uses_a_section_as_a_value(tmp_path: Path) 
         load_config(binary, env={})
     with pytest.raises(ConfigError, match=r"'slo' is a section: write \[slo\]"):
         load_config(write(tmp_path, "slo = 5\n"), env={})
+
+
+@pytest.mark.parametrize("key", ["recording.queue_max", "recording.queue_max_chunks"])
+def test_recorder_queue_bounds_must_be_positive(key: str) -> None:
+    """A zero bound was a ValueError traceback from the recorder at start-up."""
+    with pytest.raises(ConfigError, match=rf"{key} must be positive, got 0"):
+        load_config(None, env={}, overrides={key: 0})
+
+
+def test_the_recorder_gets_its_chunk_bound_from_the_config() -> None:
+    from llmtop.bus import EventBus
+    from llmtop.server import Observers
+
+    cfg = load_config(None, env={}, overrides={"upstream": "http://127.0.0.1:9",
+                                               "recording.queue_max_chunks": 1234})
+    obs = Observers(cfg, EventBus(), {})
+    assert obs.recording.queue_max_chunks == 1234
+    assert obs.recording.queue_max == cfg.recording.queue_max
