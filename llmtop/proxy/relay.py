@@ -236,12 +236,6 @@ class Exchange:
         self.offsets = []
         self.tokens = []
 
-    def chunk_lists(self) -> tuple[list[int], list[int]]:
-        """Every content chunk's (write time, tokens), held ones included."""
-        if self.held_offsets is None or self.held_tokens is None:
-            return self.offsets, self.tokens
-        return ([*self.held_offsets, *self.offsets], [*self.held_tokens, *self.tokens])
-
     def fail(self, outcome: Outcome, error: str) -> None:
         """Set the outcome unless an earlier failure already explains the request.
 
