@@ -32,7 +32,6 @@ import asyncio
 import bisect
 import heapq
 import itertools
-import json
 import math
 import time
 from array import array
@@ -47,7 +46,13 @@ from llmtop.metrics.aggregator import Aggregator
 from llmtop.metrics.slo import Slo
 from llmtop.packed import HeldRecord, pack
 from llmtop.recording.errors import RecordingError
-from llmtop.recording.reader import Progress, RecordingReader, decode_event, event_time
+from llmtop.recording.reader import (
+    Progress,
+    RecordingReader,
+    decode_event,
+    event_time,
+    loads_line,
+)
 from llmtop.recording.validate import MAX_GAP_S
 
 __all__ = ["DEFAULT_LOOKAHEAD_S", "IDLE_SKIP_S", "ReplayEngine", "ReplaySource", "config_for",
@@ -385,7 +390,7 @@ class ReplaySource:
         begin = self.engine.begin
         for line in reversed(tail):
             try:
-                obj = json.loads(line)
+                obj = loads_line(line)
                 # a footer's ended_at may be long after the last event: prefer events
                 ev = decode_event(obj) if isinstance(obj, dict) else None
             except (ValueError, UnicodeDecodeError):  # InvalidLine is a ValueError

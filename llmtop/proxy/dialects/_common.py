@@ -11,6 +11,8 @@ import json.scanner
 from abc import ABC, abstractmethod
 from typing import Any, Final
 
+import orjson
+
 MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
 """Largest SSE line/event or NDJSON line a parser holds; a larger one is discarded and
 sets ``error`` (memory stays bounded whatever the upstream sends)."""
@@ -41,9 +43,18 @@ _scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-t
 def loads(data: bytes | bytearray) -> Any:
     """``json.loads`` that returns ``BAD`` instead of raising (bad UTF-8, bad JSON, too deep).
 
-    A JSON object (the common case: request bodies, stream events) goes straight to the C
-    scanner: bytes starting ``{`` and then a non-NUL byte are UTF-8 by ``json.loads``' own
-    encoding detection, so the result is the same, three Python calls cheaper."""
+    orjson reads what it can: a stream event in ~1 µs where ``json`` takes ~3.4 µs, on the
+    forwarding loop, once per event. What it refuses and ``json`` takes (lone surrogates,
+    ``NaN``, numbers past a double, a BOM) goes to ``json``, so nothing is read as ``BAD``
+    that was read before. (One difference: an integer past 64 bits comes back as a float,
+    and so is no token count — no engine counts that high.) A JSON object then goes
+    straight to the C scanner: bytes starting ``{`` and then a non-NUL byte are UTF-8 by
+    ``json.loads``' own encoding detection, so the result is the same, three Python calls
+    cheaper."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
     try:
         if data[:1] == b"{" and data[1:2] != b"\x00":
             text = data.decode("utf-8", "surrogatepass")
