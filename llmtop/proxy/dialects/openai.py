@@ -11,16 +11,28 @@ finish-only and usage-only (``choices: []``) events are not.
 Tokens: each content event counts one token, unless the event carries ``usage`` (vLLM's
 ``stream_options.continuous_usage_stats``, where ``usage.completion_tokens`` is
 cumulative): then the event carries exactly the increase since the tokens already counted.
-The last ``usage`` seen gives ``usage_completion_tokens``/``usage_prompt_tokens`` — except
-that usage-only events (``choices: []``) are summed: vLLM and the OpenAI API send one for
-the whole answer, but llama.cpp sends one per choice of an ``n > 1`` request (each with
-that choice's completion tokens and the whole prompt), so ``usage_completion_tokens`` is
-the sum of their completion tokens and ``usage_prompt_tokens`` the prompt once; once one
-was seen, usage on other events no longer changes the figures.
+``usage`` on an event of one choice is that choice's (cumulative) figure: vLLM's continuous
+usage counts each choice of an ``n > 1`` request on its own, and llama.cpp's legacy
+completions (``/v1/completions``) put each choice's final usage on that choice's finish
+event. So ``usage_completion_tokens`` is the last figure of each choice index, summed over
+the choices (with ``n = 1``: the last one seen), and ``usage_prompt_tokens`` the last
+prompt figure (the same prompt in each: counted once). Usage on an event that is not one
+choice with an ``index`` is a figure for the whole answer: it replaces those before it.
+Usage-only events (``choices: []``) are summed: vLLM and the OpenAI API send one for
+the whole answer, but llama.cpp's chat completions send one per choice of an ``n > 1``
+request (each with that choice's completion tokens and the whole prompt), so
+``usage_completion_tokens`` is the sum of their completion tokens and
+``usage_prompt_tokens`` the prompt once; once one was seen, usage on other events no
+longer changes the figures.
 Without any ``usage``, llama.cpp's ``timings`` (on its finish event — one per choice —
 and on non-streamed answers) give them: ``predicted_n`` output tokens (the last per choice
 index, summed over choices), ``prompt_n + cache_n`` prompt tokens — so its streams are
 counted exactly when usage is not injected (see ``openai_usage``).
+
+A non-streamed answer's ``usage`` (or, without it, ``timings``) is taken as it is. With
+``n > 1`` llama.cpp's covers choice 0 only (its usage and its ``timings`` are the first
+choice's; it sends no per-choice counts): the figures are then a lower bound, and no
+count of the other choices is made up.
 
 The usage-injection helpers (``add_include_usage``, ``UsageChunkStripper``,
 ``is_usage_rejection``) live in ``openai_usage`` and are re-exported here.
@@ -126,11 +138,21 @@ _MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
 """The model of a chunk, when written plainly (no escapes in it)."""
 
 
+def _one_index(choices: object) -> int | None:
+    """The ``index`` of the one choice of an event; None when it has not exactly one
+    choice with an integer index."""
+    if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
+        i = choices[0].get("index")
+        if type(i) is int:
+            return i
+    return None
+
+
 class OpenAIStreamParser(ParserState):
     """An OpenAI-style SSE stream (see the module docstring for what counts)."""
 
     __slots__ = ("_counted", "_fast", "_max", "_per_choice", "_sse", "_summed", "_usage_obj",
-                 "_warm", "done")
+                 "_usage_per_choice", "_warm", "done")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__()
@@ -142,6 +164,7 @@ class OpenAIStreamParser(ParserState):
         self._usage_obj = False  # a ``usage`` object was seen (timings are then not read)
         self._summed: int | None = None  # completion tokens of the usage-only events, summed
         self._per_choice: dict[int, int] | None = None  # timings.predicted_n per choice index
+        self._usage_per_choice: dict[int, int] | None = None  # usage per choice index
         self.done = False
         """``data: [DONE]`` was seen."""
 
@@ -244,8 +267,7 @@ class OpenAIStreamParser(ParserState):
                 if obj.get("choices") == []:  # usage-only: one per choice from llama.cpp
                     cum = self._add_usage_only(usage)
                 elif self._summed is None:
-                    cum = self._set_completion(usage.get("completion_tokens"))
-                    self._set_prompt(usage.get("prompt_tokens"))
+                    cum = self._add_choice_usage(obj.get("choices"), usage)
                 else:
                     cum = count(usage.get("completion_tokens"))
             elif not self._usage_obj:
@@ -272,6 +294,24 @@ class OpenAIStreamParser(ParserState):
         self._set_prompt(usage.get("prompt_tokens"))
         return self._summed
 
+    def _add_choice_usage(self, choices: object, usage: dict[str, Any]) -> int | None:
+        """``usage`` on an event with choices: the figure of its one choice (the last per
+        choice index, summed over the choices), or of the whole answer when the event is
+        not one choice with an ``index``. Returns the completion tokens so far (None when
+        this usage has no figure)."""
+        n = count(usage.get("completion_tokens"))
+        self._set_prompt(usage.get("prompt_tokens"))
+        if n is None:
+            return None
+        per = self._usage_per_choice
+        index = _one_index(choices)
+        if index is None or per is None:
+            per = self._usage_per_choice = {}
+        per[-1 if index is None else index] = n
+        total = sum(per.values())
+        self._set_completion(total)
+        return total
+
     def _timings(self, obj: dict[str, Any]) -> None:
         """llama.cpp's counts from ``timings`` (no ``usage`` in the stream): the last
         ``predicted_n`` of each choice index, summed (with ``n > 1`` each choice's finish
@@ -281,12 +321,9 @@ class OpenAIStreamParser(ParserState):
             return
         n = count(t.get("predicted_n"))
         if n is not None:
-            choices = obj.get("choices")
-            index = -1
-            if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
-                i = choices[0].get("index")
-                if type(i) is int:
-                    index = i
+            index = _one_index(obj.get("choices"))
+            if index is None:
+                index = -1
             per = self._per_choice
             if per is None:
                 per = self._per_choice = {}
