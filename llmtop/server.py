@@ -21,7 +21,6 @@ import os
 import secrets
 import signal
 import sys
-import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
@@ -31,6 +30,7 @@ from aiohttp import web
 from llmtop import __version__
 from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import EventBus
+from llmtop.clock import unix_now
 from llmtop.config import Config, parse_hostport, slo_dict
 from llmtop.engines.scraper import EngineScraper, metrics_url_for
 from llmtop.events import ActiveRequest, Event, RequestRecord
@@ -100,7 +100,7 @@ class Observers:
         self.bus = bus
         self.active = active
         self.out = out or sys.stdout
-        self.started_at = time.time()
+        self.started_at = unix_now()
         self.aggregator = Aggregator(cfg, active, upstream=cfg.upstream)
         bus.subscribe(self.aggregator.on_events)
         self.monitor = SaturationMonitor(
@@ -223,7 +223,7 @@ class Observers:
         if self._runner is not None:
             await self._runner.cleanup()
         return RunSummary(
-            uptime_s=time.time() - self.started_at,
+            uptime_s=unix_now() - self.started_at,
             requests=self.requests,
             errors=self.errors,
             cancelled_at_shutdown=cancelled_at_shutdown,

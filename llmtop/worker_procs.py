@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llmtop.clock import child_env as clock_env
+from llmtop.clock import unix_now
 from llmtop.config import Config, parse_hostport
 from llmtop.events import Event, WarningEvent
 from llmtop.fleet_counts import FleetCounts
@@ -88,6 +90,7 @@ class WorkerLauncher:
         if self.fleet_fd is not None:
             cmd += ["--fleet", f"/dev/fd/{self.fleet_fd}"]
         env = child_env()  # it stops if the coordinator dies
+        env.update(clock_env())  # its times on the coordinator's timeline (llmtop.clock)
         # what the command line set that the worker's own config load would not see
         if self.cfg.upstream_ca:
             env["LLMTOP_UPSTREAM_CA"] = self.cfg.upstream_ca
@@ -279,7 +282,7 @@ class Supervisor:
             self.down[i] for i in sorted(self.down)) + " (the coordinator's output has "
                "the details; a worker's open requests are lost when it exits)"
                if self.down else f"all {n} workers serving again")
-        self.publish(WarningEvent(time.time(), "WORKER_DOWN", "critical", msg, state))
+        self.publish(WarningEvent(unix_now(), "WORKER_DOWN", "critical", msg, state))
 
     def hurry(self, say: Callable[[str], None]) -> None:
         """A second signal while stopping: tell every worker, which then cancels what is

@@ -12,12 +12,12 @@ exposition format becomes :attr:`EngineScraper.status` and a back-off (doubling 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from llmtop.clock import unix_now
 from llmtop.config import Config
 from llmtop.engines.recognise import recognise
 from llmtop.events import EngineReading, Event
@@ -54,7 +54,7 @@ class EngineScraper(Poller[EngineReading]):
         publish: Callable[[Event], None],
         *,
         interval_s: float = 1.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = unix_now,
         max_backoff_s: float = 30.0,
     ) -> None:
         super().__init__(url, session, interval_s=interval_s, max_backoff_s=max_backoff_s)

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from llmtop.clock import unix_now
 from llmtop.events import Event, GpuReading
 from llmtop.gpu.backend import GpuBackend, GpuUnavailable
 
@@ -32,7 +33,7 @@ class GpuSampler(threading.Thread):
         *,
         interval_s: float = 0.5,
         devices: Sequence[int] = (),
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = unix_now,
     ) -> None:
         super().__init__(name="llmtop-gpu-sampler", daemon=True)
         if interval_s <= 0:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
 import aiohttp
 
+from llmtop.clock import unix_now
 from llmtop.events import Event, GpuReading
 from llmtop.polling import Poller
 
@@ -74,7 +74,7 @@ class SimGpuSource(Poller[list[GpuReading]]):
         publish: Callable[[Event], None],
         *,
         interval_s: float = 0.5,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = unix_now,
         max_backoff_s: float = 10.0,
     ) -> None:
         super().__init__(url, session, interval_s=interval_s, max_backoff_s=max_backoff_s)

@@ -29,6 +29,7 @@ from typing import ClassVar, Final
 
 import numpy as np
 
+from llmtop.clock import unix_now
 from llmtop.config import Config
 from llmtop.events import ActiveRequest, Event, Severity, WarningEvent
 from llmtop.saturation.signals import Failure, Signals
@@ -148,7 +149,7 @@ class SaturationMonitor:
         """Sample the open requests, evaluate every detector, publish and return the
         transitions. ``now``: unix time; ``now_ns``: the ``perf_counter_ns`` clock the
         proxy stamps ``ActiveRequest.t0_ns`` with."""
-        now = time.time() if now is None else now
+        now = unix_now() if now is None else now
         now_ns = time.perf_counter_ns() if now_ns is None else now_ns
         sig = self.signals
         sig.sample(now, self.active, now_ns)
