@@ -10,6 +10,13 @@ values (the lowest are forgotten), so a flood of one-off users cannot grow memor
   more than twice the weakest tracked value's (plus one): the weakest is demoted — its
   whole history is folded into ``other`` (totals stay exact) — and the newcomer starts a
   fresh series in the freed slot. Its traffic from before promotion stays in ``other``.
+
+The fold is a series, not a value: a user (or model) whose name is literally ``other`` is
+a value like any other, with a slot of its own. Where only the name tells rows apart, the
+fold keeps the name ``other`` and it is the real value that is told apart: the snapshot's
+rows carry ``tracked`` (false only for the fold), and :meth:`LabelSlots.labels` (the
+Prometheus label values) adds one ``_`` to a tracked name of the form ``other``, ``other_``,
+``other__``... (:func:`label_value`), so no two series share a label value.
 """
 
 from __future__ import annotations
@@ -21,6 +28,15 @@ OTHER: Final = "other"
 HALF_LIFE_S: Final = 60.0
 RECENT_SCORE: Final = 0.2
 """A decayed score this high: the value sent a request within about two minutes."""
+
+
+def label_value(name: str) -> str:
+    """The label value of a tracked ``name``: itself, except that the names ``other``,
+    ``other_``, ``other__``... get one more ``_`` (``other`` is the fold's). One-to-one, so
+    no tracked value takes the fold's label or another's."""
+    if name.startswith(OTHER) and name.count("_", len(OTHER)) == len(name) - len(OTHER):
+        return name + "_"
+    return name
 
 
 class LabelSlots:
@@ -51,8 +67,6 @@ class LabelSlots:
         sid = self.ids.get(name)
         if sid is not None:
             return sid
-        if name == OTHER:
-            return self.other_id
         if self._free:
             sid = self._free.pop()
             self.ids[name] = sid
@@ -86,7 +100,7 @@ class LabelSlots:
         if self._free or not self.ids:
             return remap
         untracked = sorted(
-            ((s, n) for n, s in self.scores.items() if n not in self.ids and n != OTHER),
+            ((s, n) for n, s in self.scores.items() if n not in self.ids),
             reverse=True,
         )
         for score, name in untracked[:4]:
@@ -106,9 +120,13 @@ class LabelSlots:
         decay at each rebalance, and at most ``8 × capacity`` untracked values are
         remembered."""
         ids = self.ids
-        return sum(1 for n, s in self.scores.items()
-                   if s >= min_score and n not in ids and n != OTHER)
+        return sum(1 for n, s in self.scores.items() if s >= min_score and n not in ids)
 
     def tracked(self) -> dict[int, str]:
         """Series id → name of every series in use, ``other`` included."""
         return {sid: n for n, sid in self.ids.items()} | {self.other_id: OTHER}
+
+    def labels(self) -> dict[int, str]:
+        """Series id → label value of every series in use: as :meth:`tracked`, but a
+        tracked value named like the fold told apart from it (:func:`label_value`)."""
+        return {sid: label_value(n) for n, sid in self.ids.items()} | {self.other_id: OTHER}

@@ -5,7 +5,9 @@
 - Counts and rates are summed (each proxy divides by its own window span; the spans of
   proxies polled together agree to within one interval). Attainment is recomputed from the
   summed ``slo_met`` and ``requests``.
-- Users and models are merged by name. Their percentiles are exact when every part
+- Users and models are merged by name — the fold of those past each proxy's top N
+  (``tracked`` false, named ``other``) only with other folds, never with a real user
+  named ``other``. Their percentiles are exact when every part
   carries its histograms (``?user_histograms=1`` on the snapshot); otherwise the largest
   part's value is kept as an upper bound and the row is marked ``"approximate": true``.
 - GPUs are de-duplicated by (host, index), keeping the freshest reading; engines by
@@ -87,8 +89,8 @@ def _merge_rows(rows: list[Mapping[str, Any]], key: str, pcts: Sequence[str]) ->
             out[k] = _sum(r.get(k) for r in rows) or 0
     judged = out["slo_judged"] = sum(_judged(r) for r in rows)
     out["slo_attainment"] = (out.get("slo_met", 0) / judged) if judged else None
-    if "tracked" in rows[0]:
-        out["tracked"] = any(bool(r.get("tracked")) for r in rows)
+    if any("tracked" in r for r in rows):  # all folds or none (see _group_rows)
+        out["tracked"] = rows[0].get("tracked") is not False
     hists = [r.get("histograms") for r in rows]
     if len(rows) > 1 and all(isinstance(h, Mapping) for h in hists):
         merged_h: dict[str, str] = {}
@@ -114,11 +116,12 @@ def _merge_rows(rows: list[Mapping[str, Any]], key: str, pcts: Sequence[str]) ->
 
 def _group_rows(snaps: Sequence[Mapping[str, Any]], section: str, key: str,
                 pcts: Sequence[str]) -> list[dict[str, Any]]:
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, bool], list[Mapping[str, Any]]] = {}
     for s in snaps:
         for row in s.get(section) or []:
             if isinstance(row, Mapping) and isinstance(row.get(key), str):
-                groups.setdefault(row[key], []).append(row)
+                # the fold apart from a real user named like it
+                groups.setdefault((row[key], row.get("tracked") is False), []).append(row)
     merged = [_merge_rows(rows, key, pcts) for rows in groups.values()]
     merged.sort(key=lambda r: (-(r.get("output_tps") or 0), -(r.get("requests") or 0), r[key]))
     return merged

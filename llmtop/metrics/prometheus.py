@@ -27,6 +27,8 @@ Families (all prefixed ``llmtop_``):
   midpoints.
 
 The ``user`` label only takes the bounded top-N set plus ``other``; ``model`` likewise.
+``other`` is always the fold: a tracked user (or model) named ``other`` is labelled
+``other_`` (and ``other_`` ``other__``, and so on: :func:`llmtop.metrics.labels.label_value`).
 Label values are data: the exposition format escapes them.
 """
 
@@ -134,8 +136,8 @@ class LlmtopCollector(Collector):
         allv = agg.view(None, now)
         recent = agg.view(60, now)
         c = allv.counters
-        users = agg.users.tracked()
-        models = agg.models.tracked()
+        users = agg.users.labels()  # a real "other" is "other_" (the fold is "other")
+        models = agg.models.labels()
         out: list[Metric] = []
 
         req = CounterMetricFamily(_P + "requests", "Finished requests by outcome",

@@ -16,8 +16,11 @@ Fields beyond the documented ones (extensions; the documented ones never change 
 - ``latency.*``: ``mean``; ``users[*]``: ``waiting``, ``streaming``, ``rps``,
   ``input_tps``, ``errors``, ``cancelled``, ``timeouts``, ``slo_met``, ``goodput_rps``,
   ``goodput_tps``, ``output_tokens``, ``ttft_p50``/``p99``, ``itl_p50``/``p99``,
-  ``tpot_p95``, ``e2e_p95``, ``tracked`` (false for ``other``) and, on request,
-  ``histograms`` (ttft, itl, chunk_gap, tpot, e2e) for exact merging;
+  ``tpot_p95``, ``e2e_p95``, ``tracked`` and, on request, ``histograms`` (ttft, itl,
+  chunk_gap, tpot, e2e) for exact merging; ``models[*]``: ``tracked`` too. ``tracked`` is
+  false only for the row of every user (model) past the top N, named ``other``: a real
+  user named ``other`` has a row of its own, also named ``other``, with ``tracked`` true
+  (:mod:`llmtop.metrics.labels`);
 - ``gpus[*]``: every GpuReading field, ``host``, ``age_s``;
 - ``engine``: ``preemptions``, ``t``, ``age_s``, ``ttft_p95`` (seconds, from the engine's
   own TTFT histogram over the window, interpolated within buckets as Prometheus does);
@@ -273,6 +276,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
             "ttft_p95": pv[(M_TTFT, sid)][1],
             "itl_p95": pv[(M_ITL, sid)][1],
             "e2e_p95": pv[(M_E2E, sid)][1],
+            "tracked": sid != agg.models.other_id,
         }
         for sid in model_ids
     ]

@@ -12,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+FOLD_KEY = "\x00other"
+"""The key of the users row that folds every user past the top N (no user id from JSON
+is this)."""
 WINDOWS: tuple[int | None, ...] = (10, 60, 300, None)
 """The windows ``w`` cycles through; ``None`` is the whole session ("all")."""
 
@@ -151,8 +154,12 @@ class SnapView:
         return None
 
     def user(self, name: str) -> Mapping[str, Any] | None:
+        """The row of user ``name``; :data:`FOLD_KEY` names the row of every user past the
+        top N (``tracked`` false, named "other" in the snapshot), so that a real user
+        named "other" is never taken for it, nor it for them."""
+        fold = name == FOLD_KEY
         for u in self.items("users"):
-            if as_str(u.get("user")) == name:
+            if (u.get("tracked") is False) is fold and (fold or as_str(u.get("user")) == name):
                 return u
         return None
 

@@ -32,9 +32,9 @@ def test_the_folded_users_recently_active_are_counted_and_fade() -> None:
     slots = LabelSlots(2, base=0, other_id=99)
     for name in ("a", "b", "c", "d", "e", "other"):
         slots.series_for(name)
-    assert slots.untracked_recent() == 3  # c, d, e (not the fold itself)
+    assert slots.untracked_recent() == 4  # c, d, e and a user named "other" (not the fold)
     slots.rebalance(60.0)  # one half-life: 1 request -> 0.5, still recent
-    assert slots.untracked_recent() == 3
+    assert slots.untracked_recent() == 4
     slots.rebalance(180.0)  # 0.0625: none recent any more
     assert slots.untracked_recent() == 0
 

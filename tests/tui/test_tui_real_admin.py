@@ -17,6 +17,7 @@ from llmtop.events import ActiveRequest, EngineReading
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.record import RecordPrompt
 from llmtop.tui.source import AdminSource
+from llmtop.tui.widgets.users import FOLD_KEY
 
 WIDE = (160, 48)
 
@@ -108,7 +109,7 @@ async def test_users_past_the_top_20_are_one_row_named_as_such(admin: RealAdmin)
         assert str(app.dashboard.users_box.border_subtitle) == "top 20 users + ≈14 others"
         names = [table.user_for(table.coordinate_to_cell_key((i, 0)).row_key)
                  for i in range(table.row_count)]
-        assert names[-1] == "other" and "other" not in names[:-1]
+        assert names[-1] == FOLD_KEY and "other" not in names[:-1]
         assert table.get_cell_at((20, 0)).plain == "(others)"
         await pilot.press("S")  # reversed: the folded row is still last
         await until(pilot, lambda: table.get_cell_at((0, 0)).plain == "u00", what="u00 first")

@@ -6,6 +6,14 @@ import datetime as dt
 from typing import Any
 
 NA = "n/a"
+FOLD_LABEL = "(others)"
+"""The per-user row of every user past the top N (``tracked`` false, named "other" in the
+snapshot), as the TUI shows it: never taken for a user called "other"."""
+
+
+def user_name(row: Any) -> str:
+    """A per-user row's name as shown (``FOLD_LABEL`` for the fold)."""
+    return FOLD_LABEL if row.get("tracked") is False else str(row["user"])
 
 
 def secs(v: Any) -> str:

@@ -25,6 +25,7 @@ from llmtop.recording.report.fmt import (
     requests_judged,
     secs,
     slo_text,
+    user_name,
     when,
 )
 from llmtop.recording.report.plots import PLOTS, compare_knee
@@ -152,7 +153,7 @@ def render_html(r: dict[str, Any]) -> str:
     parts.append("<h2>Per user</h2>")
     parts.append(grid(("user", "requests", "output tok/s", "TTFT p95", "ITL p95", "SLO met",
                        "errors", "timeouts"),
-                      [[u["user"], num(u["requests"], 0), num(u["output_tps"]),
+                      [[user_name(u), num(u["requests"], 0), num(u["output_tps"]),
                         secs(u.get("ttft_p95")), secs(u.get("itl_p95")),
                         pct(u.get("slo_attainment")), num(u.get("errors"), 0),
                         num(u.get("timeouts"), 0)] for u in users]))

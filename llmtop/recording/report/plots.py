@@ -21,6 +21,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from llmtop.recording.report.fmt import user_name
+
 SLO_COLOR: Final = "#c0392b"
 COLORS: Final = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
 
@@ -206,7 +208,7 @@ def per_user(r: dict[str, Any]) -> str:
         _empty(axes[0], "no per-user traffic")
         _empty(axes[1], "")
         return _svg(fig, "plot-users")
-    names = [_label(u["user"]) for u in users][::-1]
+    names = [_label(user_name(u)) for u in users][::-1]
     tps = [_num(u.get("output_tps")) for u in users][::-1]
     ttft = [_ms(u.get("ttft_p95")) for u in users][::-1]
     axes[0].barh(names, tps, color=COLORS[2])

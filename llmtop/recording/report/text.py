@@ -21,6 +21,7 @@ from llmtop.recording.report.fmt import (
     requests_judged,
     secs,
     slo_text,
+    user_name,
     when,
 )
 
@@ -117,7 +118,7 @@ def render_text(r: dict[str, Any]) -> str:
     users = r["users"]
     if users:
         out.append("PER USER (output tok/s over the session)")
-        rows = [[u["user"], num(u["requests"], 0), num(u["output_tps"]),
+        rows = [[user_name(u), num(u["requests"], 0), num(u["output_tps"]),
                  secs(u.get("ttft_p95")), secs(u.get("itl_p95")), pct(u.get("slo_attainment")),
                  num(u.get("errors", 0) + u.get("timeouts", 0), 0)]
                 for u in users[:25]]

@@ -19,7 +19,7 @@ from llmtop.tui.snapview import SnapView, as_num, as_str
 from llmtop.tui.widgets.base import ViewPanel
 from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
 from llmtop.tui.widgets.requests import RequestsTable
-from llmtop.tui.widgets.users import FOLD_LABEL, is_fold
+from llmtop.tui.widgets.users import FOLD_KEY, FOLD_LABEL, is_fold
 
 KNOWN: tuple[tuple[str, str, str], ...] = (
     ("requests", "requests", "count"),
@@ -151,7 +151,8 @@ class UserDetail(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        self.requests.border_title = Text(f"active requests of {self.user or '(empty)'}")
+        who = FOLD_LABEL if self.user == FOLD_KEY else self.user or "(empty)"
+        self.requests.border_title = Text(f"active requests of {who}")
         self.requests.focus()
 
     def apply(

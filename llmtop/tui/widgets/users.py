@@ -13,6 +13,7 @@ from textual.widgets import DataTable
 
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
+from llmtop.tui.snapview import FOLD_KEY as SNAP_FOLD_KEY
 from llmtop.tui.snapview import SnapView, as_num, as_str
 
 USER_WIDTH = 28
@@ -55,8 +56,9 @@ KIND_WIDTH = {"count": 7, "rate": 6, "latency": 8, "attainment": 4}
 FOLD_LABEL = "(others)"
 """How the row of users past the top N (the snapshot's untracked row, named "other") is
 shown: not a user, so never taken for one called "other"."""
-FOLD_KEY = "\x00other"
-"""Its row key (no user id from JSON is this)."""
+FOLD_KEY = SNAP_FOLD_KEY
+"""Its row key, and what :meth:`UsersTable.user_for` gives for it (a user called "other"
+gives "other"); :meth:`SnapView.user` knows it."""
 
 
 def is_fold(user: Mapping[str, Any]) -> bool:
@@ -284,7 +286,7 @@ class UsersTable(DataTable[Text]):
         self._users = {}
         for key, cells in rows:
             self.add_row(*cells, key=key)
-            self._users[key] = "other" if key == FOLD_KEY else key.split("\x00", 1)[0]
+            self._users[key] = key if key == FOLD_KEY else key.split("\x00", 1)[0]
         self._rendered = signature
         if current is not None and current in self._users:
             self.move_cursor(row=self.get_row_index(current), animate=False)
