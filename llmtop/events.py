@@ -1,7 +1,8 @@
 """The small records that flow one way through llmtop.
 
 proxy → (RequestRecord, ActiveRequest) → metrics → snapshots → TUI / recording / Prometheus.
-Samplers add GpuReading and EngineReading; detectors add WarningEvent.
+The proxy adds ChunkSlice (an open stream's latest chunks, for the metrics only); samplers
+add GpuReading and EngineReading; detectors add WarningEvent.
 
 This module imports nothing of ours. Field names and units follow the recording format in
 ``shared/docs/interfaces.md``: times in seconds (floats), unix time for wall-clock instants,
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field, fields
+from itertools import repeat
 from typing import Any, Final, Literal, TypeAlias
 
 import numpy as np
@@ -335,7 +337,62 @@ class WarningEvent:
         )
 
 
-Event: TypeAlias = RequestRecord | GpuReading | EngineReading | WarningEvent
+@dataclass(frozen=True, slots=True)
+class ChunkSlice:
+    """The latest content chunks of a stream that is still open, published by the relay
+    every so often (see ``llmtop.proxy.relay.Exchange.hold``) so the metrics can file its
+    ITL and chunk-gap samples as they happen rather than when the request ends. The stream's
+    :class:`RequestRecord` still carries every chunk (the aggregator files only those no
+    slice did). Never written to a recording: the record holds the same chunks.
+
+    ``offsets_ns`` are the chunks' ``time.perf_counter_ns()`` write times (the clock of the
+    proxy process that served the stream; ``t0_ns`` is the request's t0 on it), ``tokens``
+    the parser's own count of each (not yet scaled to the engine's usage); ``first`` is the
+    index of the slice's first chunk in the stream (the slices of a stream follow each other
+    without gap or overlap), ``prev_ns`` the time of the chunk before it (``None`` for the
+    first slice), so the slice's first gap is known. ``t`` is the unix time of its last
+    chunk.
+    """
+
+    id: str
+    user: str
+    model: str | None
+    t: float
+    t0_ns: int
+    first: int
+    prev_ns: int | None
+    offsets_ns: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The event as a dict (``type`` ``chunks``): how it crosses from a ``--workers``
+        process to the coordinator (:mod:`llmtop.workers_wire`); tuples stay tuples."""
+        d: dict[str, Any] = {"type": "chunks"}
+        for n in _SLICE_FIELDS:
+            d[n] = getattr(self, n)
+        return d
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> ChunkSlice:
+        """The event from :meth:`to_json_dict`'s dict, every field checked (``TypeError`` or
+        ``ValueError`` for anything else: it comes from another process)."""
+        offs, toks = d["offsets_ns"], d["tokens"]
+        if (type(d["id"]) is not str or type(d["user"]) is not str
+                or not (d["model"] is None or type(d["model"]) is str)
+                or type(d["t"]) not in (float, int) or type(d["t0_ns"]) is not int
+                or type(d["first"]) is not int or d["first"] < 0
+                or not (d["prev_ns"] is None or type(d["prev_ns"]) is int)
+                or type(offs) not in (tuple, list) or type(toks) not in (tuple, list)
+                or len(offs) != len(toks)
+                or not all(map(isinstance, offs, repeat(int)))
+                or not all(map(isinstance, toks, repeat(int)))):
+            raise ValueError("malformed chunk slice")
+        return cls(id=d["id"], user=d["user"], model=d["model"], t=float(d["t"]),
+                   t0_ns=d["t0_ns"], first=d["first"], prev_ns=d["prev_ns"],
+                   offsets_ns=tuple(offs), tokens=tuple(toks))
+
+
+Event: TypeAlias = RequestRecord | GpuReading | EngineReading | WarningEvent | ChunkSlice
 
 # The events' fields in order, for their ``to_json_dict`` (every field is an immutable
 # scalar or a tuple of them, except EngineReading.raw, copied there): ``dataclasses.asdict``
@@ -343,6 +400,7 @@ Event: TypeAlias = RequestRecord | GpuReading | EngineReading | WarningEvent
 _RECORD_FIELDS: Final = tuple(f.name for f in fields(RequestRecord))
 _GPU_FIELDS: Final = tuple(f.name for f in fields(GpuReading))
 _ENGINE_FIELDS: Final = tuple(f.name for f in fields(EngineReading))
+_SLICE_FIELDS: Final = tuple(f.name for f in fields(ChunkSlice))
 
 _ITL_LOOP_MAX: Final = 64
 """Up to this many chunks the ITL spread is a plain loop (numpy's call overhead is more)."""

@@ -34,7 +34,7 @@ from aiohttp import web
 
 from llmtop.bus import EventBus
 from llmtop.config import Config
-from llmtop.events import ActiveRequest, Event, RequestRecord
+from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord
 from llmtop.workers_wire import (
     BATCH_CHUNKS,
     BATCH_EVENTS,
@@ -166,6 +166,8 @@ class EventForwarder:
             ev = buf[n]
             if type(ev) is RequestRecord:
                 chunks += len(ev.chunk_offsets_s)
+            elif type(ev) is ChunkSlice:
+                chunks += len(ev.offsets_ns)
             n += 1
         taken = buf[:n]
         del buf[:n]

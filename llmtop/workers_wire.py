@@ -27,6 +27,7 @@ from llmtop.events import (
     DIALECTS,
     OUTCOMES,
     ActiveRequest,
+    ChunkSlice,
     EngineReading,
     Event,
     GpuReading,
@@ -104,6 +105,8 @@ def event_from_json(d: Mapping[str, Any]) -> Event | None:
         return EngineReading.from_json_dict(dict(d))
     if kind == "warning":
         return WarningEvent.from_json_dict(dict(d))
+    if kind == "chunks":  # an open stream's latest chunks (checked field by field)
+        return ChunkSlice.from_json_dict(dict(d))
     return None
 
 

@@ -9,6 +9,22 @@ record arrives, whatever of its output tokens was not yet attributed is added th
 final count from the engine's usage wins; the correction may be negative).
 Both sides are keyed by the request id, which the proxy uses for both.
 
+Latency samples follow the tokens in the same way. A stream's TTFT is filed by the tick
+that first sees its first token. Its ITL and chunk-gap samples are filed from the
+:class:`~llmtop.events.ChunkSlice` events the relay publishes while it streams (every 512
+chunks or 2 s), into the interval they arrive in: a 10-minute answer's ITL shows in the
+10 s and 60 s windows as it streams, not all at its end in the window it ended in. The
+aggregator remembers how many chunks of each open stream it filed so; its record adds only
+the samples of the chunks after those (every sample is filed once; records that no slice
+preceded — replays, recordings, short answers — file all theirs). SLO attainment is still
+judged per record, over all its chunks, when it ends. Live ITL weights: a chunk's token
+count as the parser counted it, times its model's learned tokens per event (below) when
+there is one — the engine's usage is not known until the record; rounded so a stream's live
+weights add up to its count times the rate (:meth:`_take_slices`). The record's counts,
+scaled to the usage, weigh the chunks it files; a stream's ITL weights then add up to its
+usage only as closely as the rate was right (exactly when no rate was learned and the
+usage equals the parser's count).
+
 Live tokens are the proxy's count of content events (one token each) until the engine's
 usage arrives with the record. Engines that pack several tokens into an event (speculative
 decoding, a stream interval) would then read k× low while streaming and jump when the
@@ -37,6 +53,7 @@ Not thread-safe: call everything from the event loop that owns the proxy.
 from __future__ import annotations
 
 import bisect
+import itertools
 import socket
 import time
 from collections import deque
@@ -45,9 +62,11 @@ from typing import Any, Final
 
 import numpy as np
 
+from llmtop.clock import unix_now
 from llmtop.config import Config
 from llmtop.events import (
     ActiveRequest,
+    ChunkSlice,
     EngineReading,
     Event,
     GpuReading,
@@ -68,6 +87,7 @@ from llmtop.metrics.ingest import (
     M_TTFT,
     ingest,
     output_tokens,
+    slice_table,
     ttft_table,
 )
 from llmtop.metrics.labels import LabelSlots
@@ -128,7 +148,7 @@ class Aggregator:
         cfg: Config,
         active: Mapping[str, ActiveRequest] | None = None,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = unix_now,
         upstream: str = "",
     ) -> None:
         self.cfg = cfg
@@ -163,6 +183,10 @@ class Aggregator:
         self._pending_models: list[int] = []
         self._pending_rest: list[int] = []
         self._pending_ttft: list[bool] = []
+        self._pending_live: list[int] = []
+        self._pending_slices: list[tuple[ChunkSlice, int, int, Sequence[int]]] = []
+        """Slices taken and not yet filed: the slice, its user and model series, its
+        chunks' token counts (the weights its ITL samples get)."""
         self._pending_chunks = 0
         self.filing_errors = 0
         """Batches of records dropped because filing them raised (a bug, not traffic)."""
@@ -179,6 +203,9 @@ class Aggregator:
         usage (absent: 1)."""
         self._ttft_filed: set[str] = set()
         """Active request ids whose TTFT sample a tick filed (their records add none)."""
+        self._itl_live: dict[str, tuple[int, float, float]] = {}
+        """Open request id → (its first chunks whose ITL and chunk-gap samples slices filed,
+        how many, the tokens attributed to them — unrounded —, when its last slice came)."""
         self._scored: set[str] = set()
         """Active request ids already counted in their user's traffic score."""
         self._coarse_start = self._windows.coarse_cur.start
@@ -219,11 +246,15 @@ class Aggregator:
 
     def on_events(self, batch: Sequence[Event]) -> None:
         """Bus subscriber: file a batch of events (records, readings, warnings)."""
-        self._advance(self.clock())
+        now = self.clock()
+        self._advance(now)
         records: list[RequestRecord] = []
+        slices: list[ChunkSlice] = []
         for e in batch:
             if isinstance(e, RequestRecord):
                 records.append(e)
+            elif isinstance(e, ChunkSlice):
+                slices.append(e)
             elif isinstance(e, GpuReading):
                 self.gpus[e.index] = e
             elif isinstance(e, EngineReading):
@@ -239,8 +270,53 @@ class Aggregator:
                                                              e.message, "raised")
                 else:
                     self.warnings.pop(e.code, None)
+        # a stream's slices come before its record: taken first, they are counted in it
+        if slices:
+            self._take_slices(slices, now)
         if records:
             self._ingest(records)
+
+    def _take_slices(self, slices: list[ChunkSlice], now: float) -> None:
+        """Queue open streams' latest chunks to be filed (:func:`slice_table`) and note how
+        many of each stream's chunks are then filed (its record files the rest).
+
+        A slice that does not follow the stream's last one taken (one lost on the way: a
+        worker's full buffer) is left out, and so are the stream's later ones: its record
+        files every chunk from the first not taken — each sample once, some late.
+
+        Weights: each chunk's count as the parser made it, times the model's learned
+        tokens per event (:attr:`tokens_per_event`) when it has one other than 1 — an
+        engine that packs k tokens into an event would otherwise give k× too long ITL
+        samples until the record. Rounded on the stream's running total, so its live
+        weights add up to its count times the rate (give or take one token)."""
+        state = self._itl_live
+        series_u, series_m = self.users.series_for, self.models.series_for
+        tpe_of = self.tokens_per_event.get
+        pending = self._pending_slices
+        chunks = 0
+        for sl in slices:
+            n = len(sl.offsets_ns)
+            if not n or len(sl.tokens) != n:
+                continue
+            filed, acc, _ = state.get(sl.id, (0, 0.0, 0.0))
+            if sl.first != filed or (filed > 0) != (sl.prev_ns is not None):
+                continue
+            model = sl.model or "unknown"
+            tpe = tpe_of(model)
+            toks: Sequence[int] = sl.tokens
+            if tpe is None or tpe == 1.0:
+                acc += sum(toks)
+            else:
+                run = acc + np.cumsum(np.asarray(toks, dtype=np.float64)) * tpe
+                ends = np.floor(np.concatenate(([acc], run)) + 0.5).astype(np.int64)
+                toks = np.diff(ends).tolist()
+                acc = float(run[-1])
+            state[sl.id] = (filed + n, acc, now)
+            pending.append((sl, series_u(sl.user, 0.0), series_m(model, 0.0), toks))
+            chunks += n
+        self._pending_chunks += chunks
+        if self._pending_chunks >= PENDING_CHUNKS:
+            self.flush()
 
     def _on_engine(self, e: EngineReading) -> None:
         self.engine = e
@@ -256,6 +332,7 @@ class Aggregator:
         remainder, scored = self._pending_rest, self._scored
         live, seen = self._live, self._live_seen
         ttft_filed, ttft_pending = self._ttft_filed, self._pending_ttft
+        itl_live, live_pending = self._itl_live, self._pending_live
         chunks = 0
         for r in records:
             w = 0.0 if r.id in scored else 1.0
@@ -275,6 +352,8 @@ class Aggregator:
                 ttft_pending.append(True)
             else:
                 ttft_pending.append(False)
+            st = itl_live.pop(r.id, None) if itl_live else None
+            live_pending.append(0 if st is None else st[0])
             chunks += len(r.chunk_offsets_s)
         self._pending.extend(records)
         self._pending_chunks += chunks
@@ -324,9 +403,13 @@ class Aggregator:
         self.tokens_per_event[model] = 1.0 if abs(new - 1.0) < 0.02 else new
 
     def flush(self) -> None:
-        """File the queued records into the current interval and the capacity bins."""
+        """File the queued slices and records into the current interval (and the records
+        into the capacity bins)."""
+        if self._pending_slices:
+            self._file_slices()
         records = self._pending
         if not records:
+            self._pending_chunks = 0
             return
         users, models, rest = self._pending_users, self._pending_models, self._pending_rest
         self._pending = []
@@ -335,26 +418,56 @@ class Aggregator:
         self._pending_rest = []
         ttft_filed = self._pending_ttft
         self._pending_ttft = []
+        live = self._pending_live
+        self._pending_live = []
         self._pending_chunks = 0
         start = n = 0
         for i, r in enumerate(records):
             m = len(r.chunk_offsets_s)
             if n and n + m > FILE_SLICE_CHUNKS:
                 self._file(records[start:i], users[start:i], models[start:i], rest[start:i],
-                           ttft_filed[start:i])
+                           ttft_filed[start:i], live[start:i])
                 start, n = i, 0
             n += m
         if start == 0:
-            self._file(records, users, models, rest, ttft_filed)
+            self._file(records, users, models, rest, ttft_filed, live)
         else:
             self._file(records[start:], users[start:], models[start:], rest[start:],
-                       ttft_filed[start:])
+                       ttft_filed[start:], live[start:])
+
+    def _file_slices(self) -> None:
+        """File the queued slices' ITL and chunk-gap samples (:func:`slice_table`)."""
+        items = self._pending_slices
+        self._pending_slices = []
+        points: list[Sequence[int]] = []
+        weights: list[Sequence[int]] = []
+        lens: list[int] = []
+        for sl, _, _, toks in items:
+            if sl.prev_ns is not None:
+                points.append((sl.prev_ns,))
+                weights.append((0,))
+            points.append(sl.offsets_ns)
+            weights.append(toks)
+            lens.append(len(sl.offsets_ns) + (sl.prev_ns is not None))
+        total = sum(lens)
+        try:
+            table, clamped = slice_table(
+                np.fromiter(itertools.chain.from_iterable(points), np.int64, total),
+                [sl.t0_ns for sl, _, _, _ in items], lens,
+                np.fromiter(itertools.chain.from_iterable(weights), np.int64, total),
+                [u for _, u, _, _ in items], [m for _, _, m, _ in items])
+        except Exception as exc:  # as _file: counted, never breaks the reader that asked
+            self.filing_errors += 1
+            self.last_filing_error = exc
+            return
+        self._windows.add(table)
+        self._clamped += clamped
 
     def _file(self, records: list[RequestRecord], users: list[int], models: list[int],
-              rest: list[int], ttft_filed: list[bool]) -> None:
+              rest: list[int], ttft_filed: list[bool], live: list[int]) -> None:
         """File one slice of the queue."""
         try:
-            b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed)
+            b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed, live)
         except Exception as exc:  # filing runs inside readers and ticks too
             # a batch that cannot be filed is dropped (as a failing bus subscriber's batch
             # is), counted, and never breaks the tick or the snapshot that asked
@@ -449,6 +562,11 @@ class Aggregator:
                 live.pop(rid, None)
                 self._scored.discard(rid)
                 ttft_filed.discard(rid)
+        itl_live = self._itl_live
+        if len(itl_live) > n:  # streams whose records never came (nor slices, for long)
+            for rid in [r for r, st in itl_live.items()
+                        if t - max(st[2], seen.get(r, st[2])) > _LIVE_FORGET_S]:
+                del itl_live[rid]
 
     def _file_first_tokens(self, first: list[ActiveRequest]) -> None:
         """File the TTFT of streams whose first token this tick is the first to see, into

@@ -14,6 +14,11 @@ What each request contributes (definitions in ``shared/docs/domain.md``):
   except chunk gaps, which go to the system only (per-user rows show TTFT, ITL, TPOT and
   E2E; chunk gaps per user would double the per-token data kept for nothing shown).
 
+A long stream's ITL and chunk-gap samples are mostly filed while it streams, from the
+:class:`~llmtop.events.ChunkSlice` events the relay publishes (:func:`slice_table`); its
+record then adds those of the chunks no slice carried (``live_filed``), and its ITL
+objective is still judged over all its chunks.
+
 Per-record Python work is a handful of attribute reads; bucketing, the per-request ITL
 P95 check, SLO checks and table building are numpy calls over the whole batch (about
 forty of them, whatever its size: the aggregator queues records and files them in
@@ -87,13 +92,18 @@ def ingest(
     slo: Slo,
     shape: tuple[int, int],
     ttft_filed: Sequence[bool] | None = None,
+    live_filed: Sequence[int] | None = None,
 ) -> Batch:
     """Build one batch's table and counters.
 
     ``user_series[i]``/``model_series[i]`` are record i's series ids; ``live_remainder[i]``
     its output tokens not yet attributed live (see :class:`~llmtop.metrics.aggregator.Aggregator`);
     ``ttft_filed[i]``: its TTFT sample was filed live, when its first token was seen
-    (:func:`ttft_table`), so it adds none now (its TTFT objective is still judged here).
+    (:func:`ttft_table`), so it adds none now (its TTFT objective is still judged here);
+    ``live_filed[i]``: its first ``live_filed[i]`` chunks' ITL and chunk-gap samples were
+    filed live, from slices (:func:`slice_table`), so only the gaps that end at a later
+    chunk add samples now (the first of them: the gap from the last chunk filed live). Its
+    ITL objective is still judged over every chunk.
     """
     n = len(records)
     nan = float("nan")
@@ -191,6 +201,11 @@ def ingest(
         met &= itl_ok
         within &= itl_ok
     judged = ~cancelled | ~within
+    if live_filed is not None and any(live_filed):
+        # only the gaps ending at a chunk no slice filed (a chunk's index in its record)
+        pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+        fresh = (pos >= np.repeat(np.asarray(live_filed, dtype=np.int64), lens))[has_prev]
+        gaps, gap_rec, k, itl = gaps[fresh], gap_rec[fresh], k[fresh], itl[fresh]
     rows[:, C_JUDGED] = judged
     rows[:, C_MET] = met
     good_i = np.where(met, rows[:, C_OUT_DONE], 0)
@@ -212,7 +227,21 @@ def ingest(
                           rec_all[ok]])
     w = np.ones(len(vals), dtype=np.int64)
     w[counts[0] + counts[1]:counts[0] + counts[1] + counts[2]] = k_itl
-    n_gap = counts[0]
+    table, clamped = _samples_table(vals, metric, w, rec, counts[0], user_series, model_series)
+
+    counters = np.zeros(shape, dtype=np.int64)
+    counters[0] += rows.sum(axis=0)
+    np.add.at(counters, np.asarray(user_series, dtype=np.int64), rows)
+    np.add.at(counters, np.asarray(model_series, dtype=np.int64), rows)
+    return Batch(table, counters, met, judged, conc, good_i.astype(np.float64), e2e, clamped)
+
+
+def _samples_table(vals: F64, metric: I64, w: I64, rec: I64, n_gap: int,
+                   user_series: Sequence[int], model_series: Sequence[int]
+                   ) -> tuple[CountTable, int]:
+    """Latency samples (seconds, metric, weight, the index of their request's series ids) as
+    a table — the first ``n_gap`` (chunk gaps) to the system only, the others to the system,
+    the user and the model — and how many values were clamped or dropped (NaN)."""
     clamped = 0
     bad = np.isnan(vals)
     if bad.any():
@@ -220,25 +249,57 @@ def ingest(
         n_gap -= int(bad[:n_gap].sum())
         keep = ~bad
         vals, metric, rec, w = vals[keep], metric[keep], rec[keep], w[keep]
-    if len(vals):
-        clamped += int((vals < 0).sum())
-        us, out_of_range = seconds_to_us(np.maximum(vals, 0.0))
-        clamped += out_of_range
-        base = bucket_index(us) + metric * (SERIES_SPAN * COUNTS_LEN)
-        b_fan, w_fan, r_fan = base[n_gap:], w[n_gap:], rec[n_gap:]
-        us_series = np.asarray(user_series, dtype=np.int64)[r_fan]
-        md_series = np.asarray(model_series, dtype=np.int64)[r_fan]
-        keys = np.concatenate([base, b_fan + us_series * COUNTS_LEN,
-                               b_fan + md_series * COUNTS_LEN])
-        table = CountTable.from_keys(keys, np.concatenate([w, w_fan, w_fan]))
-    else:
-        table = CountTable.empty()
+    if not len(vals):
+        return CountTable.empty(), clamped
+    clamped += int((vals < 0).sum())
+    us, out_of_range = seconds_to_us(np.maximum(vals, 0.0))
+    clamped += out_of_range
+    base = bucket_index(us) + metric * (SERIES_SPAN * COUNTS_LEN)
+    b_fan, w_fan, r_fan = base[n_gap:], w[n_gap:], rec[n_gap:]
+    us_series = np.asarray(user_series, dtype=np.int64)[r_fan]
+    md_series = np.asarray(model_series, dtype=np.int64)[r_fan]
+    keys = np.concatenate([base, b_fan + us_series * COUNTS_LEN,
+                           b_fan + md_series * COUNTS_LEN])
+    return CountTable.from_keys(keys, np.concatenate([w, w_fan, w_fan])), clamped
 
-    counters = np.zeros(shape, dtype=np.int64)
-    counters[0] += rows.sum(axis=0)
-    np.add.at(counters, np.asarray(user_series, dtype=np.int64), rows)
-    np.add.at(counters, np.asarray(model_series, dtype=np.int64), rows)
-    return Batch(table, counters, met, judged, conc, good_i.astype(np.float64), e2e, clamped)
+
+def slice_table(points_ns: I64, t0_ns: Sequence[int], lens: Sequence[int], tokens: I64,
+                user_series: Sequence[int], model_series: Sequence[int]
+                ) -> tuple[CountTable, int]:
+    """The chunk-gap and ITL samples of open streams' latest chunks (filed live, before
+    their records: see :class:`~llmtop.events.ChunkSlice`), as :func:`ingest` builds them
+    from a record: a chunk with k tokens after a gap g gives k ITL samples of g/k (weight k;
+    none when k <= 0) to the system, its user and its model, and one chunk-gap sample to the
+    system. And how many values were clamped or dropped.
+
+    Slice i is ``lens[i]`` consecutive points of ``points_ns`` (``perf_counter_ns`` times):
+    the chunk before the slice when it has one (no sample of its own), then its chunks; its
+    request's t0 is ``t0_ns[i]`` and its series ids ``user_series[i]``/``model_series[i]``.
+    ``tokens`` holds each point's token count (a previous chunk's is not read). Times are
+    taken to seconds as the record takes them (``(t - t0) / 1e9``) before the gaps are
+    differenced, so a sample has the value, bit for bit, the record would have given it."""
+    lens_a = np.asarray(lens, dtype=np.int64)
+    total = int(lens_a.sum())
+    if total < 2:
+        return CountTable.empty(), 0
+    n = len(lens_a)
+    secs = (points_ns - np.repeat(np.asarray(t0_ns, dtype=np.int64), lens_a)) / 1e9
+    has_prev = np.ones(total, dtype=bool)
+    nonempty = lens_a[lens_a > 0]
+    has_prev[np.cumsum(nonempty) - nonempty] = False
+    gap_rec = np.repeat(np.arange(n, dtype=np.int64), lens_a)[has_prev]
+    hp = has_prev[1:]
+    gaps = (secs[1:] - secs[:-1])[hp]
+    k = tokens[1:][hp]
+    itl = np.divide(gaps, np.maximum(k, 1))
+    keep = k > 0
+    k_itl = k[keep]
+    n_gap = len(gaps)
+    vals = np.concatenate([gaps, itl[keep]])
+    metric = np.repeat(np.array([M_GAP, M_ITL], dtype=np.int64), [n_gap, len(k_itl)])
+    w = np.concatenate([np.ones(n_gap, dtype=np.int64), k_itl])
+    rec = np.concatenate([gap_rec, gap_rec[keep]])
+    return _samples_table(vals, metric, w, rec, n_gap, user_series, model_series)
 
 
 def ttft_table(ttft_s: Sequence[float], user_series: Sequence[int],

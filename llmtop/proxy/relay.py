@@ -13,6 +13,12 @@ views. There is no logging, no percentile and no JSON encoding here:
 :meth:`Exchange.to_record` builds the one :class:`~llmtop.events.RequestRecord` at the
 end, and the server hands it to the bus.
 
+While a stream is open, every :data:`HOLD_AT` chunks or :data:`SLICE_NS` (whichever comes
+first) :meth:`Exchange.hold` packs its chunk lists and, when the server gave it ``publish``,
+hands the chunks it moved to the bus as one :class:`~llmtop.events.ChunkSlice`: the metrics
+file a long answer's ITL and chunk-gap samples while it streams, not all when it ends. The
+hot path pays one more integer comparison a chunk for it.
+
 Times follow ``shared/docs/domain.md``: ``t0_ns`` is when the request headers were read;
 a content chunk's time is when its bytes were written to the client; E2E ends when the
 last byte (the end of the body) was written.
@@ -27,14 +33,20 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Final, Protocol
 
-from llmtop.events import ActiveRequest, Dialect, Outcome, RequestRecord, TokenSource
+from llmtop.events import ActiveRequest, ChunkSlice, Dialect, Outcome, RequestRecord, TokenSource
 from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
 from llmtop.proxy.chunk_math import scale_tokens as scale_tokens
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.token_rate import TokenRates
 
 HOLD_AT: Final = 512
-"""Chunks an open stream keeps in plain lists before :meth:`Exchange.hold` packs them."""
+"""Chunks an open stream keeps in plain lists before :meth:`Exchange.hold` packs them (and
+publishes them as a :class:`~llmtop.events.ChunkSlice`)."""
+SLICE_NS: Final = 2_000_000_000
+"""…or how long after its first chunk or its last slice (2 s, the metrics' finest interval):
+a slow stream's ITL samples reach the windows at most about this late (a stream that stalls
+publishes the chunks before the stall with the first chunk after it, or its record)."""
+_NEVER: Final = 1 << 62
 
 
 class ChunkFilter(Protocol):
@@ -194,6 +206,8 @@ class Exchange:
         "outcome",
         "parser",
         "prompt_tokens",
+        "publish",
+        "slice_due",
         "status",
         "stream",
         "tokens",
@@ -220,21 +234,45 @@ class Exchange:
         self.measured = True
         """A generation request: in the live views and published as a record (a GET for
         a model list, a health check or ``/metrics`` is forwarded but not measured)."""
+        self.publish: Callable[[ChunkSlice], None] | None = None
+        """Where :meth:`hold` hands a streamed answer's chunks while it is open (the
+        server's bus); None: nowhere (the record alone carries them)."""
+        self.slice_due = _NEVER
+        """``perf_counter_ns`` from which the next content chunk makes :meth:`hold` run
+        (set at the first chunk and at each slice when ``publish`` is set)."""
 
     def hold(self) -> None:
-        """Move the chunk lists into packed arrays (called every :data:`HOLD_AT` chunks).
-        A list holds a chunk's time as an int object and a pointer, ~48 bytes with its
-        token count; packed it is 16 — a 16k-token reasoning answer holds 260 KB open,
+        """Move the chunk lists into packed arrays (called every :data:`HOLD_AT` chunks,
+        and at the first chunk :data:`SLICE_NS` after the last call when ``publish`` is
+        set). A list holds a chunk's time as an int object and a pointer, ~48 bytes with
+        its token count; packed it is 16 — a 16k-token reasoning answer holds 260 KB open,
         not 780 KB. A list is appended to ~5× faster than an array, so the hot path
-        appends to the lists and this moves them once in a while."""
-        if self.held_offsets is None:
-            self.held_offsets = array("q")
+        appends to the lists and this moves them once in a while.
+
+        A streamed, measured answer's moved chunks are then published as a
+        :class:`~llmtop.events.ChunkSlice` (tokens as the parser counted them; the record
+        at the end scales them to the engine's usage)."""
+        offs, toks = self.offsets, self.tokens
+        held = self.held_offsets
+        if held is None:
+            held = self.held_offsets = array("q")
             self.held_tokens = array("q")
         assert self.held_tokens is not None
-        self.held_offsets.extend(self.offsets)
-        self.held_tokens.extend(self.tokens)
+        first = len(held)
+        prev = held[-1] if first else None
+        held.extend(offs)
+        self.held_tokens.extend(toks)
         self.offsets = []
         self.tokens = []
+        publish = self.publish
+        if publish is not None and offs and self.stream and self.measured:
+            last = offs[-1]
+            self.slice_due = last + SLICE_NS
+            a = self.active
+            parser = self.parser
+            model = (parser.model if parser is not None else None) or self.model or a.model
+            publish(ChunkSlice(a.id, a.user, model, a.t_start + (last - a.t0_ns) / 1e9,
+                               a.t0_ns, first, prev, tuple(offs), tuple(toks)))
 
     def fail(self, outcome: Outcome, error: str) -> None:
         """Set the outcome unless an earlier failure already explains the request.
@@ -447,12 +485,14 @@ class RelaySink:
             active = ex.active
             if active.first_token_ns is None:
                 active.first_token_ns = now
+                if ex.publish is not None:
+                    ex.slice_due = now + SLICE_NS
             active.last_chunk_ns = now
             active.chunks += 1
             active.tokens += toks
             ex.offsets.append(now)
             ex.tokens.append(toks)
-            if len(ex.tokens) >= HOLD_AT:
+            if now >= ex.slice_due or len(ex.tokens) >= HOLD_AT:
                 ex.hold()
 
     def _chunk(self, now: int, toks: int) -> None:

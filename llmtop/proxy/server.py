@@ -41,7 +41,6 @@ import asyncio
 import itertools
 import re
 import secrets
-import time
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, Protocol
@@ -50,6 +49,7 @@ from aiohttp import web
 from aiohttp.streams import StreamReader
 
 from llmtop.bus import EventBus
+from llmtop.clock import unix_at_ns
 from llmtop.config import Config, ConfigError, parse_hostport
 from llmtop.events import ActiveRequest, Dialect
 from llmtop.fleet_counts import FleetCounts
@@ -314,7 +314,7 @@ class ProxyServer:
                dialect: Dialect | None = None) -> Exchange:
         """A new request, registered as open; ``t0_ns``: when its headers were read
         (shared/docs/domain.md). The wall-clock anchor is taken now and moved back to t0."""
-        t_start = time.time() - (perf_counter_ns() - t0_ns) / 1e9
+        t_start = unix_at_ns(t0_ns)
         rid = f"{self._id_prefix}-{next(self._ids):x}"
         if dialect is None:
             dialect = detect_dialect(method, path, content_type, self.cfg.dialect)
@@ -408,6 +408,7 @@ class ProxyServer:
             active.user = ""
         active.model = info.model
         active.stream = ex.stream = info.stream
+        ex.publish = self.bus.publish  # an open stream's chunks, as it goes (relay.hold)
         direct = DirectExchange(self, protocol, DirectClient(quick, protocol), ex, conn, head,
                                 raw, inject, body, info)
         self._direct.add(direct)
@@ -478,6 +479,7 @@ class ProxyServer:
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model
         active.stream = ex.stream = info.stream
+        ex.publish = self.bus.publish  # an open stream's chunks, as it goes (relay.hold)
         return await self.forward(request, ex, wd, body, info)
 
     def cancel_reason(self) -> str:

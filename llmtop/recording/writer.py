@@ -37,7 +37,6 @@ import json
 import math
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,7 +44,8 @@ from typing import IO, Any, Final, Protocol
 
 from llmtop import __version__
 from llmtop.bus import EventBus
-from llmtop.events import Event, RequestRecord, Severity, WarningEvent
+from llmtop.clock import unix_now
+from llmtop.events import ChunkSlice, Event, RequestRecord, Severity, WarningEvent
 from llmtop.recording.errors import RecordingError
 
 FORMAT = "llmtop-recording"
@@ -302,7 +302,7 @@ class Recorder:
         except OSError as exc:
             raise RecordingError(f"{self.path}: cannot open for writing: {exc.strerror}") from None
         self._sink = _Sink(raw, self.path.name.endswith(".gz"))
-        self.started_at = time.time()
+        self.started_at = unix_now()
         try:
             self._sink.write_lines(dumps_line(self.header()))
             self._sink.flush()
@@ -326,16 +326,22 @@ class Recorder:
         """The bus subscriber: enqueue, never block; count what does not fit as dropped
         (more than ``queue_max`` events, or request records whose chunks would take the
         queued chunks past ``queue_max_chunks`` — a record is always taken into an
-        empty queue)."""
+        empty queue). An open stream's chunk slices are not written: its record holds
+        them."""
         if not self._running:
             return
         q = self._queue
         room = self.queue_max - len(q)
-        n = len(batch)
         chunks = 0
+        live = False
         for e in batch:
             if type(e) is RequestRecord:
                 chunks += len(e.chunk_offsets_s)
+            elif type(e) is ChunkSlice:
+                live = True
+        if live:
+            batch = [e for e in batch if type(e) is not ChunkSlice]
+        n = len(batch)
         if n <= room and (not chunks or self.queued_chunks + chunks <= self.queue_max_chunks):
             self._chunks_in += chunks
             q.extend(batch)
@@ -368,7 +374,7 @@ class Recorder:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.ended_at = time.time()
+        self.ended_at = unix_now()
         self._footer = {
             "type": "footer",
             "ended_at": self.ended_at,
