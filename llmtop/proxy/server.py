@@ -100,7 +100,9 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 _OWN_PARSER_ERROR = re.compile(
     r"malformed JSON( body| in stream event| line in stream)?"
-    r"|line longer than \d+ bytes discarded|SSE event larger than \d+ bytes discarded")
+    r"|line longer than \d+ bytes discarded|SSE event larger than \d+ bytes discarded"
+    r"|malformed compressed body"
+    r"|compressed body inflates past \d+ bytes in one read; not parsed further")
 """The dialect parsers' own messages (no upstream text in them)."""
 
 
@@ -738,24 +740,41 @@ class ProxyServer:
 
     def relay_outcome(self, ex: Exchange, sink: RelaySink) -> None:
         """After a body relayed in full: an error status or a stream the parser found
-        wrong makes the outcome ``error``."""
+        wrong makes the outcome ``error``. For an error status the record's ``error`` is
+        ``upstream answered HTTP 400`` plus the kind the error body gave, when it gave one
+        (``upstream answered HTTP 400 (invalid_request_error/context_length_exceeded)``,
+        see ``_upstream_error``)."""
         if sink.usage_extra_fields:
             self.usage_rejected = True
+        kind = ex.parser.error_kind if ex.parser is not None else None
         if ex.status >= 400:
-            ex.fail("error", f"upstream answered HTTP {ex.status}")
+            ex.fail("error", self._upstream_error(f"upstream answered HTTP {ex.status}",
+                                                  sink.parser_error, kind))
         elif sink.parser_error:
-            ex.fail("error", self._stream_error(sink.parser_error))
+            ex.fail("error", self._stream_error(sink.parser_error, kind))
 
-    def _stream_error(self, error: str) -> str:
+    def _stream_error(self, error: str, kind: str | None = None) -> str:
         """The record's ``error`` for a stream the parser found wrong. llmtop's own findings
-        (malformed framing) are kept; an error the *upstream* wrote may quote the prompt
-        (validation errors often do), so its text is kept only with
-        ``recording.record_content`` on."""
+        (malformed framing) are kept; an error the *upstream* wrote is
+        ``upstream error event`` plus its kind (``upstream error event (overloaded_error)``,
+        see ``_upstream_error``)."""
         if _OWN_PARSER_ERROR.fullmatch(error):
             return f"malformed stream: {error}"
-        if self.cfg.recording.record_content:
-            return f"upstream error event: {error}"
-        return "upstream error event"
+        return self._upstream_error("upstream error event", error, kind)
+
+    def _upstream_error(self, what: str, text: str | None, kind: str | None) -> str:
+        """``what`` the upstream did, then its error's ``kind`` in parentheses when the
+        parser found one (a short identifier or number — ``type``/``code`` of the error,
+        never free text: ``dialects._common.error_kind``), so errors group by status and
+        kind (a context overflow, a bad model name, a rate limit, an engine OOM). The
+        upstream's own message ``text`` may quote the prompt (validation errors often do),
+        so it follows (``: text``) only with ``recording.record_content`` on — and never
+        llmtop's own parser findings on an error page (``malformed JSON body``)."""
+        if kind:
+            what = f"{what} ({kind})"
+        if text and self.cfg.recording.record_content and not _OWN_PARSER_ERROR.fullmatch(text):
+            return f"{what}: {text}"
+        return what
 
     def proxy_error(
         self, ex: Exchange, dialect: Dialect, status: int, outcome: str, message: str,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import re
 from abc import ABC, abstractmethod
 from typing import Any, Final
 
@@ -133,14 +134,61 @@ def error_text(err: object) -> str:
     return as_text(text) or "error"
 
 
+_KIND_PART = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}|[0-9]{1,6}")
+"""A part of an error's kind that is kept: a short identifier (``invalid_request_error``,
+``context_length_exceeded``, ``BadRequestError``) or a short number (``400``)."""
+
+
+def kind_part(value: object) -> str | None:
+    """``value`` when it is a short machine word the engine wrote as an error's type or
+    code — a string matching ``[A-Za-z][A-Za-z0-9_.-]{0,63}`` or of at most six digits,
+    or a non-negative int of at most six digits (as digits) — else None. Free text, long
+    strings, non-ASCII, control characters, floats, bools, lists and objects are dropped:
+    a ``type`` or ``code`` that quotes the prompt never gets through."""
+    if type(value) is int:
+        return str(value) if 0 <= value < 1_000_000 else None
+    if type(value) is str and _KIND_PART.fullmatch(value) is not None and value != "error":
+        return value  # "error" (Anthropic's envelope type) says nothing
+    return None
+
+
+def error_kind(err: object) -> str | None:
+    """The machine-readable kind of an error object: its ``type`` (else ``error_type``)
+    and its ``code``, each kept only when ``kind_part`` keeps it, joined by ``/``
+    (``invalid_request_error/context_length_exceeded``, ``BadRequestError/400``,
+    ``overloaded_error``, ``validation``); None when neither is kept or ``err`` is not an
+    object. Unlike ``error_text`` it carries no text the user wrote, so it is recorded
+    even when prompt text may not be."""
+    if not isinstance(err, dict):
+        return None
+    kind: str | None = None
+    for key in ("type", "error_type"):
+        kind = kind_part(err.get(key))
+        if kind is not None:
+            break
+    code = kind_part(err.get("code"))
+    if code is None or code == kind:
+        return kind
+    return code if kind is None else f"{kind}/{code}"
+
+
+def error_kind_of(obj: dict[str, Any]) -> str | None:
+    """The kind of the error in an upstream's error body or event ``obj``: of its
+    ``error`` object when it has one (OpenAI, llama.cpp, Anthropic), else of ``obj``
+    itself (vLLM's bare ``{"object": "error", "type": ..., "code": ...}``, TGI's
+    ``{"error": "...", "error_type": ...}``). Ollama's ``{"error": "..."}`` has none."""
+    err = obj.get("error")
+    return error_kind(err if isinstance(err, dict) else obj)
+
+
 class ParserState:
     """The attributes of ``base.StreamParser`` and the small setters every dialect uses.
 
     ``usage_seen`` is True exactly when ``usage_completion_tokens`` is known.
     """
 
-    __slots__ = ("ended", "error", "model", "usage_completion_tokens", "usage_prompt_tokens",
-                 "usage_seen")
+    __slots__ = ("ended", "error", "error_kind", "model", "usage_completion_tokens",
+                 "usage_prompt_tokens", "usage_seen")
 
     def __init__(self) -> None:
         self.ended = False
@@ -148,11 +196,15 @@ class ParserState:
         self.usage_completion_tokens: int | None = None
         self.model: str | None = None
         self.error: str | None = None
+        self.error_kind: str | None = None
         self.usage_seen: bool = False
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, kind: str | None = None) -> None:
+        """Set ``error`` (and ``error_kind``, the upstream's machine-readable kind of it)
+        unless an error was set already: the first one wins, with its own kind."""
         if self.error is None:
             self.error = message
+            self.error_kind = kind
 
     def _set_model(self, model: object) -> None:
         if self.model is None and isinstance(model, str) and model:

@@ -20,6 +20,7 @@ from llmtop.proxy.dialects._common import (
     BAD,
     JSONBodyParser,
     count,
+    error_kind_of,
     error_text,
     loads,
 )
@@ -40,9 +41,11 @@ def _prompt_tokens(usage: dict[str, Any]) -> int | None:
     return base
 
 
-def _error_of(obj: dict[str, Any]) -> str:
+def _error_of(obj: dict[str, Any]) -> tuple[str, str | None]:
+    """Text and kind of ``{"type": "error", "error": {"type": "overloaded_error",
+    "message": "Overloaded"}}`` (kind ``overloaded_error``)."""
     err = obj.get("error")
-    return error_text(err if err is not None else obj)
+    return error_text(err if err is not None else obj), error_kind_of(obj)
 
 
 class AnthropicStreamParser(SSEStreamParser):
@@ -90,7 +93,7 @@ class AnthropicStreamParser(SSEStreamParser):
             elif typ == "message_stop":
                 self.ended = True
             elif typ == "error" or ev.event == "error":
-                self._fail(_error_of(obj))
+                self._fail(*_error_of(obj))
         return (n, n)
 
 
@@ -103,7 +106,7 @@ class AnthropicBodyParser(JSONBodyParser):
         if not isinstance(obj, dict):
             return False
         if obj.get("type") == "error" or "error" in obj:
-            self._fail(_error_of(obj))
+            self._fail(*_error_of(obj))
             return False
         self._set_model(obj.get("model"))
         usage = obj.get("usage")

@@ -27,8 +27,9 @@ class StreamParser(Protocol):
     usage's completion tokens; ``finish()`` may be called twice (the second call returns
     ``(0, 0)``); each also has a ``buffered_bytes`` property (what it holds now, bounded by
     its limit whatever the upstream sends). ``error`` is the upstream's own message for an
-    error event (e.g. ``Overloaded``), or a short description of malformed data (e.g.
-    ``malformed JSON in stream event``, ``line longer than 16777216 bytes discarded``).
+    error event or error body (e.g. ``Overloaded``; ``error_kind`` its kind), or a short
+    description of malformed data (e.g. ``malformed JSON in stream event``,
+    ``line longer than 16777216 bytes discarded``).
     """
 
     usage_prompt_tokens: int | None
@@ -38,6 +39,15 @@ class StreamParser(Protocol):
     """The model the response names, when it does."""
     error: str | None
     """Set on an error event mid-stream or malformed data (first one wins)."""
+    error_kind: str | None
+    """The machine-readable kind of the upstream's error that set ``error``, when it gave
+    one: its ``type``/``error_type`` and ``code``, each kept only when it is a short
+    identifier or number (``invalid_request_error/context_length_exceeded``,
+    ``BadRequestError/400``, ``overloaded_error``, ``validation``), joined by ``/``. It
+    never holds free text (see ``_common.error_kind``), so it is recorded where ``error``
+    — which may quote the prompt — is not. None for llmtop's own findings (malformed
+    data) and errors without a kind (Ollama's ``{"error": "..."}``). An error *body*
+    (HTTP 4xx/5xx, non-streamed) sets both too, at ``finish()``."""
     usage_seen: bool
     """True once a usage object (final or continuous) has been read — in this package,
     exactly when ``usage_completion_tokens`` is not None."""

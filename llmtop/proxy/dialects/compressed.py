@@ -25,7 +25,7 @@ INFLATABLE = frozenset({"gzip", "x-gzip", "deflate"})
 class InflatingParser:
     """A :class:`StreamParser` reading ``inner``'s dialect from a compressed body."""
 
-    __slots__ = ("_d", "_head", "_inner", "ended", "error", "model",
+    __slots__ = ("_d", "_head", "_inner", "ended", "error", "error_kind", "model",
                  "usage_completion_tokens", "usage_prompt_tokens", "usage_seen")
 
     def __init__(self, inner: StreamParser, encoding: str) -> None:
@@ -39,6 +39,7 @@ class InflatingParser:
         self.usage_completion_tokens: int | None = None
         self.model: str | None = None
         self.error: str | None = None
+        self.error_kind: str | None = None
         self.usage_seen = False
         self.ended = False
 
@@ -51,6 +52,7 @@ class InflatingParser:
         self.ended = inner.ended
         if self.error is None:
             self.error = inner.error
+            self.error_kind = inner.error_kind
         return got
 
     @property

@@ -5,7 +5,9 @@ non-empty ``response`` (generate) or ``message.content`` / ``message.thinking`` 
 ``message.tool_calls`` (chat), or a non-empty top-level ``thinking``; Ollama streams one
 token a line, so each content line carries one token. The last line has ``done: true``
 with ``eval_count`` (completion tokens) and ``prompt_eval_count``. ``{"error": ...}``
-lines set ``error``. Unlike OpenAI, ``stream`` defaults to TRUE when a request omits it.
+lines set ``error`` (Ollama's errors are text only: ``error_kind`` stays None unless
+something in front of Ollama adds a ``type``/``code``). Unlike OpenAI, ``stream``
+defaults to TRUE when a request omits it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from llmtop.proxy.dialects._common import (
     ZERO,
     JSONBodyParser,
     ParserState,
+    error_kind_of,
     error_text,
     loads,
 )
@@ -31,7 +34,7 @@ def _read_object(state: ParserState, obj: dict[str, Any]) -> bool:
     """Usage, model and errors of one Ollama object; True if it carries output content."""
     err = obj.get("error")
     if err is not None:
-        state._fail(error_text(err))
+        state._fail(error_text(err), error_kind_of(obj))
         return False
     state._set_model(obj.get("model"))
     if obj.get("done") is True:

@@ -50,6 +50,8 @@ from llmtop.proxy.dialects._common import (
     JSONBodyParser,
     ParserState,
     count,
+    error_kind,
+    error_kind_of,
     error_text,
     loads,
     loads_event,
@@ -125,12 +127,16 @@ def _choices_have_content(choices: object, key: str) -> bool:
     return False
 
 
-def _error_of(obj: dict[str, Any]) -> str | None:
+def _error_of(obj: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The error text and kind of an error body or event (None: ``obj`` is no error):
+    ``{"error": {"message", "type", "code"}}`` (OpenAI, llama.cpp, newer vLLM),
+    ``{"error": "...", "error_type": ...}`` (TGI's OpenAI route) or vLLM's bare
+    ``{"object": "error", "message", "type", "code"}``."""
     err = obj.get("error")
     if err is not None:
-        return error_text(err)
+        return error_text(err), error_kind_of(obj)
     if obj.get("object") == "error":  # vLLM's bare ErrorResponse
-        return error_text(obj)
+        return error_text(obj), error_kind(obj)
     return None
 
 
@@ -255,8 +261,11 @@ class OpenAIStreamParser(ParserState):
                     self._fail("malformed JSON in stream event")
                 continue
             err = _error_of(obj)
-            if err is not None or ev.event == "error":
-                self._fail(err if err is not None else error_text(obj))
+            if err is not None:
+                self._fail(*err)
+                continue
+            if ev.event == "error":
+                self._fail(error_text(obj), error_kind(obj))
                 continue
             self._warm = True
             self._set_model(obj.get("model"))
@@ -344,7 +353,7 @@ class OpenAIBodyParser(JSONBodyParser):
             return False
         err = _error_of(obj)
         if err is not None:
-            self._fail(err)
+            self._fail(*err)
             return False
         self._set_model(obj.get("model"))
         usage = obj.get("usage")

@@ -4,7 +4,9 @@ Stream events are ``data: {"token": {"id", "text", "logprob", "special"},
 "generated_text": null | str, "details": null | {...}}``: every event whose token is not
 special is content carrying exactly one token; the last event's
 ``details.generated_tokens`` is the completion count (and ``details.input_length``, in
-newer TGI, the prompt size). ``data: {"error": "...", "error_type": ...}`` sets ``error``.
+newer TGI, the prompt size). ``data: {"error": "...", "error_type": ...}`` sets ``error``
+(and ``error_kind``, the ``error_type``: ``validation``, ``generation``, ``overloaded``,
+``incomplete_generation``).
 ``/generate`` answers ``{"generated_text": ..., "details": {...}}`` (or a one-element
 list of it, as the hosted Inference API does).
 """
@@ -17,6 +19,7 @@ from llmtop.proxy.dialects._common import (
     BAD,
     JSONBodyParser,
     ParserState,
+    error_kind_of,
     error_text,
     loads,
 )
@@ -50,7 +53,7 @@ class TGIStreamParser(SSEStreamParser):
                 continue
             err = obj.get("error")
             if err is not None or ev.event == "error":
-                self._fail(error_text(err if err is not None else obj))
+                self._fail(error_text(err if err is not None else obj), error_kind_of(obj))
                 continue
             token = obj.get("token")
             if isinstance(token, dict) and token.get("special") is not True:
@@ -73,7 +76,7 @@ class TGIBodyParser(JSONBodyParser):
             return False
         err = obj.get("error")
         if err is not None:
-            self._fail(error_text(err))
+            self._fail(error_text(err), error_kind_of(obj))
             return False
         _read_details(self, obj)
         return bool(obj.get("generated_text"))
