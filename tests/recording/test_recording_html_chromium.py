@@ -7,6 +7,8 @@ fails this test, elsewhere it is skipped with the command that installs it."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 import struct
@@ -14,13 +16,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rec_helpers import request, write_recording
+from rec_helpers import request
 
-from llmtop.recording.reader import RecordingReader, read_header
+from llmtop.recording.reader import RecordingReader
 from llmtop.recording.replay import event_time
 from llmtop.recording.report.analyse import analyse
 from llmtop.recording.report.html import render_html
 from llmtop.recording.report.plots import PLOTS
+from llmtop.recording.writer import dumps_line
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "screenshots" / "report.png"
@@ -48,12 +51,25 @@ def run_chromium(exe: str, tmp: Path, *args: str) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+def append_request(out: Path, *, user: str) -> None:
+    """The fixture's lines as recorded (its own header and times: re-recording them would
+    stamp today's started_at on events from the day the fixture was made, and the reader
+    rightly drops events more than a day before a recording started), one request by
+    ``user`` inserted before the footer, whose counts are kept true."""
+    lines = gzip.decompress(FIXTURE.read_bytes()).splitlines(keepends=True)
+    footer = json.loads(lines[-1])
+    assert footer["type"] == "footer"
+    last = list(RecordingReader(FIXTURE))[-1]
+    extra = dumps_line(request(999, event_time(last), user=user).to_json_dict())
+    footer["requests"] += 1
+    footer["lines"] += 1
+    out.write_bytes(gzip.compress(b"".join([*lines[:-1], extra, dumps_line(footer)])))
+
+
 def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     exe = chromium()
     rec = tmp_path / "session.jsonl.gz"  # the real ramp fixture plus a user to escape
-    events = list(RecordingReader(FIXTURE))
-    events.append(request(999, event_time(events[-1]), user="<i>dave</i>"))
-    write_recording(rec, events, header=read_header(FIXTURE))
+    append_request(rec, user="<i>dave</i>")
     page = tmp_path / "report.html"
     page.write_text(render_html(analyse(rec)), encoding="utf-8")
 
