@@ -474,8 +474,10 @@ class Aggregator:
             self.filing_errors += 1
             self.last_filing_error = exc
             return
-        self._settle_out(b.counters)
+        owed = self._settle_out(b.counters)
         self._windows.add(b.table, b.counters)
+        if owed is not None:
+            self._windows.add_to_total(C_OUT, owed)
         # the capacity bins hold answers under load: the proxy's own 502s of an outage (it
         # could not connect) say nothing about how much load the engine takes — with them a
         # minute's outage left "max concurrency at SLO ≈ 0" long after the engine was back
@@ -489,7 +491,9 @@ class Aggregator:
             self._capacity.add(b.concurrency, b.met, b.good_tokens, b.e2e_s, b.judged)
         self._clamped += b.clamped
 
-    def _settle_out(self, counters: np.ndarray[Any, np.dtype[np.int64]]) -> None:
+    def _settle_out(
+        self, counters: np.ndarray[Any, np.dtype[np.int64]],
+    ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
         """Keep every series' output tokens in the current interval at or above zero.
 
         Live tokens are attributed at the model's learned rate; when a request ends, its
@@ -497,17 +501,24 @@ class Aggregator:
         that correction made a window's output tokens/s negative. A negative amount is
         taken back from the current interval only as far as it holds output tokens; the
         rest is owed (``_debt``) and taken from the series' next tokens, so totals come out
-        exact once the series has streamed as many again (at the end of a session, the
-        totals exceed the engine's count by what is still owed)."""
+        exact once the series has streamed as many again.
+
+        The all-time total needs no such smoothing (it holds every token counted so far, so
+        a correction cannot take it below zero): the return value is what it must get on
+        top of ``counters`` — the change in what is owed — so the session's totals equal
+        the engine's count at once (``None``: nothing to add)."""
         col = counters[:, C_OUT]
         debt = self._debt
         if col.min() >= 0 and not debt.any():
-            return
+            return None
         net = col - debt
         floor = -self._windows.cur.counters[:, C_OUT]
         applied = np.maximum(net, np.minimum(floor, 0))
-        self._debt = applied - net
+        new_debt: np.ndarray[Any, np.dtype[np.int64]] = applied - net
+        self._debt = new_debt
         counters[:, C_OUT] = applied
+        owed: np.ndarray[Any, np.dtype[np.int64]] = debt - new_debt
+        return owed
 
     def tick(self, now: float | None = None) -> None:
         """Sample concurrency and live tokens from the active registry; rotate intervals."""
@@ -551,8 +562,10 @@ class Aggregator:
         if first:
             self._file_first_tokens(first)
         if delta is not None:
-            self._settle_out(delta)
+            owed = self._settle_out(delta)
             self._windows.add(CountTable.empty(), delta)
+            if owed is not None:
+                self._windows.add_to_total(C_OUT, owed)
         n = len(actives)
         self._last_conc = (n, waiting, n - waiting)
         self._windows.sample(self._last_conc)

@@ -151,6 +151,13 @@ class Windows:
             self.cur.counters += counters
         self.generation += 1
 
+    def add_to_total(self, column: int, values: I64) -> None:
+        """Add ``values`` (one per series) to ``column`` of the all-time counters only —
+        a correction the shorter windows take back later (the aggregator's live-token
+        debt)."""
+        self.all.counters[:, column] += values
+        self.generation += 1
+
     def sample(self, values: tuple[float, ...]) -> None:
         """Record one concurrency sample (in_flight, waiting, streaming)."""
         v = np.asarray(values, dtype=np.float64)
