@@ -35,8 +35,8 @@ METRIC_NAMES: Final = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
 _SEVERITY: Final = {"info": 0, "warning": 1, "critical": 2}
 _ROW_SUM_KEYS: Final = (
     "requests", "rps", "output_tps", "input_tps", "errors", "cancelled", "timeouts",
-    "slo_met", "goodput_rps", "goodput_tps", "output_tokens", "in_flight", "waiting",
-    "streaming", "ok", "input_tokens",
+    "slo_met", "goodput_rps", "goodput_tps", "finished_output_tps", "output_tokens",
+    "in_flight", "waiting", "streaming", "ok", "input_tokens",
 )
 _SERIES_SUM: Final = ("rps", "output_tps", "input_tps", "goodput_tps", "errors", "requests",
                       "slo_met", "in_flight", "waiting", "streaming")
@@ -252,7 +252,8 @@ def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for k in ("requests", "errors", "cancelled", "timeouts", "slo_met", "in_flight", "waiting",
               "streaming"):
         system[k] = int(system.get(k) or 0)
-    for k in ("rps", "output_tps", "input_tps", "goodput_rps", "goodput_tps"):
+    for k in ("rps", "output_tps", "input_tps", "goodput_rps", "goodput_tps",
+              "finished_output_tps"):
         system[k] = float(system.get(k) or 0.0)
     judged = system["slo_judged"] = sum(_judged(sy) for sy in systems)
     system["slo_attainment"] = system["slo_met"] / judged if judged else None

@@ -15,7 +15,10 @@ Fields beyond the documented ones (extensions; the documented ones never change 
   1), ``in_flight_mean``/``_max``, ``waiting_mean``/``_max``, ``streaming_mean``;
 - ``latency.*``: ``mean``; ``users[*]``: ``waiting``, ``streaming``, ``rps``,
   ``input_tps``, ``errors``, ``cancelled``, ``timeouts``, ``slo_met``, ``goodput_rps``,
-  ``goodput_tps``, ``output_tokens``, ``ttft_p50``/``p99``, ``itl_p50``/``p99``,
+  ``goodput_tps``, ``finished_output_tps`` (output tokens per second of the requests that
+  finished in the window, counted when they finish, as goodput is: goodput_tps is at most
+  this, while it can exceed ``output_tps``, the tokens streamed in the window, when long
+  answers finish), ``output_tokens``, ``ttft_p50``/``p99``, ``itl_p50``/``p99``,
   ``tpot_p95``, ``e2e_p95``, ``tracked`` and, on request, ``histograms`` (ttft, itl,
   chunk_gap, tpot, e2e) for exact merging; ``models[*]``: ``tracked`` too. ``tracked`` is
   false only for the row of every user (model) past the top N, named ``other``: a real
@@ -49,6 +52,7 @@ from llmtop.metrics.ingest import (
     C_MET,
     C_OK,
     C_OUT,
+    C_OUT_DONE,
     C_REQ,
     C_TMO,
     M_E2E,
@@ -189,6 +193,7 @@ def _rates(c: Sequence[int], span: float) -> dict[str, Any]:
         "slo_met": met,
         "goodput_rps": met / span,
         "goodput_tps": c[C_GOOD] / span,
+        "finished_output_tps": c[C_OUT_DONE] / span,
         "slo_judged": judged,
         "slo_attainment": (met / judged) if judged else None,
         "output_tokens": c[C_OUT],
