@@ -42,6 +42,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
+import orjson
+
 from llmtop import __version__
 from llmtop.bus import EventBus
 from llmtop.clock import unix_now
@@ -105,15 +107,44 @@ _SEPARATORS: Final = (",", ":")
 def dumps_line(d: Mapping[str, Any]) -> bytes:
     """One recording line: compact JSON, NaN/inf as ``null``, newline-terminated.
 
-    The same bytes as ``json.dumps(d, separators=(",", ":"))``; a top-level list longer
-    than :data:`PIECE` is encoded in pieces of that many items, joined. One ``json.dumps``
-    of a 16k-chunk record is one C call holding the GIL 8–20 ms (the proxy's forwarding
-    thread waited that long); between pieces (~1 ms each) the GIL can pass."""
+    Encoded by orjson (a 16k-chunk record in ~0.5 ms where ``json.dumps`` took ~9 ms):
+    strings as UTF-8 (not ``\\u`` escapes), floats in their shortest round-trip form —
+    the same values as ``json.dumps(d, separators=(",", ":"))`` wrote, not always the
+    same bytes. A top-level list longer than :data:`PIECE` is encoded in pieces of that
+    many items, joined, so the GIL can pass between them (the proxy's forwarding thread
+    shares it with the writer thread). What orjson refuses — an int past 64 bits, a
+    non-string key, a type it does not know — goes through ``json`` as before."""
+    try:
+        return _orjson_line(d)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        pass
     try:
         s = _dumps(d)
     except ValueError:
         s = _dumps(_finite(dict(d)))
     return s.encode() + b"\n"
+
+
+_odumps: Final = orjson.dumps
+
+
+def _orjson_line(d: Mapping[str, Any]) -> bytes:
+    for v in d.values():
+        if type(v) in (list, tuple) and len(v) > PIECE:
+            break
+    else:
+        return _odumps(d, option=orjson.OPT_APPEND_NEWLINE)
+    parts: list[bytes] = []
+    for k, v in d.items():
+        if type(k) is not str:
+            raise TypeError("a key JSON would convert")
+        if type(v) in (list, tuple) and len(v) > PIECE:
+            val = b"[" + b",".join(_odumps(v[i:i + PIECE])[1:-1]
+                                   for i in range(0, len(v), PIECE)) + b"]"
+        else:
+            val = _odumps(v)
+        parts.append(_odumps(k) + b":" + val)
+    return b"{" + b",".join(parts) + b"}\n"
 
 
 def _dumps(d: Mapping[str, Any]) -> str:

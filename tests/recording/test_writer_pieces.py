@@ -1,8 +1,10 @@
 """The recorder with long answers (16k-token reasoning streams):
 
-- a record's long chunk lists are encoded in pieces, so the GIL can pass between them
-  (one ``json.dumps`` of a 16k-chunk record held it 8–20 ms: the proxy's forwarding thread
-  waited that long), and the line is byte for byte what one ``json.dumps`` wrote;
+- a line is encoded by orjson (a 16k-chunk record: ~1 ms, where ``json.dumps`` took 9),
+  its long chunk lists in pieces, so the GIL can pass between them (one ``json.dumps`` of
+  a 16k-chunk record held it 8–20 ms: the proxy's forwarding thread waited that long);
+  the line holds exactly the values one ``json.dumps`` wrote (float for float, NaN/inf
+  as null), compact, on one line; what orjson refuses goes through ``json`` as before;
 - the queue is bounded by the records' chunks as well as by events (a stalled disk with
   100,000 queued long answers would hold tens of GB): what does not fit is dropped and
   counted, as for a full queue.
@@ -44,6 +46,30 @@ def _one_call(d: Any) -> bytes:
     return s.encode() + b"\n"
 
 
+def same_line(line: bytes, d: Any) -> None:
+    """``line`` is one line holding what one json.dumps call wrote."""
+    want = _one_call(d)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    got_v = json.loads(line, parse_constant=_no_constants)  # no NaN / Infinity
+    want_v = json.loads(want)
+    assert got_v == want_v
+    assert _signs(got_v) == _signs(want_v)  # -0.0 stays -0.0
+
+
+def _no_constants(name: str) -> None:
+    raise AssertionError(f"{name} written")
+
+
+def _signs(o: Any) -> Any:
+    if isinstance(o, float):
+        return math.copysign(1.0, o)
+    if isinstance(o, dict):
+        return {k: _signs(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_signs(v) for v in o]
+    return None
+
+
 def _long(n: int, seed: int = 3, **kw: Any) -> RequestRecord:
     rnd = random.Random(seed)
     offs, t = [], 0.02
@@ -65,15 +91,17 @@ def _long(n: int, seed: int = 3, **kw: Any) -> RequestRecord:
 
 
 @pytest.mark.parametrize("n", [0, 1, 1023, 1024, 1025, 2047, 2048, 2049, 16_387])
-def test_a_record_line_is_byte_identical_to_one_json_dumps(n: int) -> None:
+def test_a_record_line_holds_what_one_json_dumps_wrote(n: int) -> None:
     rec = _long(n)
     d = event_dict(rec)
-    assert dumps_line(d) == _one_call(d)
-    assert dumps_line(rec.to_json_dict()) == _one_call(rec.to_json_dict())
+    same_line(dumps_line(d), d)
+    assert dumps_line(rec.to_json_dict()) == dumps_line(d)
     assert RequestRecord.from_json_dict(json.loads(dumps_line(d))) == rec
+    assert "ünï\u2028cøde".encode() in dumps_line(d)  # UTF-8, not escapes
 
 
 def test_odd_values_in_and_around_long_lists_are_written_as_before() -> None:
+    """Values orjson refuses (2**70, a non-string key) send the line through json."""
     odd = [1e-5, 1e22, -0.0, 5e-324, 0.1 + 0.2, 1.7976931348623157e308, 2**70, True, None,
            "ü\x00", [1, [2.5]], {"k": 1}]
     long = (odd * 300)[:3001]
@@ -83,9 +111,15 @@ def test_odd_values_in_and_around_long_lists_are_written_as_before() -> None:
         {"type": "x", "a": [1.0] * 2000, "z": [float("-inf")]},
         {1: [0.5] * 3000, "s": 1},  # a key JSON converts: left to json whole
         {"empty": [], "short": [1, 2], "long": list(range(5000))},
+        {"type": "x", "user": "a\udcffb", "l": [0.5] * 3000},  # a lone surrogate: json's
     ]
     for d in cases:
-        assert dumps_line(d) == _one_call(d)
+        same_line(dumps_line(d), d)
+    for d in cases[1:3] + cases[4:5]:  # orjson's: no 2**70, no int key
+        assert b"\\u" not in dumps_line(d)
+    assert dumps_line(cases[0]) == _one_call(cases[0])  # 2**70: json's, byte for byte
+    assert dumps_line(cases[3]) == _one_call(cases[3])
+    assert dumps_line(cases[5]) == _one_call(cases[5])
 
 
 @settings(max_examples=40, deadline=None)
@@ -96,16 +130,16 @@ def test_any_long_list_is_written_as_one_json_dumps_wrote_it(base: list[Any], n:
                                                              s: str) -> None:
     xs = (base * (n // len(base) + 1))[:n]
     d = {"type": "request", "id": s, "chunk_offsets_s": tuple(xs), "chunk_tokens": xs[::-1]}
-    assert dumps_line(d) == _one_call(d)
+    same_line(dumps_line(d), d)
 
 
-def test_no_single_json_call_encodes_more_than_a_piece(monkeypatch: pytest.MonkeyPatch
-                                                       ) -> None:
+def test_no_single_encoder_call_takes_more_than_a_piece(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
     piece = getattr(writer, "PIECE", 1024)
     longest = [0]
-    real = json.dumps
+    real = writer._odumps
 
-    def spy(obj: Any, *a: Any, **kw: Any) -> str:
+    def spy(obj: Any, *a: Any, **kw: Any) -> bytes:
         seqs = [obj] if isinstance(obj, list | tuple) else (
             list(obj.values()) if isinstance(obj, dict) else [])
         for v in seqs:
@@ -113,12 +147,11 @@ def test_no_single_json_call_encodes_more_than_a_piece(monkeypatch: pytest.Monke
                 longest[0] = max(longest[0], len(v))
         return real(obj, *a, **kw)
 
-    rec = _long(16_384)
-    want = _one_call(event_dict(rec))
-    monkeypatch.setattr(json, "dumps", spy)
-    line = dumps_line(event_dict(rec))
+    d = event_dict(_long(16_384))
+    monkeypatch.setattr(writer, "_odumps", spy)
+    line = dumps_line(d)
     monkeypatch.undo()
-    assert line == want
+    same_line(line, d)
     assert 0 < longest[0] <= piece  # one call took 16,384 offsets before
 
 
@@ -130,7 +163,9 @@ def test_the_recording_file_holds_the_same_lines(tmp_path: Path) -> None:
     rec.on_events(events)
     rec.stop()
     lines = path.read_bytes().splitlines(keepends=True)
-    assert lines[1:5] == [_one_call(event_dict(e)) for e in events]
+    assert lines[1:5] == [dumps_line(event_dict(e)) for e in events]
+    for line, e in zip(lines[1:5], events, strict=True):
+        same_line(line, event_dict(e))
     with RecordingReader(path) as r:
         assert [e for e in r if isinstance(e, RequestRecord)] == events
 
