@@ -25,11 +25,12 @@ from llmtop.recording.writer import Recorder
 def make_records(n: int, chunks: int) -> list[RequestRecord]:
     offs = tuple(0.05 + 0.012 * k for k in range(chunks))
     toks = tuple(1 for _ in range(chunks))
+    now = time.time()  # the reader drops requests more than a day before the recording began
     return [
         RequestRecord(
             id=f"req-{i:08d}", user=f"user{i % 50}", model="meta-llama/Llama-3.1-8B-Instruct",
             dialect="openai", path="/v1/chat/completions", stream=True, status=200,
-            outcome="ok", t_start=1.79e9 + i * 0.01, ttft_s=0.05, e2e_s=offs[-1] + 0.001,
+            outcome="ok", t_start=now + i * 0.01, ttft_s=0.05, e2e_s=offs[-1] + 0.001,
             prompt_tokens=512, completion_tokens=chunks, token_source="usage",
             chunk_offsets_s=offs, chunk_tokens=toks, concurrency_at_start=i % 64,
         )
