@@ -24,7 +24,7 @@ from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.record import RecordPrompt
 from llmtop.tui.screens.user_detail import UserDetail
 from llmtop.tui.snapview import WINDOWS, SnapView
-from llmtop.tui.source import ReplayControl, SnapshotSource, SourceUnavailable
+from llmtop.tui.source import ReplayControl, ReportsDown, SnapshotSource, SourceUnavailable
 from llmtop.tui.widgets.header import HeaderStatus
 
 Clock = Callable[[], float]
@@ -104,6 +104,7 @@ class LlmtopApp(App[int]):
         self.refreshes = 0
         """Snapshots received so far (tests and screenshots wait on it)."""
         self._fetching = False
+        self._fetch_id = 0
         self._last_attempt = float("-inf")
         self._recording: str | None = None
         self._replay_length: float | None = None
@@ -138,15 +139,17 @@ class LlmtopApp(App[int]):
             return
         if not self.connected and time.monotonic() - self._last_attempt < self.retry_s:
             return
-        self._fetching = True
-        self._refresh_worker()
+        self._fetch_now()
 
-    @work(group="refresh", exit_on_error=False)
-    async def _refresh_worker(self) -> None:
+    @work(group="refresh", exclusive=True, exit_on_error=False)
+    async def _refresh_worker(self, me: int) -> None:
+        # exclusive: a new fetch (`w`) cancels the one in flight, so a hung request never
+        # holds up the window asked for; only the latest fetch clears the flag
         try:
             await self.refresh_now()
         finally:
-            self._fetching = False
+            if me == self._fetch_id:
+                self._fetching = False
 
     async def refresh_now(self) -> bool:
         """Fetch one snapshot (and the active requests) now and show it. Returns whether
@@ -184,10 +187,27 @@ class LlmtopApp(App[int]):
         self.connected, self.error = False, first_line
         self._show()
 
+    def shown_window(self) -> int | None:
+        """The window of the figures on screen: the snapshot's own ``window_s`` (one
+        source of truth: after `w` while paused or while a fetch is on its way, it is not
+        yet :attr:`window_s`, the window asked for); before any data, the one asked for."""
+        raw = self.view.raw
+        if "window_s" not in raw:
+            return self.window_s
+        if raw["window_s"] is None:
+            return None  # the whole session
+        w = self.view.window_s
+        return self.window_s if w is None else w
+
     def status(self) -> HeaderStatus:
+        shown = self.shown_window()
+        down = self.source.down_label() if isinstance(self.source, ReportsDown) else None
         return HeaderStatus(
             source=self._source_label(),
-            window_s=self.window_s,
+            window_s=shown,
+            window_pending=shown != self.window_s,
+            asked_window_s=self.window_s,
+            down=down,
             paused=self.paused,
             connected=self.connected,
             error=self.error,
@@ -242,13 +262,24 @@ class LlmtopApp(App[int]):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self._show()
+        if not self.paused and self.shown_window() != self.window_s:
+            self._fetch_now()  # `w` while paused: that window's figures at once
 
-    async def action_cycle_window(self) -> None:
+    def action_cycle_window(self) -> None:
+        """Ask for the next window. Nothing here waits for the network (an admin API that
+        hangs must not freeze the keys): the header shows "→ 5 min…" until a background
+        fetch brings that window's figures; paused, it waits for the resume."""
         i = WINDOWS.index(self.window_s) if self.window_s in WINDOWS else 0
         self.window_s = WINDOWS[(i + 1) % len(WINDOWS)]
         self._show()
         if not self.paused:
-            await self.refresh_now()
+            self._fetch_now()
+
+    def _fetch_now(self) -> None:
+        """Start a fetch at once, in place of any still on its way (a hung one included)."""
+        self._fetching = True
+        self._fetch_id += 1
+        self._refresh_worker(self._fetch_id)
 
     def action_sort(self) -> None:
         self.dashboard.users.cycle_sort()

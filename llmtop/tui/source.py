@@ -94,6 +94,16 @@ class ReplayControl(Protocol):
         ...
 
 
+@runtime_checkable
+class ReportsDown(Protocol):
+    """Optional capability of a source over several proxies: it keeps showing the ones
+    that answer, and says how many do not."""
+
+    def down_label(self) -> str | None:
+        """A short state for the header ("1/3 proxies down"), ``None`` when all answer."""
+        ...
+
+
 def normalize_admin_url(url: str) -> str:
     """``HOST:PORT`` or ``http(s)://HOST:PORT[/prefix]`` → ``http(s)://HOST:PORT[/prefix]``.
     Raises ``ValueError`` with a one-line message for anything else."""
@@ -386,6 +396,14 @@ class AdminSource:
         if not down:
             return f"{len(self.urls)} proxies"
         return f"{up}/{len(self.urls)} proxies up · down: " + ", ".join(down)
+
+    def down_label(self) -> str | None:
+        """With several proxies, "1/3 proxies down" while some do not answer (with one,
+        its being down is the app's DISCONNECTED state)."""
+        down = sum(e is not None for e in self.errors.values())
+        if len(self.urls) == 1 or not down:
+            return None
+        return f"{down}/{len(self.urls)} proxies down"
 
     async def close(self) -> None:
         if self._session is not None:

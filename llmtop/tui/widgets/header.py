@@ -3,6 +3,7 @@ headline figures (RPS, output TPS, in flight, errors, goodput, SLO attainment)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Group, RenderableType
@@ -31,9 +32,66 @@ class HeaderStatus:
     admin: str | None = None
     """The admin API the source reads, when the command started it (``run`` and ``demo``):
     what ``llmtop attach`` and ``curl`` need, shown at every width."""
+    down: str | None = None
+    """Some of several attached proxies do not answer (e.g. "1/2 proxies down"): shown
+    at every width, like DISCONNECTED when none answers."""
+    window_pending: bool = False
+    """``w`` asked for :attr:`asked_window_s` and its data has not arrived yet:
+    :attr:`window_s` is still the window of the figures shown."""
+    asked_window_s: int | None = None
 
 
 SEP = " │ "
+MIN_PATH = 8
+"""The fewest cells a recording path is cut to ("llmtop-…") before only "● REC" is left."""
+
+
+class _Keep:
+    """A step that leaves its part as it is (a variant that does not apply here)."""
+
+
+_KEEP = _Keep()
+Step = Text | None | _Keep | Callable[[int], Text | None]
+"""A way to make one part of a line narrower: a shorter text, ``None`` (leave it out), or
+a function of the room the part would have (cells) giving either."""
+
+
+def _joined_width(parts: dict[str, Text | None]) -> int:
+    shown = [t for t in parts.values() if t is not None]
+    return sum(t.cell_len for t in shown) + len(SEP) * max(0, len(shown) - 1)
+
+
+def fit_parts(parts: dict[str, Text | None], steps: list[tuple[str, Step]],
+              width: int) -> Text:
+    """``parts`` (in display order) joined by :data:`SEP` in ``width`` cells: the
+    ``steps`` are taken in order, each shortening or leaving out one part, until the line
+    fits; what still does not fit is cut with an ellipsis at the end."""
+    parts = dict(parts)
+    for name, step in steps:
+        if _joined_width(parts) <= width:
+            break
+        if parts.get(name) is None or isinstance(step, _Keep):
+            continue
+        if callable(step):
+            others = _joined_width({**parts, name: None})
+            step = step(width - others - (len(SEP) if others else 0))
+        parts[name] = step
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for t in parts.values():
+        if t is not None:
+            if len(line):
+                line.append(SEP)
+            line.append_text(t)
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+def _rec(path: str, style: str) -> Text:
+    t = Text.assemble(("● REC", f"bold {style}"))
+    if path:
+        t.append(" ")
+        t.append(path)
+    return t
 
 
 def _beside(url: str, proxy: str | None) -> str:
@@ -54,8 +112,10 @@ class HeaderBar(ViewPanel):
     def layout_key(self, view: SnapView) -> object:
         return None  # always the same number of lines
 
+    # docked: at tiny sizes the screen scrolls (to the focused users table), and the
+    # header, the state above all, must not scroll away with the panes
     DEFAULT_CSS = """
-    HeaderBar { height: auto; background: $panel; padding: 0 1; }
+    HeaderBar { dock: top; height: auto; background: $panel; padding: 0 1; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
@@ -67,51 +127,59 @@ class HeaderBar(ViewPanel):
             self.status = status
             self.refresh()
 
-    def _line1(self, wide: bool) -> Text:
+    def _line1(self, wide: bool, width: int) -> Text:
+        """Every part at its fullest, then shortened or left out (:func:`fit_parts`)
+        least important first, so the state (disconnected, proxies down, paused) and the
+        window stay in view at any width."""
         st, pal, v = self.status, self.palette, self.view
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append("llmtop", "bold")
-        if st.proxy:
-            t.append(SEP)
-            t.append("proxy ", pal.dim)  # labelled even when narrow: two bare URLs confuse
-            t.append(st.proxy)
-        if st.admin:
-            t.append(SEP)
-            t.append("admin ", pal.dim)
-            t.append(st.admin if wide else _beside(st.admin, st.proxy))
+        parts: dict[str, Text | None] = {"title": Text("llmtop", "bold")}
         if not st.connected:
-            t.append(SEP)
             why = f" ({st.error})" if st.error else ""
-            t.append(f"DISCONNECTED — retrying{why}", f"bold reverse {pal.bad}")
+            parts["disconnected"] = Text(f"DISCONNECTED — retrying{why}",
+                                         f"bold reverse {pal.bad}")
+        if st.down:
+            parts["down"] = Text(st.down, f"bold reverse {pal.bad}")
         if st.paused:
-            t.append(SEP)
-            t.append("PAUSED", f"bold reverse {pal.warn}")
+            parts["paused"] = Text("PAUSED", f"bold reverse {pal.warn}")
+        if st.proxy:
+            # labelled even when narrow: two bare URLs confuse
+            parts["proxy"] = Text.assemble(("proxy ", pal.dim), st.proxy)
+        if st.admin:
+            parts["admin"] = Text.assemble(
+                ("admin ", pal.dim), st.admin if wide else _beside(st.admin, st.proxy))
         if st.replay:
-            t.append(SEP)
-            t.append(st.replay, pal.accent)
+            parts["replay"] = Text(st.replay, pal.accent)
         rec = v.recording_path
         if rec is not None:
-            t.append(SEP)
-            t.append("● REC", f"bold {pal.bad}")
-            if rec:
-                t.append(" ")
-                t.append(rec)
-        t.append(SEP)
-        if wide:
-            t.append("upstream ", pal.dim)
-        t.append(v.text("upstream") or fmt.NA)
-        t.append(SEP)
-        t.append("window ", pal.dim)
-        t.append(fmt.window(st.window_s))
-        t.append(SEP)
-        t.append("up ", pal.dim)
-        t.append(fmt.duration(v.uptime_s))
-        if st.source and (wide or not v.text("upstream")) and not (
+            parts["rec"] = _rec(rec, pal.bad)
+        upstream = v.text("upstream")
+        parts["upstream"] = Text.assemble(("upstream ", pal.dim) if wide else "",
+                                          upstream or fmt.NA)
+        window = Text.assemble(("window ", pal.dim), fmt.window(st.window_s))
+        if st.window_pending:
+            window.append(f" → {fmt.window(st.asked_window_s)}…", pal.warn)
+        parts["window"] = window
+        parts["up"] = Text.assemble(("up ", pal.dim), fmt.duration(v.uptime_s))
+        if st.source and (wide or not upstream) and not (
                 st.admin and st.source.startswith(st.admin)):  # named already
-            t.append(SEP)
-            t.append("via ", pal.dim)
-            t.append(st.source)
-        return t
+            parts["via"] = Text.assemble(("via ", pal.dim), st.source)
+        base = rec.replace("\\", "/").rpartition("/")[2] if rec else ""
+        steps: list[tuple[str, Step]] = [
+            ("via", None),
+            ("rec", _rec(base, pal.bad) if base != rec else _KEEP),
+            ("title", None),
+            ("up", None),
+            ("upstream", Text(upstream or fmt.NA) if wide else _KEEP),
+            ("upstream", None),
+            ("rec", lambda room: _rec(fmt.clip(base, max(0, room - len("● REC "))), pal.bad)
+             if room - len("● REC ") >= MIN_PATH else _rec("", pal.bad)),
+            ("admin", Text.assemble(("admin ", pal.dim), _beside(st.admin, st.proxy))
+             if st.admin and wide else _KEEP),
+            ("replay", None),
+            ("proxy", None),
+            ("admin", None),
+        ]
+        return fit_parts(parts, steps, width)
 
     def _line2(self, wide: bool) -> Text:
         v, pal = self.view, self.palette
@@ -132,7 +200,9 @@ class HeaderBar(ViewPanel):
         t.append(" tok/s", pal.dim)
         waiting, streaming = v.num("system", "waiting"), v.num("system", "streaming")
         fig("in flight " if wide else "flight ", fmt.count(v.num("system", "in_flight")))
-        if wide:
+        if waiting is None and streaming is None:
+            pass  # "n/a (n/a wait / n/a stream)" says "n/a" three times
+        elif wide:
             t.append(f" ({fmt.count(waiting)} wait / {fmt.count(streaming)} stream)", pal.dim)
         else:
             t.append(f" ({fmt.count(waiting)}w/{fmt.count(streaming)}s)", pal.dim)
@@ -150,4 +220,4 @@ class HeaderBar(ViewPanel):
 
     def build(self, width: int) -> RenderableType:
         wide = width >= 120
-        return Group(self._line1(wide), self._line2(wide))
+        return Group(self._line1(wide, width), self._line2(wide))
