@@ -26,10 +26,17 @@ LATENCY_W = len("41.0 ms")
 """The widest value :func:`fmt.latency` writes below 100 s."""
 
 
+GIVE_WAY: tuple[str, ...] = ("SLO", *DROP_ORDER[:2], "n", *DROP_ORDER[2:])
+"""The order the columns give way in when the panel is too narrow for every value whole:
+the SLO column first (the cell colours say it too), then p90 and max, the sample count,
+then p50 and p95."""
+
+
 class LatencyPanel(ViewPanel):
     """The latency table. A row's SLO (when configured) is shown at narrow widths as the
-    cell colours only, at wide widths also as its own column; narrower still, whole
-    percentile columns are left out (:data:`DROP_ORDER`) rather than values cut."""
+    cell colours only, at wide widths also as its own column; narrower still, or with
+    wider values (counts of ten million and more), whole columns are left out
+    (:data:`GIVE_WAY`) rather than values cut."""
 
     READS = ("latency", "slo")
 
@@ -52,42 +59,73 @@ class LatencyPanel(ViewPanel):
             show_edge=False,
             header_style="bold",
         )
-        values = {(key, p): fmt.latency(v.num("latency", key, p))
+        values = {(key, p): latency_text(v.num("latency", key, p))
                   for key, _ in METRICS for p in PERCENTILES}
-        shown = fitting_percentiles(values, width)
-        table.add_column(Text("latency", style="bold"), no_wrap=True)
-        for p in shown:
-            table.add_column(p, justify="right", no_wrap=True)
         if wide:
-            table.add_column("n", justify="right", no_wrap=True, style=pal.dim)
-            table.add_column("SLO", justify="right", no_wrap=True, style=pal.dim)
+            for key, _ in METRICS:
+                values[key, "n"] = fmt.count(v.num("latency", key, "count"))
+                threshold = slo.for_metric(key)
+                values[key, "SLO"] = "" if threshold is None else latency_text(threshold)
+        shown = fitting_columns(values, width)
+        table.add_column(Text("latency", style="bold"), no_wrap=True)
+        for c in shown:
+            table.add_column(c, justify="right", no_wrap=True,
+                             style=pal.dim if c in EXTRA else "")
         for key, label in METRICS:
             threshold = slo.for_metric(key)
             cells: list[Text] = [Text(label)]
-            for p in shown:
-                val = v.num("latency", key, p)
-                cells.append(Text(values[key, p], style=pal.latency(val, threshold)))
-            if wide:
-                cells.append(Text(fmt.count(v.num("latency", key, "count"))))
-                cells.append(Text("" if threshold is None else fmt.latency(threshold)))
+            for c in shown:
+                style = "" if c in EXTRA else pal.latency(v.num("latency", key, c), threshold)
+                cells.append(Text(values[key, c], style=style))
             table.add_row(*cells)
         return table
 
 
-def fitting_percentiles(values: dict[tuple[str, str], str], width: int) -> list[str]:
-    """The percentile columns whose values fit ``width`` whole, in table order: all of
-    them when they fit, else the fewest dropped in :data:`DROP_ORDER` (p99 is always
-    kept, even when nothing fits)."""
+EXTRA: tuple[str, ...] = ("n", "SLO")
+"""The columns after the percentiles (at wide widths)."""
+
+
+def latency_text(s: float | None) -> str:
+    """:func:`fmt.latency`, with the unit chosen after rounding: 9.996 ms is "10.0 ms" like
+    its neighbours, not "10.00 ms" (and 99.96 ms "100 ms", 0.99996 s "1.00 s").
+    (A local fix: fmt.py is being changed elsewhere; it belongs in fmt.latency.)"""
+    text = fmt.latency(s)
+    if s is None or text == fmt.NA:
+        return text
+    for shown, at in (("10.00 ms", 10e-3), ("100.0 ms", 100e-3), ("1000 ms", 1.0),
+                      ("10.00 s", 10.0), ("100.0 s", 100.0), ("1000 µs", 1e-3)):
+        if text.lstrip("-") == shown:
+            return fmt.latency(at if s > 0 else -at)
+    return text
+
+
+def column_widths(values: dict[tuple[str, str], str]) -> dict[str, int]:
+    """Each column's width over every row (and its heading); a percentile column is at
+    least as wide as the widest value fmt.latency writes ("41.0 ms"), so that the
+    columns shown do not come and go as the figures change."""
+    cols = [c for c in (*PERCENTILES, *EXTRA) if any(k[1] == c for k in values)]
+    return {c: max(LATENCY_W if c in PERCENTILES else len(c),
+                   *(len(values[key, c]) for key, _ in METRICS if (key, c) in values))
+            for c in cols}
+
+
+def fitting_columns(values: dict[tuple[str, str], str], width: int) -> list[str]:
+    """The columns (percentiles, then ``n`` and ``SLO`` when ``values`` has them) whose
+    values all fit ``width`` whole, in table order: all of them when they fit, else the
+    fewest left out in :data:`GIVE_WAY` order (p99 is always kept, even when nothing
+    fits)."""
     label_w = max(len("latency"), *(len(label) for _, label in METRICS))
-    # as wide as the widest value fmt.latency writes ("41.0 ms"), so that the columns shown
-    # do not come and go as the figures change
-    col_w = {p: max(LATENCY_W, *(len(values[key, p]) for key, _ in METRICS))
-             for p in PERCENTILES}
-    shown = list(PERCENTILES)
-    for p in (None, *DROP_ORDER):
-        if p is not None:
-            shown.remove(p)
+    col_w = column_widths(values)
+    shown = list(col_w)
+    for c in (None, *GIVE_WAY):
+        if c is not None and c in shown:
+            shown.remove(c)
         # each column after the label: a separator and one space of padding each side
         if label_w + sum(col_w[q] + 3 for q in shown) <= width:
             break
     return shown
+
+
+def fitting_percentiles(values: dict[tuple[str, str], str], width: int) -> list[str]:
+    """The percentile columns :func:`fitting_columns` keeps."""
+    return [c for c in fitting_columns(values, width) if c in PERCENTILES]
