@@ -5,14 +5,36 @@ from __future__ import annotations
 
 import math
 
+from rich.cells import cell_len, get_character_cell_size
+
+from llmtop.textsafe import printable
+
 NA = "n/a"
 
 
 def clip(s: str, n: int) -> str:
-    """``s`` in at most ``n`` characters, cut with "…" when longer."""
-    if len(s) <= n:
+    """``s`` in at most ``n`` terminal cells, cut with "…" when wider. Cells, not
+    characters: "日本語" takes 6, and is cut before a wide character that would not fit
+    whole (so the "…" always shows)."""
+    if n <= 0:
+        return ""
+    if cell_len(s) <= n:
         return s
-    return s[: n - 1] + "…" if n > 0 else ""
+    used, end = 0, 0
+    for i, ch in enumerate(s):
+        w = get_character_cell_size(ch)
+        if used + w > n - 1:
+            break
+        used, end = used + w, i + 1
+    return s[:end] + "…"
+
+
+def name(s: str, n: int, empty: str = "(empty)") -> str:
+    """A client-chosen string (user id, model, request id) as shown in ``n`` cells: its
+    control characters made visible and bidi overrides dropped
+    (:func:`llmtop.textsafe.printable`), ``empty`` when there is nothing to show, then
+    :func:`clip`. Put it in a ``Text``, never in markup."""
+    return clip(printable(s) or empty, n)
 
 
 def latency(s: float | None) -> str:

@@ -12,9 +12,32 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-FOLD_KEY = "\x00other"
-"""The key of the users row that folds every user past the top N (no user id from JSON
-is this)."""
+
+class FoldKey(str):
+    """The type of :data:`FOLD_KEY`. A ``str`` (it travels wherever a user id does: the
+    row-selected message, ``open_user``), but equal only to itself and hashed apart, so
+    that no user id — every one a plain ``str``, whatever its characters — is taken for
+    it, nor it for one."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FoldKey)
+
+    def __ne__(self, other: object) -> bool:
+        return not isinstance(other, FoldKey)
+
+    def __hash__(self) -> int:
+        return hash(FoldKey)
+
+    def __repr__(self) -> str:
+        return "FOLD_KEY"
+
+
+FOLD_KEY = FoldKey("(others)")
+"""What stands for the users row that folds every user past the top N where a user id
+would (:meth:`SnapView.user`, the detail screen): not a name, so a user called "other",
+"(others)" or "\\x00other" is never taken for it."""
 WINDOWS: tuple[int | None, ...] = (10, 60, 300, None)
 """The windows ``w`` cycles through; ``None`` is the whole session ("all")."""
 
@@ -157,7 +180,7 @@ class SnapView:
         """The row of user ``name``; :data:`FOLD_KEY` names the row of every user past the
         top N (``tracked`` false, named "other" in the snapshot), so that a real user
         named "other" is never taken for it, nor it for them."""
-        fold = name == FOLD_KEY
+        fold = isinstance(name, FoldKey)
         for u in self.items("users"):
             if (u.get("tracked") is False) is fold and (fold or as_str(u.get("user")) == name):
                 return u

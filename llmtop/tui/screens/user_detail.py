@@ -13,13 +13,14 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
-from llmtop.tui.snapview import SnapView, as_num, as_str
+from llmtop.tui.snapview import FoldKey, SnapView, as_num, as_str
 from llmtop.tui.widgets.base import ViewPanel
 from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
 from llmtop.tui.widgets.requests import RequestsTable
-from llmtop.tui.widgets.users import FOLD_KEY, FOLD_LABEL, is_fold
+from llmtop.tui.widgets.users import FOLD_LABEL, is_fold
 
 KNOWN: tuple[tuple[str, str, str], ...] = (
     ("requests", "requests", "count"),
@@ -73,14 +74,14 @@ class UserSummary(ViewPanel):
         v, pal = self.view, self.palette
         title = Text(no_wrap=True, overflow="ellipsis")
         row = v.user(self.user)
-        if row is not None and is_fold(row):
+        if isinstance(self.user, FoldKey):
             top = v.num("top_users")
             title.append(FOLD_LABEL, "bold")
             past = f"the top {fmt.count(top)}" if top is not None else "the top users"
             title.append(f"  every user past {past}, in one row", pal.dim)
         else:
             title.append("user ", pal.dim)
-            title.append(self.user or "(empty)", "bold")
+            title.append(printable(self.user) or "(empty)", "bold")
         title.append(f"  · window {fmt.window(v.window_s)}", pal.dim)
         if row is None:
             title.append("\nno requests from this user in this window", pal.dim)
@@ -140,9 +141,12 @@ class UserDetail(Screen[None]):
     def __init__(self, user: str) -> None:
         super().__init__()
         self.user = user
+        """The user id, or :data:`FOLD_KEY` for the users past the top N."""
+        self.fold = isinstance(user, FoldKey)
         self.header = HeaderBar(id="user-header")
         self.summary = UserSummary(user)
-        self.requests = RequestsTable(id="user-requests", user=user)
+        # the fold's requests: every user's but the tracked ones' (see apply)
+        self.requests = RequestsTable(id="user-requests", user=None if self.fold else user)
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -151,7 +155,7 @@ class UserDetail(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        who = FOLD_LABEL if self.user == FOLD_KEY else self.user or "(empty)"
+        who = FOLD_LABEL if self.fold else printable(self.user) or "(empty)"
         self.requests.border_title = Text(f"active requests of {who}")
         self.requests.focus()
 
@@ -165,10 +169,7 @@ class UserDetail(Screen[None]):
         self.header.set_status(status)
         self.header.show(view, palette)
         self.summary.show(view, palette)
-        row = view.user(self.user)
-        if row is not None and is_fold(row):  # the requests of every user not tracked
-            self.requests.only_user = None
+        if self.fold:  # the requests of every user not tracked
             names = (as_str(u.get("user")) for u in view.items("users") if not is_fold(u))
             self.requests.exclude = frozenset(n for n in names if n is not None)
-            self.requests.border_title = Text(f"active requests of {FOLD_LABEL}")
         self.requests.show_requests(active, palette, view.slo.ttft_s)

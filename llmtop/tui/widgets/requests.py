@@ -9,9 +9,10 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
-from llmtop.tui.snapview import as_num, as_str
+from llmtop.tui.snapview import as_num, as_str, dicts
 from llmtop.tui.widgets.users import matches
 
 MAX_ROWS = 500
@@ -27,8 +28,9 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
 
 
 def request_cells(r: Mapping[str, Any], pal: Palette, ttft_slo: float | None) -> list[Text]:
-    """The row for one active request (user strings as plain text, never markup)."""
-    state = as_str(r.get("state")) or "?"
+    """The row for one active request. Client-chosen strings (id, user, model) are plain
+    text, never markup, their control characters made visible, cut with "…" by cells."""
+    state = printable(as_str(r.get("state")) or "?")
     age = as_num(r.get("age_s"))
     tokens = as_num(r.get("completion_tokens"))
     if tokens is None:
@@ -38,12 +40,13 @@ def request_cells(r: Mapping[str, Any], pal: Palette, ttft_slo: float | None) ->
     age_style = ""
     if state == "waiting" and ttft_slo is not None and age is not None and age > ttft_slo:
         age_style = pal.bad
+    model = as_str(r.get("model"))
     return [
-        Text(fmt.clip(as_str(r.get("id")) or "?", 14), no_wrap=True),
-        Text(fmt.clip(as_str(r.get("user")) or "(empty)", 20), no_wrap=True),
-        Text(fmt.clip(as_str(r.get("model")) or fmt.NA, 24), no_wrap=True,
-             style="" if r.get("model") else pal.dim),
-        Text(state, style=state_style),
+        Text(fmt.name(as_str(r.get("id")) or "", 14, "?"), no_wrap=True),
+        Text(fmt.name(as_str(r.get("user")) or "", 20), no_wrap=True),
+        Text(fmt.name(model or "", 24, fmt.NA), no_wrap=True,
+             style="" if model else pal.dim),
+        Text(state, style=state_style, no_wrap=True),
         Text(fmt.latency(age), style=age_style, justify="right"),
         Text(fmt.count(tokens), justify="right", style="" if tokens is not None else pal.dim),
         Text(fmt.rate(tps), justify="right", style="" if tps is not None else pal.dim),
@@ -69,7 +72,7 @@ class RequestsTable(DataTable[Text]):
         self.exclude: frozenset[str] = frozenset()
         """Users whose requests are left out (the detail of "(others)": the tracked ones)."""
         self.filter_text = ""
-        self._rendered: list[tuple[str, ...]] | None = None
+        self._rendered: list[tuple[tuple[str, str], ...]] | None = None
 
     def show_requests(
         self, rows: Sequence[Mapping[str, Any]], palette: Palette, ttft_slo: float | None
@@ -78,14 +81,14 @@ class RequestsTable(DataTable[Text]):
             for key, label, right in COLUMNS:
                 self.add_column(Text(label, justify="right" if right else "left"), key=key)
         picked = [
-            r for r in rows
+            r for r in dicts(rows)  # a request that is not an object is left out
             if (self.only_user is None or as_str(r.get("user")) == self.only_user)
             and as_str(r.get("user")) not in self.exclude
             and matches(as_str(r.get("user")) or "", self.filter_text)
         ]
         ordered = order_requests(picked)
         table = [request_cells(r, palette, ttft_slo) for r in ordered[:MAX_ROWS]]
-        signature = [tuple(f"{c.plain}\x00{c.style}" for c in cells) for cells in table]
+        signature = [tuple((c.plain, str(c.style)) for c in cells) for cells in table]
         if signature == self._rendered:
             return
         self._rendered = signature

@@ -57,8 +57,18 @@ FOLD_LABEL = "(others)"
 """How the row of users past the top N (the snapshot's untracked row, named "other") is
 shown: not a user, so never taken for one called "other"."""
 FOLD_KEY = SNAP_FOLD_KEY
-"""Its row key, and what :meth:`UsersTable.user_for` gives for it (a user called "other"
-gives "other"); :meth:`SnapView.user` knows it."""
+"""What :meth:`UsersTable.user_for` gives for that row (a user called "other" gives
+"other"): a ``str`` equal to no user id, which :meth:`SnapView.user` knows."""
+FOLD_ROW = "fold"
+"""The fold row's row key. A user's row key is ``u<n>:<id>`` (:func:`row_key`): keys are
+the table's own, never a user id, so no id (an empty one, "fold", "\\x00other",
+"alice\\x00evil") can take another row's key or crash the table with a duplicate."""
+
+
+def row_key(name: str, n: int = 1) -> str:
+    """The row key of the ``n``-th row of user ``name`` (a merged snapshot may hold more
+    than one): distinct for distinct ``(name, n)``, and never :data:`FOLD_ROW`."""
+    return f"u{n}:{name}"
 
 
 def is_fold(user: Mapping[str, Any]) -> bool:
@@ -100,10 +110,9 @@ def fit_columns(
 
 
 def user_label(name: str, width: int = USER_WIDTH) -> str:
-    """How a user id is shown: never empty, never wider than ``width`` (cut with "…")."""
-    if not name:
-        name = "(empty)"
-    return name if len(name) <= width else name[: max(0, width - 1)] + "…"
+    """How a user id is shown: never empty, its control characters visible
+    (``\\x1b``), never wider than ``width`` cells (cut with "…")."""
+    return fmt.name(name, width)
 
 
 def matches(name: str, needle: str) -> bool:
@@ -159,7 +168,8 @@ class UsersTable(DataTable[Text]):
         self.view = SnapView(None)
         self.palette = Palette()
         self._users: dict[str, str] = {}
-        self._rendered: list[tuple[str, tuple[str, ...]]] | None = None
+        """Row key → user id (:data:`FOLD_KEY` for the fold)."""
+        self._rendered: list[tuple[str, tuple[tuple[str, str], ...]]] | None = None
         self._header: object = None
         self.shown_columns: list[Column] = list(COLUMNS)
         """The columns shown at the current width (``s`` cycles through these)."""
@@ -170,18 +180,23 @@ class UsersTable(DataTable[Text]):
         return COLUMNS[self.sort_index]
 
     def user_for(self, row_key: object) -> str | None:
-        """The user id of a row (``RowKey`` or its value)."""
+        """The user id of a row (``RowKey`` or its value); :data:`FOLD_KEY` for the fold."""
         value = getattr(row_key, "value", row_key)
-        return self._users.get(str(value)) if value is not None else None
+        return self._users.get(value) if isinstance(value, str) else None
 
-    def cursor_user(self) -> str | None:
+    def cursor_key(self) -> str | None:
+        """The row key under the cursor."""
         if not self.row_count:
             return None
         try:
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+            value = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         except Exception:
             return None
-        return self.user_for(key)
+        return value if isinstance(value, str) else None
+
+    def cursor_user(self) -> str | None:
+        key = self.cursor_key()
+        return None if key is None else self.user_for(key)
 
     def cycle_sort(self) -> None:
         """Sort by the next column shown, in that column's natural order."""
@@ -265,28 +280,29 @@ class UsersTable(DataTable[Text]):
         widths["user"] = user_w
         self._headers(visible, widths)
         shown = [COLUMNS.index(c) for c in visible]
-        rows: list[tuple[str, list[Text]]] = []
+        rows: list[tuple[str, str, list[Text]]] = []
         seen: dict[str, int] = {}
         for u, cells in zip(ordered, table, strict=True):
             name = as_str(u.get("user")) or ""
             row = [cells[i] for i in shown]
+            user: str
             if is_fold(u):
-                key = FOLD_KEY
+                key, user = FOLD_ROW, FOLD_KEY
                 row[0] = Text(user_label(FOLD_LABEL, user_w), style=f"italic {self.palette.dim}")
             else:
                 seen[name] = seen.get(name, 0) + 1
-                key = name if seen[name] == 1 else f"{name}\x00{seen[name]}"
+                key, user = row_key(name, seen[name]), name
                 row[0] = Text(user_label(name, user_w), no_wrap=True)
-            rows.append((key, row))
-        signature = [(k, tuple(f"{c.plain}\x00{c.style}" for c in cells)) for k, cells in rows]
+            rows.append((key, user, row))
+        signature = [(k, tuple((c.plain, str(c.style)) for c in cells)) for k, _, cells in rows]
         if signature == self._rendered:
             return
-        current = self.cursor_user()
+        current = self.cursor_key()
         self.clear()
         self._users = {}
-        for key, cells in rows:
+        for key, user, cells in rows:
             self.add_row(*cells, key=key)
-            self._users[key] = key if key == FOLD_KEY else key.split("\x00", 1)[0]
+            self._users[key] = user
         self._rendered = signature
         if current is not None and current in self._users:
             self.move_cursor(row=self.get_row_index(current), animate=False)
