@@ -25,11 +25,29 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("tokens", "tokens", True),
     ("tps", "tok/s", True),
 )
+TEXT_WIDTH = {"id": 14, "user": 20, "model": 24}
+"""The most cells a text column takes (its values are cut with "…" beyond)."""
+TEXT_MIN = {"id": 6, "user": 8, "model": 8}
+"""What a text column gives up room down to before a column is dropped."""
+FIGURE_WIDTH = {"age": 7, "tokens": 7, "tps": 6}
+"""Room a figure column keeps for its values whatever they are now (``fmt.latency``'s
+"41.0 ms", "999,999"), so that the columns shown do not come and go as figures change."""
+KEEP: tuple[str, ...] = ("user", "age", "state", "tokens", "model", "tps", "id")
+"""Which columns stay when not all fit: whose request and how old it is first (the
+stuck ones are the interesting ones), the request id last."""
+GROW: tuple[str, ...] = ("user", "model", "id")
+"""Which text columns get room back first, once the columns shown are chosen."""
+PAD = 1
+"""The table's cell padding on each side of a column."""
 
 
-def request_cells(r: Mapping[str, Any], pal: Palette, ttft_slo: float | None) -> list[Text]:
-    """The row for one active request. Client-chosen strings (id, user, model) are plain
-    text, never markup, their control characters made visible, cut with "…" by cells."""
+def request_cells(
+    r: Mapping[str, Any], pal: Palette, ttft_slo: float | None,
+    widths: Mapping[str, int] = TEXT_WIDTH,
+) -> list[Text]:
+    """The row for one active request, every column. Client-chosen strings (id, user,
+    model) are plain text, never markup, their control characters made visible and cut
+    with "…" to ``widths`` cells."""
     state = printable(as_str(r.get("state")) or "?")
     age = as_num(r.get("age_s"))
     tokens = as_num(r.get("completion_tokens"))
@@ -42,15 +60,41 @@ def request_cells(r: Mapping[str, Any], pal: Palette, ttft_slo: float | None) ->
         age_style = pal.bad
     model = as_str(r.get("model"))
     return [
-        Text(fmt.name(as_str(r.get("id")) or "", 14, "?"), no_wrap=True),
-        Text(fmt.name(as_str(r.get("user")) or "", 20), no_wrap=True),
-        Text(fmt.name(model or "", 24, fmt.NA), no_wrap=True,
+        Text(fmt.name(as_str(r.get("id")) or "", widths["id"], "?"), no_wrap=True),
+        Text(fmt.name(as_str(r.get("user")) or "", widths["user"]), no_wrap=True),
+        Text(fmt.name(model or "", widths["model"], fmt.NA), no_wrap=True,
              style="" if model else pal.dim),
         Text(state, style=state_style, no_wrap=True),
         Text(fmt.latency(age), style=age_style, justify="right"),
         Text(fmt.count(tokens), justify="right", style="" if tokens is not None else pal.dim),
         Text(fmt.rate(tps), justify="right", style="" if tps is not None else pal.dim),
     ]
+
+
+def fit_columns(natural: Mapping[str, int], avail: int) -> dict[str, int]:
+    """The columns to show in ``avail`` cells and their widths (table order).
+    ``natural`` is each column's width with every value whole (header included, padding
+    not). Text columns give up room down to :data:`TEXT_MIN` before any column is
+    dropped; columns are then dropped whole, in reverse :data:`KEEP` order; the room
+    left goes back to the text columns (:data:`GROW`), up to their natural width."""
+    least = {k: min(w, TEXT_MIN.get(k, w)) for k, w in natural.items()}
+    budget = avail
+    keep: set[str] = set()
+    for key in KEEP:
+        need = least[key] + 2 * PAD
+        if need <= budget or not keep:  # the first column stays, cut if need be
+            keep.add(key)
+            budget -= need
+    widths = {k: least[k] for k in keep}
+    for key in GROW:
+        if key in keep and budget > 0:
+            more = min(budget, natural[key] - widths[key])
+            widths[key] += more
+            budget -= more
+    if budget < 0:  # not even the first column fits: it takes what there is
+        first = KEEP[0]
+        widths[first] = max(1, widths[first] + budget)
+    return {key: widths[key] for key, _, _ in COLUMNS if key in keep}
 
 
 def order_requests(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -60,10 +104,11 @@ def order_requests(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 
 class RequestsTable(DataTable[Text]):
     """Active requests. ``user`` (exact) limits it to one user; ``filter_text`` to users
-    whose id contains it."""
+    whose id contains it. Columns that do not fit the width are left out whole, the
+    least useful first (:data:`KEEP`); ids, users and models are cut with "…"."""
 
     DEFAULT_CSS = """
-    RequestsTable { height: 1fr; }
+    RequestsTable { height: 1fr; overflow-x: hidden; }
     """
 
     def __init__(self, *, id: str | None = None, user: str | None = None) -> None:
@@ -72,29 +117,61 @@ class RequestsTable(DataTable[Text]):
         self.exclude: frozenset[str] = frozenset()
         """Users whose requests are left out (the detail of "(others)": the tracked ones)."""
         self.filter_text = ""
-        self._rendered: list[tuple[tuple[str, str], ...]] | None = None
+        self.shown_columns: dict[str, int] = {}
+        """The columns shown at the current width, and their widths."""
+        self._last: tuple[Sequence[Mapping[str, Any]], Palette, float | None] | None = None
+        self._rendered: object = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show_requests(*self._last)
+
+    def _available(self, rows: int) -> int:
+        """The cells the columns may take: the width, less the scrollbar when the rows
+        (and the header) are more than the height."""
+        width = self.size.width
+        if width <= 0:  # not laid out yet: everything, cut later if need be
+            return 10_000
+        bar = self.styles.scrollbar_size_vertical if rows + 1 > self.size.height else 0
+        return width - bar
 
     def show_requests(
         self, rows: Sequence[Mapping[str, Any]], palette: Palette, ttft_slo: float | None
     ) -> None:
-        if not self.columns:
-            for key, label, right in COLUMNS:
-                self.add_column(Text(label, justify="right" if right else "left"), key=key)
+        self._last = (rows, palette, ttft_slo)
         picked = [
             r for r in dicts(rows)  # a request that is not an object is left out
             if (self.only_user is None or as_str(r.get("user")) == self.only_user)
             and as_str(r.get("user")) not in self.exclude
             and matches(as_str(r.get("user")) or "", self.filter_text)
         ]
-        ordered = order_requests(picked)
-        table = [request_cells(r, palette, ttft_slo) for r in ordered[:MAX_ROWS]]
-        signature = [tuple((c.plain, str(c.style)) for c in cells) for cells in table]
+        ordered = order_requests(picked)[:MAX_ROWS]
+        full = [request_cells(r, palette, ttft_slo) for r in ordered]
+        natural = {
+            key: max([len(label), FIGURE_WIDTH.get(key, 0), *(row[i].cell_len for row in full)])
+            for i, (key, label, _) in enumerate(COLUMNS)
+        }
+        shown = fit_columns(natural, self._available(len(full)))
+        index = [i for i, (key, _, _) in enumerate(COLUMNS) if key in shown]
+        clip = {**TEXT_WIDTH, **{k: w for k, w in shown.items() if k in TEXT_WIDTH}}
+        if clip != TEXT_WIDTH:  # a text column narrower than its widest: cut again
+            full = [request_cells(r, palette, ttft_slo, clip) for r in ordered]
+        table = [[cells[i] for i in index] for cells in full]
+        signature = (tuple(shown.items()),
+                     [tuple((c.plain, str(c.style)) for c in cells) for cells in table])
         if signature == self._rendered:
             return
+        if self.shown_columns != shown or not self.columns:
+            self.clear(columns=True)
+            for key, label, right in COLUMNS:
+                if key in shown:
+                    self.add_column(Text(label, justify="right" if right else "left"),
+                                    key=key, width=shown[key])
+            self.shown_columns = shown
         self._rendered = signature
         self.clear()
         for i, cells in enumerate(table):
             self.add_row(*cells, key=str(i))
-        more = len(ordered) - len(table)
-        sub = f"{len(ordered)} active" + (f" · {more} not shown" if more > 0 else "")
+        more = len(picked) - len(table)
+        sub = f"{len(picked)} active" + (f" · {more} not shown" if more > 0 else "")
         self.border_subtitle = sub
