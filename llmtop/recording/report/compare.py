@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from llmtop.recording.report.fmt import NA, dist, num, pct, secs, slo_text
-from llmtop.recording.report.text import table
+from llmtop.recording.report.text import lines_text, table
 
 TOLERANCE: Final = 0.20
 """Relative difference above which two length distributions / loads count as different."""
@@ -218,4 +218,4 @@ def render_compare_text(a: dict[str, Any], b: dict[str, Any]) -> str:
     out.append("FIGURES")
     out += table(figure_rows(cmp), ("", "A", "B", "B/A"))
     out.append("")
-    return "\n".join(out)
+    return lines_text(out)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.cells import cell_len
+
 from llmtop.recording.report.fmt import (
     NA,
     arrivals_text,
@@ -24,6 +26,7 @@ from llmtop.recording.report.fmt import (
     user_name,
     when,
 )
+from llmtop.textsafe import printable
 
 LATENCY_ROWS = (("ttft", "TTFT"), ("itl", "ITL"), ("chunk_gap", "chunk gap"),
                 ("tpot", "TPOT"), ("e2e", "E2E"))
@@ -31,18 +34,31 @@ LATENCY_ROWS = (("ttft", "TTFT"), ("itl", "ITL"), ("chunk_gap", "chunk gap"),
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str], indent: str = "  ",
           *, left: bool = False) -> list[str]:
-    """Columns padded to width: first column left-aligned, the rest right-aligned (all
-    left-aligned with ``left``)."""
+    """Columns padded to width in terminal cells (a CJK name takes two a character):
+    first column left-aligned, the rest right-aligned (all left-aligned with ``left``).
+    Cells are made :func:`printable` first, so that a name's escapes are measured as
+    shown."""
     cols = len(header)
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(cols)]
+    grid = [[printable(str(c)) for c in r] for r in [header, *rows]]
+    widths = [max(cell_len(r[i]) for r in grid) for i in range(cols)]
+
+    def pad(s: str, width: int, right: bool) -> str:
+        fill = " " * (width - cell_len(s))
+        return fill + s if right else s + fill
 
     def line(r: Sequence[str]) -> str:
-        cells = [str(r[0]).ljust(widths[0])]
-        cells += [str(r[i]).ljust(widths[i]) if left else str(r[i]).rjust(widths[i])
-                  for i in range(1, cols)]
+        cells = [pad(r[i], widths[i], i > 0 and not left) for i in range(cols)]
         return (indent + "  ".join(cells)).rstrip()
 
-    return [line(header), *[line(r) for r in rows]]
+    return [line(r) for r in grid]
+
+
+def lines_text(lines: Sequence[str]) -> str:
+    """``lines`` as the report's text, each line :func:`printable`: user and model names,
+    paths, error and warning texts come from clients and upstreams, and none may send
+    a control sequence (a window title, the clipboard, a cleared screen) to the terminal
+    the report is read on."""
+    return "\n".join(printable(line) for line in lines)
 
 
 def latency_rows(lat: dict[str, Any]) -> list[list[str]]:
@@ -201,4 +217,4 @@ def render_text(r: dict[str, Any]) -> str:
                    f"waiting max {num(e.get('waiting_max'), 0)}, KV cache max "
                    f"{pct(e.get('kv_cache_usage_max'))}")
     out.append("")
-    return "\n".join(out)
+    return lines_text(out)
