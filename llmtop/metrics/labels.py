@@ -2,7 +2,9 @@
 
 Every label value has a *score*: the requests it sent, decayed with a 60 s half-life, so
 "top by traffic" means recent traffic. Scores are kept for at most ``8 × N`` untracked
-values (the lowest are forgotten), so a flood of one-off users cannot grow memory.
+values (the lowest are forgotten), so a flood of one-off users cannot grow memory. How
+many untracked values were active recently is counted from those scores, or, once some
+were forgotten, from a fixed-size HyperLogLog sketch of the last 140 s (56 KiB at most).
 
 - A new value takes a free slot at once.
 - With every slot taken, it is counted in ``other`` while its score grows.
@@ -22,12 +24,24 @@ Prometheus label values) adds one ``_`` to a tracked name of the form ``other``,
 from __future__ import annotations
 
 import math
+from collections import deque
+from hashlib import blake2b
 from typing import Final
+
+import numpy as np
 
 OTHER: Final = "other"
 HALF_LIFE_S: Final = 60.0
 RECENT_SCORE: Final = 0.2
 """A decayed score this high: the value sent a request within about two minutes."""
+RECENT_BUCKET_S: Final = 10.0
+RECENT_BUCKETS: Final = 14
+"""The untracked values seen are also sketched per 10 s, for the last 140 s: one request
+scores 1, which decays below :data:`RECENT_SCORE` after 60 s × log2(5) ≈ 139 s."""
+SKETCH_P: Final = 12
+SKETCH_M: Final = 1 << SKETCH_P
+"""HyperLogLog registers per bucket (4 KiB): within about 1-2% up to some ten thousand
+distinct values (linear counting), 1.6% standard error beyond."""
 
 
 def label_value(name: str) -> str:
@@ -53,6 +67,13 @@ class LabelSlots:
         """Series id → value (``other`` included)."""
         self.scores: dict[str, float] = {}
         self.demotions = 0
+        self._recent: deque[bytearray] = deque(maxlen=RECENT_BUCKETS)
+        """HyperLogLog registers of the untracked values that sent a request, one bucket per
+        :data:`RECENT_BUCKET_S` (newest last); none until a value is first untracked."""
+        self._bucket_age = 0.0
+        self._forgot = 0
+        """Buckets to go until no value forgotten by :meth:`_prune` can be recent any more:
+        while above zero, :meth:`untracked_recent` counts from the sketch."""
 
     @property
     def has_free(self) -> bool:
@@ -72,9 +93,23 @@ class LabelSlots:
             self.ids[name] = sid
             self.names[sid] = name
             return sid
+        if weight:
+            self._sketch(name)
         if len(self.scores) > 8 * self.capacity + len(self.ids):
             self._prune()
         return self.other_id
+
+    def _sketch(self, name: str) -> None:
+        """Add an untracked value to the current bucket's HyperLogLog registers."""
+        if not self._recent:
+            self._recent.append(bytearray(SKETCH_M))
+        # a fixed hash (not the per-process salted hash()): the same estimate every run
+        h = int.from_bytes(blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest())
+        rank = 65 - SKETCH_P - (h >> SKETCH_P).bit_length()  # first 1 bit's position
+        reg = self._recent[-1]
+        j = h & (SKETCH_M - 1)
+        if rank > reg[j]:
+            reg[j] = rank
 
     def peek(self, name: str) -> int:
         """The series ``name`` is counted in now, without admitting or scoring it."""
@@ -84,6 +119,7 @@ class LabelSlots:
         untracked = sorted((s, n) for n, s in self.scores.items() if n not in self.ids)
         for _, n in untracked[: len(untracked) // 2]:
             del self.scores[n]
+        self._forgot = RECENT_BUCKETS + 1
 
     def rebalance(self, elapsed_s: float) -> dict[int, int]:
         """Decay scores by ``elapsed_s`` and swap in heavier untracked values.
@@ -96,6 +132,7 @@ class LabelSlots:
             self.scores = {
                 n: s * f for n, s in self.scores.items() if s * f > 1e-3 or n in self.ids
             }
+            self._rotate(elapsed_s)
         remap: dict[int, int] = {}
         if self._free or not self.ids:
             return remap
@@ -114,13 +151,42 @@ class LabelSlots:
             self.demotions += 1
         return remap
 
+    def _rotate(self, elapsed_s: float) -> None:
+        """Start a new sketch bucket per :data:`RECENT_BUCKET_S` elapsed (the oldest go)."""
+        if not self._recent:
+            return
+        self._bucket_age += elapsed_s
+        n = int(self._bucket_age // RECENT_BUCKET_S)
+        self._bucket_age -= n * RECENT_BUCKET_S
+        for _ in range(min(n, RECENT_BUCKETS)):
+            self._recent.append(bytearray(SKETCH_M))
+        self._forgot = max(0, self._forgot - n)
+
     def untracked_recent(self, min_score: float = RECENT_SCORE) -> int:
         """How many values counted in ``other`` were active recently (a decayed score of
         at least ``min_score``: one request within about two minutes). Approximate: scores
-        decay at each rebalance, and at most ``8 × capacity`` untracked values are
-        remembered."""
+        decay at each rebalance. Exact while every untracked value is remembered; once
+        more than ``8 × capacity`` were and some were forgotten (the memory bound), the
+        count of distinct values of the last 140 s from the sketch, if higher (1-2%
+        error; it cannot tell values since promoted)."""
         ids = self.ids
-        return sum(1 for n, s in self.scores.items() if s >= min_score and n not in ids)
+        exact = sum(1 for n, s in self.scores.items() if s >= min_score and n not in ids)
+        if self._forgot <= 0 or not self._recent:
+            return exact
+        return max(exact, round(self._estimate()))
+
+    def _estimate(self) -> float:
+        """HyperLogLog estimate of the distinct values in the sketch's buckets (their
+        union), with linear counting for small counts."""
+        buckets = np.frombuffer(b"".join(self._recent), dtype=np.uint8)
+        reg = buckets.reshape(len(self._recent), SKETCH_M).max(axis=0)
+        m = float(SKETCH_M)
+        zeros = int(np.count_nonzero(reg == 0))
+        harmonic = float(np.sum(np.ldexp(1.0, -reg.astype(np.int32))))
+        raw = 0.7213 / (1 + 1.079 / m) * m * m / harmonic
+        if raw <= 2.5 * m and zeros:
+            return m * math.log(m / zeros)
+        return raw
 
     def tracked(self) -> dict[int, str]:
         """Series id → name of every series in use, ``other`` included."""
