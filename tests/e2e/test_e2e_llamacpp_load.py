@@ -132,8 +132,9 @@ async def test_twelve_requests_into_four_slots_queue_for_real(
     ]  # fmt: skip
     exact = [s for s in samples if (s[2], s[1]) == (s[3], s[4]) and s[1] >= 2 * SLOTS]
     print(f"engine vs llmtop: {len(readings)} readings, {len(stale)} not seen at the engine "
-          f"within {window:.2f} s (nor between two polls) {stale[:10]}, {len(broken)} inconsistent with the proxy's "
-          f"counts {broken[:10]}, {len(exact)} with the same split and 8 queued")  # fmt: skip
+          f"within {window:.2f} s (nor between two polls) {stale[:10]}, "
+          f"{len(broken)} inconsistent with the proxy's counts {broken[:10]}, "
+          f"{len(exact)} with the same split and 8 queued")  # fmt: skip
     assert len(stale) <= len(readings) // 20, stale
     assert not broken, broken
     assert exact, "llmtop's waiting never equalled llama.cpp's deferred queue"
