@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import RenderableType
 from rich.text import Text
 
@@ -35,6 +36,8 @@ class PlotSpec:
     over_is_bad: bool = True
     """Colour values above the reference line as bad (latency, in-flight over capacity);
     not for throughput, where more is better."""
+    short_title: str = ""
+    """``title`` for a chart too narrow for it beside both figures (defaults to it)."""
 
 
 def _count(x: float | None) -> str:
@@ -57,7 +60,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
         # not plain "goodput": the header's goodput is the window's, this one capacity's
         "output_tps", "output tok/s", fmt.rate, _at_capacity("goodput_tps_at_slo"),
-        "goodput at capacity", "capacity", over_is_bad=False,
+        "goodput at capacity", "capacity", over_is_bad=False, short_title="out tok/s",
     ),
     PlotSpec("ttft_p95", "TTFT p95", fmt.latency, lambda v: v.slo.ttft_s, "SLO"),
     PlotSpec("itl_p95", "ITL p95", fmt.latency, lambda v: v.slo.itl_p95_s, "SLO"),
@@ -66,6 +69,28 @@ PLOTS: tuple[PlotSpec, ...] = (
         "capacity",
     ),
 )
+
+
+def title_parts(spec: PlotSpec, value: str, ref: str | None, width: int) -> tuple[str, str]:
+    """A chart title's words and reference legend for ``width`` cells, both figures
+    whole where they can be: the words give way first (the reference's label, then the
+    title's own), the figures last; what still does not fit is cut at the end."""
+    short_label = spec.short_label or spec.reference_label
+    short_title = spec.short_title or spec.title
+    if ref is None:
+        candidates = [(spec.title, ""), (short_title, "")]
+    else:
+        candidates = [
+            (spec.title, f"  ╌ {spec.reference_label} {ref}"),
+            (spec.title, f"  ╌ {short_label} {ref}"),
+            (short_title, f"  ╌ {short_label} {ref}"),
+            (short_title, f"  ╌ {ref}"),
+            (short_title, f" ╌ {ref}"),
+        ]
+    for words, legend in candidates:
+        if cell_len(words) + 1 + cell_len(value) + cell_len(legend) <= width:
+            return words, legend
+    return candidates[-1]
 
 
 class SeriesHistory:
@@ -130,16 +155,15 @@ class PlotsPanel(ViewPanel):
         ref = spec.reference(v)
         last = next((x for x in reversed(values) if x is not None), None)
         finite = [x for x in values if x is not None]
-        title = Text(no_wrap=True, overflow="ellipsis")
-        title.append(spec.title, "bold")
-        title.append(" ")
         over = spec.over_is_bad and ref is not None and last is not None and last > ref
-        title.append(spec.unit(last), pal.bad if over else pal.accent)
-        if ref is not None:
-            legend = f"  ╌ {spec.reference_label} {spec.unit(ref)}"
-            if title.cell_len + len(legend) > width and spec.short_label:
-                legend = f"  ╌ {spec.short_label} {spec.unit(ref)}"
-            title.append(legend, pal.warn)
+        value = spec.unit(last)
+        words, legend = title_parts(spec, value, None if ref is None else spec.unit(ref),
+                                    width)
+        title = Text(no_wrap=True, overflow="ellipsis")
+        title.append(words, "bold")
+        title.append(" ")
+        title.append(value, pal.bad if over else pal.accent)
+        title.append(legend, pal.warn)
         peak = f"  max {spec.unit(max(finite))}" if finite else ""
         if peak and title.cell_len + len(peak) <= width:
             title.append(peak, pal.dim)
