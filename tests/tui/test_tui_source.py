@@ -90,6 +90,29 @@ async def test_unreachable_proxy_raises_source_unavailable() -> None:
     await src.close()
 
 
+async def test_an_unknown_host_is_named_not_called_refused() -> None:
+    """A mistyped admin host says the name was not found (RFC 6761's ``.invalid`` never
+    resolves), not "connection refused", which would send the user looking at the port."""
+    src = AdminSource(["http://llmtop-admin.invalid:9001"])
+    with pytest.raises(SourceUnavailable, match=r"host not found: llmtop-admin\.invalid"):
+        await src.fetch(60)
+    assert "connection refused" not in src.describe()
+    await src.close()
+
+
+async def test_refused_on_every_address_of_a_name_reads_as_refused() -> None:
+    """``localhost`` may resolve to ::1 and 127.0.0.1; asyncio then joins both failures
+    into one OSError without an errno, which still reads as "connection refused"."""
+    srv = AdminServer("low_load")
+    await srv.start()
+    port = srv.url.rsplit(":", 1)[1]
+    await srv.stop()
+    src = AdminSource([f"http://localhost:{port}"])
+    with pytest.raises(SourceUnavailable, match="connection refused"):
+        await src.fetch(60)
+    await src.close()
+
+
 async def test_non_json_and_non_object_replies_are_failures() -> None:
     """A reply that is not a JSON object reads as unavailable, not as a crash."""
     srv = AdminServer("low_load")
