@@ -17,6 +17,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Input
 
+from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.screens.dashboard import Dashboard
@@ -224,7 +225,7 @@ class LlmtopApp(App[int]):
             return self.source.describe()
         path = getattr(self.source, "path", None)
         name = self.view.text("replay", "file") or getattr(path, "name", None)
-        return name if isinstance(name, str) and name else self.source.describe()
+        return printable(name) if isinstance(name, str) and name else self.source.describe()
 
     def _replay_label(self) -> str | None:
         rp = self.replay

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llmtop.textsafe import printable
+
 
 class FoldKey(str):
     """The type of :data:`FOLD_KEY`. A ``str`` (it travels wherever a user id does: the
@@ -114,7 +116,10 @@ class SnapView:
         return as_num(dig(self.raw, *path))
 
     def text(self, *path: str) -> str | None:
-        return as_str(dig(self.raw, *path))
+        """A string field made safe for the terminal (:func:`printable`): the upstream URL,
+        notes and names come from whoever runs the proxy, a recording or its clients."""
+        s = as_str(dig(self.raw, *path))
+        return None if s is None else printable(s)
 
     def mapping(self, *path: str) -> Mapping[str, Any]:
         v = dig(self.raw, *path)
@@ -173,7 +178,7 @@ class SnapView:
                 return None
             if isinstance(status, str) and status.lower() in _NOT_RECORDING:
                 return None
-            return as_str(rec.get("path")) or ""
+            return printable(as_str(rec.get("path")) or "")
         return None
 
     def user(self, name: str) -> Mapping[str, Any] | None:

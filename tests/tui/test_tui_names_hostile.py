@@ -172,6 +172,28 @@ async def test_escape_sequences_in_names_are_shown_not_sent(size: tuple[int, int
         assert "user \\x1b]0;PWNED-TITLE\\x1b\\" in screen_text(app)
 
 
+@pytest.mark.parametrize("size", [WIDE, (80, 24)])
+async def test_escape_sequences_in_the_proxys_own_fields_are_shown_not_sent(
+        size: tuple[int, int]) -> None:
+    """The upstream URL, the recording path and the capacity note come from the proxy's
+    snapshot (or a recording being replayed), not from clients, but reach the same
+    terminal: none of them sends a control sequence either."""
+    src = FixtureSource("saturated")
+    src.snapshot["upstream"] = "http://gpu-1:8000/\x1b]0;PWNED\x07v1"
+    src.snapshot["recording"] = {"active": True, "path": "rec\x1b[2J\u202e.jsonl"}
+    src.snapshot.setdefault("capacity", {})["note"] = "note\x9b2J"
+    app = make_app(src)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: "REC" in screen_text(app), what="the header")
+        await pilot.pause()
+        seen = terminal_text(app)
+        assert not CONTROL & set(map(ord, seen)), sorted(CONTROL & set(map(ord, seen)))
+        text = screen_text(app)
+        assert "\\x1b" in text  # shown, escaped
+        if size[0] >= 120:
+            assert "gpu-1:8000/\\x1b]0;PWNED\\x07v1" in text
+
+
 def test_printable() -> None:
     """C0 (tab and newline too), DEL and C1 become visible \\xNN escapes, bidi controls go,
     lone surrogates become U+FFFD; CJK, emoji, combining marks and markup are kept."""
