@@ -70,3 +70,24 @@ def test_table_pads_by_cells() -> None:
     lines = table([["日本語", "1"], ["ab", "22"]], ("user", "n"))
     assert [cell_len(line) for line in lines] == [12, 12, 12]  # indent, 6, gap, 2
     assert table([["\x1b[2J", "1"]], ("u", "n"))[1] == "  \\x1b[2J  1"
+
+
+def test_report_json_escapes_every_control_and_keeps_each_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--format json` to a terminal: C1 (U+009B is a CSI on some terminals), DEL and
+    bidi controls are written as JSON ``\\uXXXX`` escapes like C0 already is, so nothing
+    acts on the terminal; parsed back, every name is exactly the recorded one."""
+    import json
+
+    path = tmp_path / "r.jsonl"
+    hostile_recording(path)
+    capsys.readouterr()
+    assert main(["report", str(path), "--format", "json", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert not CONTROL & set(map(ord, out)), sorted(CONTROL & set(map(ord, out)))
+    assert "日本語のユーザー名" in out  # readable, not \\u-escaped
+    assert "\\u009b" in out and "\\u202e" in out
+    text = json.dumps(json.loads(out), ensure_ascii=False)
+    for user in HOSTILE_USERS:
+        assert json.dumps(user, ensure_ascii=False) in text, user
