@@ -86,6 +86,15 @@ async def press_until_exit(proc: asyncio.subprocess.Process, master: int, key: b
     return proc.returncode  # type: ignore[return-value]
 
 
+async def _until_written(out: bytearray, text: bytes, within_s: float = 5.0) -> None:
+    """Wait until the pty has carried ``text``; fail with what it did carry."""
+    for _ in range(int(within_s / 0.05)):
+        if text in bytes(out):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{text!r} never written: {bytes(out)[-2000:]!r}")
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -152,8 +161,8 @@ async def test_ctrl_c_quits_like_q_and_a_dead_proxy_ends_the_tui() -> None:
             m = re.search(rb"proxy http://127\.0\.0\.1:([0-9]+)", ANSI.sub(b"", bytes(out)))
             assert m is not None and int(m[1]) > 0, ANSI.sub(b"", bytes(out))[:3000]
             assert await press_until_exit(proc, master, b"\x03") == 0
-            await asyncio.sleep(0.2)
-            assert b"llmtop: served" in bytes(out)  # the summary after the TUI
+            # the summary after the TUI (the pty's last bytes may come a moment after exit)
+            await _until_written(out, b"llmtop: served")
         finally:
             await _close(proc, master)
 
@@ -162,7 +171,6 @@ async def test_ctrl_c_quits_like_q_and_a_dead_proxy_ends_the_tui() -> None:
             (child,) = _children(proc.pid)
             os.kill(child, 9)
             assert await asyncio.wait_for(proc.wait(), 30) == 1
-            await asyncio.sleep(0.2)
-            assert b"the proxy exited (killed by SIGKILL)" in bytes(out)
+            await _until_written(out, b"the proxy exited (killed by SIGKILL)")
         finally:
             await _close(proc, master)
