@@ -4,8 +4,10 @@ Closed loop: N workers each send the next request when their previous one ends โ
 engine's pace sets the arrival rate. Open loop: arrivals are scheduled in advance and sent
 at their time whether or not earlier requests have finished, and every latency is
 measured from the **scheduled** send time, so a stalled server shows up in the latency of
-every request scheduled during the stall (no coordinated omission). Requests started in
-the warm-up are sent but not counted; with ``requests`` exactly that many are measured.
+every request scheduled during the stall (no coordinated omission). Closed loop by
+duration counts the requests that finish inside the window (after the warm-up, by the
+deadline); open loop counts the arrivals scheduled after the warm-up; with ``requests``
+exactly that many requests started after the warm-up are measured.
 
 Failures are not retried in a tight loop: a closed-loop worker whose requests keep failing
 waits before its next one (:func:`backoff_s`), and a level in which nothing has succeeded
@@ -148,7 +150,15 @@ async def run_closed(
 ) -> StepRun:
     """``concurrency`` workers for ``duration_s`` (after ``warmup_s``) or until exactly
     ``requests`` measured requests have finished (the last of them run with fewer open, as
-    workers find no request left to send)."""
+    workers find no request left to send).
+
+    By duration, a request is measured when it *finishes* inside the window (after the
+    warm-up, by the deadline), wherever it started: the window's completions over its
+    length is the closed loop's throughput. Counting only requests that both start and
+    finish inside it would leave out about one whole request per worker (the one still
+    open at the deadline, and the warm-up one that ends inside the window), so tok/s and
+    req/s came out low by about E2E รท duration, and a level whose requests take longer
+    than the window finished none at all and read as failing its SLOs."""
     assert duration_s is not None or requests is not None
     watch = FailureWatch() if watch is None else watch
     mono0 = time.monotonic()
@@ -177,6 +187,9 @@ async def run_closed(
                     rec = await client.send(session, req, concurrency=open_now)
                 finally:
                     open_now -= 1
+                if requests is None:  # by duration: what finished inside the window
+                    measured = time.monotonic() >= measure_from and (
+                        deadline is None or loop.time() <= deadline)
                 if _file(run, rec, measured, watch, progress):
                     stop.set()
                 failures = 0 if rec.outcome == "ok" else failures + 1

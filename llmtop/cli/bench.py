@@ -95,8 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size.add_argument("--duration", type=float, metavar="S",
                       help="seconds per level (default: 30)")
     p.add_argument("--warmup", type=float, default=None, metavar="S",
-                   help="seconds per level not counted (default: 10%% of the duration, ≤ 5 s; "
-                        "0 with --requests)")
+                   help="seconds at the start of each level not counted: by --duration in "
+                        "closed loop, the requests that finish in them; with --rate or "
+                        "--requests, those that start in them (default: 10%% of the "
+                        "duration, ≤ 5 s; 0 with --requests)")
     p.add_argument("--prompt-tokens", default="128", metavar="N|LO-HI",
                    help="prompt length in tokens (default: 128), approximate: the text is "
                         "made to be about this many tokens, and with --api chat the engine "
