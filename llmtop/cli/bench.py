@@ -62,6 +62,10 @@ def _list(value: str, kind: type[float] | type[int], what: str, top: float) -> l
     if any(not math.isfinite(x) or x <= 0 or x > top for x in out):
         raise UsageError(f"{what} '{value}': every value must be more than 0 and at most "
                          f"{top:,g}")
+    twice = sorted({x for x in out if out.count(x) > 1})
+    if twice:
+        raise UsageError(f"{what} '{value}' lists {', '.join(f'{x:g}' for x in twice)} more "
+                         "than once; each level runs once")
     return out
 
 
@@ -81,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", help="base URL of the endpoint (…/v1 is added)")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", metavar="LIST",
-                      help="closed-loop levels, e.g. 1,2,4,8; each 1 to "
+                      help="closed-loop levels, e.g. 1,2,4,8, run in this order (in "
+                           "ascending order with --search), each once; each 1 to "
                            f"{MAX_CONCURRENCY:,} (default: 1; with --search 1,2,4,8)")
     load.add_argument("--rate", metavar="LIST",
                       help="open-loop arrival rates in req/s, e.g. 1,2,5; each up to "
@@ -166,6 +171,8 @@ def _levels(args: argparse.Namespace) -> tuple[Literal["concurrency", "rate"], l
         default = [1.0, 2.0, 4.0, 8.0] if args.search else [1.0]
         return "concurrency", [x for x in default if x <= max_level], max_level
     flag = "--rate" if rate else "--concurrency"
+    if args.search:  # a sweep goes up: out of order, it would run levels again
+        levels = sorted(levels)
     if (args.search or args.max_level is not None) and max(levels) > max_level:
         given = "" if args.max_level is not None else " (the default with --search)"
         raise UsageError(f"{flag} {max(levels):g} is above --max-level {max_level:g}{given}")
@@ -177,7 +184,11 @@ def main(args: argparse.Namespace) -> int:
     from llmtop.bench.workload import Workload, WorkloadError, load_entries, parse_length
     from llmtop.config import is_loopback, load_config
 
-    u = urlsplit(args.url)
+    try:
+        u = urlsplit(args.url)
+        _ = u.port  # a ValueError for a port that is not 0 to 65,535
+    except ValueError as exc:
+        raise UsageError(f"URL '{args.url}' is not a valid URL: {exc}") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise UsageError(f"URL '{args.url}' must be an http:// or https:// URL")
     if not is_loopback(u.hostname) and not args.allow_remote:
