@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmtop.bench.search import SearchResult
+from llmtop.bench.search import SearchResult, passes
 from llmtop.bench.summary import StepSummary, errors_text
 from llmtop.config import Config
 
@@ -124,17 +124,25 @@ def verdict(result: SearchResult, mode: str, cfg: Config,
             interrupted: str | None = None) -> str:
     what = "concurrency" if mode == "concurrency" else "rate"
     head = f"max {what} meeting {slo_text(cfg)} at {cfg.slo.target:.0%}"
+    fail = result.first_fail
+    above = [] if fail is None else sorted(
+        s.level for s in result.steps
+        if s.level > fail.level and passes(s, cfg.slo.target))
+    note = "" if fail is None or not above else (
+        f" ({', '.join(level_text(mode, x) for x in above)} passed, above the failed "
+        f"{level_text(mode, fail.level)}: not counted, the results are not monotonic — "
+        "noise or a hiccup; a longer --duration may settle it)")
     if result.best is None:
         if not result.steps:
             return f"{head}: no level finished"
         lowest = min(result.steps, key=lambda s: s.level)
-        return f"{head}: none — {why_failed(lowest, mode, cfg.slo.target)}"
+        return f"{head}: none — {why_failed(lowest, mode, cfg.slo.target)}{note}"
     b = result.best
     lvl = f"{int(b.level)}" if mode == "concurrency" else f"{b.level:g} req/s"
-    if interrupted is not None and result.first_fail is None:
+    if interrupted is not None and fail is None:
         tail = f" (interrupted during {interrupted}: the limit may be higher)"
-    elif result.first_fail is None:
+    elif fail is None:
         tail = " (no level failed: the limit is higher)"
     else:
-        tail = ""
+        tail = note
     return f"{head}: {lvl} → {b.goodput_tps:,.0f} tok/s goodput{tail}"

@@ -232,11 +232,14 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
     finally:
         if gpu is not None:
             await gpu.stop()
-    ok = [s for s in steps if passes(s, cfg.slo.target)]
     fail = [s for s in steps if not passes(s, cfg.slo.target)]
+    first_fail = min(fail, key=lambda s: s.level) if fail else None
+    # the largest passing level below every failing one: a level that passed above a
+    # failed one (noise, a hiccup) is not a capacity to plan on (the verdict says so)
+    ok = [s for s in steps if passes(s, cfg.slo.target)
+          and (first_fail is None or s.level < first_fail.level)]
     best = max(ok, key=lambda s: s.level) if ok else None
-    outcome.result = SearchResult(list(steps), best,
-                                  min(fail, key=lambda s: s.level) if fail else None)
+    outcome.result = SearchResult(list(steps), best, first_fail)
     return outcome
 
 
