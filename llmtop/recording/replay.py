@@ -443,6 +443,8 @@ class ReplaySource:
         if end is not None:  # remembered: a seek back rebuilds the engine, which must
             # read a .gz file to its end again before it knows
             self._duration = max(0.0, end - self.engine.begin)
+        elif self.engine.exhausted and self.engine.last_event_t is None:
+            self._duration = 0.0  # read to its end and no events: a header-only file
         return self._duration
 
     @property
@@ -469,11 +471,24 @@ class ReplaySource:
                                        lookahead_s=lookahead)
 
     async def _catch_up(self) -> None:
-        target_pos = self._clamp(self._target_pos())
-        target = self.engine.begin + target_pos
+        stuck = False
         while True:
-            if self.engine.advance_to(target, max_ticks=400):
+            eng = self.engine  # a seek during the sleep below may have replaced it
+            goal = eng.begin + self._clamp(self._target_pos())
+            step = goal
+            last = eng.last_event_t
+            if not stuck and not eng.exhausted and last is not None and goal > last:
+                # the end is not known yet (a .gz file is read as it plays): go no further
+                # than the last event read so far, so the clock never runs past the
+                # recording's end (an empty picture at the end), nor out to a far target
+                # (`--speed 1e308`, `--start 1e20`) where a tick no longer moves it
+                step = max(eng.now, last)
+            before = (eng.now, last, eng.exhausted)
+            done = eng.advance_to(step, max_ticks=400)
+            if done and step >= goal:
                 break
+            # no progress towards a bounded step: read on with the real goal next time
+            stuck = done and before == (eng.now, eng.last_event_t, eng.exhausted)
             await asyncio.sleep(0)  # a long fast-forward: let the UI breathe
         if self.engine.finished:  # the end: hold the last picture (position stops there)
             self._rebase()
