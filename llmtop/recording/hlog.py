@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -33,6 +34,9 @@ from llmtop.recording.reader import Progress, RecordingReader
 TAGS: Final = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
 LOG_FORMAT_VERSION: Final = "1.2"
 MAX_VALUE_UNIT_RATIO: Final = 1000.0  # µs → ms in the Interval_Max column
+MIN_INTERVAL_S: Final = 0.001
+"""The log's timestamps and lengths have millisecond resolution: a shorter interval would
+be written as length 0.000 and intervals with one StartTimestamp."""
 _NO_SLO: Final = Slo()
 
 
@@ -90,16 +94,27 @@ def export_hlog(
     *,
     interval_s: float = 10.0,
     progress: Progress | None = None,
+    summary: dict[str, Any] | None = None,
 ) -> dict[str, int]:
-    """Write the interval log; returns how many intervals were written per tag."""
-    if interval_s <= 0:
-        raise ValueError("interval_s must be positive")
+    """Write the interval log; returns how many intervals were written per tag. ``out_file``
+    ``-`` is standard output (written as it goes; a file is written under a temporary name
+    and renamed at the end). ``summary``, when given, is filled with the reader's
+    :meth:`~RecordingReader.summary` (lines skipped, footer or not)."""
+    if not interval_s >= MIN_INTERVAL_S:
+        raise ValueError(f"interval_s must be at least {MIN_INTERVAL_S}")
+    to_stdout = str(out_file) == "-"
     out = Path(out_file)
     tmp = part_path(out)
+    if not to_stdout:
+        if out.is_dir():
+            raise RecordingError(f"{out}: is a directory; give a file name for the log")
+        if not out.parent.is_dir():
+            raise RecordingError(f"{out}: cannot write: no directory {out.parent}")
     with RecordingReader(recording, progress=progress) as reader:
         base = reader.header.get("started_at")
         try:
-            fh = open(tmp, "w", encoding="ascii")  # noqa: SIM115 - closed below
+            fh: IO[str] = (sys.stdout if to_stdout
+                           else open(tmp, "w", encoding="ascii"))  # noqa: SIM115 - closed below
         except OSError as exc:
             raise RecordingError(f"{out}: cannot write: {exc.strerror}") from None
         try:
@@ -129,10 +144,16 @@ def export_hlog(
                 writer = _LogWriter(fh, float(start), interval_s, Path(recording).name)
             for k in sorted(open_iv):
                 writer.write(k, open_iv[k])
-            fh.close()
-            os.replace(tmp, out)
+            if to_stdout:
+                fh.flush()
+            else:
+                fh.close()
+                os.replace(tmp, out)
         except BaseException:
-            fh.close()
-            tmp.unlink(missing_ok=True)
+            if not to_stdout:
+                fh.close()
+                tmp.unlink(missing_ok=True)
             raise
+        if summary is not None:
+            summary.update(reader.summary())
     return writer.counts

@@ -151,10 +151,12 @@ def export_parquet(
     *,
     batch_rows: int = 50_000,
     progress: Progress | None = None,
+    summary: dict[str, Any] | None = None,
 ) -> dict[str, int]:
     """Write the four tables into ``out_dir`` (created if missing; existing files of the
     same names are replaced). Returns ``{table: rows}``. :class:`RecordingError` for an
-    unreadable recording or an unwritable directory."""
+    unreadable recording or an unwritable directory. ``summary``, when given, is filled with
+    the reader's :meth:`~RecordingReader.summary` (lines skipped, footer or not)."""
     out = Path(out_dir)
     with RecordingReader(recording, progress=progress) as reader:
         try:
@@ -183,6 +185,8 @@ def export_parquet(
                           else 0)
             for t in tables.values():
                 t.close()
+            if summary is not None:
+                summary.update(reader.summary())
         except BaseException:
             for t in tables.values():
                 if t.tmp.exists():
