@@ -342,6 +342,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS
+        return os.cpu_count() or 1
+
+
+def max_workers() -> int:
+    """The most ``workers`` accepted: 2 per usable CPU, and never fewer than 4."""
+    return max(4, 2 * usable_cpus())
+
+
 def validate_upstream(url: str) -> None:
     """ConfigError unless ``url`` is an http(s) base URL the proxy can forward to: a host, a
     port that is a number in range, no credentials (they would be stored in recordings and
@@ -383,6 +396,11 @@ def validate(cfg: Config) -> None:
         )
     if cfg.workers < 1:
         raise ConfigError("workers must be at least 1")
+    if cfg.workers > (most := max_workers()):
+        raise ConfigError(
+            f"workers {cfg.workers} is more than this machine can use: at most {most} "
+            f"(2 per CPU; it has {usable_cpus()}); each worker is a whole proxy process "
+            "that wants a core of its own — past that, more only adds switching")
     if cfg.dialect not in ("auto", "openai", "anthropic", "ollama", "tgi", "other"):
         raise ConfigError(
             f"dialect '{cfg.dialect}' is not one of auto, openai, anthropic, ollama, tgi, other"

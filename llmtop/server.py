@@ -404,7 +404,12 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str,
         await proxy.start(reuse_port=True)
     except OSError as exc:
         raise StartupError(f"listen address {cfg.listen}: {_why(exc)}") from exc
-    print(f"llmtop: worker ready {index}", flush=True)
+    try:
+        print(f"llmtop: worker ready {index}", flush=True)
+    except BrokenPipeError:  # the coordinator gave up waiting (or is gone): so do we
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        await proxy.shutdown()
+        return
     _tune_process()
     task = asyncio.create_task(forwarder.run(bus))
     await stop.wait()

@@ -105,6 +105,11 @@ class WorkerLauncher:
             await proc.stdin.drain()
             proc.stdin.close()
             line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
+        except TimeoutError:
+            await _stop(proc)
+            raise StartupErrorProxy(
+                f"worker {index} did not start: not listening after {READY_TIMEOUT_S:g} s "
+                "(is the machine out of memory or CPU?)") from None
         except BaseException:
             _terminate(proc)
             raise
@@ -125,6 +130,17 @@ class WorkerLauncher:
 def _terminate(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
+
+
+async def _stop(proc: asyncio.subprocess.Process, grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; reaped either way (no zombie left)."""
+    _terminate(proc)
+    try:
+        await asyncio.wait_for(proc.wait(), grace_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
 
 
 async def spawn_workers(cfg: Config, ingest_url: str, token: str, config_path: str | None,

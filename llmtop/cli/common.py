@@ -34,7 +34,7 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                         "self-signed certificate; default: the system's store)")
     p.add_argument("--record", metavar="FILE", help="record the session (.jsonl or .jsonl.gz)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="proxy processes sharing the port (default 1)")
+                   help="proxy processes sharing the port (default 1; at most 2 per CPU)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to sample, e.g. 0,1 (default all)")
     p.add_argument(
         "--gpu-source", choices=("auto", "nvml", "sim", "none"),

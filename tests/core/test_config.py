@@ -169,3 +169,23 @@ def test_the_recorder_gets_its_chunk_bound_from_the_config() -> None:
     obs = Observers(cfg, EventBus(), {})
     assert obs.recording.queue_max_chunks == 1234
     assert obs.recording.queue_max == cfg.recording.queue_max
+
+
+def test_workers_past_two_per_cpu_are_refused_with_the_machines_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """QA: ``llmtop run --workers 1000`` started processes one by one for minutes, then
+    ended with an empty "error: " and a worker's BrokenPipeError traceback."""
+    from llmtop.cli import main
+    from llmtop.config import max_workers, usable_cpus
+
+    most = max_workers()
+    assert most == max(4, 2 * usable_cpus())
+    load_config(env={}, overrides={"upstream": "http://127.0.0.1:9", "workers": most})
+    with pytest.raises(ConfigError, match=rf"workers {most + 1} is more than this machine "
+                                          rf"can use: at most {most} \(2 per CPU"):
+        load_config(env={}, overrides={"upstream": "http://127.0.0.1:9", "workers": most + 1})
+    assert main(["run", "--headless", "--upstream", "http://127.0.0.1:9",
+                 "--workers", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert f"at most {most}" in err and "Traceback" not in err

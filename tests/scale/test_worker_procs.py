@@ -8,6 +8,8 @@ import os
 import sys
 from collections.abc import Callable
 
+import pytest
+
 from llmtop.events import ActiveRequest, RequestRecord, WarningEvent
 from llmtop.fleet_counts import FleetCounts
 from llmtop.worker_procs import MAX_RESTARTS, Supervisor, describe_exit
@@ -183,3 +185,20 @@ def test_a_dead_workers_late_report_does_not_bring_its_requests_back() -> None:
     assert len(active) == 2 and set(active.by_worker) == {0}
     active.update(1, held(1), "new")  # the restarted worker
     assert len(active) == 3
+
+
+async def test_a_worker_not_ready_in_time_is_named_with_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker that does not say it listens within the wait: a sentence naming it and the
+    wait (was a bare TimeoutError, shown as "llmtop run: error: " and nothing else)."""
+    from llmtop import worker_procs
+    from llmtop.config import load_config
+    from llmtop.worker_procs import StartupErrorProxy, WorkerLauncher
+
+    monkeypatch.setattr(worker_procs, "READY_TIMEOUT_S", 0.01)  # no interpreter starts so fast
+    cfg = load_config(env={}, overrides={"upstream": "http://127.0.0.1:9"})
+    launcher = WorkerLauncher(cfg, "127.0.0.1:0", "http://127.0.0.1:9/ingest", "tok")
+    with pytest.raises(StartupErrorProxy,
+                       match=r"worker 3 did not start: not listening after 0\.01 s"):
+        await launcher.start(3)
