@@ -40,10 +40,10 @@ def test_hlog_dash_goes_to_stdout_not_a_file_named_dash(rec: Path, tmp_path: Pat
     assert "wrote" not in r.stdout
 
 
-def test_hlog_dash_into_a_closed_pipe_stops_quietly(rec: Path) -> None:
+def test_hlog_dash_into_a_closed_pipe_stops_quietly(rec: Path, tmp_path: Path) -> None:
     p = subprocess.Popen([sys.executable, "-m", "llmtop", "export", str(rec), "--hlog", "-",
                           "--interval", "0.01"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     assert p.stdout is not None and p.stderr is not None
     p.stdout.readline()
     p.stdout.close()  # like `| head -1`
@@ -51,6 +51,7 @@ def test_hlog_dash_into_a_closed_pipe_stops_quietly(rec: Path) -> None:
     p.stderr.close()
     assert p.wait(timeout=60) == 141
     assert "error" not in err and "Traceback" not in err
+    assert not (tmp_path / "-").exists()  # stdout, not a file named "-"
 
 
 def test_parquet_dash_is_refused(rec: Path, tmp_path: Path) -> None:
