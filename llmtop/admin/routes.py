@@ -41,6 +41,7 @@ import asyncio
 import hmac
 import json
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
@@ -302,8 +304,14 @@ async def recording_status(request: web.Request) -> web.Response:
 async def recording_control(request: web.Request) -> web.Response:
     rec = request.app[CTX].recording
     try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError):
+        raw = await request.read()
+    except RequestPayloadError as exc:  # e.g. "Content-Encoding: gzip" on a body that is not
+        return json_error(400, f"body could not be read: {_one_line(exc)}")  # (was a 500)
+    try:
+        # orjson: JSON is UTF-8 whatever the Content-Type says, and nesting past 1024 levels
+        # is refused (json.loads raised RecursionError there: a 500 and a traceback)
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return json_error(400, "body must be a JSON object: {\"action\": \"start\"|\"stop\", "
                                "\"path\": \"...\"}")
     if not isinstance(body, dict):
@@ -319,6 +327,9 @@ async def recording_control(request: web.Request) -> web.Response:
             path = body.get("path")
             if not isinstance(path, str) or not path.strip():
                 return json_error(400, "start needs a non-empty \"path\"")
+            if path.endswith(("/", os.sep)):  # was a file named after the directory
+                return json_error(400, f"{path}: names a directory; give a file name such "
+                                       "as DIR/session.jsonl")
             if current is not None:
                 return json_error(409, f"already recording to {current.get('path', '?')}; "
                                        "stop it first")
@@ -331,7 +342,13 @@ async def recording_control(request: web.Request) -> web.Response:
     except PermissionError as exc:
         return json_error(403, f"permission denied: {exc.filename or exc}")
     except (ValueError, OSError) as exc:
-        return json_error(400, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return json_error(400, _one_line(exc))
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 async def health(request: web.Request) -> web.Response:

@@ -1,0 +1,122 @@
+"""QA of the admin API as a hostile local client, over a real server on 127.0.0.1 port 0:
+bad bodies for ``POST /recording`` answered 400 (never a 500)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from llmtop.admin.routes import AdminContext, make_admin_app
+from llmtop.bus import EventBus
+from llmtop.config import Config
+from llmtop.events import ActiveRequest, RequestRecord
+from llmtop.metrics.aggregator import Aggregator
+from llmtop.recording.writer import RecordingController
+
+T0 = 1_796_000_000.0
+HOSTILE_USERS = ('q"}\nevil_metric 1\n#', 'back\\slash"quote', "ünïcødé ✓ 🙂", "other")
+
+
+def record(i: int, user: str) -> RequestRecord:
+    offs = tuple(0.2 + 0.02 * k for k in range(5))
+    return RequestRecord(f"r{i}", user, "m", "openai", "/v1/chat/completions", True, 200, "ok",
+                         T0 + i, 0.2, offs[-1], 10, 5, "usage", offs, (1,) * 5, 1)
+
+
+@pytest.fixture
+async def admin() -> AsyncIterator[Callable[[], Any]]:
+    runners: list[web.AppRunner] = []
+    controllers: list[RecordingController] = []
+
+    async def start() -> str:
+        clock = [T0]
+        bus = EventBus()
+        active: dict[str, ActiveRequest] = {}
+        agg = Aggregator(Config(), active, clock=lambda: clock[0], upstream="http://up:1")
+        bus.subscribe(agg.on_events)
+        ctl = RecordingController(bus, header={"upstream": "http://up:1", "slo": {}})
+        controllers.append(ctl)
+        for i, user in enumerate(HOSTILE_USERS):
+            clock[0] += 1.0
+            bus.publish(record(i, user))
+            bus.drain()
+        ctx = AdminContext(aggregator=agg, active=active, recording=ctl)
+        runner = web.AppRunner(make_admin_app(ctx), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    yield start
+    for c in controllers:
+        if c.status() is not None:
+            c.stop()
+    for r in runners:
+        await r.cleanup()
+
+
+async def post_raw(url: str, body: bytes, headers: dict[str, str] | None = None
+                   ) -> tuple[int, str, str]:
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
+    async with aiohttp.ClientSession() as s, s.post(url + "/llmtop/v1/recording", data=body,
+                                                    headers=hdrs) as r:
+        return r.status, r.headers.get("Content-Type", ""), await r.text()
+
+
+async def get(url: str) -> tuple[int, str, str]:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        return r.status, r.headers.get("Content-Type", ""), await r.text()
+
+
+async def test_recording_body_that_cannot_be_decoded_is_a_400(
+        admin: Callable[[], Any]) -> None:
+    """QA: ``Content-Encoding: gzip`` on a body that is not gzip was a plain-text 500 and a
+    traceback on the proxy's stderr."""
+    url = await admin()
+    status, ctype, text = await post_raw(url, b'{"action": "stop"}',
+                                         {"Content-Encoding": "gzip"})
+    assert status == 400 and ctype.startswith("application/json")
+    assert "body could not be read" in json.loads(text)["error"]
+    # a body that really is gzip still works
+    status, _, text = await post_raw(url, gzip.compress(b'{"action": "stop"}'),
+                                     {"Content-Encoding": "gzip"})
+    assert status == 409 and json.loads(text)["error"] == "not recording"
+
+
+async def test_deeply_nested_json_body_is_a_400(admin: Callable[[], Any]) -> None:
+    """QA: 100 000 nested ``[`` made ``json.loads`` raise RecursionError: a 500."""
+    url = await admin()
+    for body in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000 + b"1" + b"}" * 50_000):
+        status, ctype, text = await post_raw(url, body)
+        assert status == 400 and ctype.startswith("application/json")
+        assert json.loads(text)["error"].startswith("body must be a JSON object")
+
+
+async def test_bad_recording_paths_are_4xx_and_create_nothing(
+        admin: Callable[[], Any], tmp_path: Path) -> None:
+    url = await admin()
+    existing = tmp_path / "old.jsonl"
+    existing.write_text("precious\n")
+    (tmp_path / "dir").mkdir()
+    cases = {
+        str(tmp_path / "made") + "/": 400,  # QA: was a file named "made" (the slash dropped)
+        str(tmp_path / "dir"): 400,
+        str(existing): 400,
+        str(tmp_path / "nodir" / "x.jsonl"): 400,
+        str(tmp_path / "a\x00b.jsonl"): 400,
+        str(tmp_path / "x.zst"): 400,
+    }
+    for path, want in cases.items():
+        status, ctype, text = await post_raw(
+            url, json.dumps({"action": "start", "path": path}).encode())
+        assert (status, ctype.split(";")[0]) == (want, "application/json"), (path, text)
+    assert sorted(os.listdir(tmp_path)) == ["dir", "old.jsonl"]
+    assert existing.read_text() == "precious\n"
