@@ -23,9 +23,13 @@
 ``GET  /llmtop/v1/health``              liveness and a few totals
 =====================================  =================================================
 
-Errors are JSON ``{"error": "<one line>"}`` with a fitting status: 400 bad input, 401
-missing or wrong token, 404 unknown route or missing directory, 409 recording state
-conflict, 501 no recorder in this process. When ``admin_token`` is set every route —
+Errors are JSON ``{"error": "<one line>"}`` with a fitting status: 400 bad input (a known
+query parameter given twice, a yes/no parameter that is neither ``1/true/yes`` nor
+``0/false/no``, a recording body that is not a JSON object in UTF-8 or cannot be decoded,
+a recording path ending in ``/``), 401 missing or wrong token, 404 unknown route or
+missing directory, 409 recording state conflict, 501 no recorder in this process. Unknown
+query parameters are ignored (a newer client may send what this proxy does not know).
+When ``admin_token`` is set every route —
 ``/metrics`` and health included — requires ``Authorization: Bearer <token>`` (compared
 in constant time) — except the paths in ``AdminContext.self_authenticated``, whose
 handlers check a secret of their own (the workers' ingest route).
@@ -182,13 +186,20 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def snapshot(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
+    dup = _repeated(request, SNAPSHOT_PARAMS)
+    if dup is not None:
+        return dup
     raw = request.query.get("window", "60").strip().lower()
     if raw not in WINDOW_PARAMS:
         return json_error(400, f"window must be one of 10, 60, 300, all (got {raw!r})")
-    flag = request.query.get("user_histograms", "").lower()
-    mergeable = flag in ("1", "true", "yes")
-    with_hist = request.query.get("histograms", "1").lower() not in ("0", "false", "no")
-    with_active = request.query.get("active", "").lower() in ("1", "true", "yes")
+    flags: list[bool] = []
+    for name, default in (("user_histograms", False), ("histograms", True), ("active", False)):
+        value = _flag(request, name, default)
+        if value is None:
+            return json_error(400, f"{name} must be 1 or 0 (true/false, yes/no; got "
+                                   f"{request.query[name]!r})")
+        flags.append(value)
+    mergeable, with_hist, with_active = flags
     max_age = _max_age(request)
     if max_age is None:
         return _max_age_error()
@@ -208,6 +219,32 @@ async def snapshot(request: web.Request) -> web.Response:
         ctx.snapshots[key] = (now, resp.body)
     resp.headers[AGE_HEADER] = "0"
     return resp
+
+
+SNAPSHOT_PARAMS: Final = ("window", "user_histograms", "histograms", "active", "max_age")
+REQUESTS_PARAMS: Final = ("state", "limit", "max_age")
+_TRUE: Final = frozenset(("1", "true", "yes"))
+_FALSE: Final = frozenset(("0", "false", "no"))
+
+
+def _repeated(request: web.Request, names: tuple[str, ...]) -> web.Response | None:
+    """400 when one of ``names`` is given more than once (``window=10&window=all`` used to
+    answer for the first and ignore the second); ``None`` when each is given at most once.
+    Unknown parameters are left alone: a newer client may send what this proxy does not
+    know yet."""
+    for name in names:
+        if len(request.query.getall(name, ())) > 1:
+            return json_error(400, f"{name} given more than once")
+    return None
+
+
+def _flag(request: web.Request, name: str, default: bool) -> bool | None:
+    """A yes/no parameter: ``default`` when absent or empty, ``None`` when it is neither
+    (``histograms=maybe`` used to mean yes and ``user_histograms=2`` no, silently)."""
+    raw = request.query.get(name, "").strip().lower()
+    if not raw:
+        return default
+    return True if raw in _TRUE else False if raw in _FALSE else None
 
 
 def _shared(hit: tuple[float, bytes], now: float) -> web.Response:
@@ -232,6 +269,9 @@ def _max_age_error() -> web.Response:
 
 async def requests_(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
+    dup = _repeated(request, REQUESTS_PARAMS)
+    if dup is not None:
+        return dup
     state = request.query.get("state", "active").strip().lower()
     try:
         limit = int(request.query.get("limit", str(DEFAULT_RECENT)))

@@ -1,5 +1,6 @@
 """QA of the admin API as a hostile local client, over a real server on 127.0.0.1 port 0:
-bad bodies for ``POST /recording`` answered 400 (never a 500)."""
+bad bodies for ``POST /recording`` answered 400 (never a 500), repeated or ambiguous query
+parameters refused, and ``/metrics`` label values chosen by clients escaped."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import EventBus
@@ -120,3 +122,54 @@ async def test_bad_recording_paths_are_4xx_and_create_nothing(
         assert (status, ctype.split(";")[0]) == (want, "application/json"), (path, text)
     assert sorted(os.listdir(tmp_path)) == ["dir", "old.jsonl"]
     assert existing.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("query", [
+    "/llmtop/v1/snapshot?window=10&window=all",
+    "/llmtop/v1/snapshot?max_age=0&max_age=5",
+    "/llmtop/v1/snapshot?active=1&active=0",
+    "/llmtop/v1/requests?state=active&state=recent",
+    "/llmtop/v1/requests?state=recent&limit=1&limit=500",
+])
+async def test_repeated_parameter_is_a_400(admin: Callable[[], Any], query: str) -> None:
+    """QA: ``window=10&window=all`` answered for 10 and ignored ``all`` without a word."""
+    url = await admin()
+    status, ctype, text = await get(url + query)
+    assert status == 400 and ctype.startswith("application/json")
+    assert "given more than once" in json.loads(text)["error"]
+
+
+@pytest.mark.parametrize("query", ["histograms=maybe", "user_histograms=2", "active=%FF",
+                                   "active=on!"])
+async def test_yes_no_parameter_that_is_neither_is_a_400(admin: Callable[[], Any],
+                                                         query: str) -> None:
+    """QA: ``histograms=maybe`` meant yes and ``user_histograms=2`` meant no, silently."""
+    url = await admin()
+    status, _, text = await get(url + "/llmtop/v1/snapshot?" + query)
+    assert status == 400, text
+    assert "must be 1 or 0" in json.loads(text)["error"]
+
+
+async def test_yes_no_parameters_still_accepted(admin: Callable[[], Any]) -> None:
+    url = await admin()
+    _, _, text = await get(url + "/llmtop/v1/snapshot?user_histograms=TRUE&histograms=no"
+                                 "&active=1&unknown_param=x")
+    snap = json.loads(text)
+    assert "histograms" not in snap or not snap["histograms"]
+    assert "active_requests" in snap
+    assert all("histograms" in u for u in snap["users"])
+    _, _, text = await get(url + "/llmtop/v1/snapshot?histograms=&user_histograms=")
+    snap = json.loads(text)
+    assert snap["histograms"] and not any("histograms" in u for u in snap["users"])
+
+
+async def test_metrics_escape_client_chosen_user_labels(admin: Callable[[], Any]) -> None:
+    url = await admin()
+    status, _, text = await get(url + "/metrics")
+    assert status == 200
+    assert "evil_metric" not in {f.name for f in text_string_to_metric_families(text)}
+    users = {s.labels["user"] for f in text_string_to_metric_families(text)
+             if f.name == "llmtop_user_requests" for s in f.samples}
+    # every hostile value comes back intact; the user named "other" is not the fold
+    assert users == {*HOSTILE_USERS[:3], "other_"}
+    assert not any(line.startswith("evil_metric") for line in text.splitlines())
