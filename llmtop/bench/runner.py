@@ -54,6 +54,8 @@ class BenchPlan:
     admin_url: str | None = None
     record: str | None = None
     as_json: bool = False
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    """Extra request headers (``--header``, ``--api-key``): sent, never recorded or shown."""
 
 
 class BenchStepLine:
@@ -90,7 +92,9 @@ class Progress:
         ttfts = sorted(r.ttft_s for r in run.records[-200:] if r.ttft_s is not None)
         p95 = ttfts[int(0.95 * (len(ttfts) - 1))] if ttfts else None
         shown = "n/a" if p95 is None else f"{p95 * 1000:.0f} ms"
-        self._write(f"{self.label}: {len(run.records)} requests done, TTFT p95 ≈ {shown}")
+        n = len(run.records)
+        self._write(f"{self.label}: {n} request{'' if n == 1 else 's'} done, "
+                    f"TTFT p95 ≈ {shown}")
 
     def done(self, s: StepSummary) -> None:
         att = "n/a" if s.slo_attainment is None else f"{s.slo_attainment:.0%}"
@@ -160,7 +164,7 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
     """Run the plan's levels (or search). Never raises for Ctrl-C, a dead target or a
     rejecting one: the outcome says how the run ended."""
     client = BenchClient(plan.url, api=plan.api, model=plan.model, timeout_s=plan.timeout_s,
-                         ignore_eos=plan.ignore_eos)
+                         ignore_eos=plan.ignore_eos, headers=dict(plan.headers))
     integer = plan.mode == "concurrency"
     outcome = BenchOutcome(SearchResult([], None, None))
     steps = outcome.steps

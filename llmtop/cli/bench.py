@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
 from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args
+from llmtop.textsafe import printable
 
 NAME = "bench"
 HELP = "load generator: find the largest concurrency (or rate) that meets the SLOs"
@@ -121,6 +124,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: chat)")
     p.add_argument("--model", default="default", metavar="NAME",
                    help="model name to send (default: 'default')")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="sent as 'Authorization: Bearer KEY', for an endpoint that wants one "
+                        f"(default: ${API_KEY_ENV}; prefer the variable — a command line is "
+                        "visible to every user of the machine in ps); never recorded")
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="an extra request header, e.g. 'X-Tenant: a' (repeatable; default: "
+                        "none); never recorded")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="don't send ignore_eos (for servers that reject it)")
     p.add_argument("--constant", action="store_true",
@@ -154,6 +164,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="TOML config; its SLOs (and LLMTOP_SLO_* variables) are the defaults "
                         "of the --slo flags (default: none)")
+
+
+API_KEY_ENV = "LLMTOP_BENCH_API_KEY"
+"""The variable ``--api-key`` defaults to."""
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP field name (RFC 9110 token)."""
+_SET_BY_BENCH = frozenset(["host", "content-length", "transfer-encoding", "connection",
+                           "keep-alive", "upgrade", "te", "trailer", "proxy-connection"])
+
+
+def request_headers(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
+    """The extra headers of every request: ``--header`` lines, then the API key's
+    ``Authorization`` (UsageError for a malformed line or a header the client must set)."""
+    headers: dict[str, str] = {}
+    for line in args.header:
+        name, sep, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not _TOKEN.fullmatch(name):
+            raise UsageError(f"--header '{printable(line)}' must be 'NAME: VALUE', e.g. "
+                             "'X-Tenant: a'")
+        if any(c in value for c in "\r\n\0"):
+            raise UsageError(f"--header {name}: the value may not hold a line break")
+        if name.lower() in _SET_BY_BENCH:
+            raise UsageError(f"--header {name}: set by the HTTP client itself, not by hand")
+        headers[name] = value
+    key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV)
+    if key:
+        if any(c in key for c in "\r\n\0") or key != key.strip():
+            raise UsageError("--api-key: the key may not hold spaces at its ends or line "
+                             "breaks")
+        if any(k.lower() == "authorization" for k in headers):
+            raise UsageError("--api-key and --header Authorization: give one of them")
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
 
 
 def _levels(args: argparse.Namespace) -> tuple[Literal["concurrency", "rate"], list[float],
@@ -247,6 +292,7 @@ def main(args: argparse.Namespace) -> int:
         model=args.model, ignore_eos=not args.no_ignore_eos, poisson=not args.constant,
         seed=args.seed, max_level=max_level, timeout_s=args.timeout,
         admin_url=args.admin, record=args.record, as_json=args.json,
+        headers=request_headers(args, os.environ),
     )
     return run_plan(plan, cfg)
 
