@@ -236,6 +236,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"URL '{args.url}' is not a valid URL: {exc}") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise UsageError(f"URL '{args.url}' must be an http:// or https:// URL")
+    if u.username is not None or u.password is not None:
+        raise UsageError("URL must not contain user:password@ (it would be written to the "
+                         "recording); give the key with LLMTOP_BENCH_API_KEY or --header")
     if not is_loopback(u.hostname) and not args.allow_remote:
         raise UsageError(
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "

@@ -96,9 +96,11 @@ async def test_without_the_key_the_engines_401_is_counted_and_named() -> None:
     (["--header", "Connection: close"], "set by the HTTP client itself"),
     (["--api-key", KEY, "--header", "authorization: Bearer x"], "give one of them"),
     (["--api-key", " spaced "], "may not hold spaces"),
+    (["--url", "http://me:secret@127.0.0.1:9"], "must not contain user:password@"),
 ])
 async def test_bad_headers_are_usage_errors(args: list[str], said: str) -> None:
-    code, _, err = await bench("http://127.0.0.1:9", *args)
+    url = args[1] if args[0] == "--url" else "http://127.0.0.1:9"
+    code, _, err = await bench(url, *(args if args[0] != "--url" else []))
     assert code == 2
     assert said in err and "Traceback" not in err, err
     assert err.count("\n") == 1, err
