@@ -27,7 +27,7 @@ from typing import Any, TextIO, TypeVar
 
 from aiohttp import web
 
-from llmtop import __version__
+from llmtop import __version__, http_errors_log
 from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import EventBus
 from llmtop.clock import unix_now
@@ -302,6 +302,7 @@ def _tune_process() -> None:
     made full collections rare in the soak, but young ones of 10-80 ms; at 256 paced streams
     the defaults gave the better added latency: TTFT p99 81 vs 114 ms, chunk p99 26 vs 36.)"""
     sys.setswitchinterval(0.0005)
+    http_errors_log.install()
     gc.collect()
     gc.freeze()
 
