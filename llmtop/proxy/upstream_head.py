@@ -4,6 +4,7 @@ the errors an exchange with the upstream can end in. Used by :mod:`llmtop.proxy.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 _NO_BODY_STATUS: Final = frozenset({204, 304})
@@ -73,6 +74,15 @@ _FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connecti
                              b"content-type", b"content-encoding"})
 _SPACE: Final = b" \t\x0b\x0c"
 _FOLD: Final = b" \t"
+_VALUE: Final = rb"[\t\x20-\x7e\x80-\xff]*"
+_HEAD_OK: Final = re.compile(
+    rb"(?: " + _VALUE + rb")?"  # after the status code: the reason phrase
+    rb"(?:\r\n(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:|[ \t])" + _VALUE + rb")*")
+"""A response head whose reason phrase and field lines hold no control bytes (NUL, DEL, …)
+and whose field names are RFC 9110 tokens: one C-speed match per response. A field that
+breaks it would reach the client as the upstream wrote it (QA: ``X-A: a\x00b`` and
+``X A: b`` were relayed verbatim), and a client or a proxy behind llmtop may read such a
+head differently from llmtop (response splitting)."""
 
 
 def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
@@ -86,15 +96,20 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
     if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
         raise MalformedResponse(f"bad status line {status_line[:60]!r}")
     status = int(code)
+    if status < 100:  # (QA: "099" went to the client as "HTTP/1.1 99")
+        raise MalformedResponse(f"bad status line {status_line[:60]!r}")
     headers: list[tuple[bytes, bytes]] = []
     length: int | None = None
     chunked = False
     conn_close = version == b"HTTP/1.0"
     ctype = encoding = None
     folded = False
+    te_seen = False
     if raw.count(b"\n") != len(lines) - 1 or raw.count(b"\r") != len(lines) - 1:
         # a bare CR or LF: a client would read it as a line end (header injection)
         raise MalformedResponse("bare CR or LF in the response head")
+    if _HEAD_OK.fullmatch(raw, len(version) + 4) is None:
+        raise MalformedResponse(_bad_line(lines))
     for i in range(1, len(lines)):
         line = lines[i]
         if not line:
@@ -121,6 +136,7 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
             length = n
         elif low == b"transfer-encoding":
             chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+            te_seen = True
         elif low == b"connection":
             tokens = {t.strip().lower() for t in value.split(b",")}
             if b"close" in tokens:
@@ -141,7 +157,29 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
             elif low == b"content-encoding" and encoding is None:
                 encoding = value.decode("latin-1")
     no_body = head_request or status in _NO_BODY_STATUS or 100 <= status < 200
-    if chunked:
+    if te_seen:
+        # Transfer-Encoding overrides Content-Length (RFC 9112 6.3: a body of unknown
+        # length when its last coding is not chunked); both at once may be a smuggling
+        # attempt, so the connection is not used again (QA: it went back to the pool)
+        if length is not None:
+            conn_close = True
         length = None
     return ResponseHead(status, reason, headers, length, chunked and not no_body, no_body,
                         not conn_close, ctype or "", encoding or "")
+
+
+def _bad_line(lines: list[bytes]) -> str:
+    """What :data:`_HEAD_OK` refused, for the error (only called for a head it refused)."""
+    for i, line in enumerate(lines):
+        if i == 0:
+            what = "status line"
+        elif line[:1] in (b" ", b"\t"):
+            what = "folded header line"
+        else:
+            what = "header line"
+            name = line.partition(b":")[0]
+            if not re.fullmatch(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", name):
+                return f"bad header name {name[:60]!r}"
+        if re.search(rb"[\x00-\x08\x0a-\x1f\x7f]", line):
+            return f"control byte in the {what} {line[:60]!r}"
+    return "malformed response head"

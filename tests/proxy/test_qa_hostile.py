@@ -1,0 +1,163 @@
+"""QA with hostile upstreams and clients at the socket level: what the proxy must refuse
+(a response head with control bytes or a bad field name, a status below 100, body framing
+broken before the head went out, CONNECT) and what it must not reuse (an upstream
+connection whose response had both Content-Length and Transfer-Encoding)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from test_proxy_support import running_proxy
+
+Respond = Callable[[bytes, int], Awaitable[bytes]]
+"""(request head, the connection's request number) → the raw response bytes."""
+
+
+@contextlib.asynccontextmanager
+async def raw_upstream(respond: Respond) -> AsyncIterator[tuple[str, list[bytes], list[int]]]:
+    """A keep-alive TCP upstream answering each request with exact bytes; yields its URL,
+    the request heads it got and a list counting its connections."""
+    heads: list[bytes] = []
+    conns: list[int] = []
+
+    async def on_conn(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        conns.append(1)
+        n = 0
+        try:
+            while True:
+                head = await r.readuntil(b"\r\n\r\n")
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        await r.readexactly(int(line.split(b":")[1]))
+                heads.append(head)
+                n += 1
+                w.write(await respond(head, n))
+                await w.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            w.close()
+
+    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", heads, conns
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def exchange(url: str, requests: list[bytes], wait_s: float = 2.0
+                   ) -> list[tuple[int, dict[str, str], bytes]]:
+    """Send ``requests`` one after another on one raw connection to the proxy (each after
+    the previous response was read); returns status, headers and body of each response
+    (status 0: the connection closed with no response)."""
+    host, port = url.removeprefix("http://").split(":")
+    r, w = await asyncio.open_connection(host, int(port))
+    out: list[tuple[int, dict[str, str], bytes]] = []
+    try:
+        for req in requests:
+            w.write(req)
+            await w.drain()
+            async with asyncio.timeout(wait_s):
+                try:
+                    head = await r.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    out.append((0, {}, b""))
+                    break
+                lines = head.decode("latin-1").split("\r\n")
+                status = int(lines[0].split(" ")[1])
+                headers = {k.lower(): v.strip() for k, _, v in
+                           (line.partition(":") for line in lines[1:] if line)}
+                if "content-length" in headers:
+                    body = await r.readexactly(int(headers["content-length"]))
+                elif headers.get("transfer-encoding") == "chunked":
+                    body = b""
+                    while True:
+                        size = int((await r.readuntil(b"\r\n"))[:-2], 16)
+                        body += (await r.readexactly(size + 2))[:-2]
+                        if size == 0:
+                            break
+                else:
+                    body = b""
+                out.append((status, headers, body))
+    finally:
+        w.close()
+    return out
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+
+
+def proxy_error(resp: tuple[int, dict[str, str], bytes]) -> str:
+    """The proxy's own JSON error message in ``resp``."""
+    status, headers, body = resp
+    assert headers["content-type"].startswith("application/json"), (status, headers, body)
+    message = json.loads(body)["error"]["message"]
+    assert isinstance(message, str)
+    return message
+
+
+@pytest.mark.parametrize(
+    ("head", "why"),
+    [
+        (b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 2", "control byte"),
+        (b"HTTP/1.1 200 OK\r\nX-A: a\x7fb\x01\r\nContent-Length: 2", "control byte"),
+        (b"HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 2", "bad header name"),
+        (b"HTTP/1.1 200 OK\r\nX(A): b\r\nContent-Length: 2", "bad header name"),
+        (b"HTTP/1.1 200 O\x00K\r\nContent-Length: 2", "control byte in the status line"),
+        (b"HTTP/1.1 099 X\r\nContent-Length: 2", "bad status line"),
+    ],
+)
+async def test_upstream_head_with_control_bytes_or_bad_names_is_502(head: bytes, why: str
+                                                                      ) -> None:
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return head + b"\r\n\r\nok"
+
+    async with raw_upstream(respond) as (url, _, _c), running_proxy(url) as (_, purl, _r):
+        (resp,) = await exchange(purl, [get("/x")])
+        assert resp[0] == 502
+        assert why in proxy_error(resp)
+        # the proxy still serves
+        assert (await exchange(purl, [get("/x")]))[0][0] == 502
+
+
+async def test_upstream_head_that_is_unusual_but_valid_still_passes() -> None:
+    heads = [
+        b"HTTP/1.1 200\r\nContent-Length: 2",  # no reason phrase
+        b"HTTP/1.1 200 \xc3\xa9t\xc3\xa9\r\nX-T: a\tb \xff\r\nX-F: one\r\n  two\r\n"
+        b"Content-Length: 2",  # obs-text, a tab, obsolete line folding
+        b"HTTP/1.1 599 Weird\r\nX-!#$%&'*+-.^_`|~: v\r\nContent-Length: 2",
+    ]
+
+    async def respond(_head: bytes, n: int) -> bytes:
+        return heads[n - 1] + b"\r\n\r\nok"
+
+    async with raw_upstream(respond) as (url, _, _c), running_proxy(url) as (_, purl, _r):
+        got = await exchange(purl, [get("/x")] * 3)
+    assert [(s, b) for s, _, b in got] == [(200, b"ok"), (200, b"ok"), (599, b"ok")]
+    assert got[1][1]["x-t"] == "a\tb \xff" and got[1][1]["x-f"] == "one two"
+
+
+async def test_content_length_and_transfer_encoding_together_do_not_reuse_the_connection(
+) -> None:
+    async def respond(_head: bytes, n: int) -> bytes:
+        if n == 1:
+            return (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+        return OK
+
+    async with raw_upstream(respond) as (url, _, conns), running_proxy(url) as (_, purl, _r):
+        got = await exchange(purl, [get("/a"), get("/b")])
+        await asyncio.sleep(0.05)
+    assert [(s, b) for s, _, b in got] == [(200, b"ok"), (200, b"ok")]
+    assert "content-length" not in got[0][1]
+    assert len(conns) == 2  # the second request went on a fresh upstream connection
