@@ -171,6 +171,11 @@ class DirectExchange:
             self._finish(self.keep_alive)
             return
         self._drop_upstream()
+        if isinstance(exc, UpstreamBroken) and not sink.head_sent:
+            # broke before the head went out: a whole 502 (see ProxyServer._relay)
+            self._write_error(self.server.upstream_broke_early(ex, exc))
+            self._finish(self.client.keep_alive)
+            return
         if isinstance(exc, UpstreamBroken):
             ex.fail("error", str(exc))
         else:

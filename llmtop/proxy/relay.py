@@ -556,6 +556,12 @@ class RelaySink:
             self.done.set_exception(exc)
 
     @property
+    def head_sent(self) -> bool:
+        """The response head has gone to the client (an error before it can still be
+        answered with a whole error response)."""
+        return not self._head
+
+    @property
     def usage_extra_fields(self) -> bool:
         """The usage event removed from this stream held more than usage (see
         :class:`~llmtop.proxy.dialects.openai_usage.UsageChunkStripper`)."""

@@ -634,6 +634,11 @@ class ProxyServer:
             sink.finish()
         except UpstreamBroken as exc:
             conn.abort()
+            if sink is not None and not sink.head_sent:
+                # the body broke in the read that brought the head (bad chunked framing),
+                # before anything went out: a whole 502, not a connection closed with no
+                # response at all (QA: an upstream chunk size of "-5")
+                return self.upstream_broke_early(ex, exc)
             ex.fail("error", str(exc))
             return _abort(request)
         except ConnectionError:
@@ -737,6 +742,14 @@ class ProxyServer:
             conn.attach(sink)  # body bytes that came with the head go out with it
             sink.send_head()
         return sink, frame.keep_alive
+
+    def upstream_broke_early(self, ex: Exchange, exc: Exception) -> web.Response:
+        """The 502 for a response whose body broke before its head went to the client."""
+        ex.headers_sent = False
+        return self.proxy_error(ex, ex.active.dialect, 502, "error",
+                                "upstream sent a malformed response: "
+                                + str(exc).removeprefix("upstream stream broke: "),
+                                "upstream_error")
 
     def relay_outcome(self, ex: Exchange, sink: RelaySink) -> None:
         """After a body relayed in full: an error status or a stream the parser found

@@ -147,6 +147,35 @@ async def test_upstream_head_that_is_unusual_but_valid_still_passes() -> None:
     assert got[1][1]["x-t"] == "a\tb \xff" and got[1][1]["x-f"] == "one two"
 
 
+BAD_FIRST_READ = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n-5\r\nabcde\r\n0\r\n\r\n")
+
+
+async def test_chunked_framing_broken_before_the_head_went_out_is_502() -> None:
+    """The first body bytes came with the head and their framing is broken: nothing had
+    gone to the client, which gets a whole 502 (it got a closed connection and no
+    response) — on aiohttp's path (first request) and the direct path (the next, once a
+    pooled upstream connection is idle)."""
+
+    async def respond(head: bytes, _n: int) -> bytes:
+        return BAD_FIRST_READ if head.startswith(b"GET /bad ") else OK
+
+    async with raw_upstream(respond) as (url, _, _c), \
+            running_proxy(url) as (proxy, purl, _r):
+        # aiohttp's path: the pool is empty, so the request is not served directly
+        (first,) = await exchange(purl, [get("/bad")])
+        assert proxy.direct_starts == 0
+        assert first[0] == 502
+        assert "malformed response" in proxy_error(first)
+        assert "negative size" in proxy_error(first)
+        # the direct path: /ok leaves an idle upstream connection in the pool
+        got = await exchange(purl, [get("/ok"), get("/bad"), get("/ok")])
+        assert proxy.direct_starts >= 1
+        assert [r[0] for r in got] == [200, 502, 200]
+        assert "malformed response" in proxy_error(got[1])
+        # (the client's connection stayed usable after the 502: /e was answered on it)
+
+
 async def test_content_length_and_transfer_encoding_together_do_not_reuse_the_connection(
 ) -> None:
     async def respond(_head: bytes, n: int) -> bytes:
