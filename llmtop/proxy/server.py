@@ -374,10 +374,10 @@ class ProxyServer:
         """Called first thing in the connection's ``data_received`` when the read holds
         exactly one plain request and nothing else is open on the connection: when a pooled
         upstream connection is idle, send the request now, do the bookkeeping after, and
-        serve it without aiohttp (:mod:`llmtop.proxy.direct`). HEAD, bodies over the limit,
-        no idle connection and shutting down are left to aiohttp's path."""
+        serve it without aiohttp (:mod:`llmtop.proxy.direct`). HEAD, CONNECT, bodies over
+        the limit, no idle connection and shutting down are left to aiohttp's path."""
         pool = self._pool
-        if (pool is None or self._stopping or quick.method == "HEAD"
+        if (pool is None or self._stopping or quick.method in ("HEAD", "CONNECT")
                 or len(quick.body) > self.cfg.max_body_bytes
                 or any(k.lower() == b"upgrade" for k, _ in quick.raw_headers)):
             return None
@@ -430,6 +430,15 @@ class ProxyServer:
     ) -> web.StreamResponse:
         active = ex.active
         dialect = active.dialect
+        if request.method == "CONNECT":  # a tunnel: llmtop is a reverse proxy
+            # (QA: it went upstream as "CONNECT  HTTP/1.1", the target lost, and a 2xx
+            # answer was relayed without framing, leaving the client waiting)
+            resp = self.proxy_error(
+                ex, dialect, 501, "error",
+                "llmtop is a reverse proxy and does not open CONNECT tunnels",
+                "connect_not_supported")
+            resp.force_close()
+            return resp
         if "Upgrade" in request.headers:  # a WebSocket (or h2c) upgrade: not relayed
             resp = self.proxy_error(
                 ex, dialect, 501, "error",

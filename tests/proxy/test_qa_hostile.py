@@ -190,3 +190,21 @@ async def test_content_length_and_transfer_encoding_together_do_not_reuse_the_co
     assert [(s, b) for s, _, b in got] == [(200, b"ok"), (200, b"ok")]
     assert "content-length" not in got[0][1]
     assert len(conns) == 2  # the second request went on a fresh upstream connection
+
+
+@pytest.mark.parametrize("target", ["example.com:443", "/x"])
+async def test_connect_is_refused_and_never_sent_upstream(target: str) -> None:
+    async def respond(head: bytes, _n: int) -> bytes:
+        if head.startswith(b"CONNECT"):
+            return b"HTTP/1.1 200 Connection established\r\n\r\n"
+        return OK
+
+    connect = f"CONNECT {target} HTTP/1.1\r\nHost: example.com:443\r\n\r\n".encode()
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url) as (_, purl, _r):
+        # prime the pool so that the direct path could take the CONNECT
+        await exchange(purl, [get("/prime"), get("/prime")])
+        (resp,) = await exchange(purl, [connect])
+    assert resp[0] == 501
+    assert "CONNECT" in proxy_error(resp)
+    assert not any(h.startswith(b"CONNECT") for h in heads)
