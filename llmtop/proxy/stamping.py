@@ -44,6 +44,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 
+from llmtop.proxy.errors import error_response
 from llmtop.proxy.quickhead import QuickRequest, read_request
 
 
@@ -123,6 +124,22 @@ class StampingRequestHandler(web.RequestHandler):
             peer[0] if isinstance(peer, tuple) else "a client",
             " ".join(str(exc.message).split())[:160] or type(exc).__name__,
             f"; {more} more since the last such line" if more else "")
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None
+                     ) -> web.StreamResponse:
+        """aiohttp's answer to a malformed request (400, naming the fault) or to a bug of
+        ours (500) as a JSON error in the OpenAI shape, like the proxy's other errors (QA: a
+        bad method, bad chunked body or Content-Length with Transfer-Encoding got
+        ``text/plain`` that a client's JSON error handling could not read)."""
+        super().handle_error(request, status, exc, message)  # its logging and checks
+        if status < 500:
+            text = " ".join(str(message or exc or "").split())[:300] or "malformed request"
+            resp = error_response("other", status, f"bad request: {text}", "bad_request")
+        else:
+            resp = error_response("other", status, "llmtop internal error", "internal_error")
+        resp.force_close()
+        return resp
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

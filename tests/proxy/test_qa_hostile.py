@@ -208,3 +208,30 @@ async def test_connect_is_refused_and_never_sent_upstream(target: str) -> None:
     assert resp[0] == 501
     assert "CONNECT" in proxy_error(resp)
     assert not any(h.startswith(b"CONNECT") for h in heads)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "why"),
+    [
+        (b"GE(T /x HTTP/1.1\r\nHost: x\r\n\r\n", "Invalid method"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+         b"\r\nzz\r\nabc\r\n0\r\n\r\n", "chunk size"),
+        (b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n"
+         b"\r\n0\r\n\r\n", "Content-Length"),
+        (b"GET /x HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n", "8190"),
+    ],
+)
+async def test_malformed_client_request_gets_a_json_400(request_bytes: bytes, why: str
+                                                         ) -> None:
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return OK
+
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url) as (_, purl, _r):
+        (resp,) = await exchange(purl, [request_bytes])
+        assert resp[0] == 400
+        message = proxy_error(resp)
+        assert message.startswith("llmtop: bad request: ") and why in message
+        assert json.loads(resp[2])["error"]["code"] == "bad_request"
+        assert (await exchange(purl, [get("/x")]))[0][0] == 200  # still serving
+    assert len(heads) == 1  # only the good request went upstream
