@@ -291,6 +291,12 @@ class UpstreamConnection(asyncio.Protocol):
                 self._malformed_head(str(exc))
                 return
             buf = buf[end + 4:]
+            if head.status == 101:
+                # the proxy never sends Upgrade, so a switch of protocols is out of step
+                # (QA: it was skipped as interim and what followed it read as the next
+                # head, the client waiting up to first_byte_s for a 502)
+                self._malformed_head("101 Switching Protocols to a request without Upgrade")
+                return
             if 100 <= head.status < 200:  # interim (100 Continue, 103 Early Hints): skip
                 continue
             break

@@ -235,3 +235,18 @@ async def test_malformed_client_request_gets_a_json_400(request_bytes: bytes, wh
         assert json.loads(resp[2])["error"]["code"] == "bad_request"
         assert (await exchange(purl, [get("/x")]))[0][0] == 200  # still serving
     assert len(heads) == 1  # only the good request went upstream
+
+
+async def test_upstream_101_to_a_request_without_upgrade_is_502_at_once() -> None:
+    """An upstream switching protocols although llmtop never asks it to: a 502 at once,
+    not a wait for a head in the bytes of the other protocol (up to first_byte_s)."""
+
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\n\r\n\x81\x05hello")  # and the connection stays open
+
+    async with raw_upstream(respond) as (url, _, _c), \
+            running_proxy(url, timeouts__first_byte_s=30) as (_, purl, _r):
+        (resp,) = await exchange(purl, [get("/x")], wait_s=5)
+    assert resp[0] == 502
+    assert "101 Switching Protocols" in proxy_error(resp)
