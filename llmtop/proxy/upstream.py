@@ -523,7 +523,10 @@ class UpstreamPool:
         """The request as it goes upstream: ``target`` (path and query as the client sent
         them) under the upstream's path prefix, ``Host`` rewritten, the client's other
         headers byte for byte, ``Content-Length`` for the body actually sent."""
-        parts = [f"{method} {self.prefix}{target} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+        # (``*``, asterisk-form, names the server itself: no prefix before it — QA:
+        # ``OPTIONS *`` went to an upstream at /v1 as ``OPTIONS /v1*``)
+        prefix = self.prefix if target != "*" else ""
+        parts = [f"{method} {prefix}{target} HTTP/1.1\r\nHost: {self.host_header}\r\n"
                  .encode("utf-8", "surrogateescape")]
         for name, value in headers:
             parts.append(name + b": " + value + b"\r\n")

@@ -250,3 +250,15 @@ async def test_upstream_101_to_a_request_without_upgrade_is_502_at_once() -> Non
         (resp,) = await exchange(purl, [get("/x")], wait_s=5)
     assert resp[0] == 502
     assert "101 Switching Protocols" in proxy_error(resp)
+
+
+async def test_options_asterisk_goes_upstream_without_the_path_prefix() -> None:
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return OK
+
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url + "/v1") as (_, purl, _r):
+        got = await exchange(purl, [b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", get("/models")])
+    assert [r[0] for r in got] == [200, 200]
+    assert heads[0].startswith(b"OPTIONS * HTTP/1.1\r\n")
+    assert heads[1].startswith(b"GET /v1/models HTTP/1.1\r\n")
