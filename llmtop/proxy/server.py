@@ -430,6 +430,8 @@ class ProxyServer:
     ) -> web.StreamResponse:
         active = ex.active
         dialect = active.dialect
+        if request.version < (1, 0):
+            return self._refuse_http09(request, ex)
         if request.method == "CONNECT":  # a tunnel: llmtop is a reverse proxy
             # (QA: it went upstream as "CONNECT  HTTP/1.1", the target lost, and a 2xx
             # answer was relayed without framing, leaving the client waiting)
@@ -492,6 +494,24 @@ class ProxyServer:
         active.stream = ex.stream = info.stream
         ex.publish = self.bus.publish  # an open stream's chunks, as it goes (relay.hold)
         return await self.forward(request, ex, wd, body, info)
+
+    def _refuse_http09(self, request: web.BaseRequest, ex: Exchange) -> web.StreamResponse:
+        """A request line without a version (``GET /path``), which aiohttp reads as
+        HTTP/0.9: answered 505 in HTTP/1.0 and closed (QA: it was relayed with the status
+        line ``HTTP/0.9 200 OK``, which no client reads; aiohttp's own responses would
+        say ``HTTP/0.9`` too, so the proxy writes this one itself)."""
+        resp = self.proxy_error(ex, ex.active.dialect, 505, "error",
+                                "HTTP/0.9 is not served: send HTTP/1.0 or HTTP/1.1",
+                                "http_version_not_supported")
+        body = resp.body if isinstance(resp.body, bytes) else b""
+        frame = response_head((1, 0), request.method, 505, b"",
+                              [(b"Content-Type", b"application/json")], length=len(body),
+                              stream=False, keep_alive=False)
+        transport = request.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame.head + body)
+            transport.close()
+        return sent_response(keep_alive=False)
 
     def cancel_reason(self) -> str:
         return SHUTDOWN_REASON if self._closing else "client disconnected"

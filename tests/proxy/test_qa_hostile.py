@@ -252,6 +252,24 @@ async def test_upstream_101_to_a_request_without_upgrade_is_502_at_once() -> Non
     assert "101 Switching Protocols" in proxy_error(resp)
 
 
+async def test_http09_request_line_gets_505_in_http10() -> None:
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return OK
+
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url) as (_, purl, _r):
+        host, port = purl.removeprefix("http://").split(":")
+        r, w = await asyncio.open_connection(host, int(port))
+        w.write(b"GET /v1/models\r\n\r\n")
+        async with asyncio.timeout(2):
+            raw = await r.read()
+        w.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 505 ")
+    assert json.loads(body)["error"]["code"] == "http_version_not_supported"
+    assert heads == []
+
+
 async def test_options_asterisk_goes_upstream_without_the_path_prefix() -> None:
     async def respond(_head: bytes, _n: int) -> bytes:
         return OK
