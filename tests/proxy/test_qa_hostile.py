@@ -280,3 +280,24 @@ async def test_options_asterisk_goes_upstream_without_the_path_prefix() -> None:
     assert [r[0] for r in got] == [200, 200]
     assert heads[0].startswith(b"OPTIONS * HTTP/1.1\r\n")
     assert heads[1].startswith(b"GET /v1/models HTTP/1.1\r\n")
+
+
+async def test_h2c_upgrade_offer_is_ignored_and_the_request_served_in_http11() -> None:
+    """``curl --http2 http://…`` offers h2c on every request; the engine ignores the offer
+    and answers in HTTP/1.1, and so must the proxy (it answered 501)."""
+
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return OK
+
+    h2c = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+           b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n")
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url) as (_, purl, _r):
+        got = await exchange(purl, [h2c, get("/after")])
+        ws = await exchange(purl, [b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                                   b"Upgrade: websocket\r\n\r\n"])
+    assert [(s, b) for s, _, b in got] == [(200, b"ok"), (200, b"ok")]
+    assert heads[0] == (b"GET /v1/models HTTP/1.1\r\nHost: " + url.removeprefix("http://")
+                        .encode() + b"\r\n\r\n")  # no Upgrade, Connection or HTTP2-Settings
+    assert heads[1].startswith(b"GET /after ")
+    assert ws[0][0] == 501  # a WebSocket upgrade is still refused, plainly
