@@ -311,7 +311,10 @@ class UpstreamConnection(asyncio.Protocol):
             self._mode, self._left = 1, head.length
         else:
             self._mode = 3
-        self._reusable = head.keep_alive and self._mode != 3
+        # bytes after a response without a body (a 204/304/HEAD answer with one anyway):
+        # the upstream is out of step, and the rest may come once the connection carries
+        # the next request (QA: it went back to the pool)
+        self._reusable = head.keep_alive and self._mode != 3 and not (buf and not self._mode)
         fut = self._head_fut
         if fut is not None and not fut.done():
             fut.set_result(head)
