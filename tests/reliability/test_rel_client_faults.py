@@ -220,7 +220,11 @@ async def test_thousand_headers_are_refused_cleanly() -> None:
     async with hostile_upstream(BEHAVIOURS) as up, running_proxy(up.url) as px:
         out = await raw_exchange(px.port, request_bytes(b"{}", extra=headers))
         assert out.startswith(b"HTTP/1.0 400"), out[:200]
-        assert out.endswith(b"Too many headers received")
+        head, _, body = out.partition(b"\r\n\r\n")
+        assert b"Content-Type: application/json" in head  # the proxy's own error shape
+        error = json.loads(body)["error"]
+        assert error["code"] == "bad_request"
+        assert error["message"] == "llmtop: bad request: Too many headers received"
         assert not up.requests
         await px.assert_healthy()
 
