@@ -372,6 +372,11 @@ def server_args(
         "--metrics",
         "--slots",
         "--no-webui",
+        # no weight repacking: on CPUs with AMX (Sapphire Rapids and later, as some CI
+        # machines are) this build's AMX kernels segfault in the first decode
+        # (ggml_backend_amx_mul_mat, SIGSEGV at model load); the plain CPU kernels serve
+        # this 135M model just as well
+        "--no-repack",
     ]  # fmt: skip
 
 
