@@ -208,6 +208,8 @@ async def serve(request: web.Request, dialect: Dialect) -> web.StreamResponse:
         return _error(dialect, 400, str(exc))
     try:
         body = json.loads(await request.read())
+    except RecursionError:  # the C decoder recurses once per nesting level
+        return _error(dialect, 400, "the request body is nested too deeply")
     except ValueError:
         return _error(dialect, 400, "the request body is not valid JSON")
     if not isinstance(body, dict):
