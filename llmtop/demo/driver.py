@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 USERS: tuple[tuple[str, float], ...] = (("alice", 0.5), ("bob", 0.3), ("carol", 0.2))
+FAILURE_BACKOFF_S = 0.5
+"""A worker's pause after a failed request (error status or connection error)."""
 WORDS = ("tokens", "latency", "cache", "batch", "decode", "prefill", "memory", "queue")
 
 
@@ -75,13 +77,16 @@ async def _one_request(
         ) as resp:
             async for _ in resp.content.iter_any():
                 pass
-            if resp.status == 200:
-                stats.ok += 1
-            else:
-                stats.failed += 1
+            ok = resp.status == 200
     except (TimeoutError, aiohttp.ClientError):
+        ok = False
+    if ok:
+        stats.ok += 1
+    else:
+        # back off: an error status comes back at once (the proxy's 502 when the engine
+        # is gone), and without a pause every worker would resend in a tight loop
         stats.failed += 1
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(FAILURE_BACKOFF_S)
 
 
 async def drive(
