@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,10 @@ concurrency from 1 to about twice the engine's capacity and back, every couple o
 minutes — so you see latency, queueing, saturation warnings and the capacity
 estimate move. `q` or Ctrl-C stops everything it started.
 """
+
+MAX_PEAK = 1000
+"""Highest --peak: the driver runs one task per unit of peak concurrency, all started at
+once (the tiny engine saturates at 4; --peak 1000000000 ate memory without sending)."""
 
 SIM_PREFIX = "llmtop: sim listening on "
 LISTEN_PREFIX = "llmtop: proxy listening on "
@@ -45,10 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.peak < 1:
-        raise UsageError("--peak must be at least 1")
-    if not args.period > 0:
-        raise UsageError("--period must be positive")
+    if not 1 <= args.peak <= MAX_PEAK:
+        raise UsageError(f"--peak must be 1–{MAX_PEAK}")
+    if not 0 < args.period < float("inf"):
+        raise UsageError("--period must be a positive number of seconds")
     if args.duration is not None and not 0 < args.duration < float("inf"):
         raise UsageError("--duration must be a positive number of seconds")
     if args.drive:
@@ -69,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
         children.append(sim)
         if not sim.ready:
             print(f"llmtop demo: the simulator did not start: {sim.failure()}", file=sys.stderr)
-            return 2 if sim.proc.poll() == 2 else 1
+            return _start_failure_code(sim)
         sim_url = sim.found[SIM_PREFIX]
         run_args = ["run", "--headless", "--upstream", sim_url, "--listen", args.listen,
                     "--admin", args.admin, "--gpu-source", "sim"]
@@ -79,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
         children.append(proxy)
         if not proxy.ready:
             print(f"llmtop demo: the proxy did not start: {proxy.failure()}", file=sys.stderr)
-            return 1
+            return _start_failure_code(proxy)
         proxy_url, admin_url = proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
         driver = Child(llmtop_cmd("demo", "--drive", proxy_url, "--peak", str(args.peak),
                                   "--period", str(args.period)), ())
@@ -108,6 +113,16 @@ def main(args: argparse.Namespace) -> int:
                 if line.startswith(("llmtop: served", "llmtop: recording ")) and \
                         not line.startswith("llmtop: recording to "):
                     print(line, flush=True)
+
+
+def _start_failure_code(child: Child) -> int:
+    """2 when the child refused its arguments (it exits 2 on a usage error: a busy port, a
+    bad address or profile), else 1. Its output ends before it has exited, so wait."""
+    try:
+        code = child.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return 1
+    return 2 if code == 2 else 1
 
 
 def _wait(duration: float | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -43,3 +44,25 @@ def _demo(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "llmtop", "demo", "--headless",
                            "--record", "", "--duration", "5", *args],
                           capture_output=True, text=True, timeout=60)
+
+
+def test_demo_on_a_busy_port_is_a_usage_error() -> None:
+    """A busy --listen port made the demo exit 1 (the proxy's own exit 2 was not passed
+    on); it is bad command-line input like the others: one line and exit 2."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = _demo("--listen", f"127.0.0.1:{port}")
+    assert r.returncode == 2, r.stderr
+    assert "the proxy did not start" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_demo_refuses_a_peak_it_cannot_run_and_an_endless_period() -> None:
+    """--peak 1000000000 started a billion driver tasks (memory grew, nothing was sent);
+    --period inf ran at concurrency 1 for ever."""
+    for args, word in ((("--peak", "1000000000"), "--peak"), (("--period", "inf"), "--period")):
+        r = _demo(*args)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().count("\n") == 0 and word in r.stderr, r.stderr
