@@ -437,9 +437,23 @@ def start_server(
         server = EngineServer(proc, url, log)
         if _wait_healthy(url, proc, time.monotonic() + startup_timeout):
             return server
+        how = exit_description(proc.poll())
         server.stop()
-        last_error = server.log_tail()
-    raise PrepareError(f"llama-server did not become healthy; its log ends with:\n{last_error}")
+        last_error = f"{how}; its log ends with:\n{server.log_tail()}"
+    raise PrepareError(f"llama-server did not become healthy: {last_error}")
+
+
+def exit_description(code: int | None) -> str:
+    """``it exited with code 1``, ``it was killed by SIGSEGV`` (a crash: e.g. the AMX
+    kernels, see :func:`server_args`), or ``it was still starting`` (timed out)."""
+    if code is None:
+        return "it was still starting"
+    if code < 0:
+        try:
+            return f"it was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"it was killed by signal {-code}"
+    return f"it exited with code {code}"
 
 
 GOLDEN_REQUESTS: dict[str, tuple[str, dict[str, object]]] = {
