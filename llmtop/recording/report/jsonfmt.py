@@ -13,7 +13,8 @@ _ESCAPE: Final[dict[int, str]] = {
 }
 """What ``json.dumps(ensure_ascii=False)`` leaves raw but a terminal or encoder must not
 meet: DEL and C1 controls (U+009B is a CSI on some terminals), bidi overrides, and lone
-surrogates (no encoding writes them). JSON's ``\\uXXXX`` keeps each value exactly."""
+surrogates (no encoding writes them). A JSON escape such as ``\\u009b`` keeps each value
+exactly."""
 
 
 def render_json(report: dict[str, Any]) -> str:

@@ -4,27 +4,11 @@ mid-line) is named by its signal, an exit by its code."""
 
 from __future__ import annotations
 
-import importlib.util
 import stat
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def real_engine() -> ModuleType:
-    name = "llmtop_tools_real_engine"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "real_engine.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from e2e_support import load_real_engine
 
 
 def fake_server(tmp_path: Path, body: str) -> Path:
@@ -40,7 +24,7 @@ def fake_server(tmp_path: Path, body: str) -> Path:
 ])
 def test_a_server_that_dies_at_start_is_named_with_how(
         tmp_path: Path, body: str, said: str) -> None:
-    re_ = real_engine()
+    re_ = load_real_engine()
     paths = re_.EnginePaths(server=fake_server(tmp_path, body), model=tmp_path / "m.gguf")
     with pytest.raises(re_.PrepareError) as err:
         re_.start_server(paths, port=0, startup_timeout=10,
