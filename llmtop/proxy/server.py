@@ -48,6 +48,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from aiohttp.streams import StreamReader
 
+from llmtop import http_errors_log
 from llmtop.bus import EventBus
 from llmtop.clock import unix_at_ns
 from llmtop.config import Config, ConfigError, parse_hostport
@@ -223,6 +224,7 @@ class ProxyServer:
                                 auto_decompress=False,
                                 head_timeout_s=self.cfg.timeouts.idle_s,
                                 direct_start=self.direct_start)
+        http_errors_log.install()  # a client's malformed request: one line, not a traceback
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None,

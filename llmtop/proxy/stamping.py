@@ -32,7 +32,6 @@ message, and every later read must go to it).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -40,7 +39,6 @@ from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
-from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 
@@ -61,18 +59,6 @@ aiohttp."""
 
 _HOLD_MAX = 1 << 16
 """Bytes held behind a direct request before reading from the client pauses."""
-
-
-BAD_REQUEST_LOG_S = 60.0
-"""At most one line per this many seconds about clients' malformed requests."""
-
-
-class _BadRequests:
-    logged_at = -BAD_REQUEST_LOG_S
-    unlogged = 0
-
-
-_bad_requests = _BadRequests()
 
 
 class StampingRequestHandler(web.RequestHandler):
@@ -102,28 +88,6 @@ class StampingRequestHandler(web.RequestHandler):
         """Requests handed to a handler whose response is not written in full yet."""
         self._head_since: float | None = None  # loop time since a head is awaited
         self._head_timer: asyncio.TimerHandle | None = None
-
-    def log_exception(self, *args: Any, **kw: Any) -> None:
-        """A client's malformed request (aiohttp answered it 400) is one line, at most one
-        every :data:`BAD_REQUEST_LOG_S` seconds with a count of the others — not a traceback
-        each, which a scanner would turn into a flood; anything else is a bug of ours and
-        keeps its traceback."""
-        exc = kw.get("exc_info")
-        if not isinstance(exc, HttpProcessingError):
-            super().log_exception(*args, **kw)
-            return
-        now = time.monotonic()
-        if now - _bad_requests.logged_at < BAD_REQUEST_LOG_S:
-            _bad_requests.unlogged += 1
-            return
-        peer = self.transport.get_extra_info("peername") if self.transport else None
-        more = _bad_requests.unlogged
-        _bad_requests.logged_at, _bad_requests.unlogged = now, 0
-        self.logger.warning(
-            "llmtop: malformed request from %s answered 400 (%s)%s",
-            peer[0] if isinstance(peer, tuple) else "a client",
-            " ".join(str(exc.message).split())[:160] or type(exc).__name__,
-            f"; {more} more since the last such line" if more else "")
 
     def handle_error(self, request: web.BaseRequest, status: int = 500,
                      exc: BaseException | None = None, message: str | None = None

@@ -357,10 +357,10 @@ async def test_mid_stream_error_status_in_body_stays_visible() -> None:
 
 async def test_malformed_requests_get_400_and_one_log_line_without_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
-    from llmtop.proxy import stamping
+    from llmtop import http_errors_log  # the proxy's (and the admin API's) one line
 
-    stamping._bad_requests.logged_at = -stamping.BAD_REQUEST_LOG_S
-    stamping._bad_requests.unlogged = 0
+    http_errors_log.bad_requests.logged_at = -http_errors_log.BAD_REQUEST_LOG_S
+    http_errors_log.bad_requests.unlogged = 0
     bad = [b"GET /v1/models?q=caf\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n",
            b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"]
@@ -380,5 +380,5 @@ async def test_malformed_requests_get_400_and_one_log_line_without_traceback(
     assert len(logged) == 1, [r.getMessage() for r in logged]
     assert logged[0].exc_info is None and logged[0].levelname == "WARNING"
     assert "malformed request from 127.0.0.1 answered 400" in logged[0].getMessage()
-    assert stamping._bad_requests.unlogged == 5
+    assert http_errors_log.bad_requests.unlogged == 5
     assert [x.path_qs for x in up.seen] == ["/v1/models"]  # none of the malformed went on
