@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -44,14 +46,34 @@ from llmtop.sim.formats import (
 ENGINE: web.AppKey[SimEngine] = web.AppKey("sim_engine", SimEngine)
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                403: "permission_error", 404: "not_found_error", 429: "rate_limit_error",
-                529: "overloaded_error"}
+                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                429: "rate_limit_error", 529: "overloaded_error"}
+"""Anthropic's ``error.type`` by status (``api_error`` otherwise)."""
+
+_OPENAI_TYPES = {400: "BadRequestError", 401: "AuthenticationError",
+                 403: "PermissionDeniedError", 404: "NotFoundError",
+                 405: "MethodNotAllowedError", 409: "ConflictError",
+                 413: "RequestEntityTooLargeError", 422: "UnprocessableEntityError",
+                 429: "RateLimitError"}
+"""vLLM's ``error.type`` by status (openai-python's exception class names where it has
+one); another 4xx gets its reason phrase in the same style."""
+
+
+def _openai_type(status: int) -> str:
+    if status in _OPENAI_TYPES:
+        return _OPENAI_TYPES[status]
+    if status >= 500:
+        return "InternalServerError"
+    try:  # 415 UnsupportedMediaTypeError, …
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        return "BadRequestError"
+    return "".join(w[:1].upper() + w[1:] for w in re.split(r"[^A-Za-z]+", phrase)) + "Error"
 
 
 def _openai_error(status: int, message: str) -> dict[str, Any]:
-    kind = "BadRequestError" if status == 400 else (
-        "RateLimitError" if status == 429 else "InternalServerError")
-    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return {"error": {"message": message, "type": _openai_type(status), "param": None,
+                      "code": status}}
 
 
 def _anthropic_error(status: int, message: str) -> dict[str, Any]:
@@ -88,9 +110,14 @@ TGI_STREAM = Dialect("tgi", "tgi-", parse_tgi_stream, TgiEncoder, _tgi_error)
 TGI = Dialect("tgi", "tgi-", parse_tgi, TgiEncoder, _tgi_error)
 
 
-def _error(dialect: Dialect, status: int, message: str) -> web.Response:
-    headers = {"Retry-After": "1"} if status == 429 else None
-    return web.json_response(dialect.error(status, message), status=status, headers=headers)
+def error_response(dialect: Dialect, status: int, message: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON error in ``dialect``'s shape (``429`` adds ``Retry-After: 1``)."""
+    headers = dict(headers or {})
+    if status == 429:
+        headers.setdefault("Retry-After", "1")
+    return web.json_response(dialect.error(status, message), status=status,
+                             headers=headers or None)
 
 
 def _abort(request: web.Request) -> None:
@@ -205,31 +232,32 @@ async def serve(request: web.Request, dialect: Dialect) -> web.StreamResponse:
     try:
         faults = parse_faults(request.headers.get(HEADER))
     except ValueError as exc:
-        return _error(dialect, 400, str(exc))
+        return error_response(dialect, 400, str(exc))
     try:
         body = json.loads(await request.read())
     except RecursionError:  # the C decoder recurses once per nesting level
-        return _error(dialect, 400, "the request body is nested too deeply")
+        return error_response(dialect, 400, "the request body is nested too deeply")
     except ValueError:
-        return _error(dialect, 400, "the request body is not valid JSON")
+        return error_response(dialect, 400, "the request body is not valid JSON")
     if not isinstance(body, dict):
-        return _error(dialect, 400, "the request body must be a JSON object")
+        return error_response(dialect, 400, "the request body must be a JSON object")
     try:
         parsed = dialect.parse(body)
     except BadRequest as exc:
-        return _error(dialect, 400, str(exc))
+        return error_response(dialect, 400, str(exc))
     if faults.status is not None:
         if faults.slow_headers_s:
             await asyncio.sleep(faults.slow_headers_s)
-        return _error(dialect, faults.status, f"simulated error {faults.status} ({HEADER})")
+        return error_response(dialect, faults.status,
+                              f"simulated error {faults.status} ({HEADER})")
     try:
         req = engine.submit(path=request.path, stream=parsed.stream,
                             prompt_tokens=parsed.prompt_tokens, max_tokens=parsed.max_tokens,
                             id_prefix=dialect.id_prefix)
     except SimRequestError as exc:
-        return _error(dialect, 400, str(exc))
+        return error_response(dialect, 400, str(exc))
     except EngineClosed as exc:
-        return _error(dialect, 503, str(exc))
+        return error_response(dialect, 503, str(exc))
     enc = dialect.encoder(req, parsed.model or engine.profile.model,
                           include_usage=parsed.include_usage,
                           continuous_usage=parsed.continuous_usage, details=parsed.details)

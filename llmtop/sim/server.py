@@ -7,6 +7,11 @@ Routes:
 * ``GET /v1/models``, ``/api/tags``, ``/health``, ``/metrics`` (vLLM names);
 * ground truth: ``GET /sim/state``, ``/sim/requests``, ``/sim/gpu``.
 
+Every error is JSON in the API's error shape, those aiohttp itself raises included (404 for
+an unknown path, 405 for a wrong method with its ``Allow``, 413 for a body over
+:data:`MAX_BODY`): in the shape of the endpoint's dialect on a generation path, else
+OpenAI's ``{"error": {"message", "type", "param", "code"}}``, as vLLM answers.
+
 Run the app with ``handler_cancellation=True`` (as :func:`running_sim` and ``llmtop sim``
 do) so a client that disconnects while queued is noticed at once, not at the next write.
 """
@@ -14,12 +19,12 @@ do) so a client that disconnects while queued is noticed at once, not at the nex
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client.registry import CollectorRegistry
 
 from llmtop.sim import handlers
@@ -71,6 +76,47 @@ async def _gpu(request: web.Request) -> web.Response:
     return web.json_response({"gpus": [request.app[ENGINE].gpu()]})
 
 
+GENERATION_ROUTES: tuple[tuple[str, handlers.Dialect], ...] = (
+    ("/v1/chat/completions", handlers.CHAT),
+    ("/v1/completions", handlers.COMPLETIONS),
+    ("/v1/messages", handlers.MESSAGES),
+    ("/api/chat", handlers.OLLAMA_CHAT),
+    ("/api/generate", handlers.OLLAMA_GENERATE),
+    ("/generate_stream", handlers.TGI_STREAM),
+    ("/generate", handlers.TGI),
+)
+_DIALECT_BY_PATH = dict(GENERATION_ROUTES)
+_DROPPED_HEADERS = frozenset({hdrs.CONTENT_TYPE.lower(), hdrs.CONTENT_LENGTH.lower()})
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """``exc`` (an aiohttp 4xx/5xx) as a JSON error, its other headers (``Allow``) kept."""
+    status = exc.status
+    detail = exc.text or ""
+    if not detail or detail == f"{status}: {exc.reason}":  # aiohttp's default text
+        detail = exc.reason
+    detail = detail.strip().rstrip(".")
+    message = f"{detail}: {request.method} {request.path}"
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        message += f" (allowed: {', '.join(sorted(exc.allowed_methods))})"
+    headers = {k: v for k, v in exc.headers.items() if k.lower() not in _DROPPED_HEADERS}
+    dialect = _DIALECT_BY_PATH.get(request.path, handlers.CHAT)
+    return handlers.error_response(dialect, status, message, headers)
+
+
+@web.middleware
+async def _json_errors(request: web.Request,
+                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                       ) -> web.StreamResponse:
+    """aiohttp's plain-text error answers (``404: Not Found``) as JSON errors."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _http_error(request, exc)
+
+
 _REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("sim_registry", CollectorRegistry)
 
 
@@ -79,7 +125,7 @@ def make_sim_app(profile: SimProfile, *, firehose: bool = False, seed: int = 0
     """The simulator as an aiohttp application. The engine (``app[ENGINE]``) starts with
     the app and stops on shutdown (unfinished streams are then dropped). ``seed`` fixes
     request ids, output lengths and text. Serve it with ``handler_cancellation=True``."""
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_json_errors])
     engine = SimEngine(profile, firehose=firehose, seed=seed)
     app[ENGINE] = engine
     app[_REGISTRY] = registry_for(engine)
@@ -92,15 +138,7 @@ def make_sim_app(profile: SimProfile, *, firehose: bool = False, seed: int = 0
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
-    for path, dialect in (
-        ("/v1/chat/completions", handlers.CHAT),
-        ("/v1/completions", handlers.COMPLETIONS),
-        ("/v1/messages", handlers.MESSAGES),
-        ("/api/chat", handlers.OLLAMA_CHAT),
-        ("/api/generate", handlers.OLLAMA_GENERATE),
-        ("/generate_stream", handlers.TGI_STREAM),
-        ("/generate", handlers.TGI),
-    ):
+    for path, dialect in GENERATION_ROUTES:
         app.router.add_post(path, handlers.endpoint(dialect))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/api/tags", _tags)
