@@ -24,7 +24,6 @@ import asyncio
 import errno
 import itertools
 import json
-import socket
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ import aiohttp
 
 from llmtop.bench.workload import BenchRequest
 from llmtop.events import Outcome, RequestRecord, TokenSource
+from llmtop.net_errors import connect_failure_kind
 from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.dialects.registry import make_parser
@@ -247,17 +247,10 @@ class BenchClient:
 
 
 def failure_kind(exc: aiohttp.ClientError) -> str:
-    """A short name for why a request got no complete answer, for counting and showing."""
+    """A short name for why a request got no complete answer, for counting and showing:
+    for a connection never made, :func:`llmtop.net_errors.connect_failure_kind`'s."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        if isinstance(os_error, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(exc, aiohttp.ClientSSLError):
-            return "TLS error"
-        if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(os_error,
-                                                                          socket.gaierror):
-            return "host not found"
-        return "cannot connect"
+        return connect_failure_kind(exc)
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "server disconnected"
     if isinstance(exc, aiohttp.ClientPayloadError):

@@ -8,10 +8,8 @@ implements the same protocol, plus :class:`ReplayControl` for pause, seek and sp
 from __future__ import annotations
 
 import asyncio
-import errno
 import importlib
 import json
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ import aiohttp
 import orjson
 
 from llmtop.admin import AGE_HEADER
-from llmtop.textsafe import printable
+from llmtop.net_errors import connect_failure
 
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
 SNAPSHOT_KEYS = frozenset({"version", "window_s"})
@@ -163,23 +161,8 @@ class _Failure(Exception):
 def _short(exc: BaseException) -> str:
     """Why an admin API could not be read, in a few words a user can act on: the
     connector's own reason (refused, host not found, TLS), not one word for all of them."""
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return "TLS certificate not trusted"
-    if isinstance(exc, aiohttp.ClientConnectorSSLError):
-        return "TLS handshake failed"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return f"host not found: {printable(exc.host)}"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        cause = exc.os_error
-        # asyncio joins the failures of several addresses (::1, 127.0.0.1) into one
-        # OSError without an errno: refused when every one of them was
-        codes = {int(c) for c in re.findall(r"\[Errno (\d+)\]", str(cause))}
-        if cause.errno == errno.ECONNREFUSED or codes == {errno.ECONNREFUSED}:
-            return "connection refused"
-        if isinstance(cause, TimeoutError):
-            return "connect timed out"
-        why = cause.strerror or str(cause) or type(cause).__name__
-        return f"cannot connect: {why}"[:80]
+        return connect_failure(exc)
     if isinstance(exc, TimeoutError):
         return "timed out"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
