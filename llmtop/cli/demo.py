@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,12 +23,17 @@ which saturates at a handful of concurrent requests), the proxy in front of it
 recording the session, and traffic from three users (alice, bob, carol) that ramps
 concurrency from 1 to about twice the engine's capacity and back, every couple of
 minutes — so you see latency, queueing, saturation warnings and the capacity
-estimate move. `q` or Ctrl-C stops everything it started.
+estimate move. `q` or Ctrl-C stops everything it started. Should one of them die (the
+engine, the proxy or the traffic), the demo stops the others and exits 1 with a line
+that says which and how.
 """
 
 MAX_PEAK = 1000
 """Highest --peak: the driver runs one task per unit of peak concurrency, all started at
 once (the tiny engine saturates at 4; --peak 1000000000 ate memory without sending)."""
+
+WATCH_INTERVAL_S = 0.2
+"""How often the demo checks that its processes still run."""
 
 SIM_PREFIX = "llmtop: sim listening on "
 LISTEN_PREFIX = "llmtop: proxy listening on "
@@ -67,52 +75,140 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--record: directory {parent} does not exist")
 
     children: list[Child] = []
+    watch = _Watch()
     interrupt_on_sigterm()
+    code = 0
     try:
-        sim = Child(llmtop_cmd("sim", "--profile", args.profile, "--listen", "127.0.0.1:0"),
-                    (SIM_PREFIX,))
-        children.append(sim)
-        if not sim.ready:
-            print(f"llmtop demo: the simulator did not start: {sim.failure()}", file=sys.stderr)
-            return _start_failure_code(sim)
-        sim_url = sim.found[SIM_PREFIX]
-        run_args = ["run", "--headless", "--upstream", sim_url, "--listen", args.listen,
-                    "--admin", args.admin, "--gpu-source", "sim"]
-        if record:
-            run_args += ["--record", record]
-        proxy = Child(llmtop_cmd(*run_args), (LISTEN_PREFIX, ADMIN_PREFIX))
-        children.append(proxy)
-        if not proxy.ready:
-            print(f"llmtop demo: the proxy did not start: {proxy.failure()}", file=sys.stderr)
-            return _start_failure_code(proxy)
-        proxy_url, admin_url = proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
-        driver = Child(llmtop_cmd("demo", "--drive", proxy_url, "--peak", str(args.peak),
-                                  "--period", str(args.period)), ())
-        children.append(driver)
-        print(f"llmtop: sim listening on {sim_url}", flush=True)
-        print(f"llmtop: proxy listening on {proxy_url}", flush=True)
-        print(f"llmtop: admin listening on {admin_url}", flush=True)
-        if record:
-            print(f"llmtop: recording to {record}", flush=True)
-        if args.headless or not sys.stdout.isatty():
-            _wait(args.duration)
-            return 0
-        from llmtop.tui import run_tui
-        from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
-
-        return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
-                       title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url)
+        code = _run(args, record, children, watch)
     except KeyboardInterrupt:
-        return 0
+        code = 0
     finally:
-        for child in reversed(children):
-            child.stop(20)
-        for child in children:
-            for line in child.lines:
-                # the summary lines (the start-up "recording to" was printed above)
-                if line.startswith(("llmtop: served", "llmtop: recording ")) and \
-                        not line.startswith("llmtop: recording to "):
-                    print(line, flush=True)
+        _shutdown(watch, children)
+    for child in children:
+        for line in child.lines:
+            # the summary lines (the start-up "recording to" was printed above)
+            if line.startswith(("llmtop: served", "llmtop: recording ")) and \
+                    not line.startswith("llmtop: recording to "):
+                print(line, flush=True)
+    if watch.dead is not None:
+        name, child = watch.dead
+        others = " and ".join(n for n in watch.names if n != name)
+        print(f"llmtop demo: {name} exited ({_how(child)}); stopped {others}",
+              file=sys.stderr, flush=True)
+        return 1
+    return code
+
+
+def _run(args: argparse.Namespace, record: str, children: list[Child], watch: _Watch
+         ) -> int:
+    """Start the three processes (appended to ``children`` as they start) and run the TUI
+    or wait; the exit code."""
+    sim = Child(llmtop_cmd("sim", "--profile", args.profile, "--listen", "127.0.0.1:0"),
+                (SIM_PREFIX,))
+    children.append(sim)
+    if not sim.ready:
+        print(f"llmtop demo: the simulator did not start: {sim.failure()}", file=sys.stderr)
+        return _start_failure_code(sim)
+    sim_url = sim.found[SIM_PREFIX]
+    run_args = ["run", "--headless", "--upstream", sim_url, "--listen", args.listen,
+                "--admin", args.admin, "--gpu-source", "sim"]
+    if record:
+        run_args += ["--record", record]
+    proxy = Child(llmtop_cmd(*run_args), (LISTEN_PREFIX, ADMIN_PREFIX))
+    children.append(proxy)
+    if not proxy.ready:
+        print(f"llmtop demo: the proxy did not start: {proxy.failure()}", file=sys.stderr)
+        return _start_failure_code(proxy)
+    proxy_url, admin_url = proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
+    driver = Child(llmtop_cmd("demo", "--drive", proxy_url, "--peak", str(args.peak),
+                              "--period", str(args.period)), ())
+    children.append(driver)
+    tui = not args.headless and sys.stdout.isatty()
+    watch.start({"the simulator": sim, "the proxy": proxy, "the traffic driver": driver},
+                interrupt=tui)
+    print(f"llmtop: sim listening on {sim_url}", flush=True)
+    print(f"llmtop: proxy listening on {proxy_url}", flush=True)
+    print(f"llmtop: admin listening on {admin_url}", flush=True)
+    if record:
+        print(f"llmtop: recording to {record}", flush=True)
+    if not tui:
+        _wait(args.duration, watch.died)
+        return 0
+    from llmtop.tui import run_tui
+    from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
+
+    return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
+                   title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url)
+
+
+class _Watch:
+    """Notices one of the demo's processes exiting while the demo runs: sets ``died`` and
+    ``dead`` (its name and :class:`Child`); with ``interrupt`` (the TUI) also sends this
+    process SIGTERM, which ends the TUI as Ctrl-C does. The simulator dying left the proxy
+    answering 502 to every request, and the demo carried on as if nothing had happened."""
+
+    def __init__(self) -> None:
+        self.died = threading.Event()
+        self.dead: tuple[str, Child] | None = None
+        self.names: list[str] = []
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self, children: dict[str, Child], *, interrupt: bool) -> None:
+        """Watch ``children`` (by the names the message gives them) in a thread."""
+        self.names = list(children)
+
+        def watch() -> None:
+            while not self._closed.wait(WATCH_INTERVAL_S):
+                for name, child in children.items():
+                    if child.proc.poll() is None:
+                        continue
+                    with self._lock:
+                        if self._closed.is_set():
+                            return
+                        self.dead = (name, child)
+                        self._closed.set()
+                        self.died.set()
+                        if interrupt:
+                            os.kill(os.getpid(), signal.SIGTERM)
+                    return
+
+        self._thread = threading.Thread(target=watch, name="llmtop-demo-watch", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop watching (the demo is about to stop its processes itself)."""
+        with self._lock:
+            self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def _shutdown(watch: _Watch, children: list[Child]) -> None:
+    """Stop watching, then stop the processes, last started first. A SIGTERM or Ctrl-C
+    meanwhile (the watch's own, should it land late) does not cut this short: no process
+    is left behind, and no traceback."""
+    while True:
+        try:
+            watch.close()
+            for child in reversed(children):
+                child.stop(20)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _how(child: Child) -> str:
+    """``killed by SIGKILL``; ``exit code 1: <its last line>``."""
+    from llmtop.worker_procs import describe_exit
+
+    code = child.proc.returncode
+    how = describe_exit(code)
+    last = [ln.strip() for ln in child.lines if ln.strip()]
+    if code is not None and code > 0 and last:
+        how += f": {last[-1][:200]}"
+    return how
 
 
 def _start_failure_code(child: Child) -> int:
@@ -125,11 +221,13 @@ def _start_failure_code(child: Child) -> int:
     return 2 if code == 2 else 1
 
 
-def _wait(duration: float | None) -> None:
+def _wait(duration: float | None, died: threading.Event) -> None:
+    """Until Ctrl-C, ``duration`` seconds or ``died``."""
     deadline = None if duration is None else time.monotonic() + duration
     with contextlib.suppress(KeyboardInterrupt):
         while deadline is None or time.monotonic() < deadline:
-            time.sleep(0.2)
+            if died.wait(0.2):
+                return
 
 
 def _drive(args: argparse.Namespace) -> int:
