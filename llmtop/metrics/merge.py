@@ -2,9 +2,11 @@
 
 - Latency: the encoded histograms are decoded, added bucket by bucket and the
   percentiles recomputed from the sum — exact, never an average of percentiles.
-- Counts and rates are summed (each proxy divides by its own window span; the spans of
-  proxies polled together agree to within one interval). Attainment is recomputed from the
-  summed ``slo_met`` and ``requests``.
+- Counts and rates are summed: each proxy divides by its own window span, so a proxy
+  started 3 s ago (span 3 s) and one running for an hour (span 10–12 s) add up right; the
+  merged ``span_s`` is the largest part's, and summed counts divided by it are not the
+  rates when the parts' spans differ. Attainment is recomputed from the summed
+  ``slo_met`` and ``requests``.
 - Users and models are merged by name — the fold of those past each proxy's top N
   (``tracked`` false, named ``other``) only with other folds, never with a real user
   named ``other``. Their percentiles are exact when every part

@@ -11,8 +11,11 @@ Fields beyond the documented ones (extensions; the documented ones never change 
 - ``system`` and ``users[*]``: ``slo_judged``, the requests ``slo_attainment`` is taken
   over (all but those cancelled while within every objective: :mod:`llmtop.metrics.slo`);
 - ``system``: ``timeouts``, ``ok``, ``slo_met``, ``output_tokens``, ``input_tokens``,
-  ``span_s`` (the seconds the rates are divided by: the window's real coverage, at least
-  1), ``in_flight_mean``/``_max``, ``waiting_mean``/``_max``, ``streaming_mean``;
+  ``span_s`` (the seconds the rates are divided by: the time the window really covers —
+  the time since the aggregator started until the window is full, then 10–12, 60–70 or
+  300–310 s —, at least 1: the first second reads low rather than a request in its first
+  10 ms reading 100/s), ``in_flight_mean``/``_max``, ``waiting_mean``/``_max``,
+  ``streaming_mean``;
 - ``latency.*``: ``mean``; ``users[*]``: ``waiting``, ``streaming``, ``rps``,
   ``input_tps``, ``errors``, ``cancelled``, ``timeouts``, ``slo_met``, ``goodput_rps``,
   ``goodput_tps``, ``finished_output_tps`` (output tokens per second of the requests that
