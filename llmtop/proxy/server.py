@@ -479,7 +479,7 @@ class ProxyServer:
             resp = self.proxy_error(ex, dialect, 408, "timeout",
                                     f"client sent no body for {idle_s:g} s", "request_timeout")
             resp.force_close()
-            return resp
+            return await _answer_and_close(request, resp)
         finally:
             wd.stop()
         if body is None:
@@ -846,6 +846,20 @@ def _with_usage(body: bytes) -> bytes | None:
         if rest[:1] == b"{" and body[i + 1:i + 2] != b"\x00":
             return body[:i + 1] + _USAGE_OPTION + body[i + 1:]
     return add_include_usage(body)
+
+
+async def _answer_and_close(request: web.BaseRequest, resp: web.Response) -> web.Response:
+    """Write ``resp`` and close the connection at once. aiohttp would otherwise linger
+    after it, reading the rest of the body for up to 10 s (its ``lingering_time``) — but a
+    client that stopped sending its body sends no more: the connection was held that long,
+    or until the next-head timeout (``idle_s``) closed it."""
+    try:
+        await resp.prepare(request)
+        await resp.write_eof()
+    except ConnectionError:  # the client left as the answer went out
+        pass
+    request.protocol.force_close()
+    return resp
 
 
 def _h2c_only(upgrade: str) -> bool:

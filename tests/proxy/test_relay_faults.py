@@ -382,3 +382,25 @@ async def test_malformed_requests_get_400_and_one_log_line_without_traceback(
     assert "malformed request from 127.0.0.1 answered 400" in logged[0].getMessage()
     assert http_errors_log.bad_requests.unlogged == 5
     assert [x.path_qs for x in up.seen] == ["/v1/models"]  # none of the malformed went on
+
+
+async def test_connection_closes_as_the_408_goes_out() -> None:
+    """aiohttp lingers after a response to a request whose body was not read (up to 10 s,
+    reading the rest of the body): for a client that stopped sending its body the
+    connection was held until the next-head timeout (idle_s) closed it."""
+    async with scripted_upstream() as up, \
+            running_proxy(up.url, timeouts__idle_s=1.0) as (_, url, recs):
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 100\r\n\r\n{")
+        first = await asyncio.wait_for(reader.read(1), 5)
+        t = time.perf_counter()
+        rest = await asyncio.wait_for(reader.read(), 5)  # until the proxy closes
+        gap = time.perf_counter() - t
+        writer.close()
+        (rec,) = await recs.wait(1)
+    assert (first + rest).startswith(b"HTTP/1.1 408")
+    assert rest.endswith(b"}")  # the whole JSON error body came before the close
+    assert gap < 0.5, f"closed {gap:.2f} s after the 408 (idle_s 1 s)"
+    assert rec.status == 408
