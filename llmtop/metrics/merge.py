@@ -221,13 +221,47 @@ def _merge_series(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+_SECTIONS: Final = (
+    ("system", Mapping), ("latency", Mapping), ("histograms", Mapping), ("capacity", Mapping),
+    ("engine", Mapping), ("slo", Mapping), ("users", list), ("models", list), ("gpus", list),
+    ("warnings", list), ("series", list),
+)
+
+
+def _check_part(s: object) -> None:
+    """ValueError naming what is wrong when ``s`` is not shaped like a snapshot (a missing
+    section is fine: an older llmtop)."""
+    if not isinstance(s, Mapping):
+        raise ValueError("a proxy's snapshot is malformed: not an object")
+    w = s.get("window_s")
+    if w is not None and (isinstance(w, bool) or not isinstance(w, int | float)):
+        raise ValueError("a proxy's snapshot is malformed: window_s is not a number")
+    for key, kind in _SECTIONS:
+        v = s.get(key)
+        if v is not None and not isinstance(v, kind):
+            what = "an object" if kind is Mapping else "a list"
+            raise ValueError(f"a proxy's snapshot is malformed: '{key}' is not {what}")
+
+
 def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One snapshot for several proxies (see the module docstring for each field's rule).
 
-    Raises ``ValueError`` for no snapshots, different windows or undecodable histograms.
-    """
+    Raises ``ValueError`` for no snapshots, different windows, undecodable histograms or a
+    snapshot that is not shaped like one (``llmtop attach`` then leaves that proxy out,
+    named with the reason, and merges the others: any other exception would blank the
+    whole view with a Python error)."""
     if not snaps:
         raise ValueError("no snapshots to merge")
+    for s in snaps:
+        _check_part(s)
+    try:
+        return _merge(snaps)
+    except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+        raise ValueError(
+            f"a proxy's snapshot is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _merge(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     windows = {s.get("window_s") for s in snaps}
     if len(windows) != 1:
         raise ValueError(f"snapshots cover different windows: {sorted(map(str, windows))}")
