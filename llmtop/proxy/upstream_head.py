@@ -105,6 +105,7 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
     ctype = encoding = None
     folded = False
     te_seen = False
+    codings: list[bytes] = []
     if raw.count(b"\n") != len(lines) - 1 or raw.count(b"\r") != len(lines) - 1:
         # a bare CR or LF: a client would read it as a line end (header injection)
         raise MalformedResponse("bare CR or LF in the response head")
@@ -135,7 +136,7 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
                 raise MalformedResponse("conflicting Content-Length headers")
             length = n
         elif low == b"transfer-encoding":
-            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+            codings.extend(c.strip().lower() for c in value.split(b",") if c.strip())
             te_seen = True
         elif low == b"connection":
             tokens = {t.strip().lower() for t in value.split(b",")}
@@ -158,6 +159,14 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
                 encoding = value.decode("latin-1")
     no_body = head_request or status in _NO_BODY_STATUS or 100 <= status < 200
     if te_seen:
+        chunked = codings == [b"chunked"]
+        if not chunked and not no_body:
+            # a transfer coding other than chunked (gzip, compress, deflate, or chunked
+            # twice): its bytes would reach the client as the body itself, undecoded and
+            # unframed — refused, as nginx does (QA: "gzip" went through as plain bytes)
+            shown = b", ".join(codings).decode("latin-1")[:60]
+            raise MalformedResponse(f"unsupported Transfer-Encoding {shown!r} "
+                                    "(only chunked is relayed)")
         # Transfer-Encoding overrides Content-Length (RFC 9112 6.3: a body of unknown
         # length when its last coding is not chunked); both at once may be a smuggling
         # attempt, so the connection is not used again (QA: it went back to the pool)

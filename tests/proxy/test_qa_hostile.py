@@ -329,3 +329,39 @@ async def test_bytes_after_a_bodiless_response_do_not_reuse_the_connection(metho
     assert head.split(b" ")[1] in (b"200", b"204")
     assert second[0] == 200 and second[2] == b"ok"
     assert len(conns) == 2
+
+
+@pytest.mark.parametrize(
+    ("te", "body"),
+    [
+        (b"gzip", b"\x1f\x8b\x08\x00junk"),  # until close
+        (b"gzip, chunked", b"4\r\n\x1f\x8b\x08\x00\r\n0\r\n\r\n"),
+        (b"chunked, chunked", b"2\r\nok\r\n0\r\n\r\n"),
+    ],
+)
+async def test_transfer_coding_other_than_chunked_is_502_not_relayed_as_the_body(
+        te: bytes, body: bytes) -> None:
+    """A transfer coding the proxy does not decode (RFC 9112 7: hop-by-hop, so it cannot
+    be passed on without the header a client would need) is refused as nginx refuses it;
+    the coded bytes went to the client as the body itself."""
+
+    async def respond(head: bytes, _n: int) -> bytes:
+        if head.startswith(b"GET /te "):
+            return (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: "
+                    + te + b"\r\nConnection: close\r\n\r\n" + body)
+        return OK
+
+    async with raw_upstream(respond) as (url, _, _c), running_proxy(url) as (_, purl, _r):
+        got = await exchange(purl, [get("/te"), get("/ok")])
+    assert got[0][0] == 502
+    assert "Transfer-Encoding" in proxy_error(got[0]) and "only chunked" in proxy_error(got[0])
+    assert (got[1][0], got[1][2]) == (200, b"ok")  # the proxy still serves
+
+
+async def test_transfer_encoding_on_a_bodiless_response_is_harmless() -> None:
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n"
+
+    async with raw_upstream(respond) as (url, _, _c), running_proxy(url) as (_, purl, _r):
+        (resp,) = await exchange(purl, [get("/x")])
+    assert resp[0] == 204
