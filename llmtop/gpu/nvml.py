@@ -68,6 +68,8 @@ class _Device:
     mig: bool = False
     chains: list[GpmChain] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
+    answered: set[str] = field(default_factory=set)
+    """Newer queries (of :meth:`NvmlBackend._either`) that have answered at least once."""
     last_error: str | None = None
 
 
@@ -245,13 +247,29 @@ class NvmlBackend:
         newer: tuple[str, Callable[[], T]] | None,
         older: tuple[str, Callable[[], T]],
     ) -> T | None:
-        """The newer query; the older one only when the newer is unsupported (an older
-        driver), not when it failed for another reason."""
-        if newer is not None and newer[0] not in dev.unsupported:
-            value = self._query(dev, *newer)
-            if value is not None or newer[0] not in dev.unsupported:
-                return value
-        return self._query(dev, *older)
+        """The newer query, else the older one.
+
+        The older one is asked when the newer is unsupported (an older driver), and also
+        when the newer has never answered on this device and fails with another error:
+        some drivers have the newer function and fail it every time (WSL answers
+        ``nvmlDeviceGetMemoryInfo_v2`` with "Unknown Error"). If the older one then
+        answers, the newer is not asked again and its error is not reported. A newer query
+        that has answered before and fails now is a passing fault: None for this reading,
+        no mixing of the two queries' figures."""
+        if newer is None or newer[0] in dev.unsupported:
+            return self._query(dev, *older)
+        before = dev.last_error
+        value = self._query(dev, *newer)
+        if value is not None:
+            dev.answered.add(newer[0])
+            return value
+        if newer[0] not in dev.unsupported and (dev.lost or newer[0] in dev.answered):
+            return None
+        value = self._query(dev, *older)
+        if value is not None and newer[0] not in dev.unsupported:
+            dev.unsupported.add(newer[0])  # broken here, not missing: use the older for good
+            dev.last_error = before
+        return value
 
     def _note_error(self, dev: _Device, fld: str, exc: Any) -> None:
         nv = self._nvml

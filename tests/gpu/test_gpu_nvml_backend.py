@@ -96,7 +96,10 @@ def test_no_permission_is_na_not_an_error() -> None:
 
 
 def test_memory_error_is_none_without_fallback() -> None:
+    """A v2 query that has answered before and fails now: None, v1's figure not mixed in
+    (drivers that fail v2 from the start: tests/gpu/test_gpu_qa_fallback.py)."""
     fake, b, _ = make(FakeDevice())
+    assert b.memory(0) is not None
     fake.fail(0, "nvmlDeviceGetMemoryInfo_v2", pynvml.NVML_ERROR_UNKNOWN)
     assert b.memory(0) is None
     assert fake.count("nvmlDeviceGetMemoryInfo") == 0
