@@ -26,9 +26,10 @@
 Errors are JSON ``{"error": "<one line>"}`` with a fitting status: 400 bad input (a known
 query parameter given twice, a yes/no parameter that is neither ``1/true/yes`` nor
 ``0/false/no``, a recording body that is not a JSON object in UTF-8 or cannot be decoded,
-a recording path ending in ``/``), 401 missing or wrong token, 404 unknown route or
-missing directory, 409 recording state conflict, 501 no recorder in this process. Unknown
-query parameters are ignored (a newer client may send what this proxy does not know).
+a recording path ending in ``/`` or not in ``.jsonl``/``.jsonl.gz``), 401 missing or wrong
+token, 404 unknown route or missing directory, 409 recording state conflict, 501 no
+recorder in this process. Unknown query parameters are ignored (a newer client may send
+what this proxy does not know).
 When ``admin_token`` is set every route —
 ``/metrics`` and health included — requires ``Authorization: Bearer <token>`` (compared
 in constant time) — except the paths in ``AdminContext.self_authenticated``, whose
@@ -370,6 +371,13 @@ async def recording_control(request: web.Request) -> web.Response:
             if path.endswith(("/", os.sep)):  # was a file named after the directory
                 return json_error(400, f"{path}: names a directory; give a file name such "
                                        "as DIR/session.jsonl")
+            if not path.endswith((".jsonl", ".jsonl.gz")):
+                # whoever reaches this API may not pick any file the proxy can create: a
+                # recording named ~/.bash_login or a cron/profile file would be read as
+                # commands (its lines quote client-chosen text); a recording's own suffix is
+                # read by nothing of the kind
+                return json_error(400, "the recording's file name must end in .jsonl or "
+                                       ".jsonl.gz")
             if current is not None:
                 return json_error(409, f"already recording to {current.get('path', '?')}; "
                                        "stop it first")

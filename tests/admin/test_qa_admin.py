@@ -173,3 +173,23 @@ async def test_metrics_escape_client_chosen_user_labels(admin: Callable[[], Any]
     # every hostile value comes back intact; the user named "other" is not the fold
     assert users == {*HOSTILE_USERS[:3], "other_"}
     assert not any(line.startswith("evil_metric") for line in text.splitlines())
+
+
+async def test_recording_from_the_api_must_be_named_like_a_recording(
+        admin: Callable[[], Any], tmp_path: Path) -> None:
+    """Whoever reaches the admin API chose any path the proxy could create: a recording at
+    ``~/.bash_login`` (absent) would run its lines at the next login — they quote
+    client-chosen text such as user names. Only ``.jsonl``/``.jsonl.gz`` names now."""
+    url = await admin()
+    for name in (".bash_login", "x.txt", "x.JSONL.GZ", "x.jsonl.gz.sh", "x.gz"):
+        status, ctype, text = await post_raw(
+            url, json.dumps({"action": "start", "path": str(tmp_path / name)}).encode())
+        assert status == 400 and ctype.startswith("application/json"), (name, text)
+        assert ".jsonl" in json.loads(text)["error"]
+    assert os.listdir(tmp_path) == []
+    status, _, text = await post_raw(
+        url, json.dumps({"action": "start", "path": str(tmp_path / "ok.jsonl.gz")}).encode())
+    assert status == 200, text
+    status, _, _ = await post_raw(url, json.dumps({"action": "stop"}).encode())
+    assert status == 200
+    assert os.listdir(tmp_path) == ["ok.jsonl.gz"]
