@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 from llmtop.cli.common import UsageError
+
+if TYPE_CHECKING:
+    from llmtop.tui.source import MergeFn
 
 NAME = "attach"
 HELP = "the live TUI for running proxies (one or many admin URLs)"
@@ -35,15 +39,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="initial window in seconds, or all (default 60; w cycles it)")
 
 
+def fleet_merge() -> MergeFn:
+    """The merge of several proxies' snapshots for attach: each running proxy counted once,
+    even when two of the addresses reach the same one (``localhost`` and ``127.0.0.1``, a
+    name and its IP), with a warning that says so."""
+    from llmtop.metrics.merge import merge_snapshots
+
+    def once_per_proxy(snaps: list[dict[str, Any]]) -> dict[str, Any]:
+        return merge_snapshots(snaps, once_per_proxy=True)
+
+    return once_per_proxy
+
+
 def main(args: argparse.Namespace) -> int:
     if not 0 < args.refresh_hz <= 60:
         raise UsageError(f"--refresh-hz {args.refresh_hz:g} must be in (0, 60]")
     from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
     try:
-        source = AdminSource(args.urls, token=args.token, max_age_s=SHARED_SNAPSHOT_AGE_S)
+        source = AdminSource(args.urls, token=args.token, max_age_s=SHARED_SNAPSHOT_AGE_S,
+                             merge=fleet_merge() if len(args.urls) > 1 else None)
     except ValueError as exc:  # a bad URL, or several without a merge function
         raise UsageError(str(exc)) from None
+    twice = sorted({u for u in source.urls if source.urls.count(u) > 1})
+    if twice:  # its figures would count twice
+        raise UsageError(f"ADMIN_URL {twice[0]} is given more than once")
     if not sys.stdout.isatty():
         raise UsageError("the TUI needs a terminal; without one, read the figures from "
                          "ADMIN/llmtop/v1/snapshot or ADMIN/metrics")

@@ -243,8 +243,50 @@ def _check_part(s: object) -> None:
             raise ValueError(f"a proxy's snapshot is malformed: '{key}' is not {what}")
 
 
-def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _proxy_key(s: Mapping[str, Any]) -> tuple[str, float, str] | None:
+    """What tells one running proxy from another: its host, the instant its aggregator
+    started (unix seconds, sub-microsecond) and its upstream; None when it does not say."""
+    started = _num(s.get("started_at"))
+    if started is None:
+        return None
+    return str(s.get("host") or ""), float(started), str(s.get("upstream") or "")
+
+
+def _once_per_proxy(snaps: Sequence[Mapping[str, Any]]
+                    ) -> tuple[list[Mapping[str, Any]], dict[str, Any] | None]:
+    """``snaps`` with every proxy's snapshot once (the first), and the warning to show when
+    some proxy came more than once (None otherwise)."""
+    seen: dict[tuple[str, float, str], int] = {}
+    kept: list[Mapping[str, Any]] = []
+    for s in snaps:
+        key = _proxy_key(s)
+        if key is not None and key in seen:
+            seen[key] += 1
+            continue
+        if key is not None:
+            seen[key] = 1
+        kept.append(s)
+    twice = {k: n for k, n in seen.items() if n > 1}
+    if not twice:
+        return kept, None
+    names = ", ".join(f"{host or '?'} in front of {up or '?'} ({n} addresses)"
+                      for (host, _, up), n in twice.items())
+    return kept, {
+        "code": "DUPLICATE_PROXY", "severity": "warning",
+        "since": _max(s.get("time") for s in snaps),
+        "message": f"the same proxy is attached more than once: {names}; each proxy is "
+                   "counted once — give each proxy's admin address once",
+    }
+
+
+def merge_snapshots(snaps: Sequence[Mapping[str, Any]], *,
+                    once_per_proxy: bool = False) -> dict[str, Any]:
     """One snapshot for several proxies (see the module docstring for each field's rule).
+
+    ``once_per_proxy`` (``llmtop attach``): snapshots of one running proxy (the same host,
+    start instant and upstream: one proxy reached by two addresses, ``localhost`` and
+    ``127.0.0.1``, or a name and its IP) count once, and a ``DUPLICATE_PROXY`` warning says
+    so; without it every snapshot counts (callers that merge synthetic snapshots).
 
     Raises ``ValueError`` for no snapshots, different windows, undecodable histograms or a
     snapshot that is not shaped like one (``llmtop attach`` then leaves that proxy out,
@@ -254,11 +296,17 @@ def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise ValueError("no snapshots to merge")
     for s in snaps:
         _check_part(s)
+    note: dict[str, Any] | None = None
+    if once_per_proxy:
+        snaps, note = _once_per_proxy(snaps)
     try:
-        return _merge(snaps)
+        merged = _merge(snaps)
     except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
         raise ValueError(
             f"a proxy's snapshot is malformed ({type(exc).__name__}: {exc})") from None
+    if note is not None:
+        merged["warnings"].append(note)
+    return merged
 
 
 def _merge(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +15,7 @@ import aiohttp
 from aiohttp import web
 from test_workers import chat, start_run
 
+from llmtop.cli.attach import fleet_merge
 from llmtop.sim.server import running_sim
 from llmtop.tui.source import AdminSource
 
@@ -102,3 +104,46 @@ async def test_a_proxy_answering_a_malformed_snapshot_is_left_out_not_the_view()
                     assert source.describe().startswith("2/3 proxies up · down: " + odd)
                 finally:
                     await source.close()
+
+
+async def test_one_proxy_reached_by_two_addresses_is_counted_once() -> None:
+    """QA: ``llmtop attach A localhost:PORT_OF_A B`` (one proxy by two names: localhost and
+    127.0.0.1, a host name and its IP) merged A's snapshot twice: every count, rate and
+    histogram of A doubled, silently (5 + 3 requests read 13). Now each running proxy
+    (host, start instant, upstream) counts once and a DUPLICATE_PROXY warning says so."""
+    async with proxies((), ()) as urls:
+        (proxy_a, admin_a), (proxy_b, admin_b) = urls
+        await traffic(proxy_a, 5)
+        await traffic(proxy_b, 3)
+        alias = admin_a.replace("127.0.0.1", "localhost")
+        source = AdminSource([admin_a, alias, admin_b], merge=fleet_merge())
+        try:
+            snap = await settled(source, 8)
+            await asyncio.sleep(0.5)
+            snap = await source.fetch(None)
+        finally:
+            await source.close()
+        assert snap["system"]["requests"] == 8
+        assert snap["latency"]["ttft"]["count"] == 8
+        assert snap["sources"] == 2
+        (dup,) = [w for w in snap["warnings"] if w["code"] == "DUPLICATE_PROXY"]
+        assert "more than once" in dup["message"] and "(2 addresses)" in dup["message"]
+        source = AdminSource([admin_a, admin_b], merge=fleet_merge())  # no alias: no warning
+        try:
+            snap = await source.fetch(None)
+        finally:
+            await source.close()
+        assert snap["system"]["requests"] == 8
+        assert not [w for w in snap["warnings"] if w["code"] == "DUPLICATE_PROXY"]
+
+
+async def test_the_same_admin_url_twice_is_a_usage_error() -> None:
+    """The same address twice (``HOST:PORT`` and ``http://HOST:PORT/``) is a typo that
+    would double every figure: a one-line error and exit code 2, before any screen."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmtop", "attach", "127.0.0.1:9", "http://127.0.0.1:9/",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2, (out, err)
+    assert err.decode().strip().splitlines()[-1] == (
+        "llmtop attach: error: ADMIN_URL http://127.0.0.1:9 is given more than once")
