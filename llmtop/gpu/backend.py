@@ -48,6 +48,11 @@ class GpuBackend(Protocol):
         """True once device ``index`` has disappeared (fallen off the bus, reset, ...)."""
         ...
 
+    def accessible(self, index: int) -> bool:
+        """False for a device counted by the library that this process may not open
+        (cgroups, Slurm); it is left out when "all GPUs" are sampled."""
+        ...
+
     def last_error(self, index: int) -> str | None:
         """What went wrong reading device ``index`` last time (None: nothing), for status."""
         ...

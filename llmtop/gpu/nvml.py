@@ -7,7 +7,9 @@ Rules (after nvitop): "no NVML at all" is decided once, in :meth:`NvmlBackend.in
 that every getter returns ``None`` for a reading it cannot get instead of raising. A field
 that answers ``NOT_SUPPORTED`` (or ``NO_PERMISSION``) once is not asked again.
 ``GPU_IS_LOST`` / ``GPU_NOT_FOUND`` mark the whole device lost; it is not asked anything
-again.
+again. A device whose handle is refused with ``NO_PERMISSION`` at init is not lost but
+*inaccessible*: NVML counts every GPU of the machine even where cgroups (Slurm, some
+container set-ups) let this process open only some; those are left out of "all GPUs".
 
 Units: bytes, percent (0–100), watts, MHz, °C, bytes per second.
 
@@ -64,6 +66,8 @@ class _Device:
     handle: Any
     name: str
     lost: bool = False
+    denied: bool = False
+    """The handle was refused with NO_PERMISSION: not ours to read (not lost)."""
     gpm: bool = False
     mig: bool = False
     chains: list[GpmChain] = field(default_factory=list)
@@ -127,6 +131,14 @@ class NvmlBackend:
             self._quiet_shutdown()
             raise GpuUnavailable("NVML found no NVIDIA GPU")
         self._devices = [self._open(i) for i in range(count)]
+        if all(d.denied for d in self._devices):
+            self._quiet_shutdown()
+            self._devices = []
+            raise GpuUnavailable(
+                f"NVML sees {count} GPU{'s' if count != 1 else ''} but this process may open "
+                f"none of {'them' if count != 1 else 'it'} (no permission: a cgroup or "
+                "container limit?)"
+            )
         self._initialised = True
 
     def shutdown(self) -> None:
@@ -151,6 +163,9 @@ class NvmlBackend:
         try:
             handle = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as exc:
+            if getattr(exc, "value", None) == nv.NVML_ERROR_NO_PERMISSION:
+                return _Device(index, None, f"GPU {index}", denied=True,
+                               last_error="not accessible to this process (no permission)")
             return _Device(index, None, f"GPU {index}", lost=True, last_error=f"handle: {exc}")
         dev = _Device(index, handle, f"GPU {index}")
         name = self._query(dev, "name", lambda: nv.nvmlDeviceGetName(handle))
@@ -200,6 +215,10 @@ class NvmlBackend:
         """True once the device has fallen off the bus or been reset (``GPU_IS_LOST``)."""
         return self._devices[index].lost
 
+    def accessible(self, index: int) -> bool:
+        """False for a GPU NVML counts but this process may not open (NO_PERMISSION)."""
+        return not self._devices[index].denied
+
     def last_error(self, index: int) -> str | None:
         """The NVML error of the latest :meth:`read` of this device (NOT_SUPPORTED and
         NO_PERMISSION are not errors: those fields are simply n/a), for status lines."""
@@ -230,7 +249,7 @@ class NvmlBackend:
 
     def _query(self, dev: _Device, fld: str, fn: Callable[[], T]) -> T | None:
         """``fn()``, or None when the device is lost, the field unsupported, or NVML errs."""
-        if dev.lost or fld in dev.unsupported:
+        if dev.lost or dev.denied or fld in dev.unsupported:
             return None
         nv = self._nvml
         try:
@@ -425,7 +444,7 @@ class NvmlBackend:
     def read(self, index: int, t: float) -> GpuReading:
         """Every field of device ``index`` (one NVML call per field), stamped ``t``."""
         dev = self._devices[index]
-        if not dev.lost:
+        if not dev.lost and not dev.denied:
             dev.last_error = None
         mem = self.memory(index)
         util = self.utilization(index)
@@ -452,7 +471,7 @@ class NvmlBackend:
 
 
 def _gpm_live(dev: _Device) -> bool:
-    return dev.gpm and not dev.lost
+    return dev.gpm and not dev.lost and not dev.denied
 
 
 def _init_reason(nv: Any, exc: Any) -> str:

@@ -106,14 +106,19 @@ class GpuSampler(threading.Thread):
     def _select(self) -> list[int] | None:
         count = self._backend.device_count()
         if not self._wanted:
-            return list(range(count))
-        present = [i for i in self._wanted if 0 <= i < count]
-        missing = [i for i in self._wanted if not 0 <= i < count]
+            return [i for i in range(count) if self._backend.accessible(i)]
+        wanted = list(self._wanted)
+        missing = [i for i in wanted if not 0 <= i < count]
+        denied = [i for i in wanted if 0 <= i < count and not self._backend.accessible(i)]
+        present = [i for i in wanted if i not in missing and i not in denied]
         if missing:
             have = f"NVML sees {count} GPU{'s' if count != 1 else ''}"
-            self._errors[-1] = f"GPU {','.join(map(str, missing))} not present ({have})"
+            self._errors[-2] = f"GPU {','.join(map(str, missing))} not present ({have})"
+        if denied:
+            self._errors[-1] = (f"GPU {','.join(map(str, denied))} not accessible to this "
+                                "process (no permission)")
         if not present:
-            self.unavailable = self._errors[-1]
+            self.unavailable = "; ".join(m for _, m in sorted(self._errors.items()))
             self._set_status(self.unavailable)
             return None
         return present

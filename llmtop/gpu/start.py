@@ -153,6 +153,15 @@ def open_gpu_source(
             f"gpu.devices: GPU {listed} not present (NVML sees {count} GPU"
             f"{'s' if count != 1 else ''}, numbered from 0)"
         )
+    denied = [i for i in cfg.gpu.devices if not backend.accessible(i)]
+    if denied:
+        backend.shutdown()
+        listed = ",".join(map(str, denied))
+        usable = ",".join(str(i) for i in range(count) if backend.accessible(i))
+        raise ConfigError(
+            f"gpu.devices: GPU {listed} not accessible to this process (NVML: no permission;"
+            f" this process may read GPU {usable})"
+        )
     sampler = GpuSampler(
         backend, publish, interval_s=cfg.gpu.interval_s, devices=tuple(cfg.gpu.devices)
     )
