@@ -14,6 +14,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import socket
 import tomllib
 import types
 import typing
@@ -380,6 +381,67 @@ def validate_upstream(url: str) -> None:
             "(each client request's own query is forwarded as sent)")
 
 
+def _local_address(host: str) -> bool:
+    """True when ``host`` (an IP literal) is an address of this machine: one a socket can
+    bind to. No DNS: a name other than ``localhost`` or this machine's own is not looked up."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if ip.is_loopback:
+        return True
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+    except OSError:
+        return False
+    return True
+
+
+def reaches_listener(url: str, host: str, port: int) -> bool:
+    """True when a request to ``url`` would arrive at a listener on ``host:port`` of this
+    machine (a wildcard host listens on every address), as far as can be told without DNS:
+    IP literals, ``localhost`` and this machine's own name. Port 0 (not chosen yet): False."""
+    u = urlsplit(url)
+    target = (u.hostname or "").lower()
+    try:
+        target_port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:
+        return False
+    if port == 0 or target_port != port or not target:
+        return False
+    listen = host.strip("[]").lower()
+    own_names = {"localhost", socket.gethostname().lower()}
+    if listen in ("", "0.0.0.0", "::"):
+        return target in own_names or _local_address(target)
+    if target == listen:
+        return True
+    try:
+        listen_ip = ipaddress.ip_address(listen)
+    except ValueError:
+        return False
+    if target == "localhost":
+        return listen_ip.is_loopback
+    try:
+        return ipaddress.ip_address(target) == listen_ip
+    except ValueError:
+        return False
+
+
+def _refuse_loop(cfg: Config) -> None:
+    """ConfigError when the upstream is this proxy's own listen or admin address: every
+    request would be forwarded back into the proxy, again and again."""
+    for what, addr in (("listen", cfg.listen), ("admin", cfg.admin)):
+        host, port = parse_hostport(addr, what)
+        if reaches_listener(cfg.upstream, host, port):
+            role = "proxy" if what == "listen" else "admin API"
+            raise ConfigError(
+                f"upstream '{cfg.upstream}' is llmtop's own {what} address {addr}: requests "
+                f"would loop back into its {role}; point upstream at the inference engine "
+                "(e.g. --upstream http://127.0.0.1:8000) or listen on another port")
+
+
 def validate(cfg: Config) -> None:
     if cfg.upstream:
         validate_upstream(cfg.upstream)
@@ -394,6 +456,8 @@ def validate(cfg: Config) -> None:
             f"admin '{cfg.admin}' is not loopback: set admin_token (--admin-token or "
             "LLMTOP_ADMIN_TOKEN) so the admin API is not open to the network"
         )
+    if cfg.upstream:
+        _refuse_loop(cfg)
     if cfg.workers < 1:
         raise ConfigError("workers must be at least 1")
     if cfg.workers > (most := max_workers()):
