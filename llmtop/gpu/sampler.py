@@ -107,7 +107,7 @@ class GpuSampler(threading.Thread):
         count = self._backend.device_count()
         if not self._wanted:
             return [i for i in range(count) if self._backend.accessible(i)]
-        wanted = list(self._wanted)
+        wanted = list(dict.fromkeys(self._wanted))  # "--gpus 0,0": read once a round
         missing = [i for i in wanted if not 0 <= i < count]
         denied = [i for i in wanted if 0 <= i < count and not self._backend.accessible(i)]
         present = [i for i in wanted if i not in missing and i not in denied]
