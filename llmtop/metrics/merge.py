@@ -17,7 +17,10 @@
   are summed).
 - Capacity bins are summed per concurrency and the estimate recomputed (concurrency is
   per proxy: each proxy's own in-flight count when the request started).
-- Warnings: union by code, the earliest ``since`` and the most severe level.
+- Warnings: union by code, the earliest ``since`` and the most severe level; and
+  ``MIXED_SLO`` when the proxies' SLOs differ (their attainment and goodput are each
+  judged by their own objectives: summed, they are no one SLO's figures, and the ``slo``
+  shown is the first's).
 - ``series`` points (aligned to the same 2 s grid everywhere) are summed; their P95s are
   the largest part's (an upper bound).
 """
@@ -304,9 +307,38 @@ def merge_snapshots(snaps: Sequence[Mapping[str, Any]], *,
     except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
         raise ValueError(
             f"a proxy's snapshot is malformed ({type(exc).__name__}: {exc})") from None
-    if note is not None:
-        merged["warnings"].append(note)
+    for w in (note, _mixed_slos(snaps)):
+        if w is not None:
+            merged["warnings"].append(w)
     return merged
+
+
+def _slo_spec(slo: Mapping[str, Any]) -> str:
+    """``ttft=0.5,itl_p95=0.05,target=0.95`` (the ``--slo`` form)."""
+    return ",".join(f"{k.removesuffix('_s')}={v:g}" for k, v in sorted(slo.items())
+                    if _num(v) is not None) or "none"
+
+
+def _mixed_slos(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A ``MIXED_SLO`` warning when the proxies judge requests by different SLOs (None when
+    they agree, or do not say)."""
+    specs: dict[str, int] = {}
+    for s in snaps:
+        slo = s.get("slo")
+        if isinstance(slo, Mapping) and slo:
+            spec = _slo_spec(slo)
+            specs[spec] = specs.get(spec, 0) + 1
+    if len(specs) < 2:
+        return None
+    each = "; ".join(f"{spec} on {n} prox{'y' if n == 1 else 'ies'}"
+                     for spec, n in specs.items())
+    return {
+        "code": "MIXED_SLO", "severity": "warning",
+        "since": _max(s.get("time") for s in snaps),
+        "message": f"the proxies' SLOs differ ({each}): SLO attainment, goodput and capacity "
+                   "add up requests judged by different objectives, and the SLO shown is the "
+                   "first proxy's — give every proxy the same [slo] (one --config)",
+    }
 
 
 def _merge(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

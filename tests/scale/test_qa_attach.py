@@ -147,3 +147,31 @@ async def test_the_same_admin_url_twice_is_a_usage_error() -> None:
     assert proc.returncode == 2, (out, err)
     assert err.decode().strip().splitlines()[-1] == (
         "llmtop attach: error: ADMIN_URL http://127.0.0.1:9 is given more than once")
+
+
+async def test_proxies_with_different_slos_say_so() -> None:
+    """QA: ``llmtop attach A B`` where B runs with ``--slo-ttft 0.001`` (a fleet whose
+    proxies were not given one config) showed SLO attainment 0.625 under A's SLO (TTFT
+    0.5 s) with nothing to say that B's 3 requests had been judged by another one. Now a
+    MIXED_SLO warning names each proxy's SLOs."""
+    async with proxies((), ("--slo-ttft", "0.001")) as urls:
+        (proxy_a, admin_a), (proxy_b, admin_b) = urls
+        await traffic(proxy_a, 5)
+        await traffic(proxy_b, 3)
+        source = AdminSource([admin_a, admin_b], merge=fleet_merge())
+        try:
+            snap = await settled(source, 8)
+        finally:
+            await source.close()
+        assert snap["system"]["requests"] == 8
+        (mixed,) = [w for w in snap["warnings"] if w["code"] == "MIXED_SLO"]
+        assert "itl_p95=0.05,target=0.95,ttft=0.5 on 1 proxy" in mixed["message"]
+        assert "itl_p95=0.05,target=0.95,ttft=0.001 on 1 proxy" in mixed["message"]
+    async with proxies((), ()) as urls:  # the same SLOs: no warning
+        await traffic(urls[0][0], 1)
+        source = AdminSource([urls[0][1], urls[1][1]], merge=fleet_merge())
+        try:
+            snap = await settled(source, 1)
+        finally:
+            await source.close()
+        assert not [w for w in snap["warnings"] if w["code"] == "MIXED_SLO"]
