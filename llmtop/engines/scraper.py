@@ -32,15 +32,24 @@ class ScrapeError(Exception):
 
 
 def metrics_url_for(upstream: str, configured: str = "") -> str:
-    """``configured`` if set; else the upstream's origin (scheme://host:port) + ``/metrics``
-    — a path prefix in the upstream (``http://h:8000/v1``) is dropped, as engines serve
-    ``/metrics`` at the root. "" when there is neither (nothing to scrape)."""
+    """``configured`` if set; else ``/metrics`` under the engine's root: the upstream's
+    origin plus its path prefix less a trailing ``/v1`` (the OpenAI API's own prefix).
+
+    The proxy forwards a client's ``/v1/chat/completions`` to ``upstream path +
+    /v1/chat/completions``, so a prefix such as ``http://gw/llama`` (a gateway route, or
+    llama-server's ``--api-prefix``) is where the engine's root is, and its ``/metrics`` is
+    ``http://gw/llama/metrics``, not the gateway's own ``http://gw/metrics``;
+    ``http://h:8000/v1`` and ``http://gw/llama/v1`` give ``http://h:8000/metrics`` and
+    ``http://gw/llama/metrics``. "" when there is neither (nothing to scrape)."""
     if configured:
         return configured
     u = urlsplit(upstream)
     if not u.scheme or not u.netloc:
         return ""
-    return f"{u.scheme}://{u.netloc}/metrics"
+    root = u.path.rstrip("/")
+    if root.endswith("/v1"):
+        root = root[:-3]
+    return f"{u.scheme}://{u.netloc}{root}/metrics"
 
 
 class EngineScraper(Poller[EngineReading]):
