@@ -442,6 +442,18 @@ def _refuse_loop(cfg: Config) -> None:
                 "(e.g. --upstream http://127.0.0.1:8000) or listen on another port")
 
 
+MAX_DURATION_S = 86_400.0
+"""The longest time any duration key accepts (a day): past it a timer overflows (a 1e300 s
+timeout failed every request with an internal error) and no wait that long is meant."""
+DURATION_KEYS = (
+    "timeouts.connect_s", "timeouts.first_byte_s", "timeouts.idle_s",
+    "timeouts.shutdown_grace_s", "slo.ttft_s", "slo.itl_p95_s", "slo.tpot_s", "slo.e2e_s",
+    "gpu.interval_s", "engine.interval_s", "recording.flush_s", "warnings.window_s",
+    "warnings.clear_after_s", "warnings.raise_after_s",
+)
+"""The keys that are seconds."""
+
+
 def validate(cfg: Config) -> None:
     if cfg.upstream:
         validate_upstream(cfg.upstream)
@@ -483,12 +495,24 @@ def validate(cfg: Config) -> None:
         raise ConfigError("top_users must be at least 1")
     for key in ("timeouts.connect_s", "timeouts.first_byte_s", "timeouts.idle_s",
                 "gpu.interval_s", "engine.interval_s", "tui.refresh_hz", "recording.flush_s",
-                "recording.queue_max", "recording.queue_max_chunks"):
-        obj: Any = cfg
-        for part in key.split("."):
-            obj = getattr(obj, part)
-        if obj <= 0:
-            raise ConfigError(f"{key} must be positive, got {obj}")
+                "recording.queue_max", "recording.queue_max_chunks", "warnings.window_s"):
+        if (v := _get(cfg, key)) <= 0:
+            raise ConfigError(f"{key} must be positive, got {v}")
+    for key in ("timeouts.shutdown_grace_s", "warnings.raise_after_s",
+                "warnings.clear_after_s"):
+        if (v := _get(cfg, key)) < 0:
+            raise ConfigError(f"{key} must be 0 or more (seconds), got {v}")
+    for key in DURATION_KEYS:
+        if (v := _get(cfg, key)) is not None and v > MAX_DURATION_S:
+            raise ConfigError(f"{key} must be at most {MAX_DURATION_S:,.0f} (seconds: a day), "
+                              f"got {v:g}")
+
+
+def _get(cfg: Config, key: str) -> Any:
+    obj: Any = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def slo_dict(cfg: Config) -> dict[str, float]:

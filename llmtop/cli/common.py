@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from llmtop.config import Config, load_config
+from llmtop.config import MAX_DURATION_S, Config, load_config
 from llmtop.parent_watch import child_env
 
 
@@ -62,8 +62,8 @@ SLO_FLAGS: dict[str, str] = {
     "e2e_s": "--slo-e2e", "target": "--slo-target",
 }
 """SloConfig fields → the single-SLO flags that set them."""
-MAX_SLO_S = 86_400.0
-"""The longest time an ``--slo`` spec accepts (a day)."""
+MAX_SLO_S = MAX_DURATION_S
+"""The longest time an ``--slo`` spec accepts (a day, as every duration in the config)."""
 _SLO_NAMES = {"ttft_s": "ttft", "itl_p95_s": "itl_p95", "tpot_s": "tpot", "e2e_s": "e2e",
               "target": "target"}
 
