@@ -442,6 +442,8 @@ def _refuse_loop(cfg: Config) -> None:
                 "(e.g. --upstream http://127.0.0.1:8000) or listen on another port")
 
 
+MAX_REFRESH_HZ = 60.0
+"""The most TUI refreshes per second (``tui.refresh_hz`` and every ``--refresh-hz``)."""
 MAX_DURATION_S = 86_400.0
 """The longest time any duration key accepts (a day): past it a timer overflows (a 1e300 s
 timeout failed every request with an internal error) and no wait that long is meant."""
@@ -494,10 +496,13 @@ def validate(cfg: Config) -> None:
     if cfg.top_users < 1:
         raise ConfigError("top_users must be at least 1")
     for key in ("timeouts.connect_s", "timeouts.first_byte_s", "timeouts.idle_s",
-                "gpu.interval_s", "engine.interval_s", "tui.refresh_hz", "recording.flush_s",
+                "gpu.interval_s", "engine.interval_s", "recording.flush_s",
                 "recording.queue_max", "recording.queue_max_chunks", "warnings.window_s"):
         if (v := _get(cfg, key)) <= 0:
             raise ConfigError(f"{key} must be positive, got {v}")
+    if not 0 < cfg.tui.refresh_hz <= MAX_REFRESH_HZ:
+        raise ConfigError(f"tui.refresh_hz must be in (0, {MAX_REFRESH_HZ:g}], "
+                          f"got {cfg.tui.refresh_hz:g}")
     for key in ("timeouts.shutdown_grace_s", "warnings.raise_after_s",
                 "warnings.clear_after_s"):
         if (v := _get(cfg, key)) < 0:

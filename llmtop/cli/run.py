@@ -17,6 +17,7 @@ from llmtop.cli.common import (
     interrupt_on_sigterm,
     llmtop_cmd,
 )
+from llmtop.config import MAX_REFRESH_HZ
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -48,10 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no TUI: serve until SIGINT/SIGTERM, then shut down gracefully and print a summary",
     )
-    p.add_argument("--refresh-hz", type=float, metavar="HZ", help="TUI refresh rate (default 4)")
+    p.add_argument("--refresh-hz", type=float, metavar="HZ",
+                   help="TUI refreshes per second, at most 60 (default tui.refresh_hz: 4)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.refresh_hz is not None and not 0 < args.refresh_hz <= MAX_REFRESH_HZ:
+        raise UsageError(f"--refresh-hz {args.refresh_hz:g} must be in (0, {MAX_REFRESH_HZ:g}]")
     cfg = config_from_args(args)
     if not cfg.upstream:
         raise UsageError(
