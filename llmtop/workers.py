@@ -26,15 +26,17 @@ import json
 import secrets
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence, ValuesView
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 from itertools import chain
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from llmtop.bus import EventBus
+from llmtop.clock import unix_now
 from llmtop.config import Config
-from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord
+from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord, WarningEvent
 from llmtop.workers_wire import (
     BATCH_CHUNKS,
     BATCH_EVENTS,
@@ -276,8 +278,56 @@ class _FleetValues(ValuesView[ActiveRequest]):
         return iter(list(chain.from_iterable(r.values() for r in rows)))
 
 
-def ingest_route(bus: EventBus, fleet: FleetActive, token: str) -> web.RouteDef:
+LOST_REPORT_S = 10.0
+"""How often, at most, the coordinator raises ``EVENTS_LOST`` again with a grown count."""
+
+
+class LostEvents:
+    """Coordinator side: events the workers gave up before the coordinator had them (their
+    buffer was full while it was too busy or unreachable, or it refused a POST). Each POST
+    carries its process's running total; a total that grew raises ``EVENTS_LOST`` (critical:
+    the counts, rates, percentiles, /metrics and the recording miss them), again with the
+    new total at most every :data:`LOST_REPORT_S` seconds. Before, the totals were read and
+    ignored: a worker could drop finished requests and every figure read low, silently."""
+
+    def __init__(self, publish: Callable[[Event], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.publish = publish
+        self.clock = clock
+        self.by_sender: dict[str, int] = {}
+        self.by_worker: dict[int, int] = {}
+        self.reported = 0
+        self._last = -LOST_REPORT_S
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_worker.values())
+
+    def saw(self, worker: int, sender: str, dropped: int) -> None:
+        """Worker ``worker``'s process ``sender`` has given up ``dropped`` events so far."""
+        before = self.by_sender.get(sender, 0)
+        if dropped > before:
+            self.by_sender[sender] = dropped
+            self.by_worker[worker] = self.by_worker.get(worker, 0) + dropped - before
+        total = self.total
+        now = self.clock()
+        if total > self.reported and now - self._last >= LOST_REPORT_S:
+            self.reported, self._last = total, now
+            each = ", ".join(f"worker {w}: {n}" for w, n in sorted(self.by_worker.items()))
+            self.publish(WarningEvent(
+                unix_now(), "EVENTS_LOST", "critical",
+                f"{total} events (finished requests, stream progress) never reached the "
+                f"coordinator ({each}): a worker's buffer overflowed while the coordinator "
+                "was too busy or unreachable, or it refused them; the counts, rates and "
+                "percentiles, /metrics and the recording miss them (fewer workers, or a "
+                "core left free for the coordinator, lets it keep up)", "raised"))
+
+
+def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
+                 lost: LostEvents | None = None) -> web.RouteDef:
     last_seq: dict[str, int] = {}  # per worker process (sender): the last POST taken
+    if lost is None:
+        lost = LostEvents(bus.publish)
 
     async def ingest(request: web.Request) -> web.Response:
         if not secrets.compare_digest(request.headers.get(TOKEN_HEADER, ""), token):
@@ -298,6 +348,7 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str) -> web.RouteDef:
             for ev in batch.events:
                 bus.publish(ev)
             fleet.update(batch.worker, batch.active, batch.sender)
+            lost.saw(batch.worker, batch.sender, batch.dropped)
         return web.json_response({"in_flight": len(fleet)})
 
     return web.post(INGEST_PATH, ingest)

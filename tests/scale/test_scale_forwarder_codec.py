@@ -248,7 +248,10 @@ async def test_coordinator_down_keeps_the_post_and_bounds_the_rest(
     assert not _has_pending(fwd)
     fwd.client.close()
     coordinator.bus.drain()
-    assert coordinator.got == [record(i) for i in range(18)]
+    got = [e for e in coordinator.got if not isinstance(e, WarningEvent)]
+    assert got == [record(i) for i in range(18)]
+    (lost,) = [e for e in coordinator.got if isinstance(e, WarningEvent)]  # the 4 dropped
+    assert lost.code == "EVENTS_LOST" and lost.message.startswith("4 events")
 
 
 async def test_a_post_sent_again_is_taken_once(coordinator: Coordinator) -> None:
