@@ -442,6 +442,8 @@ def _refuse_loop(cfg: Config) -> None:
                 "(e.g. --upstream http://127.0.0.1:8000) or listen on another port")
 
 
+TUI_WINDOWS = (10, 60, 300, 0)
+"""The TUI's windows in seconds (``tui.window_s``; 0: the whole session)."""
 MAX_REFRESH_HZ = 60.0
 """The most TUI refreshes per second (``tui.refresh_hz`` and every ``--refresh-hz``)."""
 MAX_DURATION_S = 86_400.0
@@ -503,6 +505,9 @@ def validate(cfg: Config) -> None:
     if not 0 < cfg.tui.refresh_hz <= MAX_REFRESH_HZ:
         raise ConfigError(f"tui.refresh_hz must be in (0, {MAX_REFRESH_HZ:g}], "
                           f"got {cfg.tui.refresh_hz:g}")
+    if cfg.tui.window_s not in TUI_WINDOWS:
+        raise ConfigError(f"tui.window_s must be 10, 60, 300 or 0 (the whole session), "
+                          f"got {cfg.tui.window_s}")
     for key in ("timeouts.shutdown_grace_s", "warnings.raise_after_s",
                 "warnings.clear_after_s"):
         if (v := _get(cfg, key)) < 0:

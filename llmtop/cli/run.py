@@ -65,7 +65,8 @@ def main(args: argparse.Namespace) -> int:
         return _headless(args)
     if not sys.stdout.isatty():
         raise UsageError("the TUI needs a terminal; use --headless to run without one")
-    return _with_tui(args, cfg.tui.refresh_hz if args.refresh_hz is None else args.refresh_hz)
+    return _with_tui(args, cfg.tui.refresh_hz if args.refresh_hz is None else args.refresh_hz,
+                     cfg.tui.window_s or None)
 
 
 def _headless(args: argparse.Namespace) -> int:
@@ -108,7 +109,9 @@ def child_command(argv: Sequence[str]) -> list[str]:
     return cmd
 
 
-def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
+def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None = 60) -> int:
+    """The proxy as a headless child and the TUI on it; ``window_s`` the initial window
+    (``tui.window_s``; None: the whole session)."""
     from llmtop.tui import run_tui
     from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
     from llmtop.worker_procs import describe_exit
@@ -145,6 +148,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float) -> int:
             AdminSource([admin_url], token=args.admin_token or "",
                         max_age_s=SHARED_SNAPSHOT_AGE_S),
             refresh_hz=refresh_hz,
+            window_s=window_s,
             title=f"llmtop — {proxy_url}",
             proxy=proxy_url,
             admin=admin_url,
