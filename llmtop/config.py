@@ -505,6 +505,14 @@ def validate(cfg: Config) -> None:
     if not 0 < cfg.tui.refresh_hz <= MAX_REFRESH_HZ:
         raise ConfigError(f"tui.refresh_hz must be in (0, {MAX_REFRESH_HZ:g}], "
                           f"got {cfg.tui.refresh_hz:g}")
+    for key in ("kv_cache_usage", "gpu_memory", "error_rate"):
+        v = getattr(cfg.warnings, key)
+        if not 0 < v <= 1:
+            raise ConfigError(f"warnings.{key} must be a fraction more than 0 and at most 1 "
+                              f"(e.g. 0.95, not a percent), got {v:g}")
+    if not 1 <= cfg.warnings.bandwidth_pct <= 100:
+        raise ConfigError("warnings.bandwidth_pct must be a percent from 1 to 100 (e.g. 80, "
+                          f"not a fraction), got {cfg.warnings.bandwidth_pct:g}")
     if cfg.tui.window_s not in TUI_WINDOWS:
         raise ConfigError(f"tui.window_s must be 10, 60, 300 or 0 (the whole session), "
                           f"got {cfg.tui.window_s}")
