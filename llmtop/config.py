@@ -318,15 +318,33 @@ def load_config(
 
 
 def parse_hostport(value: str, what: str = "address") -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = pick a free one)."""
-    host, sep, port_s = value.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"{what} '{value}' must be HOST:PORT, e.g. 127.0.0.1:8080")
-    host = host.strip("[]")
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ConfigError(f"{what} '{value}': port '{port_s}' is not a number") from None
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = pick a free one). An unbracketed
+    IPv6 address is taken when what is before the last colon is one (``::1:8080``)."""
+    usage = f"{what} '{value}' must be HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"
+    text = value.strip()
+    if "://" in text:
+        raise ConfigError(f"{what} '{value}' is an address, not a URL: HOST:PORT, e.g. "
+                          "127.0.0.1:8080")
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or not rest.startswith(":"):
+            raise ConfigError(usage)
+        port_s = rest[1:]
+    else:
+        host, sep, port_s = text.rpartition(":")
+        if not sep:
+            raise ConfigError(usage)
+        if ":" in host:
+            try:
+                ipaddress.IPv6Address(host)
+            except ValueError:
+                raise ConfigError(f"{what} '{value}': an IPv6 address goes in brackets before "
+                                  "the port, e.g. [::1]:8080") from None
+    if not host or any(c.isspace() or c in "[]/" for c in host):
+        raise ConfigError(usage)
+    if not (port_s.isascii() and port_s.isdigit()):
+        raise ConfigError(f"{what} '{value}': port '{port_s}' is not a number")
+    port = int(port_s)
     if not 0 <= port <= 65535:
         raise ConfigError(f"{what} '{value}': port must be 0..65535")
     return host, port
