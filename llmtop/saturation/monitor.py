@@ -157,6 +157,8 @@ class SaturationMonitor:
         queued = sum(1 for s in window if s.waiting >= 1)
         sig.remember_baselines(now, self.window_s, calm=queued <= 0.2 * len(window))
         detectors: dict[str, Callable[[float, bool], Verdict | None]] = {
+            # first: it marks the outage, which is neither QUEUEING nor ERRORS
+            "UPSTREAM_DOWN": self.upstream,
             "QUEUEING": self.queueing,
             "SLO_TTFT": lambda t, h: self.slo(t, h, "ttft"),
             "SLO_ITL": lambda t, h: self.slo(t, h, "itl"),
@@ -164,7 +166,6 @@ class SaturationMonitor:
             "KV_CACHE": self.kv_cache,
             "GPU_MEMORY": self.gpu_memory,
             "BANDWIDTH": self.bandwidth,
-            "UPSTREAM_DOWN": self.upstream,  # before ERRORS: it marks the outage
             "ERRORS": self.errors,
             "PREFILL_INTERFERENCE": self.prefill_interference,
         }
@@ -211,9 +212,13 @@ class SaturationMonitor:
         """The queue (engine waiting, or requests without a first token) stays non-empty
         through the last quarter window (at least two samples; with the raise delay,
         longer) while TTFT p95 has grown well past what the service does unloaded. A burst
-        that the engine absorbs empties the queue between arrivals; saturation does not."""
+        that the engine absorbs empties the queue between arrivals; saturation does not.
+        Not during an outage (UPSTREAM_DOWN, until half a window after it): requests
+        waiting for a connect that times out are not queued behind others."""
         sig = self.signals
         win = self.window_s
+        if self.outages and now <= self.outages[-1][1]:
+            return None
         samples = sig.samples_in(now, win)
         if len(samples) < 3:
             return None
@@ -409,10 +414,20 @@ class SaturationMonitor:
             self.outages.append([start - self.window_s / 2, float("inf")])
             del self.outages[:-8]
         where = self.cfg.upstream or "the upstream"
+        timed_out = sum(1 for f in failing if f.status == 504)
+        refused = len(failing) - timed_out
+        if timed_out and not refused:
+            how = (f"does not answer connection attempts ({_plural(timed_out, 'request')} "
+                   f"timed out connecting in {self.window_s / 2:g} s)")
+        elif timed_out:
+            how = (f"refuses or drops connections ({_plural(refused, 'request')} got 502, "
+                   f"{timed_out} timed out connecting in {self.window_s / 2:g} s)")
+        else:
+            how = (f"refuses connections ({_plural(refused, 'request')} got 502 in "
+                   f"{self.window_s / 2:g} s)")
         return Verdict(
-            f"upstream unreachable: {where} refuses connections "
-            f"({_plural(len(failing), 'request')} got 502 in {self.window_s / 2:g} s); "
-            "is the engine running and listening there?",
+            f"upstream unreachable: {where} {how}; is the engine running and listening "
+            "there, and is the host reachable?",
             "critical",
         )
 
