@@ -117,6 +117,7 @@ class Config:
     upstream_verify: bool = True
     """false: do not verify the https upstream's certificate (testing only)."""
     listen: str = "127.0.0.1:8080"
+    """``:PORT`` keeps the host 127.0.0.1 (``--listen :0``: a free loopback port)."""
     admin: str = "127.0.0.1:8081"
     admin_token: str = ""
     """Required (as a Bearer token) when the admin API listens beyond loopback."""
@@ -317,11 +318,18 @@ def load_config(
     return cfg
 
 
+DEFAULT_HOST = "127.0.0.1"
+"""The host of ``:PORT`` (the default listen and admin addresses' host)."""
+
+
 def parse_hostport(value: str, what: str = "address") -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = pick a free one). An unbracketed
-    IPv6 address is taken when what is before the last colon is one (``::1:8080``)."""
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = pick a free one; ``:PORT`` keeps
+    the default host, loopback ``127.0.0.1``). An unbracketed IPv6 address is taken when
+    what is before the last colon is one (``::1:8080``)."""
     usage = f"{what} '{value}' must be HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"
     text = value.strip()
+    if text.startswith(":") and not text.startswith("::"):
+        text = DEFAULT_HOST + text
     if "://" in text:
         raise ConfigError(f"{what} '{value}' is an address, not a URL: HOST:PORT, e.g. "
                           "127.0.0.1:8080")

@@ -24,7 +24,9 @@ class UsageError(ValueError):
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by commands that run a proxy (``run``, ``demo``)."""
     p.add_argument("--config", metavar="FILE", help="TOML config file (see config.example.toml)")
-    p.add_argument("--listen", metavar="HOST:PORT", help="proxy address (default 127.0.0.1:8080)")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="proxy address (default 127.0.0.1:8080; :PORT keeps the host, port 0 "
+                        "picks a free one)")
     p.add_argument(
         "--admin", metavar="HOST:PORT", help="admin API address (default 127.0.0.1:8081)"
     )
