@@ -12,7 +12,9 @@ again on the same port (after 0.5 s, then doubling while it keeps failing). A wo
 exits more than :data:`MAX_RESTARTS` times within :data:`RESTART_WINDOW_S` is left
 stopped, with a line that says so: a worker that cannot live is better reported than
 restarted in a loop. The requests it had open are lost with it (their clients see the
-connection close); every other worker goes on serving throughout.
+connection close); every other worker goes on serving throughout. A worker whose process
+runs but which stopped reporting (stopped, or its loop stuck) is named too, with the same
+warning, and cleared when it reports again (:data:`SILENT_S`).
 
 The workers map the shared table through a descriptor the coordinator holds
 (``/dev/fd/N``, passed at start): the file has no name from the moment it is created, so
@@ -40,6 +42,11 @@ from llmtop.fleet_counts import FleetCounts
 from llmtop.parent_watch import child_env
 from llmtop.workers import FleetActive
 
+SILENT_S = 10.0
+"""A worker whose process runs but whose reports (every 0.5 s) stopped this long ago, while
+another worker's still come, is stuck (stopped, or its loop blocked): WORKER_DOWN says so,
+and clears when it reports again. It is not killed: the kernel keeps handing it a share of
+new connections, which wait, so the operator must see it."""
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 FIRST_DELAY_S = 0.5
@@ -203,6 +210,8 @@ class Supervisor:
         self.restarts = 0
         """Workers started again since the proxy started."""
         self.given_up: set[int] = set()
+        self.silent: set[int] = set()
+        """Workers whose process runs but which stopped reporting (:data:`SILENT_S`)."""
         self._stopping = False
 
     async def run(self) -> None:
@@ -211,6 +220,7 @@ class Supervisor:
         pending: dict[asyncio.Future[Any], int] = {
             asyncio.ensure_future(p.wait()): i for i, p in enumerate(self.procs)}
         restarts: set[asyncio.Future[Any]] = set()
+        watch = asyncio.ensure_future(self._watch_reports())
         try:
             while pending:
                 done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -228,15 +238,50 @@ class Supervisor:
                         restarts.add(task)
                         pending[task] = i
         finally:
+            watch.cancel()
             for fut in pending:
                 fut.cancel()
             with contextlib.suppress(BaseException):  # a restart under way stops its child
-                await asyncio.gather(*pending, return_exceptions=True)
+                await asyncio.gather(watch, *pending, return_exceptions=True)
+
+    async def _watch_reports(self, every_s: float = 1.0) -> None:
+        """Once a second: :meth:`check_reports` (skipped after this loop itself was held up,
+        when every report is late for the coordinator's reason, not the workers')."""
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(every_s)
+            if loop.time() - before < every_s + 1.0:
+                self.check_reports(time.monotonic())
+
+    def check_reports(self, now: float) -> None:
+        """Raise WORKER_DOWN for a running worker that stopped reporting while another
+        still reports (:data:`SILENT_S`); clear it once it reports again."""
+        heard = self.active.heard
+        for i, proc in enumerate(self.procs):
+            t = heard.get(i)
+            if proc.returncode is not None or t is None or (i in self.down
+                                                            and i not in self.silent):
+                continue  # exited (its own path), or not reported yet since its start
+            quiet = now - t
+            if quiet >= SILENT_S and i not in self.silent and any(
+                    now - u < SILENT_S for j, u in heard.items() if j != i):
+                self.silent.add(i)
+                self._down(i, f"worker {i} (pid {proc.pid}) has not reported for "
+                           f"{quiet:.0f} s although it runs: stuck or stopped? the "
+                           "connections the kernel hands it wait",
+                           "; its figures are missing until it reports again")
+            elif quiet < SILENT_S and i in self.silent:
+                self.silent.discard(i)
+                self.down.pop(i, None)
+                self._warn("raised" if self.down else "cleared")
+                self.say(f"llmtop: worker {i} reports again")
 
     def _exited(self, i: int) -> float | None:
         """Worker i is gone: clean up after it; the delay before its restart, or None."""
         if self._stopping:
             return None
+        self.silent.discard(i)
         how = describe_exit(self.procs[i].returncode)
         if self.counts is not None:
             self.counts.clear(i)  # the others no longer count its requests

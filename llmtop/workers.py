@@ -227,6 +227,9 @@ class FleetActive(Mapping[str, ActiveRequest]):
         self.by_worker: dict[int, dict[str, ActiveRequest]] = {}
         self._sender: dict[int, str] = {}
         self._retired: set[str] = set()
+        self.heard: dict[int, float] = {}
+        """Per worker: when its last report came (``time.monotonic``); the supervisor
+        tells a worker that stopped reporting (a stuck process) from one that exited."""
         self._lock = threading.Lock()  # the ingest route's loop and the supervisor's
 
     def update(self, worker: int, active: Sequence[ActiveRequest], sender: str = "") -> None:
@@ -240,6 +243,7 @@ class FleetActive(Mapping[str, ActiveRequest]):
                     return
                 self._sender[worker] = sender
             self.by_worker[worker] = rows
+            self.heard[worker] = time.monotonic()
 
     def drop(self, worker: int) -> list[ActiveRequest]:
         """Worker ``worker``'s process is gone: forget its open requests (returned: as its
@@ -248,6 +252,7 @@ class FleetActive(Mapping[str, ActiveRequest]):
             sender = self._sender.pop(worker, None)
             if sender:
                 self._retired.add(sender)
+            self.heard.pop(worker, None)
             return list(self.by_worker.pop(worker, {}).values())
 
     def __getitem__(self, key: str) -> ActiveRequest:

@@ -1,17 +1,24 @@
-"""QA of ``llmtop run --workers N``: what the coordinator does with what its workers lose."""
+"""QA of ``llmtop run --workers N``: what the coordinator does about workers that lose events
+or stop reporting."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 from aiohttp import web
 from test_scale_forwarder_codec import TOKEN, record
+from test_workers import start_run, worker_pids
 
 from llmtop.bus import EventBus
 from llmtop.config import Config
 from llmtop.events import Event, WarningEvent
 from llmtop.metrics.aggregator import Aggregator
+from llmtop.sim.server import running_sim
 from llmtop.workers import (
     LOST_REPORT_S,
     EventForwarder,
@@ -92,3 +99,55 @@ def test_lost_counts_add_up_per_worker_and_are_raised_at_most_every_10_s() -> No
     last = said[-1]
     assert isinstance(last, WarningEvent)
     assert last.message.startswith("7 events") and "(worker 0: 5, worker 1: 2)" in last.message
+
+
+async def test_a_stuck_worker_is_reported_and_cleared_when_it_reports_again() -> None:
+    """QA: SIGSTOP one of two workers (a worker whose loop is stuck behaves the same): its
+    process still runs, so nothing noticed; the kernel kept handing it a share of new
+    connections, which waited, its open requests stayed on the screens and no warning
+    was raised. Now, once it has not reported for 10 s while the other does, the
+    coordinator says so and raises WORKER_DOWN; when it reports again, the warning
+    clears."""
+    async with running_sim("tiny", max_num_seqs=16) as sim:
+        proc, _, admin = await start_run(
+            "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+            "--workers", "2", "--gpu-source", "none")
+        assert proc.stdout is not None
+        stopped = 0
+        try:
+            async with aiohttp.ClientSession() as s:
+
+                async def down(expected: bool) -> bool:
+                    """Whether the snapshot shows WORKER_DOWN, once it is ``expected`` or
+                    after 10 s (the aggregator takes a warning at its next tick)."""
+                    for _ in range(40):
+                        async with s.get(admin + "/llmtop/v1/snapshot") as r:
+                            codes = [w["code"] for w in (await r.json())["warnings"]]
+                        if ("WORKER_DOWN" in codes) == expected:
+                            break
+                        await asyncio.sleep(0.25)
+                    return "WORKER_DOWN" in codes
+
+                async def said(what: str) -> str:
+                    while True:
+                        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+                        assert line, "the coordinator exited"
+                        if what in line:
+                            return line
+
+                await asyncio.sleep(1.5)  # both have reported
+                stopped = worker_pids(proc.pid)[0]
+                os.kill(stopped, signal.SIGSTOP)
+                line = await said("has not reported")
+                assert f"(pid {stopped}) has not reported for 1" in line, line
+                assert await down(True)
+                os.kill(stopped, signal.SIGCONT)
+                stopped = 0
+                await said("reports again")
+                assert not await down(False)
+        finally:
+            if stopped:
+                os.kill(stopped, signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, out.decode()
