@@ -32,9 +32,11 @@ WARNING_CODES: Final = (
     "ERRORS", "UPSTREAM_DOWN", "PREFILL_INTERFERENCE",
 )
 """Every saturation warning code (llmtop.saturation raises them; /metrics exports each)."""
-OPERATIONAL_CODES: Final = ("WORKER_DOWN",)
+OPERATIONAL_CODES: Final = ("WORKER_DOWN", "EVENTS_LOST")
 """Warnings about llmtop itself, not the service (``WORKER_DOWN``: a ``--workers`` process
-exited; raised by :mod:`llmtop.worker_procs`, cleared once it serves again)."""
+exited or stopped reporting; raised by :mod:`llmtop.worker_procs`, cleared once it serves
+again. ``EVENTS_LOST``: a worker dropped events its coordinator could not take, so figures
+read low; raised by :mod:`llmtop.workers`)."""
 
 
 UNREACHABLE_PREFIX: Final = "upstream unreachable"
