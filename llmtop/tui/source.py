@@ -119,6 +119,13 @@ def normalize_admin_url(url: str) -> str:
         raise ValueError(f"'{url}' is not an admin URL (expected http://HOST:PORT)")
     if port is None and "://" not in raw:
         raise ValueError(f"admin URL '{url}' needs a port (HOST:PORT)")
+    if "@" in parts.netloc:
+        # the admin API takes a bearer token, not user:password (with --token as well,
+        # aiohttp refused the request and the screen read "reply is not JSON"); the URL
+        # is shown on screen, so the secret is not repeated in the message either
+        raise ValueError(f"admin URL '{parts.scheme}://…@{parts.netloc.rpartition('@')[2]}' "
+                         "carries credentials: give the admin token with --token or "
+                         "LLMTOP_ADMIN_TOKEN instead")
     path = parts.path.rstrip("/")
     for suffix in (SNAPSHOT_PATH, "/llmtop/v1"):
         if path.endswith(suffix):

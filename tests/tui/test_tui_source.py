@@ -42,12 +42,14 @@ def test_normalize_admin_url(given: str, normal: str) -> None:
     assert normalize_admin_url(given) == normal
 
 
-@pytest.mark.parametrize("bad", ["ftp://h:1", "localhost", "h:99999", "http://", ":8081"])
+@pytest.mark.parametrize("bad", ["ftp://h:1", "localhost", "h:99999", "http://", ":8081",
+                                 "http://:s3cret@h:1", "u:s3cret@h:1"])
 def test_bad_admin_urls_raise_one_line(bad: str) -> None:
     """A bad admin URL is a ValueError with a one-line message naming it."""
     with pytest.raises(ValueError, match="admin URL") as info:
         normalize_admin_url(bad)
     assert "\n" not in str(info.value)
+    assert "s3cret" not in str(info.value)  # credentials are refused without being shown
 
 
 def test_protocols_are_runtime_checkable() -> None:
