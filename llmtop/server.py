@@ -474,6 +474,10 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     _tune_process()
     await stop.wait()
     _on_next_signal(lambda: supervisor.hurry(obs.say))
+    open_now = counts.others()  # every worker's open requests, from the shared table
+    if open_now:
+        obs.say(f"llmtop: stopping: {open_now} request(s) in flight may finish within "
+                f"{cfg.timeouts.shutdown_grace_s:g} s (signal again to stop now)")
     cut: list[int] = [0]  # streams the workers cancelled at their shutdown deadline
 
     def count_cut(events: Sequence[Event]) -> None:
