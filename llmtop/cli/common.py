@@ -22,13 +22,15 @@ class UsageError(ValueError):
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags shared by commands that run a proxy (``run``, ``demo``)."""
+    """The flags of ``run`` that set config keys."""
     p.add_argument("--config", metavar="FILE", help="TOML config file (see config.example.toml)")
     p.add_argument("--listen", metavar="HOST:PORT",
                    help="proxy address (default 127.0.0.1:8080; :PORT keeps the host, port 0 "
                         "picks a free one)")
     p.add_argument(
-        "--admin", metavar="HOST:PORT", help="admin API address (default 127.0.0.1:8081)"
+        "--admin", metavar="HOST:PORT",
+        help="admin API address (default 127.0.0.1:8081, or a free loopback port behind the "
+             "TUI; admin in --config or LLMTOP_ADMIN sets it too)"
     )
     p.add_argument("--admin-token", metavar="TOKEN", help="required when --admin is not loopback")
     p.add_argument("--upstream-ca", metavar="PEM",

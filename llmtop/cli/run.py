@@ -17,7 +17,7 @@ from llmtop.cli.common import (
     interrupt_on_sigterm,
     llmtop_cmd,
 )
-from llmtop.config import MAX_REFRESH_HZ
+from llmtop.config import MAX_REFRESH_HZ, given
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -100,10 +100,13 @@ def install_uvloop() -> None:
     uvloop.install()
 
 
-def child_command(argv: Sequence[str]) -> list[str]:
+def child_command(argv: Sequence[str], admin_configured: bool = False) -> list[str]:
     """The same ``run`` arguments for a headless child, admin on a free loopback port
-    unless one was given."""
+    unless one was given (``--admin``, or ``admin_configured``: by the config file or
+    ``LLMTOP_ADMIN``)."""
     cmd = llmtop_cmd("run", *argv, "--headless")
+    if admin_configured:
+        return cmd
     if "--admin" not in argv and not any(a.startswith("--admin=") for a in argv):
         cmd += ["--admin", "127.0.0.1:0"]
     return cmd
@@ -119,7 +122,8 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
     raw: list[str] = list(getattr(args, "_argv", []))
     argv = [a for a in raw[raw.index(NAME) + 1 :] if a != "--headless"] if NAME in raw else []
     interrupt_on_sigterm()
-    child = Child(child_command(argv), (LISTEN_PREFIX, ADMIN_PREFIX))
+    child = Child(child_command(argv, given("admin", args.config, os.environ)),
+                  (LISTEN_PREFIX, ADMIN_PREFIX))
     if not child.ready:
         child.stop(5)
         print(f"llmtop run: the proxy did not start: {child.failure()}", file=sys.stderr)
