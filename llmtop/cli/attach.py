@@ -30,9 +30,10 @@ WINDOW_CHOICES = {"10": 10, "60": 60, "300": 300, "all": None}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("urls", nargs="+", metavar="ADMIN_URL",
                    help="admin address of a proxy: http://HOST:PORT or HOST:PORT")
-    p.add_argument("--token", default=os.environ.get("LLMTOP_ADMIN_TOKEN", ""), metavar="T",
+    p.add_argument("--token", action="append", metavar="T",
                    help="admin token (needed when the admin API is not on loopback; "
-                        "default: $LLMTOP_ADMIN_TOKEN)")
+                        "default: $LLMTOP_ADMIN_TOKEN); once for every URL, or once per "
+                        "URL in the order of the URLs (an empty one for a proxy without)")
     p.add_argument("--refresh-hz", type=float, default=4.0, metavar="HZ",
                    help="screen refreshes per second (default 4)")
     p.add_argument("--window", default="60", choices=tuple(WINDOW_CHOICES),
@@ -43,6 +44,9 @@ def fleet_merge() -> MergeFn:
     """The merge of several proxies' snapshots for attach: each running proxy counted once,
     even when two of the addresses reach the same one (``localhost`` and ``127.0.0.1``, a
     name and its IP), with a warning that says so."""
+    from llmtop.tui.source import load_merge
+
+    load_merge()  # MergeUnavailable (a ValueError) in a build without the merge module
     from llmtop.metrics.merge import merge_snapshots
 
     def once_per_proxy(snaps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -57,7 +61,8 @@ def main(args: argparse.Namespace) -> int:
     from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
     try:
-        source = AdminSource(args.urls, token=args.token, max_age_s=SHARED_SNAPSHOT_AGE_S,
+        tokens = args.token or [os.environ.get("LLMTOP_ADMIN_TOKEN", "")]
+        source = AdminSource(args.urls, token=tokens, max_age_s=SHARED_SNAPSHOT_AGE_S,
                              merge=fleet_merge() if len(args.urls) > 1 else None)
     except ValueError as exc:  # a bad URL, or several without a merge function
         raise UsageError(str(exc)) from None

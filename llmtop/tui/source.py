@@ -220,7 +220,7 @@ class AdminSource:
     def __init__(
         self,
         urls: Sequence[str],
-        token: str = "",
+        token: str | Sequence[str] = "",
         *,
         timeout_s: float = 2.0,
         merge: MergeFn | None = None,
@@ -229,7 +229,15 @@ class AdminSource:
         if not urls:
             raise ValueError("at least one admin URL is needed")
         self.urls: list[str] = [normalize_admin_url(u) for u in urls]
-        self._token = token
+        tokens = [token] if isinstance(token, str) else list(token)
+        if len(tokens) not in (1, len(self.urls)):
+            raise ValueError(f"{len(tokens)} admin tokens for {len(self.urls)} admin URLs: "
+                             "give one for all, or one per URL in the same order")
+        self._auth: dict[str, dict[str, str]] = {
+            url: {"Authorization": f"Bearer {tok}"} if tok else {}
+            for url, tok in zip(self.urls, tokens * len(self.urls) if len(tokens) == 1
+                                else tokens, strict=True)}
+        """Per URL, the header carrying its admin token (none when it has none)."""
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._merge: MergeFn | None = merge
         self.max_age_s = max_age_s
@@ -255,8 +263,7 @@ class AdminSource:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=headers)
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
 
     async def _get(self, url: str, path: str, params: dict[str, str]) -> Any:
@@ -268,7 +275,8 @@ class AdminSource:
         the proxy does not say)."""
         self.gets += 1
         try:
-            async with self._http().get(url + path, params=params) as resp:
+            async with self._http().get(url + path, params=params,
+                                        headers=self._auth.get(url)) as resp:
                 if resp.status in (401, 403):
                     raise _Failure(f"HTTP {resp.status}: the admin token was refused")
                 if resp.status != 200:
@@ -379,7 +387,8 @@ class AdminSource:
             if path:
                 body["path"] = path if len(self.urls) == 1 else per_proxy_path(path, i)
             try:
-                async with self._http().post(url + RECORDING_PATH, json=body) as resp:
+                async with self._http().post(url + RECORDING_PATH, json=body,
+                                             headers=self._auth.get(url)) as resp:
                     text = await resp.text()
                     if resp.status >= 400:
                         raise SourceUnavailable(

@@ -258,3 +258,31 @@ async def test_a_target_that_is_not_llmtop_or_cannot_be_merged_leaves_the_others
         await src.close()
         for s in (a, b, c):
             await s.stop()
+
+
+async def test_each_attached_proxy_gets_its_own_token() -> None:
+    """Proxies run by different teams have different admin tokens: one token per URL, in
+    order (an empty one for a proxy without); a single token still goes to every URL."""
+    a, b, c = (AdminServer("low_load", token="tok-a"), AdminServer("saturated", token="tok-b"),
+               AdminServer("low_load"))
+    for srv in (a, b, c):
+        await srv.start()
+    src = AdminSource([a.url, b.url, c.url], token=["tok-a", "tok-b", ""], merge=sum_merge)
+    one = AdminSource([a.url, b.url], token="tok-a", merge=sum_merge)
+    try:
+        snap = await src.fetch(60)
+        assert snap["system"]["rps"] == pytest.approx(1.2 + 6.6 + 1.2)
+        assert src.describe() == "3 proxies"
+        assert a.auth[-1] == "Bearer tok-a" and b.auth[-1] == "Bearer tok-b"
+        assert c.auth[-1] is None  # no token is sent where none was given
+        await one.fetch(60)  # the one token, to both: b refuses it, a answers
+        assert b.auth[-1] == "Bearer tok-a"
+        assert one.describe() == f"1/2 proxies up · down: {b.url}"
+        assert "admin token was refused" in (one.errors[b.url] or "")
+    finally:
+        await src.close()
+        await one.close()
+        for srv in (a, b, c):
+            await srv.stop()
+    with pytest.raises(ValueError, match="2 admin tokens for 3 admin URLs"):
+        AdminSource(["h:1", "h:2", "h:3"], token=["x", "y"], merge=sum_merge)
