@@ -270,8 +270,22 @@ def _flatten_toml(data: Mapping[str, Any], source: str, prefix: str = "") -> dic
             raise ConfigError(f"{source}: '{key}' is a section: write [{key}] and its keys "
                               "under it (see config.example.toml)")
         else:
-            raise ConfigError(f"{source}: unknown key '{key}' (see config.example.toml)")
+            raise ConfigError(f"{source}: unknown key '{key}'{_suggest(key, keys, sections)}"
+                              " (see config.example.toml)")
     return out
+
+
+def _suggest(key: str, keys: Mapping[str, Any], sections: set[str]) -> str:
+    """``; did you mean 'timeouts.idle_s'?`` for a near miss (a typo, a section name one
+    letter off, a key under the wrong section), else ``""``."""
+    import difflib
+
+    known = [*keys, *sections]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    if not close:  # the right name under another section: tui.window vs warnings.window_s
+        leaf = key.rsplit(".", 1)[-1]
+        close = [k for k in keys if k.rsplit(".", 1)[-1] == leaf][:1]
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 # -- loading ---------------------------------------------------------------------------
