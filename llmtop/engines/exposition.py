@@ -17,10 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterator
 
+# Possessive quantifiers (*+ ++) throughout: each run of blanks or characters has one
+# reading, so a line that does not match fails in linear time. With plain ones the blanks
+# after the name could be split between ``[ \t]*`` and ``[ \t]+`` in every way: a line of
+# a name, 100,000 blanks and "x y z" took a minute of CPU to refuse.
 _SAMPLE = re.compile(
-    r'[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*'           # name
-    r'(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?'          # {labels}, quoted values may hold }
-    r'[ \t]+([^ \t]+)(?:[ \t]+[^ \t]+)?[ \t]*\r?'       # value, optional timestamp
+    r'[ \t]*+([a-zA-Z_:][a-zA-Z0-9_:]*+)'                                # name
+    r'(?:[ \t]*+\{((?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?+'           # {labels}: "" may hold }
+    r'[ \t]++([^ \t]++)(?:[ \t]++[^ \t]++)?+[ \t]*+\r?'                   # value, timestamp
 )
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"')
 _PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"[ \t]*'
