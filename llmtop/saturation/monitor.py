@@ -214,7 +214,12 @@ class SaturationMonitor:
         longer) while TTFT p95 has grown well past what the service does unloaded. A burst
         that the engine absorbs empties the queue between arrivals; saturation does not.
         Not during an outage (UPSTREAM_DOWN, until half a window after it): requests
-        waiting for a connect that times out are not queued behind others."""
+        waiting for a connect that times out are not queued behind others.
+
+        Without the engine's queue, this proxy's requests without a first token are a queue
+        only while the engine is seen serving others in the same stretch (a stream flowing,
+        a first token or an answer): one slow prefill alone in flight, or requests waiting
+        on an upstream that answers nobody, is no queue (QA: both read "saturated")."""
         sig = self.signals
         win = self.window_s
         if self.outages and now <= self.outages[-1][1]:
@@ -232,6 +237,8 @@ class SaturationMonitor:
         # never more "of them" than in flight: a sample's proxy_waiting ≤ its in_flight
         mine = sum(s.proxy_waiting for s in recent) / len(recent)
         engine = [s.engine_waiting for s in recent if s.engine_waiting is not None]
+        if not engine and not sig.serving_since(min(recent[0].t, now - win / 4), recent):
+            return None
         base = sig.ttft_baseline()
         p95 = sig.ttft_p95(now, win)
         oldest = max(s.oldest_waiting_s for s in recent)

@@ -90,6 +90,8 @@ class Sample:
     engine_waiting: float | None = None
     """The engine's queue from a fresh reading (all its clients', not only this proxy's
     requests), else None."""
+    served: int = 0
+    """This proxy's open requests the engine is answering (a first token or byte seen)."""
 
 
 def _p(values: Iterable[float] | np.ndarray, q: float) -> float | None:
@@ -242,6 +244,7 @@ class Signals:
             oldest_waiting_s=oldest,
             proxy_waiting=len(waiting),
             engine_waiting=None if engine_waiting is None else float(engine_waiting),
+            served=sum(1 for a in actives if a.first_token_ns is not None),
         )
         self.samples.append(s)
         self._trim(now)
@@ -303,6 +306,13 @@ class Signals:
             got.reverse()
             self._memo[key] = got
         return got
+
+    def serving_since(self, t: float, samples: Iterable[Sample]) -> bool:
+        """Whether the engine was seen serving since ``t``: one of ``samples`` had a request
+        of this proxy being answered, or a first token or an answer came."""
+        return (any(s.served > 0 for s in samples)
+                or any(ft >= t for ft, _ in reversed(self.first_tokens))
+                or any(f.outcome == "ok" and f.t_end >= t for f in reversed(self.finished)))
 
     def samples_in(self, now: float, window_s: float) -> list[Sample]:
         cut = now - window_s
