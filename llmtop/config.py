@@ -518,9 +518,26 @@ DURATION_KEYS = (
 """The keys that are seconds."""
 
 
+def _validate_scrape_url(key: str, url: str) -> None:
+    """ConfigError unless ``url`` is an http(s) URL with a host and a port in range: a URL
+    llmtop polls (it said nothing when it could not, and its panel stayed empty)."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError as exc:
+        raise ConfigError(f"{key} '{url}' is not a valid URL: {exc}") from None
+    if u.scheme not in ("http", "https") or not u.hostname or port == 0:
+        raise ConfigError(f"{key} '{url}' must be an http:// or https:// URL with a host, "
+                          "e.g. http://127.0.0.1:8000/metrics (empty: the upstream's)")
+
+
 def validate(cfg: Config) -> None:
     if cfg.upstream:
         validate_upstream(cfg.upstream)
+    for key, url in (("engine.metrics_url", cfg.engine.metrics_url),
+                     ("gpu.sim_url", cfg.gpu.sim_url)):
+        if url:
+            _validate_scrape_url(key, url)
     if cfg.upstream_ca:
         from llmtop.tls import ssl_context  # ConfigError when the file is not usable
 
