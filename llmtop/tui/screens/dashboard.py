@@ -64,8 +64,9 @@ class Dashboard(Screen[None]):
         self._active: Sequence[Mapping[str, Any]] = ()
 
     def compose(self) -> ComposeResult:
-        yield self.header
-        yield self.warnings
+        with Vertical(id="head"):
+            yield self.header
+            yield self.warnings
         yield self.capacity
         with Horizontal(id="top"):
             with Vertical(id="left"):

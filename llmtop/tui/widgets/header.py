@@ -112,10 +112,10 @@ class HeaderBar(ViewPanel):
     def layout_key(self, view: SnapView) -> object:
         return None  # always the same number of lines
 
-    # docked: at tiny sizes the screen scrolls (to the focused users table), and the
-    # header, the state above all, must not scroll away with the panes
+    # (docked with the warnings bar, in the dashboard's #head: at tiny sizes the screen
+    # scrolls to the focused users table, and the state must not scroll away)
     DEFAULT_CSS = """
-    HeaderBar { dock: top; height: auto; background: $panel; padding: 0 1; }
+    HeaderBar { height: auto; background: $panel; padding: 0 1; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
