@@ -174,11 +174,18 @@ class Observers:
             except RecordingError as exc:
                 raise StartupError(str(exc)) from exc
 
+    def open_gpu(self) -> None:
+        """Open the GPU source (NVML's start-up, ``--gpus`` checked against the GPUs there
+        are): ``ConfigError`` for a source that cannot be had, before anything binds (QA:
+        ``--gpu-source nvml`` without NVML printed both listen lines, then exited 2)."""
+        if self._gpu is None:
+            self._gpu = open_gpu_source(self.cfg, self.bus.publish, upstream=self.cfg.upstream)
+
     def start_background(self) -> None:
         cfg = self.cfg
         self._tasks.append(asyncio.create_task(self.bus.pump(0.05), name="bus-pump"))
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="metrics-tick"))
-        self._gpu = open_gpu_source(cfg, self.bus.publish, upstream=cfg.upstream)
+        self.open_gpu()
         msg = self._gpu.start()
         if msg:
             self.say(f"llmtop: {msg}")
@@ -267,6 +274,7 @@ class LlmtopServer:
         wait for the listen lines: once printed, nothing left can refuse to start) and
         start the background work, the recording included."""
         self.observers.check_recording()
+        self.observers.open_gpu()
         low = raise_open_files()
         self._observer_loop = LoopThread()
         self.admin_url = await self._on_observers(self.observers.start_admin())
@@ -434,6 +442,7 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     obs = Observers(cfg, bus, fleet, out=out)
     token = secrets.token_hex(16)
     obs.check_recording()
+    obs.open_gpu()
     if not cfg.user_salt:  # every worker must derive the same key pseudonyms
         from llmtop.proxy.identity import stored_salt
 

@@ -7,9 +7,11 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 
 import aiohttp
+import pytest
 
 from llmtop.sim.server import running_sim
 
@@ -47,3 +49,19 @@ async def test_run_without_a_gpu_says_so_once_and_serves() -> None:
     assert "no NVIDIA GPU found" in gpu_lines[0] and "Traceback" not in "\n".join(out)
     assert snap["gpus"] == [] and snap["system"]["requests"] == 3
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["1 process", "2 workers"])
+def test_gpu_source_nvml_without_nvml_refuses_before_listening(workers: list[str]) -> None:
+    """``--gpu-source nvml`` on a machine without NVML is a usage error before any address
+    is bound or announced: scripts wait for the listen lines, and once they are printed
+    nothing may refuse (it printed both, then exited 2)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmtop", "run", "--headless", "--upstream",
+         "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+         "--gpu-source", "nvml", *workers],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "listening" not in proc.stdout + proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "NVML is unavailable" in err[0], proc.stderr
