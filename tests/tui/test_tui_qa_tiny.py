@@ -43,3 +43,20 @@ async def test_no_warnings_line_stays_too() -> None:
         await pilot.pause(0.2)
         lines = screen_text(app).splitlines()
     assert "✓ no saturation warnings" in lines[2], "\n".join(lines)
+
+
+@pytest.mark.parametrize("size", [(40, 12), (60, 20)])
+async def test_a_short_terminal_at_start_gets_the_short_warnings_bar(
+        size: tuple[int, int]) -> None:
+    """Started in a short terminal, the bar was measured before the screen had its
+    "-short" class and kept one line per warning (3 of 12 lines) instead of the two
+    a short terminal gets: the worst warning, then "+2 more: …"."""
+    app = make_app(FixtureSource("saturated"))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause(0.2)
+        lines = screen_text(app).splitlines()
+        height = app.dashboard.warnings.size.height
+    assert "✖ SLO_TTFT" in lines[2], "\n".join(lines)
+    assert "+2 more: QUEUEING, KV_CACHE" in lines[3], "\n".join(lines)
+    assert height == 2

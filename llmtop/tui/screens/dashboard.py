@@ -90,6 +90,11 @@ class Dashboard(Screen[None]):
         self.requests.border_title = "active requests"
         self.users.focus()
 
+    def on_resize(self, event: events.Resize) -> None:
+        # the breakpoint classes (-short: the warnings bar's fewer lines) are set on a
+        # resize, after the bar may have been measured without them (at start, too)
+        self.call_after_refresh(self.warnings.refresh, layout=True)
+
     def apply(
         self,
         view: SnapView,
