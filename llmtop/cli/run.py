@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     if not sys.stdout.isatty():
         raise UsageError("the TUI needs a terminal; use --headless to run without one")
     return _with_tui(args, cfg.tui.refresh_hz if args.refresh_hz is None else args.refresh_hz,
-                     cfg.tui.window_s or None)
+                     cfg.tui.window_s or None, token=cfg.admin_token)
 
 
 def _headless(args: argparse.Namespace) -> int:
@@ -112,9 +112,11 @@ def child_command(argv: Sequence[str], admin_configured: bool = False) -> list[s
     return cmd
 
 
-def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None = 60) -> int:
+def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None = 60, *,
+              token: str = "") -> int:
     """The proxy as a headless child and the TUI on it; ``window_s`` the initial window
-    (``tui.window_s``; None: the whole session)."""
+    (``tui.window_s``; None: the whole session); ``token`` the admin token the child
+    requires (``admin_token`` from flag, environment or file, as the child reads it)."""
     from llmtop.tui import run_tui
     from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
     from llmtop.worker_procs import describe_exit
@@ -149,7 +151,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
     code = 0
     try:
         code = run_tui(
-            AdminSource([admin_url], token=args.admin_token or "",
+            AdminSource([admin_url], token=token,
                         max_age_s=SHARED_SNAPSHOT_AGE_S),
             refresh_hz=refresh_hz,
             window_s=window_s,

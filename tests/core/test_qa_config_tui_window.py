@@ -23,7 +23,8 @@ def test_run_opens_the_tui_on_the_configured_window(
     cfg.write_text(f"[tui]\nwindow_s = {value}\nrefresh_hz = 2.0\n")
     seen: dict[str, object] = {}
 
-    def fake_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None) -> int:
+    def fake_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None,
+                 token: str = "") -> int:
         seen.update(refresh_hz=refresh_hz, window_s=window_s)
         return 0
 
