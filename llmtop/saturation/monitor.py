@@ -271,11 +271,11 @@ class SaturationMonitor:
 
 
     def slo(self, now: float, held: bool, which: str) -> Verdict | None:
-        """Attainment of one latency SLO over the answered requests of the last 6 W is
-        below target beyond sampling noise: even the optimistic end of its one-sided 95 %
-        confidence interval (Wilson) misses the target — 3 misses in 56 requests is what a
-        service that meets 95 % does; 10 in 56 is not. Once raised, it holds while the
-        attainment itself stays below target."""
+        """Attainment of one latency SLO over the requests judged on it in the last 6 W
+        (answered, or cancelled after missing it) is below target beyond sampling noise:
+        even the optimistic end of its one-sided 95 % confidence interval (Wilson) misses
+        the target — 3 misses in 56 requests is what a service that meets 95 % does; 10 in
+        56 is not. Once raised, it holds while the attainment itself stays below target."""
         slo = self.cfg.slo
         att, n = self.signals.slo_attainment(now, 6 * self.window_s, which)
         if att is None or n < 10:
@@ -285,8 +285,11 @@ class SaturationMonitor:
         limit = {"ttft": slo.ttft_s, "itl": slo.itl_p95_s, "e2e": slo.e2e_s}[which]
         name = {"ttft": "TTFT", "itl": "ITL p95", "e2e": "E2E"}[which]
         assert limit is not None
+        gave_up = self.signals.gave_up(now, 6 * self.window_s, which)
+        whose = (f"{n} requests ({gave_up} of them cancelled by their clients after "
+                 "missing it)" if gave_up else f"{n} answered requests")
         return Verdict(
-            f"{name} SLO ≤ {_ms(limit)} met by {att:.0%} of the last {n} answered requests "
+            f"{name} SLO ≤ {_ms(limit)} met by {att:.0%} of the last {whose} "
             f"(target {slo.target:.0%}); {SLO_REMEDY[which]}"
         )
 

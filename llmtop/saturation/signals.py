@@ -55,13 +55,17 @@ class Finished:
 @dataclass(slots=True)
 class Tally:
     """Answered (outcome ok) requests that ended in one slice of time, and how many of
-    them met each latency SLO."""
+    them met each latency SLO; and the cancelled requests that had already missed each one
+    (their clients gave up on a slow server: judged and failed, as in the metrics)."""
 
     t: float
     answered: int = 0
     ok_ttft: int = 0
     ok_itl: int = 0
     ok_e2e: int = 0
+    gave_up_ttft: int = 0
+    gave_up_itl: int = 0
+    gave_up_e2e: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +213,20 @@ class Signals:
             tally.ok_itl += f.itl_p95_s is None or slo.itl_p95_s is None or \
                 f.itl_p95_s <= slo.itl_p95_s
             tally.ok_e2e += slo.e2e_s is None or f.e2e_s <= slo.e2e_s
+        elif ev.outcome == "cancelled":
+            # judged on each objective it had already broken, as llmtop.metrics.slo does:
+            # TTFT over the limit, or no first token yet past it; ITL p95 so far; E2E so far
+            slo = self.slo
+            waited = f.e2e_s if f.ttft_s is None else f.ttft_s
+            ttft = slo.ttft_s is not None and ev.stream and waited > slo.ttft_s
+            itl = slo.itl_p95_s is not None and f.itl_p95_s is not None and \
+                f.itl_p95_s > slo.itl_p95_s
+            e2e = slo.e2e_s is not None and f.e2e_s > slo.e2e_s
+            if ttft or itl or e2e:
+                tally = self._tally_for(t_end)
+                tally.gave_up_ttft += ttft
+                tally.gave_up_itl += itl
+                tally.gave_up_e2e += e2e
 
     def _tally_for(self, t: float) -> Tally:
         start = (t // self.slice_s) * self.slice_s
@@ -388,17 +406,24 @@ class Signals:
 
     def slo_attainment(self, now: float, window_s: float, which: str
                        ) -> tuple[float | None, int]:
-        """Share of the requests answered in the window (outcome ok; to the slice) that met
-        one SLO (``ttft``, ``itl``, ``e2e``), and how many were answered. Failed requests
-        are left to ERRORS/UPSTREAM_DOWN, so a latency warning is about latency."""
+        """Share of the requests judged on one SLO (``ttft``, ``itl``, ``e2e``) in the
+        window (to the slice) that met it, and how many were judged: those answered
+        (outcome ok) and those cancelled after missing it (:meth:`gave_up`). Failed
+        requests are left to ERRORS/UPSTREAM_DOWN, so a latency warning is about latency."""
         slo = self.slo
         if {"ttft": slo.ttft_s, "itl": slo.itl_p95_s, "e2e": slo.e2e_s}[which] is None:
             return None, 0
         n = met = 0
         for t in self.tallies_in(now, window_s):
-            n += t.answered
+            n += t.answered + {"ttft": t.gave_up_ttft, "itl": t.gave_up_itl,
+                               "e2e": t.gave_up_e2e}[which]
             met += {"ttft": t.ok_ttft, "itl": t.ok_itl, "e2e": t.ok_e2e}[which]
         return (met / n if n else None), n
+
+    def gave_up(self, now: float, window_s: float, which: str) -> int:
+        """Requests cancelled in the window (to the slice) after missing one SLO."""
+        return sum({"ttft": t.gave_up_ttft, "itl": t.gave_up_itl,
+                    "e2e": t.gave_up_e2e}[which] for t in self.tallies_in(now, window_s))
 
     def tallies_in(self, now: float, window_s: float) -> list[Tally]:
         cut = now - window_s
