@@ -107,6 +107,7 @@ class LlmtopApp(App[int]):
         self._fetching = False
         self._fetch_id = 0
         self._last_attempt = float("-inf")
+        self._last_data = float("-inf")
         self._recording: str | None = None
         self._replay_length: float | None = None
         self._started = 0
@@ -176,6 +177,7 @@ class LlmtopApp(App[int]):
         if not self.connected:
             self.notify("reconnected", severity="information", markup=False)
         self.connected, self.error, self.has_data = True, None, True
+        self._last_data = time.monotonic()
         self.view, self.active = SnapView(snap), active
         self.refreshes += 1
         self._show()
@@ -216,6 +218,8 @@ class LlmtopApp(App[int]):
             replay=self._replay_label(),
             proxy=self.proxy,
             admin=self.admin,
+            stale_s=None if self.connected or not self.has_data else int(
+                time.monotonic() - self._last_data),
         )
 
     def _source_label(self) -> str:

@@ -39,6 +39,9 @@ class HeaderStatus:
     """``w`` asked for :attr:`asked_window_s` and its data has not arrived yet:
     :attr:`window_s` is still the window of the figures shown."""
     asked_window_s: int | None = None
+    stale_s: int | None = None
+    """Disconnected with data on screen: whole seconds since that data arrived (the
+    figures are the last ones known, not live ones)."""
 
 
 SEP = " │ "
@@ -187,12 +190,17 @@ class HeaderBar(ViewPanel):
         if not self.status.has_data:
             t.append("waiting for the first snapshot…", pal.dim)
             return t
+        stale = self.status.stale_s
+        start = 0
+        if stale is not None:  # the last figures known: said so, and none bold or coloured
+            t.append(f"as of {fmt.duration(stale)} ago: ", f"bold {pal.warn}")
+            start = len(t)
 
         def fig(label: str, value: str, style: str = "bold") -> None:
-            if len(t):
+            if len(t) > start:
                 t.append(SEP)
             t.append(label, pal.dim)
-            t.append(value, style if value != fmt.NA else pal.dim)
+            t.append(value, style if value != fmt.NA and stale is None else pal.dim)
 
         fig("RPS ", fmt.rate(v.num("system", "rps")))
         fig("out " if wide else "", fmt.rate(v.num("system", "output_tps")),
