@@ -186,13 +186,16 @@ class Observers:
         self._tasks.append(asyncio.create_task(self.bus.pump(0.05), name="bus-pump"))
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="metrics-tick"))
         self.open_gpu()
-        msg = self._gpu.start()
+        gpu = self._gpu
+        msg = gpu.start()
         if msg:
             self.say(f"llmtop: {msg}")
+        self.aggregator.gpu_status = lambda: str(gpu.status)
         if cfg.engine.enabled and cfg.upstream:
             url = metrics_url_for(cfg.upstream, cfg.engine.metrics_url)
             scraper = EngineScraper(url, None, self.bus.publish, interval_s=cfg.engine.interval_s)
             scraper.ssl = upstream_ssl(cfg)
+            self.aggregator.engine_status = lambda: scraper.status
             self._tasks.append(asyncio.create_task(scraper.run(), name="engine-scraper"))
         if cfg.recording.path:
             try:

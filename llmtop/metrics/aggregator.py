@@ -175,6 +175,11 @@ class Aggregator:
         self.gpus: dict[int, GpuReading] = {}
         self.engine: EngineReading | None = None
         self.engine_history: deque[EngineReading] = deque()
+        self.engine_status: Callable[[], str] | None = None
+        """The engine scraper's line ("vllm engine at URL", or why the last scrape failed:
+        "no /metrics at URL (HTTP 404)"); None when there is no scraper."""
+        self.gpu_status: Callable[[], str] | None = None
+        """The GPU source's line ("2 GPUs", "GPU 1 lost", why there are none)."""
         self.warnings: dict[str, WarningEvent] = {}
         """Currently raised warnings by code (the raising event, so ``t`` is "since")."""
         self.warning_codes: set[str] = set()

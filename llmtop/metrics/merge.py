@@ -143,9 +143,12 @@ def _merge_engines(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if old is None or (_num(e.get("t")) or 0) > (_num(old.get("t")) or 0):
             by_upstream[up] = e
     engines = list(by_upstream.values())
-    if not engines:
+    if not engines:  # why there is no reading: the first proxy that says
+        status = next((e.get("status") for s in snaps
+                       if isinstance(e := s.get("engine"), Mapping) and e.get("status")), None)
         return {"kind": None, "running": None, "waiting": None, "kv_cache_usage": None,
-                "preemptions": None, "ttft_p95": None, "t": None, "age_s": None}
+                "preemptions": None, "ttft_p95": None, "t": None, "age_s": None,
+                "status": status}
     if len(engines) == 1:
         return dict(engines[0])
     kinds = {e.get("kind") for e in engines}
@@ -159,6 +162,7 @@ def _merge_engines(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "t": _max(e.get("t") for e in engines),
         "age_s": _max(e.get("age_s") for e in engines),
         "engines": len(engines),
+        "status": f"{len(engines)} engines",
     }
 
 
@@ -395,6 +399,9 @@ def _merge(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                              ("ttft_p50", "ttft_p95", "ttft_p99", "itl_p50", "itl_p95",
                               "itl_p99", "tpot_p95", "e2e_p95")),
         "gpus": _merge_gpus(snaps),
+        # each proxy's GPU line, once ("2 GPUs · GPU 1 lost")
+        "gpu_status": " · ".join(dict.fromkeys(
+            str(s["gpu_status"]) for s in snaps if s.get("gpu_status"))) or None,
         "engine": _merge_engines(snaps),
         "capacity": capacity.estimate(bins, target, min_req),
         "warnings": _merge_warnings(snaps),

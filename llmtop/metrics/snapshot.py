@@ -166,11 +166,17 @@ def gpu_row(g: GpuReading, host: str, now: float) -> dict[str, Any]:
 
 
 def engine_section(agg: Aggregator, window_s: int | None, now: float) -> dict[str, Any]:
+    """The engine's last scraped reading, with ``status``: the scraper's line (why there
+    is no reading — "no /metrics at URL (HTTP 404)" — or which engine it reads; None when
+    nothing scrapes)."""
     e = agg.engine
+    status = agg.engine_status() if agg.engine_status is not None else None
     if e is None:
         return {"kind": None, "running": None, "waiting": None, "kv_cache_usage": None,
-                "preemptions": None, "ttft_p95": None, "t": None, "age_s": None}
+                "preemptions": None, "ttft_p95": None, "t": None, "age_s": None,
+                "status": status}
     return {
+        "status": status,
         "kind": e.kind,
         "running": finite_or_none(e.running),
         "waiting": finite_or_none(e.waiting),
@@ -303,6 +309,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "latency": latency,
         "users": users,
         "gpus": [gpu_row(agg.gpus[i], agg.host, now) for i in sorted(agg.gpus)],
+        "gpu_status": agg.gpu_status() if agg.gpu_status is not None else None,
         "engine": engine_section(agg, window_s, now),
         "capacity": cap,
         "warnings": warnings,
