@@ -543,6 +543,12 @@ def validate(cfg: Config) -> None:
 
         ssl_context(cfg.upstream_ca)
     parse_hostport(cfg.listen, "listen")
+    tok = cfg.admin_token
+    if tok != tok.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in tok):
+        # the admin API strips what a client sends: such a token could never match
+        raise ConfigError("admin_token has whitespace at its ends or a control character "
+                          "(a line end from a token file?): no client could send it; "
+                          "remove it")
     admin_host, _ = parse_hostport(cfg.admin, "admin")
     if not is_loopback(admin_host) and not cfg.admin_token:
         raise ConfigError(

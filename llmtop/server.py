@@ -20,6 +20,7 @@ import gc
 import os
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -355,7 +356,10 @@ def _stop_event() -> asyncio.Event:
 
 def _why(exc: OSError) -> str:
     """A bind error in the system's words ("Address already in use"), not asyncio's
-    wrapper ("error while attempting to bind on address (...)")."""
+    wrapper ("error while attempting to bind on address (...)"); a host name that does not
+    resolve says so (its errno is a resolver code: os.strerror read "Unknown error -2")."""
+    if isinstance(exc, socket.gaierror):
+        return f"host not found ({exc.strerror})"
     return os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
 
 

@@ -47,16 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not host:
-        raise UsageError(f"--listen '{listen}' must look like HOST:PORT")
+    """``--listen`` read as ``llmtop run`` reads its addresses (``[::1]:8000`` for IPv6)."""
+    from llmtop.config import ConfigError, parse_hostport
+
     try:
-        port = int(port_text)
-    except ValueError:
-        raise UsageError(f"--listen '{listen}': port '{port_text}' is not a number") from None
-    if not 0 <= port <= 65535:
-        raise UsageError(f"--listen '{listen}': port must be 0–65535")
-    return host.strip("[]"), port
+        return parse_hostport(listen, "--listen")
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def main(args: argparse.Namespace) -> int:

@@ -73,8 +73,10 @@ def test_bad_profile_is_one_line_exit_2() -> None:
     (["--set", "base_step_s=inf"], "sim parameter base_step_s must be a finite number"),
     (["--set", "bogus=1"], "unknown sim parameter 'bogus'"),
     (["--set", "noequals"], "--set 'noequals' must look like KEY=VALUE"),
-    (["--listen", "nowhere"], "--listen 'nowhere' must look like HOST:PORT"),
-    (["--listen", "127.0.0.1:99999"], "port must be 0–65535"),
+    (["--listen", "nowhere"], "--listen 'nowhere' must be HOST:PORT"),
+    (["--listen", "127.0.0.1:99999"], "port must be 0..65535"),
+    (["--listen", "::1"], "an IPv6 address goes in brackets"),  # was "port '1' ..." at bind
+    (["--listen", "[::1]"], "--listen '[::1]' must be HOST:PORT"),
 ])
 def test_bad_arguments_in_process(args: list[str], message: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,33 @@
+"""Start-up refusals in words a user can act on (one line, exit 2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmtop", "run", "--headless", "--upstream",
+         "http://127.0.0.1:9", "--admin", "127.0.0.1:0", "--gpu-source", "none", *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_a_listen_host_that_does_not_resolve_says_so() -> None:
+    """It read "Unknown error -2" (the resolver's code through os.strerror)."""
+    proc = _run("--listen", "nosuchhost.invalid:18400")
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "host not found" in err[0], proc.stderr
+    assert "Unknown error" not in proc.stderr
+
+
+def test_an_admin_token_no_client_could_send_is_refused() -> None:
+    """The admin API strips the header a client sends, not the configured token: a token
+    read with its line end could never match, and every client got 401."""
+    proc = _run("--listen", "127.0.0.1:0", env={"LLMTOP_ADMIN_TOKEN": "s3cret\n"})
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "admin_token has whitespace at its ends" in err[0], proc.stderr
+    assert "s3cret" not in proc.stderr  # the token itself is not repeated
