@@ -326,22 +326,25 @@ class LlmtopApp(App[int]):
             self._record("stop", None)
             return
 
-        def chosen(path: str | None) -> None:
-            if path:
-                self._record("start", path)
+        self.push_screen(RecordPrompt(proposed_recording_path(self.clock())),
+                         self._record_chosen)
 
-        self.push_screen(RecordPrompt(proposed_recording_path(self.clock())), chosen)
+    def _record_chosen(self, path: str | None) -> None:
+        if path:
+            self._record("start", path)
 
     @work(group="recording", exit_on_error=False)
     async def _record(self, action: str, path: str | None) -> None:
         try:
             reply = await self.source.recording(action, path)
-        except SourceUnavailable as exc:
-            self.notify(str(exc), title="recording", severity="error", markup=False)
-            return
         except Exception as exc:
-            self.notify(f"{type(exc).__name__}: {exc}", title="recording", severity="error",
-                        markup=False)
+            why = str(exc) if isinstance(exc, SourceUnavailable) else (
+                f"{type(exc).__name__}: {exc}")
+            self.notify(why, title="recording", severity="error", markup=False)
+            if action == "start" and path and self.screen is self.dashboard:
+                # the prompt again, with the name typed and the reason (a bad suffix, a
+                # missing directory): a notification alone goes in seconds, the name with it
+                self.push_screen(RecordPrompt(path, problem=why), self._record_chosen)
             return
         if action == "start":
             self._recording = _reply_path(reply) or path

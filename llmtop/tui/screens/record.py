@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label
+from textual.widgets import Input, Label, Static
 
 
 class RecordPrompt(ModalScreen[str | None]):
@@ -22,11 +22,15 @@ class RecordPrompt(ModalScreen[str | None]):
         width: 80%; max-width: 90; height: auto;
         border: round $primary; background: $surface; padding: 0 1;
     }
+    #record-problem { display: none; color: $text-error; text-style: bold; }
+    #record-problem.-shown { display: block; }
     """
 
-    def __init__(self, proposed: str) -> None:
+    def __init__(self, proposed: str, problem: str | None = None) -> None:
         super().__init__()
         self.proposed = proposed
+        self.problem = problem
+        """Why the last try with ``proposed`` was refused (the prompt is open again)."""
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
@@ -34,6 +38,12 @@ class RecordPrompt(ModalScreen[str | None]):
             yield Label("File on the proxy's machine, relative to its working directory "
                         "(.jsonl or .jsonl.gz); enter to start:")
             yield Input(value=self.proposed, id="record-path")
+            yield Static(f"✖ {self.problem}" if self.problem else "", id="record-problem",
+                         classes="-shown" if self.problem else "", markup=False)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.value != self.proposed:  # the name being fixed: the reason has done its job
+            self.query_one("#record-problem", Static).remove_class("-shown")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

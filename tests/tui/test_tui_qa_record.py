@@ -1,0 +1,80 @@
+"""QA: the `r` prompt and a name the proxy refuses.
+
+The admin API takes only .jsonl/.jsonl.gz names (and a directory that exists). Typing
+`incident-db` and enter closed the prompt and the refusal showed as a notification for a
+few seconds: nothing recorded, the typed name gone, `r` proposed the timestamp again. The
+prompt now opens again with the name typed and the proxy's reason; a corrected name then
+starts the recording, escape still cancels."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input
+from tui_support import FIXED_NOW, RealAdmin, screen_text, until
+
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.screens.record import RecordPrompt
+from llmtop.tui.source import AdminSource
+
+
+@pytest.mark.parametrize(("typed", "why"), [
+    ("incident-db", "must end in .jsonl or .jsonl.gz"),
+    ("no-such-dir/incident.jsonl", "directory does not exist"),
+])
+async def test_a_refused_name_opens_the_prompt_again_with_the_reason(
+        typed: str, why: str, tmp_path: Path) -> None:
+    here = os.getcwd()
+    os.chdir(tmp_path)  # the real admin API records relative to its working directory
+    admin = RealAdmin()
+    await admin.start()
+    app = LlmtopApp(AdminSource([admin.url]), refresh_hz=4, clock=lambda: FIXED_NOW)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: app.refreshes > 0)
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, RecordPrompt))
+            app.screen.query_one("#record-path", Input).value = typed
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RecordPrompt)
+                        and why in screen_text(app), what="the prompt again, with why")
+            box = app.screen.query_one("#record-path", Input)
+            assert box.value == typed
+            assert admin.recorder.status() is None
+
+            box.value = "incident-db.jsonl.gz"  # corrected: the reason goes, it records
+            await pilot.pause(0.1)
+            assert why not in screen_text(app)
+            await pilot.press("enter")
+            await until(pilot, lambda: "● REC" in screen_text(app), what="REC shown")
+            assert not isinstance(app.screen, RecordPrompt)
+            assert (tmp_path / "incident-db.jsonl.gz").exists()
+    finally:
+        await admin.stop()
+        os.chdir(here)
+
+
+async def test_escape_cancels_the_prompt_opened_again(tmp_path: Path) -> None:
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    admin = RealAdmin()
+    await admin.start()
+    app = LlmtopApp(AdminSource([admin.url]), refresh_hz=4, clock=lambda: FIXED_NOW)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: app.refreshes > 0)
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, RecordPrompt))
+            app.screen.query_one("#record-path", Input).value = "x.txt"
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RecordPrompt)
+                        and "must end in" in screen_text(app))
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is app.dashboard)
+            await pilot.pause(0.3)
+            assert app.screen is app.dashboard and admin.recorder.status() is None
+    finally:
+        await admin.stop()
+        os.chdir(here)
