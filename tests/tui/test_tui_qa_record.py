@@ -78,3 +78,25 @@ async def test_escape_cancels_the_prompt_opened_again(tmp_path: Path) -> None:
     finally:
         await admin.stop()
         os.chdir(here)
+
+
+@pytest.mark.parametrize("size", [(100, 30), (60, 16), (40, 12)])
+async def test_the_prompt_says_the_suffixes_whole_at_any_width(size: tuple[int, int]) -> None:
+    """The prompt's one line of help was cut at the box's edge, not wrapped: at 100
+    columns it read "… working directory (.jsonl or .j", the rule the proxy enforces and
+    "enter to start" both gone."""
+    from textual.containers import Vertical
+    from tui_support import FixtureSource
+
+    src = FixtureSource("saturated")
+    src.snapshot["recording"] = None
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RecordPrompt))
+        await pilot.pause(0.1)
+        box = app.screen.query_one(Vertical).region
+        rows = screen_text(app).splitlines()[box.y + 1: box.bottom - 1]
+        text = " ".join(r[box.x + 1: box.right - 1].strip() for r in rows)
+    assert ".jsonl or .jsonl.gz); enter to start:" in text, text

@@ -22,6 +22,7 @@ class RecordPrompt(ModalScreen[str | None]):
         width: 80%; max-width: 90; height: auto;
         border: round $primary; background: $surface; padding: 0 1;
     }
+    RecordPrompt Label { width: 100%; }
     #record-problem { display: none; color: $text-error; text-style: bold; }
     #record-problem.-shown { display: block; }
     """
