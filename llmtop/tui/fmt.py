@@ -38,35 +38,39 @@ def name(s: str, n: int, empty: str = "(empty)") -> str:
 
 
 def latency(s: float | None) -> str:
-    """A duration in seconds as the most readable unit: ``850 µs``, ``12.3 ms``, ``1.24 s``."""
+    """A duration in seconds as the most readable unit: ``850 µs``, ``12.3 ms``, ``1.24 s``.
+    The unit is chosen by the value as shown: 0.9996 s is ``1.00 s``, not ``1000 ms``."""
     if s is None or not math.isfinite(s):
         return NA
     a = abs(s)
     if a == 0:
         return "0 ms"
-    if a < 1e-3:
+    if round(a * 1e6) < 1:
+        return "<1 µs"  # not "0 µs": it did take time
+    if round(a * 1e6) < 1000:
         return f"{s * 1e6:.0f} µs"
-    if a < 10e-3:
+    if round(a * 1e3, 2) < 10:
         return f"{s * 1e3:.2f} ms"
-    if a < 100e-3:
+    if round(a * 1e3, 1) < 100:
         return f"{s * 1e3:.1f} ms"
-    if a < 1.0:
+    if round(a * 1e3) < 1000:
         return f"{s * 1e3:.0f} ms"
-    if a < 10.0:
+    if round(a, 2) < 10:
         return f"{s:.2f} s"
-    if a < 100.0:
+    if round(a, 1) < 100:
         return f"{s:.1f} s"
     return duration(s)
 
 
 def rate(x: float | None) -> str:
-    """A rate (tokens/s, requests/s): three significant figures, thousands separated."""
+    """A rate (tokens/s, requests/s): three significant figures, thousands separated
+    (the figures as shown: 9.996 is ``10.0``, not ``10.00``)."""
     if x is None or not math.isfinite(x):
         return NA
     a = abs(x)
-    if a >= 100:
+    if round(a, 1) >= 100:
         return f"{x:,.0f}"
-    if a >= 10:
+    if round(a, 2) >= 10:
         return f"{x:.1f}"
     if a == 0:
         return "0"
@@ -85,7 +89,7 @@ def pct(x: float | None, *, fraction: bool = False) -> str:
     if x is None or not math.isfinite(x):
         return NA
     v = x * 100.0 if fraction else x
-    if v != 0 and abs(v) < 10:
+    if v != 0 and round(abs(v), 1) < 10:
         return f"{v:.1f}%"
     return f"{v:.0f}%"
 
@@ -96,8 +100,9 @@ def size_bytes(b: float | None) -> str:
         return NA
     v = float(b)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024 or unit == "TiB":
-            return f"{v:.0f} {unit}" if unit == "B" or abs(v) >= 100 else f"{v:.1f} {unit}"
+        whole = unit == "B" or round(abs(v), 1) >= 100
+        if round(abs(v), 0 if whole else 1) < 1024 or unit == "TiB":  # as shown: no "1024 B"
+            return f"{v:.0f} {unit}" if whole else f"{v:.1f} {unit}"
         v /= 1024
     return NA  # unreachable: the loop returns at TiB
 
