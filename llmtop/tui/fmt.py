@@ -4,6 +4,7 @@ returns ``"n/a"`` for it: a missing reading is a value, never a crash."""
 from __future__ import annotations
 
 import math
+import re
 
 from rich.cells import cell_len, get_character_cell_size
 
@@ -35,6 +36,43 @@ def name(s: str, n: int, empty: str = "(empty)") -> str:
     (:func:`llmtop.textsafe.printable`), ``empty`` when there is nothing to show, then
     :func:`clip`. Put it in a ``Text``, never in markup."""
     return clip(printable(s) or empty, n)
+
+
+def _tail(s: str, n: int) -> str:
+    """The end of ``s`` in at most ``n`` cells (whole characters)."""
+    used, start = 0, len(s)
+    for i in range(len(s) - 1, -1, -1):
+        w = get_character_cell_size(s[i])
+        if used + w > n:
+            break
+        used, start = used + w, i
+    return s[start:]
+
+
+def names(items: list[str], n: int, empty: str = "(empty)") -> list[str]:
+    """:func:`name` for each of ``items``, shown together (a table's column): where
+    different names would be cut to the same label ("svc-eu-west-1-work…" for worker-017
+    and worker-018), those are cut in the middle instead, keeping as much of their ends
+    as tells them apart ("svc-eu-west-…ker-017")."""
+    shown = [name(s, n, empty) for s in items]
+    groups: dict[str, set[str]] = {}
+    for s, label in zip(items, shown, strict=True):
+        groups.setdefault(label, set()).add(printable(s) or empty)
+    for label, group in groups.items():
+        if len(group) < 2 or n < 3:
+            continue
+        # the end kept: at least the last "-"/"_"/"."-separated part ("017", not "7")
+        # when it takes no more than half, more when that is not enough to tell apart
+        last = max(cell_len(re.split(r"[-_./:@ ]", g)[-1]) for g in group)
+        fixed: dict[str, str] = {}
+        for tail in range(last if 0 < last <= n // 2 else 1, n - 1):
+            fixed = {g: g if cell_len(g) <= n else
+                     clip(g, n - tail)[:-1] + "…" + _tail(g, tail) for g in group}
+            if len(set(fixed.values())) == len(group):
+                break
+        shown = [fixed.get(printable(s) or empty, x) if x == label else x
+                 for s, x in zip(items, shown, strict=True)]
+    return shown
 
 
 def latency(s: float | None) -> str:

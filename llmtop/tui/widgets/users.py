@@ -282,6 +282,9 @@ class UsersTable(DataTable[Text]):
         shown = [COLUMNS.index(c) for c in visible]
         rows: list[tuple[str, str, list[Text]]] = []
         seen: dict[str, int] = {}
+        # cut together, so that names cut to the same label are cut in the middle instead
+        labels = iter(fmt.names([as_str(u.get("user")) or "" for u in ordered
+                                 if not is_fold(u)], user_w))
         for u, cells in zip(ordered, table, strict=True):
             name = as_str(u.get("user")) or ""
             row = [cells[i] for i in shown]
@@ -292,7 +295,7 @@ class UsersTable(DataTable[Text]):
             else:
                 seen[name] = seen.get(name, 0) + 1
                 key, user = row_key(name, seen[name]), name
-                row[0] = Text(user_label(name, user_w), no_wrap=True)
+                row[0] = Text(next(labels), no_wrap=True)
             rows.append((key, user, row))
         signature = [(k, tuple((c.plain, str(c.style)) for c in cells)) for k, _, cells in rows]
         if signature == self._rendered:

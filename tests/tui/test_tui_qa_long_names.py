@@ -1,0 +1,52 @@
+"""QA: 1,000 users named by their service, differing only at the end.
+
+Users "svc-inference-gateway-prod-eu-west-1-worker-000" … "-999" all read
+"svc-inference-gateway-prod-…" in the users table: a thousand identical rows, the one
+hogging the proxy impossible to name. Names cut to the same label are now cut in the
+middle, keeping the end that tells them apart; a name alone in its label is cut at the
+end as before."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from tui_support import FIXED_NOW, FixtureSource, screen_text, until
+
+from llmtop.tui import fmt
+from llmtop.tui.app import LlmtopApp
+
+PREFIX = "svc-inference-gateway-prod-eu-west-1-worker-"
+
+
+def many(n: int) -> FixtureSource:
+    src = FixtureSource("many_users")
+    base = src.snapshot["users"][0]
+    src.snapshot["users"] = [
+        {**base, "user": f"{PREFIX}{i:03d}", "output_tps": 1000.0 - i} for i in range(n)]
+    return src
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24), (40, 12)])
+async def test_a_thousand_users_with_a_common_prefix_stay_apart(size: tuple[int, int]) -> None:
+    app = LlmtopApp(many(1000), refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause(0.2)
+        text = screen_text(app)
+        table = app.dashboard.users
+        labels = [table.get_row_at(i)[0].plain for i in range(table.row_count)]
+    assert len(labels) == 1000
+    assert len(set(labels)) == 1000, labels[:5]
+    assert labels[0].endswith("…000") and labels[1].endswith("…001"), labels[:3]
+    # what is on screen tells the top rows apart too
+    assert re.search(r"svc-\S*…000\b", text) and re.search(r"svc-\S*…001\b", text), text
+
+
+def test_names_cuts_apart_only_what_would_collide() -> None:
+    got = fmt.names([f"{PREFIX}017", f"{PREFIX}018", "alice", "a-very-long-user-name-alone-x"],
+                    12)
+    assert got == ["svc-infe…017", "svc-infe…018", "alice", "a-very-long…"]
+    assert fmt.names(["模型" * 20 + "a", "模型" * 20 + "b"], 12) == ["模型模型模…a", "模型模型模…b"]
+    assert fmt.names(["", "x"], 10) == ["(empty)", "x"]
+    assert fmt.names([PREFIX + "1", PREFIX + "1"], 12) == ["svc-inferen…"] * 2  # same name
