@@ -42,6 +42,10 @@ read low; raised by :mod:`llmtop.workers`)."""
 UNREACHABLE_PREFIX: Final = "upstream unreachable"
 """How the proxy's ``error`` for a request it could not connect upstream begins."""
 
+CONNECT_TIMEOUT_PREFIX: Final = "upstream connect timed out"
+"""How the proxy's ``error`` begins for a request whose upstream connect timed out (a 504
+of its own: the upstream host does not answer connection attempts at all)."""
+
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
@@ -75,10 +79,15 @@ class RequestRecord:
 
     @property
     def upstream_unreachable(self) -> bool:
-        """The proxy could not connect to the upstream for this request (a 502 of its own):
-        an outage, not an answer under load."""
-        return self.status == 502 and self.ttft_s is None and (
-            self.error is None or self.error.startswith(UNREACHABLE_PREFIX))
+        """The proxy could not connect to the upstream for this request — refused (a 502 of
+        its own) or the connect timed out (its 504: a host that drops connection attempts
+        is as down as one that refuses them): an outage, not an answer under load."""
+        if self.ttft_s is not None:
+            return False
+        if self.status == 502:
+            return self.error is None or self.error.startswith(UNREACHABLE_PREFIX)
+        return (self.status == 504 and self.error is not None
+                and self.error.startswith(CONNECT_TIMEOUT_PREFIX))
 
     def chunk_gaps_s(self) -> list[float]:
         """Gaps between consecutive content-bearing chunks."""

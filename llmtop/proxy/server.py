@@ -52,7 +52,7 @@ from llmtop import http_errors_log
 from llmtop.bus import EventBus
 from llmtop.clock import unix_at_ns
 from llmtop.config import Config, ConfigError, parse_hostport
-from llmtop.events import ActiveRequest, Dialect
+from llmtop.events import CONNECT_TIMEOUT_PREFIX, UNREACHABLE_PREFIX, ActiveRequest, Dialect
 from llmtop.fleet_counts import FleetCounts
 from llmtop.proxy.dialects.base import RequestInfo, StreamParser
 from llmtop.proxy.dialects.compressed import INFLATABLE, InflatingParser
@@ -591,12 +591,13 @@ class ProxyServer:
                         inject = False
                 self.upstream_down = False
             except ConnectTimeout as exc:
+                self.upstream_down = True  # a host that drops connection attempts is down
                 return self.proxy_error(ex, dialect, 504, "timeout",
-                                        f"upstream connect timed out: {exc}", "upstream_timeout")
+                                        f"{CONNECT_TIMEOUT_PREFIX}: {exc}", "upstream_timeout")
             except ConnectFailed as exc:
                 self.upstream_down = True
                 return self.proxy_error(ex, dialect, 502, "error",
-                                        f"upstream unreachable: {exc}", "upstream_unreachable")
+                                        f"{UNREACHABLE_PREFIX}: {exc}", "upstream_unreachable")
             except UpstreamError as exc:
                 if conn is not None:
                     conn.abort()

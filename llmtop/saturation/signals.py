@@ -22,10 +22,6 @@ from llmtop.config import SloConfig
 from llmtop.events import ActiveRequest, EngineReading, Event, GpuReading, RequestRecord
 from llmtop.metrics.slo import request_itl_p95
 
-CONNECT_TIMEOUT_PREFIX = "upstream connect timed out"
-"""How the proxy's record of an upstream connect that timed out starts its ``error`` (a
-504 of its own: the upstream host does not answer connection attempts at all)."""
-
 
 @dataclass(slots=True, eq=False)
 class Finished:
@@ -119,9 +115,7 @@ def is_unreachable(rec: RequestRecord) -> bool:
     the connect timed out (its 504 — a host that drops connection attempts is as down as
     one that refuses them; QA: such an outage read as QUEUEING and as ERRORS "timeouts
     point at overload", never UPSTREAM_DOWN)."""
-    return rec.upstream_unreachable or (
-        rec.status == 504 and rec.ttft_s is None and rec.error is not None
-        and rec.error.startswith(CONNECT_TIMEOUT_PREFIX))
+    return rec.upstream_unreachable
 
 
 class Signals:
