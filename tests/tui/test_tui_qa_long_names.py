@@ -50,3 +50,25 @@ def test_names_cuts_apart_only_what_would_collide() -> None:
     assert fmt.names(["模型" * 20 + "a", "模型" * 20 + "b"], 12) == ["模型模型模…a", "模型模型模…b"]
     assert fmt.names(["", "x"], 10) == ["(empty)", "x"]
     assert fmt.names([PREFIX + "1", PREFIX + "1"], 12) == ["svc-inferen…"] * 2  # same name
+
+
+async def test_active_requests_keep_users_and_models_apart() -> None:
+    """The same in the active requests: two models differing only in their quantisation
+    both read "meta-llama/Llama-3.…"."""
+    src = many(3)
+    base = src.requests[0]
+    models = ["meta-llama/Llama-3.1-70B-Instruct-FP8", "meta-llama/Llama-3.1-70B-Instruct-AWQ"]
+    src.requests = [{**base, "id": f"r{i}", "user": f"{PREFIX}{i:03d}", "model": models[i % 2],
+                     "age_s": 5.0 - i} for i in range(4)]
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause(0.2)
+        table = app.dashboard.requests
+        cols = list(table.shown_columns)
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+    users = [r[cols.index("user")].plain for r in rows]
+    models_shown = [r[cols.index("model")].plain for r in rows]
+    assert len(set(users)) == 4, users
+    assert len(set(models_shown)) == 2, models_shown
+    assert all(m.endswith(("FP8", "AWQ")) for m in models_shown), models_shown

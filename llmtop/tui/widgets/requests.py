@@ -156,6 +156,11 @@ class RequestsTable(DataTable[Text]):
         clip = {**TEXT_WIDTH, **{k: w for k, w in shown.items() if k in TEXT_WIDTH}}
         if clip != TEXT_WIDTH:  # a text column narrower than its widest: cut again
             full = [request_cells(r, palette, ttft_slo, clip) for r in ordered]
+        for i, key, empty in ((1, "user", "(empty)"), (2, "model", fmt.NA)):
+            # cut together: names cut to the same label are cut in the middle instead
+            labels = fmt.names([as_str(r.get(key)) or "" for r in ordered], clip[key], empty)
+            for cells, label in zip(full, labels, strict=True):
+                cells[i] = Text(label, style=cells[i].style, no_wrap=True)
         table = [[cells[i] for i in index] for cells in full]
         signature = (tuple(shown.items()),
                      [tuple((c.plain, str(c.style)) for c in cells) for cells in table])
