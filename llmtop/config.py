@@ -65,7 +65,8 @@ class GpuConfig:
 class EngineConfig:
     enabled: bool = True
     metrics_url: str = ""
-    """The engine's Prometheus endpoint; empty = the upstream's origin + /metrics."""
+    """The engine's Prometheus endpoint; empty = the upstream URL less a trailing /v1, +
+    /metrics (a gateway's path prefix is kept)."""
     interval_s: float = 1.0
 
 
