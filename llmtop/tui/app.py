@@ -124,7 +124,8 @@ class LlmtopApp(App[int]):
         return self.dashboard
 
     async def on_mount(self) -> None:
-        self.palette = Palette.from_variables(self.get_css_variables())
+        self.palette = Palette.from_variables(self.get_css_variables(),
+                                               no_color=self.no_color)
         self._show()
         if self.refresh_hz > 0:
             self.set_interval(1.0 / self.refresh_hz, self._tick)
@@ -301,7 +302,8 @@ class LlmtopApp(App[int]):
 
     def action_toggle_dark(self) -> None:
         self.theme = "textual-dark" if self.theme == "textual-light" else "textual-light"
-        self.palette = Palette.from_variables(self.get_css_variables())
+        self.palette = Palette.from_variables(self.get_css_variables(),
+                                               no_color=self.no_color)
         self._show()
 
     def on_dashboard_user_selected(self, message: Dashboard.UserSelected) -> None:

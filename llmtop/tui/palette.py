@@ -19,9 +19,15 @@ class Palette:
     accent: str = "cyan"
 
     @classmethod
-    def from_variables(cls, v: Mapping[str, str]) -> Palette:
-        """From Textual's CSS variables (``App.get_css_variables()``)."""
+    def from_variables(cls, v: Mapping[str, str], *, no_color: bool = False) -> Palette:
+        """From Textual's CSS variables (``App.get_css_variables()``). With ``no_color``
+        (``NO_COLOR`` set: Textual draws every colour as a grey) the judgements are told
+        by attributes instead: over the target bold and underlined, close to it
+        underlined, within it plain."""
         d = cls()
+        if no_color:
+            return cls(ok="", warn="underline", bad="bold underline", dim=d.dim,
+                       accent="bold")
         return cls(
             ok=_solid(v.get("text-success") or v.get("success"), d.ok),
             warn=_solid(v.get("text-warning") or v.get("warning"), d.warn),

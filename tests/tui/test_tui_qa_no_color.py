@@ -1,0 +1,49 @@
+"""QA: with NO_COLOR set, what the colours say is still on screen.
+
+Textual draws every colour as a grey under NO_COLOR, so a TTFT p95 of 5.05 s against a
+500 ms SLO (red), one close to its SLO (yellow) and one within it (green) looked alike:
+three greys of about the same shade. The palette now tells them by attributes when
+NO_COLOR is set: over the target bold and underlined, close to it underlined, within it
+plain; and a theme switch (d) keeps it so."""
+
+from __future__ import annotations
+
+import pytest
+from tui_support import FIXED_NOW, FixtureSource, until
+
+from llmtop.tui.app import LlmtopApp
+
+
+def underlined_texts(app: LlmtopApp) -> list[str]:
+    """The texts drawn underlined on the screen now."""
+    return [seg.text for strip in app.screen._compositor.render_strips() for seg in strip
+            if seg.style is not None and seg.style.underline]
+
+
+@pytest.mark.parametrize("theme_switch", [False, True])
+async def test_slo_judgements_read_without_colour(monkeypatch: pytest.MonkeyPatch,
+                                                  theme_switch: bool) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = LlmtopApp(FixtureSource("saturated"), refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        if theme_switch:
+            await pilot.press("d")
+        await pilot.pause(0.2)
+        assert app.no_color
+        pal = app.palette
+        assert pal.latency(5.05, 0.5) == "bold underline"  # over the SLO
+        assert pal.latency(0.45, 0.5) == "underline"  # close to it
+        assert pal.latency(0.1, 0.5) == ""  # within it
+        assert pal.attainment(0.41, 0.95) == "bold underline"
+        marked = "".join(underlined_texts(app))
+    # on screen: the TTFT p95 over its SLO, the SLO attainment 41%, the critical warning
+    assert "5.05 s" in marked and "41%" in marked and "SLO_TTFT" in marked, marked
+
+
+async def test_with_colour_the_palette_is_the_themes() -> None:
+    app = LlmtopApp(FixtureSource("saturated"), refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        assert not app.no_color
+        assert "underline" not in app.palette.bad and app.palette.bad.startswith("#")
