@@ -47,3 +47,26 @@ async def test_with_colour_the_palette_is_the_themes() -> None:
         await until(pilot, lambda: app.refreshes > 0)
         assert not app.no_color
         assert "underline" not in app.palette.bad and app.palette.bad.startswith("#")
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+async def test_help_says_how_the_judgements_look(monkeypatch: pytest.MonkeyPatch,
+                                                 no_color: bool) -> None:
+    """`?` said "green ≤ 80% of the SLO, yellow up to it, red over it" with NO_COLOR set
+    too, where there is no green, yellow or red."""
+    from llmtop.tui.screens.help import HelpScreen
+
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+    else:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    app = LlmtopApp(FixtureSource("saturated"), refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        notes = str(app.screen.query_one("#help-notes").render())
+    if no_color:
+        assert "bold and underlined" in notes and "green" not in notes, notes
+    else:
+        assert "green ≤ 80% of the SLO" in notes and "underlined" not in notes, notes

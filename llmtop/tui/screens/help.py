@@ -29,10 +29,13 @@ REPLAY_KEYS: tuple[tuple[str, str], ...] = (
     ("← / →", "seek 10 s back / forward"),
     ("+ / -", "replay faster / slower"),
 )
+COLOURS = "Colours: green ≤ 80% of the SLO, yellow up to it, red over it. "
+NO_COLOURS = ("NO_COLOR is set: over the SLO is bold and underlined, close to it "
+              "(over 80%) underlined, within it plain. ")
 NOTES = (
     "TTFT: request received → first content chunk sent (includes queueing). "
     "ITL: gap between tokens (a chunk of k tokens after g counts k × g/k). "
-    "Colours: green ≤ 80% of the SLO, yellow up to it, red over it. "
+    "{colours}"
     "Goodput: requests meeting every SLO. Capacity: the largest concurrency that still "
     "met the SLO target. GPU 'busy' is the share of time memory was busy, not bandwidth; "
     "'bw' is DRAM bandwidth as % of peak (GPM)."
@@ -65,15 +68,17 @@ class HelpScreen(ModalScreen[None]):
     #help-notes { margin-top: 1; }
     """
 
-    def __init__(self, *, replay: bool = False) -> None:
+    def __init__(self, *, replay: bool = False, no_color: bool = False) -> None:
         super().__init__()
         self.replay = replay
+        self.no_color = no_color
 
     def compose(self) -> ComposeResult:
         with VerticalScroll() as box:
             box.border_title = "llmtop keys"
             yield Static(help_table(self.replay))
-            yield Static(Text(NOTES, style="dim"), id="help-notes")
+            notes = NOTES.replace("{colours}", NO_COLOURS if self.no_color else COLOURS)
+            yield Static(Text(notes, style="dim"), id="help-notes")
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)
