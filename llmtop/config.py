@@ -106,6 +106,10 @@ class WarningsConfig:
     """A warning clears only after its condition has been false this long (hysteresis)."""
     raise_after_s: float = 2.0
     """A warning is raised only after its condition has held this long (hysteresis)."""
+    stall_s: float = 60.0
+    """UPSTREAM_STALLED when streamed requests have waited this long for a first token
+    while nothing at all came back from the engine (a hung engine accepts and never
+    answers: no other warning sees it until the first-byte timeouts)."""
 
 
 @dataclass
@@ -514,7 +518,7 @@ DURATION_KEYS = (
     "timeouts.connect_s", "timeouts.first_byte_s", "timeouts.idle_s",
     "timeouts.shutdown_grace_s", "slo.ttft_s", "slo.itl_p95_s", "slo.tpot_s", "slo.e2e_s",
     "gpu.interval_s", "engine.interval_s", "recording.flush_s", "warnings.window_s",
-    "warnings.clear_after_s", "warnings.raise_after_s",
+    "warnings.clear_after_s", "warnings.raise_after_s", "warnings.stall_s",
 )
 """The keys that are seconds."""
 
@@ -604,6 +608,9 @@ def validate(cfg: Config) -> None:
                 "warnings.clear_after_s"):
         if (v := _get(cfg, key)) < 0:
             raise ConfigError(f"{key} must be 0 or more (seconds), got {v}")
+    if not cfg.warnings.stall_s > 0:
+        raise ConfigError(f"warnings.stall_s must be more than 0 (seconds), "
+                          f"got {cfg.warnings.stall_s}")
     for key in DURATION_KEYS:
         if (v := _get(cfg, key)) is not None and v > MAX_DURATION_S:
             raise ConfigError(f"{key} must be at most {MAX_DURATION_S:,.0f} (seconds: a day), "

@@ -29,7 +29,7 @@ DIALECTS: Final = ("openai", "anthropic", "ollama", "tgi", "other")
 OUTCOMES: Final = ("ok", "error", "cancelled", "timeout")
 WARNING_CODES: Final = (
     "QUEUEING", "SLO_TTFT", "SLO_ITL", "SLO_E2E", "KV_CACHE", "GPU_MEMORY", "BANDWIDTH",
-    "ERRORS", "UPSTREAM_DOWN", "PREFILL_INTERFERENCE",
+    "ERRORS", "UPSTREAM_DOWN", "UPSTREAM_STALLED", "PREFILL_INTERFERENCE",
 )
 """Every saturation warning code (llmtop.saturation raises them; /metrics exports each)."""
 OPERATIONAL_CODES: Final = ("WORKER_DOWN", "EVENTS_LOST")

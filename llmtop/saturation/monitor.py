@@ -118,6 +118,11 @@ class SaturationMonitor:
     outages: list[list[float]] = field(default_factory=list)
     """[start, end] of each upstream-down episode (end = +inf while it lasts)."""
 
+    last_life: float | None = None
+    """Unix time of the engine's last sign of life this monitor saw: a token to an open
+    request, or a request it answered (UPSTREAM_STALLED)."""
+    _now_ns: int = 0
+
     PREFILL_EVENTS: ClassVar[int] = 20
     """PREFILL_INTERFERENCE looks at this many of the latest long prompts ..."""
     PREFILL_STREAMS: ClassVar[int] = 16
@@ -151,6 +156,7 @@ class SaturationMonitor:
         proxy stamps ``ActiveRequest.t0_ns`` with."""
         now = unix_now() if now is None else now
         now_ns = time.perf_counter_ns() if now_ns is None else now_ns
+        self._now_ns = now_ns
         sig = self.signals
         sig.sample(now, self.active, now_ns)
         window = sig.samples_in(now, self.window_s)
@@ -159,6 +165,7 @@ class SaturationMonitor:
         detectors: dict[str, Callable[[float, bool], Verdict | None]] = {
             # first: it marks the outage, which is neither QUEUEING nor ERRORS
             "UPSTREAM_DOWN": self.upstream,
+            "UPSTREAM_STALLED": self.stalled,
             "QUEUEING": self.queueing,
             "SLO_TTFT": lambda t, h: self.slo(t, h, "ttft"),
             "SLO_ITL": lambda t, h: self.slo(t, h, "itl"),
@@ -438,6 +445,42 @@ class SaturationMonitor:
         return Verdict(
             f"upstream unreachable: {where} {how}; is the engine running and listening "
             "there, and is the host reachable?",
+            "critical",
+        )
+
+    def stalled(self, now: float, held: bool) -> Verdict | None:
+        """Streamed requests have waited ``warnings.stall_s`` for a first token and the
+        engine gave no sign of life in that time — no token to any open request, no
+        answer to any request (a first-byte timeout or the proxy's own 502/504 is none):
+        a hung engine that accepts connections and never answers, which QUEUEING (no
+        serving seen) and ERRORS (the first-byte timeout is minutes away) do not tell.
+        Not while the upstream is unreachable (UPSTREAM_DOWN's)."""
+        now_ns = self._now_ns
+        life = self.last_life if self.last_life is not None else now  # from the first tick
+        for a in self.active.values():
+            seen = a.last_chunk_ns or a.first_token_ns
+            if seen:
+                life = max(life, now - (now_ns - seen) / 1e9)
+        for f in self.signals.finished_in(now, self.window_s):
+            if f.ttft_s is not None or f.outcome == "ok" or (
+                    400 <= f.status < 500 and f.status != 499):
+                life = max(life, f.t_end)
+        self.last_life = life
+        if self._held("UPSTREAM_DOWN"):
+            return None
+        stall = self.cfg.warnings.stall_s
+        silent = now - life
+        waiting = [(now_ns - a.t0_ns) / 1e9 for a in self.active.values()
+                   if a.stream and a.first_token_ns is None]
+        waited = [w for w in waiting if w >= stall]
+        if silent < stall or not waited:
+            return None
+        where = self.cfg.upstream or "the upstream"
+        return Verdict(
+            f"engine stalled: {_plural(len(waiting), 'streamed request')} waiting for a "
+            f"first token (the oldest {max(waited):.0f} s) and nothing back from {where} "
+            f"for {silent:.0f} s — no token, no answer: it accepts requests but does not "
+            "serve them; is it hung? (its logs; a deadlocked engine needs a restart)",
             "critical",
         )
 
