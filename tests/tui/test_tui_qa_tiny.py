@@ -21,7 +21,7 @@ async def test_warnings_stay_on_screen_at_tiny_sizes(size: tuple[int, int]) -> N
     app = make_app(FixtureSource("saturated"))
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await pilot.pause(0.2)
+        await until(pilot, lambda: "batch-job" in screen_text(app), 10, "the users")
         lines = screen_text(app).splitlines()
         assert "✖ SLO_TTFT" in lines[2], "\n".join(lines)
         # the users table is still reachable, and moving about does not lose the warning
@@ -40,7 +40,8 @@ async def test_no_warnings_line_stays_too() -> None:
     app = make_app(src)
     async with app.run_test(size=(40, 12)) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await pilot.pause(0.2)
+        await until(pilot, lambda: "no saturation warnings" in screen_text(app), 10,
+                    "the warnings bar")
         lines = screen_text(app).splitlines()
     assert "✓ no saturation warnings" in lines[2], "\n".join(lines)
 
@@ -54,7 +55,9 @@ async def test_a_short_terminal_at_start_gets_the_short_warnings_bar(
     app = make_app(FixtureSource("saturated"))
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await pilot.pause(0.2)
+        # laid out again after the first refresh (a fixed 0.2 s pause was too short on a
+        # busy machine): wait for the short bar, which never came before the fix
+        await until(pilot, lambda: "+2 more" in screen_text(app), 10, "the short bar")
         lines = screen_text(app).splitlines()
         height = app.dashboard.warnings.size.height
     assert "✖ SLO_TTFT" in lines[2], "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import RenderableType
 from rich.text import Text
 
+from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.snapview import SnapView
 from llmtop.tui.widgets.base import ViewPanel, flow
@@ -43,8 +44,10 @@ class EnginePanel(ViewPanel):
         eng = v.mapping("engine")
         head = Text()
         head.append("engine ", "bold")
-        if not eng:
-            head.append("n/a (no engine metrics)" if v.raw else fmt.NA, pal.dim)
+        status = v.text("engine", "status")  # the scraper's line: why there is no reading
+        if not eng or eng.get("kind") is None:
+            why = printable(status) if status else "no engine metrics"
+            head.append(f"n/a ({why})" if v.raw else fmt.NA, pal.dim)
             return head
         head.append(v.text("engine", "kind") or "unknown", pal.accent)
         age = v.num("engine", "age_s")
@@ -52,6 +55,8 @@ class EnginePanel(ViewPanel):
         parts = [head]
         if stale:
             parts.append(Text(f"stale {fmt.duration(age)}", f"bold {pal.warn}"))
+            if status and " engine at " not in status:  # why the scrapes fail now
+                parts.append(Text(printable(status), pal.dim))
 
         def live(style: str) -> str:
             return pal.dim if stale else style

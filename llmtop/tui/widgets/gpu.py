@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import SnapView, as_num, as_str
@@ -25,6 +27,25 @@ def bar(fraction: float | None, width: int, style: str, empty_style: str) -> Tex
     t.append("█" * full, style)
     t.append("░" * (width - full), empty_style)
     return t
+
+
+_PLAIN_STATUS = re.compile(r"\d+ (simulated )?GPUs?")
+"""A GPU source's line when all is well ("2 GPUs", "1 simulated GPU")."""
+
+
+def no_gpu_reason(view: SnapView) -> str:
+    """Why there are no GPU readings: the source's line (no NVIDIA GPU found, NVML's
+    error, …) when the snapshot has it."""
+    status = view.text("gpu_status")
+    return printable(status) if status else "no GPU readings"
+
+
+def gpu_trouble(view: SnapView) -> str | None:
+    """The source's line when it says more than how many GPUs it reads ("GPU 1 lost")."""
+    status = view.text("gpu_status")
+    if not status or status == "starting" or _PLAIN_STATUS.fullmatch(status):
+        return None
+    return printable(status)
 
 
 def is_simulated(view: SnapView, gpu: Mapping[str, Any]) -> bool:
@@ -100,8 +121,11 @@ class GpuPanel(ViewPanel):
             title.append("  bw = DRAM bandwidth % of peak · busy = % of time memory was busy",
                          pal.dim)
         if not gpus:
-            title.append("  n/a (no GPU readings)" if v.raw else "  n/a", pal.dim)
+            title.append(f"  n/a ({no_gpu_reason(v)})" if v.raw else "  n/a", pal.dim)
             return title
+        trouble = gpu_trouble(v)
+        if trouble:
+            title.append(f"  {trouble}", f"bold {pal.warn}")
         lines: list[RenderableType] = [title]
         lines.extend(gpu_line(v, g, pal, width) for g in gpus)
         return Group(*lines)
@@ -110,7 +134,7 @@ class GpuPanel(ViewPanel):
         """No title line: "GPU0 SIM mem ███ 97% bw 91% …"; two GPUs, then "+N more"."""
         v, pal = self.view, self.palette
         if not gpus:
-            why = "n/a (no GPU readings)" if v.raw else fmt.NA
+            why = f"n/a ({no_gpu_reason(v)})" if v.raw else fmt.NA
             return Text.assemble(("GPU ", "bold"), (why, pal.dim))
         shown = gpus[:MAX_NARROW]
         lines: list[RenderableType] = [gpu_line(v, g, pal, width) for g in shown]
