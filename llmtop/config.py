@@ -20,8 +20,10 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
+
+from llmtop.textsafe import printable
 
 
 class ConfigError(ValueError):
@@ -335,6 +337,31 @@ def load_config(
         _set(cfg, key, _coerce(keys[key], value, key, "command line"))
     validate(cfg)
     return cfg
+
+
+OTHER_ENV: Final = frozenset({
+    "LLMTOP_SALT_FILE", "LLMTOP_BENCH_API_KEY", "LLMTOP_PARENT_PID", "LLMTOP_CLOCK_ANCHOR",
+    "LLMTOP_CACHE", "LLMTOP_ENGINE_THREADS", "LLMTOP_BUILD_JOBS", "LLMTOP_UPDATE_SCREENSHOTS",
+    "LLMTOP_FUZZ_EXAMPLES", "LLMTOP_E2E_P99_MS", "LLMTOP_E2E_TIMING_REQUESTS",
+})
+"""``LLMTOP_*`` names llmtop (its tools and tests included) reads besides the settings."""
+
+
+def unknown_env(env: Mapping[str, str]) -> list[str]:
+    """One line for each ``LLMTOP_*`` variable that is neither a setting nor one of
+    :data:`OTHER_ENV` — a misspelt setting is otherwise ignored without a word
+    (``LLMTOP_TIMEOUT_IDLE_S``) — with the nearest setting's name when there is one."""
+    import difflib
+
+    settings = {env_name(k) for k in flat_keys()}
+    out = []
+    for name in sorted(env):
+        if not name.startswith("LLMTOP_") or name in settings or name in OTHER_ENV:
+            continue
+        close = difflib.get_close_matches(name, sorted(settings), n=1, cutoff=0.8)
+        out.append(f"{printable(name)} is not an llmtop setting"
+                   + (f" (did you mean {close[0]}?)" if close else "") + "; ignored")
+    return out
 
 
 def given(key: str, path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> bool:

@@ -17,7 +17,7 @@ from llmtop.cli.common import (
     interrupt_on_sigterm,
     llmtop_cmd,
 )
-from llmtop.config import MAX_REFRESH_HZ, given
+from llmtop.config import MAX_REFRESH_HZ, given, unknown_env
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -61,6 +61,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(
             "--upstream URL is required (or set upstream in --config / LLMTOP_UPSTREAM)"
         )
+    if not os.environ.get("LLMTOP_PARENT_PID"):  # (a TUI's own proxy: its parent said so)
+        for line in unknown_env(os.environ):
+            print(f"llmtop run: warning: {line}", file=sys.stderr, flush=True)
     if args.headless:
         return _headless(args)
     if not sys.stdout.isatty():

@@ -31,3 +31,18 @@ def test_an_admin_token_no_client_could_send_is_refused() -> None:
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "admin_token has whitespace at its ends" in err[0], proc.stderr
     assert "s3cret" not in proc.stderr  # the token itself is not repeated
+
+
+def test_a_misspelt_setting_in_the_environment_is_named() -> None:
+    """``LLMTOP_TIMEOUT_IDLE_S`` (for ``LLMTOP_TIMEOUTS_IDLE_S``) was ignored without a
+    word: the proxy ran with the default and the user believed the setting held."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmtop", "run", "--headless", "--upstream",
+         "http://127.0.0.1:9", "--listen", "no-such-host.invalid:0", "--admin", "127.0.0.1:0",
+         "--gpu-source", "none"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "LLMTOP_TIMEOUT_IDLE_S": "5", "LLMTOP_SLO_TTFT_S": "0.5",
+             "LLMTOP_BENCH_API_KEY": "k"})
+    warned = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert warned == ["llmtop run: warning: LLMTOP_TIMEOUT_IDLE_S is not an llmtop setting "
+                      "(did you mean LLMTOP_TIMEOUTS_IDLE_S?); ignored"], proc.stderr
