@@ -635,6 +635,13 @@ def validate(cfg: Config) -> None:
                 "warnings.clear_after_s"):
         if (v := _get(cfg, key)) < 0:
             raise ConfigError(f"{key} must be 0 or more (seconds), got {v}")
+    for key, least, why in (
+            ("gpu.interval_s", 0.01, "NVML reads block a thread"),
+            ("engine.interval_s", 0.1, "each scrape is a request to the engine"),
+            ("recording.flush_s", 0.01, "each flush is a write to the disk")):
+        if (v := _get(cfg, key)) < least:
+            # QA: gpu.interval_s = 1e-6 was accepted — a busy loop
+            raise ConfigError(f"{key} must be at least {least:g} (seconds; {why}), got {v:g}")
     if not cfg.warnings.stall_s > 0:
         raise ConfigError(f"warnings.stall_s must be more than 0 (seconds), "
                           f"got {cfg.warnings.stall_s}")

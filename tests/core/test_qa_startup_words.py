@@ -46,3 +46,17 @@ def test_a_misspelt_setting_in_the_environment_is_named() -> None:
     warned = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
     assert warned == ["llmtop run: warning: LLMTOP_TIMEOUT_IDLE_S is not an llmtop setting "
                       "(did you mean LLMTOP_TIMEOUTS_IDLE_S?); ignored"], proc.stderr
+
+
+def test_polling_intervals_have_a_floor() -> None:
+    """``gpu.interval_s = 1e-6`` was accepted: a busy loop reading NVML (and, for the
+    engine's /metrics, a flood of scrapes against the engine)."""
+    import pytest
+
+    from llmtop.config import ConfigError, load_config
+
+    for key, bad, good in (("gpu.interval_s", 1e-6, 0.01), ("engine.interval_s", 0.01, 0.1),
+                           ("recording.flush_s", 1e-4, 0.01)):
+        with pytest.raises(ConfigError, match=f"{key} must be at least"):
+            load_config(None, env={}, overrides={key: bad})
+        assert load_config(None, env={}, overrides={key: good}) is not None
