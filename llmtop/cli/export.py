@@ -88,7 +88,7 @@ def _term_as_exit(signum: int, _frame: FrameType | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.interval) and args.interval > 0):
-        raise UsageError(f"--interval must be positive, got {args.interval}")
+        raise UsageError(f"--interval must be a finite number above 0, got {args.interval}")
     if args.interval < 0.001:
         raise UsageError(f"--interval must be at least 0.001 (seconds; the log has millisecond "
                          f"resolution), got {args.interval:g}")

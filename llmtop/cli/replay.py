@@ -58,7 +58,7 @@ def tui_source(path: str | Path, *, speed: float = 1.0) -> ReplaySource:
 
 def main(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.speed) and args.speed > 0):
-        raise UsageError(f"--speed must be positive, got {args.speed:g}")
+        raise UsageError(f"--speed must be a finite number above 0, got {args.speed:g}")
     if not (math.isfinite(args.start) and args.start >= 0):
         raise UsageError(f"--start must be ≥ 0, got {args.start:g}")
     if not 0 < args.refresh_hz <= 60:

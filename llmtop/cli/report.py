@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llmtop.cli.common import UsageError, add_slo_spec_argument, merge_slo
+from llmtop.config import MAX_DURATION_S
 
 NAME = "report"
 HELP = "offline analysis of a recording (text, JSON or an HTML page with plots)"
@@ -58,7 +59,10 @@ def slo_overrides(args: argparse.Namespace) -> dict[str, Any]:
         if key == "target" and not 0 < v <= 1:  # NaN fails this too
             raise UsageError(f"{name} must be in (0, 1], got {v}")
         if key != "target" and not (math.isfinite(v) and v > 0):
-            raise UsageError(f"{name} must be positive, got {v}")
+            raise UsageError(f"{name} must be a finite number above 0, got {v}")
+        if key != "target" and v > MAX_DURATION_S:  # as --slo and the config take them
+            raise UsageError(f"{name} must be at most {MAX_DURATION_S:,.0f} (seconds: a "
+                             f"day), got {v:g}")
         out[key] = v
     return merge_slo(out, getattr(args, "slo", None))
 

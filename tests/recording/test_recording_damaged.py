@@ -271,13 +271,16 @@ def test_nonfinite_cli_numbers_are_usage_errors(
     path = _write(tmp_path / "r.jsonl", base[0])
     for argv, message in (
         (["export", str(path), "--hlog", str(tmp_path / "o.hlog"), "--interval", "nan"],
-         "--interval must be positive, got nan"),
+         "--interval must be a finite number above 0, got nan"),
         (["export", str(path), "--hlog", str(tmp_path / "o.hlog"), "--interval", "inf"],
-         "--interval must be positive, got inf"),
-        (["report", str(path), "--slo-ttft", "nan"], "--slo-ttft must be positive, got nan"),
+         "--interval must be a finite number above 0, got inf"),
+        (["report", str(path), "--slo-ttft", "nan"],
+         "--slo-ttft must be a finite number above 0, got nan"),
         (["report", str(path), "--slo-target", "nan"], "--slo-target must be in (0, 1]"),
-        (["replay", str(path), "--speed", "inf"], "--speed must be positive, got inf"),
+        (["replay", str(path), "--speed", "inf"],
+         "--speed must be a finite number above 0, got inf"),
         (["replay", str(path), "--start", "nan"], "--start must be ≥ 0, got nan"),
+        (["report", str(path), "--slo-e2e", "1e9"], "--slo-e2e must be at most 86,400"),
     ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

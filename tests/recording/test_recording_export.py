@@ -79,7 +79,7 @@ def test_export_cli(tmp_path: Path, recording: tuple) -> None:  # type: ignore[t
         (["MISSING"], "no such file"),
         (["NOTREC"], "not an llmtop recording"),
         (["REC", "--parquet", "/proc/version"], "not a directory"),
-        (["REC", "--hlog", "OUT", "--interval", "0"], "--interval must be positive"),
+        (["REC", "--hlog", "OUT", "--interval", "0"], "--interval must be a finite number above 0"),
     ],
 )
 def test_export_cli_mistakes_exit_2_with_one_line(

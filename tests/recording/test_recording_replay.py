@@ -185,4 +185,4 @@ def test_replay_cli_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     write_recording(good, overlapping(soon(), 1))
     assert main(["replay", str(good), "--speed", "0"]) == 2
     err = capsys.readouterr().err
-    assert "--speed must be positive" in err and len(err.strip().splitlines()) == 1
+    assert "--speed must be a finite number above 0" in err and len(err.strip().splitlines()) == 1

@@ -177,7 +177,7 @@ def test_report_cli_formats_and_comparison(tmp_path: Path,
         (["REC", "-o", "/nonexistent-dir/r.txt"], "does not exist"),
         (["REC", "-o", "TMP"], "is a directory"),
         (["REC", "--slo-target", "1.5"], "--slo-target must be in (0, 1]"),
-        (["REC", "REC", "--slo-ttft", "-1"], "--slo-ttft must be positive"),
+        (["REC", "REC", "--slo-ttft", "-1"], "--slo-ttft must be a finite number above 0"),
         (["V2"], "newer than this llmtop reads"),
     ],
 )
