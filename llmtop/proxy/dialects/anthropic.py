@@ -5,6 +5,11 @@ Stream events (the type is the data's ``type``, else the ``event:`` name):
 * ``content_block_delta`` with a non-empty ``text`` (text_delta), ``partial_json``
   (input_json_delta) or ``thinking`` (thinking_delta) is content, one token each
   (Anthropic gives no per-delta counts); signature and citation deltas are not;
+* a ``tool_use``/``server_tool_use`` block is content even when its input is empty (a
+  tool without arguments streams only ``partial_json: ""``): if no non-empty
+  ``partial_json`` was counted for it, its ``content_block_stop`` is one content event;
+* a ``redacted_thinking`` block (its whole encrypted ``data`` comes in
+  ``content_block_start``, with no deltas) is reasoning output: its start is content;
 * ``message_start`` names the model and the prompt size: ``usage.input_tokens`` plus
   ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` when present (Anthropic
   counts cached prompt tokens apart from ``input_tokens``);
@@ -18,6 +23,7 @@ from typing import Any
 
 from llmtop.proxy.dialects._common import (
     BAD,
+    MAX_EVENT_BYTES,
     JSONBodyParser,
     count,
     error_kind_of,
@@ -48,10 +54,18 @@ def _error_of(obj: dict[str, Any]) -> tuple[str, str | None]:
     return error_text(err if err is not None else obj), error_kind_of(obj)
 
 
+_TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+
+
 class AnthropicStreamParser(SSEStreamParser):
     """An Anthropic Messages SSE stream."""
 
-    __slots__ = ()
+    __slots__ = ("_tools",)
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__(max_event_bytes)
+        self._tools: set[object] = set()
+        """Indexes of open tool-use blocks no content event was counted for yet."""
 
     def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
         n = 0
@@ -74,6 +88,23 @@ class AnthropicStreamParser(SSEStreamParser):
                     d.get("text") or d.get("partial_json") or d.get("thinking")
                 ):
                     n += 1
+                    if self._tools:
+                        self._tools.discard(_index(obj))
+            elif typ == "content_block_start":
+                block = obj.get("content_block")
+                if isinstance(block, dict):
+                    kind = block.get("type")
+                    if isinstance(kind, str) and kind in _TOOL_BLOCKS:
+                        if len(self._tools) < 64:  # bounded whatever the upstream sends
+                            self._tools.add(_index(obj))
+                    elif kind == "redacted_thinking" and block.get("data"):
+                        n += 1
+            elif typ == "content_block_stop":
+                if self._tools:
+                    i = _index(obj)
+                    if i in self._tools:
+                        self._tools.discard(i)
+                        n += 1  # a tool call whose input was empty
             elif typ == "message_start":
                 msg = obj.get("message")
                 if isinstance(msg, dict):
@@ -95,6 +126,12 @@ class AnthropicStreamParser(SSEStreamParser):
             elif typ == "error" or ev.event == "error":
                 self._fail(*_error_of(obj))
         return (n, n)
+
+
+def _index(obj: dict[str, Any]) -> object:
+    """A content block's ``index`` when it is hashable (an int), else None."""
+    i = obj.get("index")
+    return i if type(i) is int else None
 
 
 class AnthropicBodyParser(JSONBodyParser):

@@ -1,0 +1,135 @@
+"""QA of the Anthropic Messages dialect against what Anthropic really streams: blocks
+that carry output without a non-empty delta (a tool call without arguments, redacted
+thinking), checked on the parser and through a running proxy (byte-exact, TTFT set)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+from test_proxy_support import Script, read_chunks, running_proxy, scripted_upstream
+
+from llmtop.proxy.dialects.anthropic import AnthropicStreamParser
+from llmtop.proxy.dialects.registry import make_parser
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
+
+
+def ev(name: str, obj: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(obj)}\n\n".encode()
+
+
+def start(model: str = "claude-t") -> bytes:
+    return ev("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": model,
+        "content": [], "usage": {"input_tokens": 9, "output_tokens": 1}}})
+
+
+def end(output_tokens: int) -> list[bytes]:
+    return [
+        ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                             "usage": {"output_tokens": output_tokens}}),
+        ev("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def noarg_tool(index: int = 0) -> list[bytes]:
+    """What the API streams for a tool whose input is ``{}``."""
+    return [
+        ev("content_block_start", {"type": "content_block_start", "index": index,
+                                   "content_block": {"type": "tool_use", "id": "toolu_1",
+                                                     "name": "get_time", "input": {}}}),
+        ev("content_block_delta", {"type": "content_block_delta", "index": index,
+                                   "delta": {"type": "input_json_delta",
+                                             "partial_json": ""}}),
+        ev("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
+def redacted(index: int = 0) -> list[bytes]:
+    return [
+        ev("content_block_start", {"type": "content_block_start", "index": index,
+                                   "content_block": {"type": "redacted_thinking",
+                                                     "data": "EmwKAhgBEgy3va3pzix"}}),
+        ev("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
+def feed_all(chunks: list[bytes]) -> tuple[list[tuple[int, int]], AnthropicStreamParser]:
+    p = AnthropicStreamParser()
+    out = [p.feed(c) for c in chunks]
+    out.append(p.finish())
+    return out, p
+
+
+def test_tool_call_without_arguments_is_content() -> None:
+    out, p = feed_all([start(), *noarg_tool(), *end(12)])
+    # the content_block_stop of the tool block (4th read) completes the content event
+    assert [o[0] for o in out] == [0, 0, 0, 1, 0, 0, 0]
+    assert p.usage_completion_tokens == 12 and p.ended and p.error is None
+
+
+def test_tool_call_with_arguments_counts_its_deltas_not_its_stop() -> None:
+    chunks = [
+        start(),
+        ev("content_block_start", {"type": "content_block_start", "index": 1,
+                                   "content_block": {"type": "tool_use", "id": "t",
+                                                     "name": "w", "input": {}}}),
+        ev("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                   "delta": {"type": "input_json_delta",
+                                             "partial_json": ""}}),
+        ev("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                   "delta": {"type": "input_json_delta",
+                                             "partial_json": "{\"a\": 1}"}}),
+        ev("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        *end(5),
+    ]
+    out, _ = feed_all(chunks)
+    assert [o[0] for o in out] == [0, 0, 0, 1, 0, 0, 0, 0]
+
+
+def test_two_noarg_tools_in_one_read_and_split_bytewise() -> None:
+    body = b"".join([start(), *noarg_tool(0), *noarg_tool(1), *end(20)])
+    p = AnthropicStreamParser()
+    assert p.feed(body)[0] == 2
+    q = AnthropicStreamParser()
+    assert sum(q.feed(body[i:i + 1])[0] for i in range(len(body))) + q.finish()[0] == 2
+
+
+def test_redacted_thinking_block_is_reasoning_content() -> None:
+    out, p = feed_all([start(), *redacted(0), *end(3)])
+    assert [o[0] for o in out] == [0, 1, 0, 0, 0, 0]
+    assert p.error is None
+
+
+def test_hostile_blocks_never_raise() -> None:
+    p = make_parser("anthropic", True, "text/event-stream")
+    for data in (b'data: {"type":"content_block_start","index":[1],'
+                 b'"content_block":{"type":["tool_use"]}}\n\n',
+                 b'data: {"type":"content_block_stop","index":{"a":1}}\n\n',
+                 b'data: {"type":"content_block_start","content_block":{"type":"tool_use"}}'
+                 b'\n\n' * 200):
+        p.feed(data)
+    p.finish()
+    assert p.error is None
+
+
+async def test_noarg_tool_call_through_the_proxy_has_a_ttft_and_is_byte_exact() -> None:
+    chunks = [start(), *noarg_tool(), *end(12)]
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=chunks, headers=SSE_HEADERS, gap_s=0.01)
+        async with running_proxy(up.url) as (_proxy, url, records), \
+                aiohttp.ClientSession() as s, \
+                s.post(url + "/v1/messages?beta=true",
+                       json={"model": "claude-t", "stream": True, "max_tokens": 10,
+                             "messages": [{"role": "user", "content": "time?"}]}) as r:
+            got = await read_chunks(r)
+            assert r.status == 200
+        assert b"".join(got) == b"".join(chunks)
+        rec = (await records.wait(1))[0]
+        assert rec.dialect == "anthropic"
+        assert rec.ttft_s is not None
+        assert len(rec.chunk_offsets_s) == 1
+        assert rec.completion_tokens == 12 and rec.token_source == "usage"
+        assert rec.prompt_tokens == 9 and rec.error is None and rec.outcome == "ok"
