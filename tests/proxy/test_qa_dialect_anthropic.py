@@ -133,3 +133,36 @@ async def test_noarg_tool_call_through_the_proxy_has_a_ttft_and_is_byte_exact() 
         assert len(rec.chunk_offsets_s) == 1
         assert rec.completion_tokens == 12 and rec.token_source == "usage"
         assert rec.prompt_tokens == 9 and rec.error is None and rec.outcome == "ok"
+
+
+def test_message_delta_with_null_cache_counts_keeps_the_cached_prompt_tokens() -> None:
+    # MessageDeltaUsage's prompt fields are each optional; the SDK merges them key by key
+    chunks = [
+        ev("message_start", {"type": "message_start", "message": {
+            "model": "claude-t", "usage": {"input_tokens": 9, "cache_creation_input_tokens": 0,
+                                           "cache_read_input_tokens": 100,
+                                           "output_tokens": 1}}}),
+        ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                             "usage": {"input_tokens": 9, "cache_creation_input_tokens": None,
+                                       "cache_read_input_tokens": None,
+                                       "output_tokens": 12}}),
+    ]
+    _, p = feed_all(chunks)
+    assert p.usage_prompt_tokens == 109
+    assert p.usage_completion_tokens == 12
+
+
+def test_message_delta_resending_all_prompt_counts_replaces_them() -> None:
+    chunks = [
+        ev("message_start", {"type": "message_start", "message": {
+            "model": "claude-t", "usage": {"input_tokens": 9, "output_tokens": 1}}}),
+        ev("message_delta", {"type": "message_delta", "delta": {},
+                             "usage": {"input_tokens": 10, "cache_creation_input_tokens": 5,
+                                       "cache_read_input_tokens": 0,
+                                       "output_tokens": 3}}),
+    ]
+    _, p = feed_all(chunks)
+    assert p.usage_prompt_tokens == 15
+    _, q = feed_all([ev("message_delta", {"type": "message_delta",
+                                          "usage": {"output_tokens": 3}})])
+    assert q.usage_prompt_tokens is None and q.usage_completion_tokens == 3

@@ -13,7 +13,8 @@ Stream events (the type is the data's ``type``, else the ``event:`` name):
 * ``message_start`` names the model and the prompt size: ``usage.input_tokens`` plus
   ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` when present (Anthropic
   counts cached prompt tokens apart from ``input_tokens``);
-* ``message_delta`` carries the cumulative ``usage.output_tokens`` (the completion count);
+* ``message_delta`` carries the cumulative ``usage.output_tokens`` (the completion count),
+  and may resend the prompt counts (each optional): they are merged key by key;
 * ``error`` (e.g. ``overloaded_error`` mid-stream) sets ``error``; ``ping`` is skipped.
 """
 
@@ -54,18 +55,34 @@ def _error_of(obj: dict[str, Any]) -> tuple[str, str | None]:
     return error_text(err if err is not None else obj), error_kind_of(obj)
 
 
+_PROMPT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 
 
 class AnthropicStreamParser(SSEStreamParser):
     """An Anthropic Messages SSE stream."""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_prompt_parts", "_tools")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__(max_event_bytes)
         self._tools: set[object] = set()
         """Indexes of open tool-use blocks no content event was counted for yet."""
+        self._prompt_parts: dict[str, int] = {}
+        """The prompt's counts read so far, by usage key (``_PROMPT_KEYS``)."""
+
+    def _merge_prompt(self, usage: dict[str, Any]) -> None:
+        """Merge a usage object's prompt counts key by key, as Anthropic's SDK does: in
+        ``message_delta`` each of them is optional (null or absent when not resent), so a
+        ``message_delta`` with ``input_tokens`` and a null ``cache_read_input_tokens`` keeps
+        the cached tokens ``message_start`` gave."""
+        parts = self._prompt_parts
+        for key in _PROMPT_KEYS:
+            v = count(usage.get(key))
+            if v is not None:
+                parts[key] = v
+        if "input_tokens" in parts:
+            self.usage_prompt_tokens = sum(parts.values())
 
     def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
         n = 0
@@ -111,16 +128,12 @@ class AnthropicStreamParser(SSEStreamParser):
                     self._set_model(msg.get("model"))
                     usage = msg.get("usage")
                     if isinstance(usage, dict):
-                        prompt = _prompt_tokens(usage)
-                        if prompt is not None:
-                            self.usage_prompt_tokens = prompt
+                        self._merge_prompt(usage)
             elif typ == "message_delta":
                 usage = obj.get("usage")
                 if isinstance(usage, dict):
                     self._set_completion(usage.get("output_tokens"))
-                    prompt = _prompt_tokens(usage)
-                    if prompt is not None:
-                        self.usage_prompt_tokens = prompt
+                    self._merge_prompt(usage)
             elif typ == "message_stop":
                 self.ended = True
             elif typ == "error" or ev.event == "error":
