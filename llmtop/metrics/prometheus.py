@@ -29,11 +29,13 @@ Families (all prefixed ``llmtop_``):
 The ``user`` label only takes the bounded top-N set plus ``other``; ``model`` likewise.
 ``other`` is always the fold: a tracked user (or model) named ``other`` is labelled
 ``other_`` (and ``other_`` ``other__``, and so on: :func:`llmtop.metrics.labels.label_value`).
-Label values are data: the exposition format escapes them.
+Label values are data: the exposition format escapes them; lone surrogates (text that
+was not UTF-8) become U+FFFD, so no name can make the scrape fail.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -89,6 +91,17 @@ _OUTCOMES: Final = (("ok", C_OK), ("error", C_ERR), ("cancelled", C_CANC), ("tim
 _BOUND_IDX: Final = {name: bucket_index(np.rint(np.array(b) * 1e6).astype(np.int64))
                      for name, b in BUCKETS.items()}
 _P = "llmtop_"
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(value: str) -> str:
+    """``value`` as a label value the exposition can encode: lone surrogates (bytes that
+    were not UTF-8, a JSON ``\\udcff`` escape) become U+FFFD, one each. One such value
+    made ``generate_latest`` raise, failing every scrape; the check costs an ``isascii``
+    for the usual names."""
+    if value.isascii():
+        return value
+    return _SURROGATE.sub("\ufffd", value)
 
 
 def _le(b: float) -> str:
@@ -141,8 +154,9 @@ class LlmtopCollector(Collector):
         allv = agg.view(None, now)
         recent = agg.view(60, now)
         c = allv.counters
-        users = agg.users.labels()  # a real "other" is "other_" (the fold is "other")
-        models = agg.models.labels()
+        # a real "other" is "other_" (the fold is "other")
+        users = {sid: _utf8(n) for sid, n in agg.users.labels().items()}
+        models = {sid: _utf8(n) for sid, n in agg.models.labels().items()}
         out: list[Metric] = []
 
         req = CounterMetricFamily(_P + "requests", "Finished requests by outcome",
@@ -278,7 +292,7 @@ class LlmtopCollector(Collector):
                 g = agg.gpus[i]
                 v = getattr(g, field)
                 if v is not None and np.isfinite(v):
-                    fam.add_metric([str(i), g.name], float(v))
+                    fam.add_metric([str(i), _utf8(g.name)], float(v))
             out.append(fam)
         e = agg.engine
         for name, field, doc in (
@@ -290,7 +304,7 @@ class LlmtopCollector(Collector):
             fam = GaugeMetricFamily(_P + name, doc, labels=["kind"])
             v = None if e is None else getattr(e, field)
             if e is not None and v is not None and np.isfinite(v):
-                fam.add_metric([e.kind], float(v))
+                fam.add_metric([_utf8(e.kind)], float(v))
             out.append(fam)
         warn = GaugeMetricFamily(_P + "warning_active", "1 while a saturation warning is raised",
                                  labels=["code"])

@@ -3,6 +3,7 @@
 - ``histogram_quantile`` over the exported buckets (Prometheus's own interpolation,
   re-implemented here) lands near the exact quantile for realistic TTFT, ITL and E2E
   spreads;
+- a label value that is not UTF-8 (a lone surrogate) cannot break the whole scrape;
 - names and types follow the conventions (counters ``_total``, base units, HELP present);
 - counters and histogram series never go backwards, through user and model folds;
 - every warning code is exported at 0 from start-up;
@@ -145,6 +146,26 @@ def test_quantile_helper_matches_prometheus_rules() -> None:
 
 
 # -- hostile label values -------------------------------------------------------------------
+
+
+def test_a_label_value_that_is_not_utf8_cannot_break_the_scrape() -> None:
+    """QA: a user, model or GPU name holding a lone surrogate (bytes that were not UTF-8,
+    or a JSON ``\\udcff`` escape, reaching the aggregator by any path that does not clean
+    it) made generate_latest raise UnicodeEncodeError: every scrape failed, every
+    metric of the proxy was lost, for as long as the name was among the top users."""
+    clock = Clock()
+    a = Aggregator(Config(top_users=2), {}, clock=clock)
+    clock.advance(1)
+    a.on_events([record(user="bad\udcff", model="m\ud800x"), record(user="fine")])
+    a.on_events([GpuReading(clock.t, 0, "H\udcff", 5, 10, util_gpu=5.0)])
+    a.tick()
+    fams = families(a)  # raised before
+    users = {s.labels["user"] for s in fams["llmtop_user_requests"].samples}
+    assert users == {"bad\ufffd", "fine"}
+    models = {s.labels["model"] for s in fams["llmtop_model_requests"].samples}
+    assert models == {"m", "m\ufffdx"}
+    assert {s.labels["name"] for s in fams["llmtop_gpu_utilization_percent"].samples} == {
+        "H\ufffd"}
 
 
 HOSTILE = ['a"b', "back\\slash", "new\nline", 'x"} 1\nllmtop_fake 1\n#', "é" * 128,
