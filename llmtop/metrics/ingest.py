@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from llmtop.events import RequestRecord
 from llmtop.metrics.hdr import COUNTS_LEN, bucket_index, seconds_to_us
-from llmtop.metrics.slo import Slo, grouped_itl_within
+from llmtop.metrics.slo import FLOAT_SLACK_S, Slo, grouped_itl_within
 from llmtop.metrics.table import SERIES_SPAN, CountTable
 
 I64 = npt.NDArray[np.int64]
@@ -195,7 +195,7 @@ def ingest(
         met &= e2e_ok
         within &= e2e_ok
     if slo.tpot_s is not None:
-        met &= np.isnan(tpot) | (tpot <= slo.tpot_s)
+        met &= np.isnan(tpot) | (tpot <= slo.tpot_s + FLOAT_SLACK_S)
     if slo.itl_p95_s is not None:
         itl_ok = grouped_itl_within(gap_rec, itl, k, n, slo.itl_p95_s)
         met &= itl_ok

@@ -36,13 +36,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from llmtop.config import Config, SloConfig
 from llmtop.events import RequestRecord
+
+FLOAT_SLACK_S: Final = 1e-9
+"""A figure within a nanosecond of its objective meets it. ITL and TPOT are differences
+(and quotients) of float seconds: chunks written exactly 50,000,000 ns apart, 0.09 s and
+0.14 s into a request, are 0.05000000000000002 s apart, which missed a 0.05 s objective."""
 
 ITL_PERCENTILE = 95.0
 
@@ -107,11 +112,11 @@ def meets_slo(r: RequestRecord, slo: Slo, itl_p95: float | None = None,
         return False
     if slo.tpot_s is not None:
         tpot = r.tpot_s()
-        if tpot is not None and tpot > slo.tpot_s:
+        if tpot is not None and tpot > slo.tpot_s + FLOAT_SLACK_S:
             return False
     if slo.itl_p95_s is not None:
         p95 = itl_p95 if itl_known else request_itl_p95(r)
-        if p95 is not None and p95 > slo.itl_p95_s:
+        if p95 is not None and p95 > slo.itl_p95_s + FLOAT_SLACK_S:
             return False
     return True
 
@@ -128,7 +133,7 @@ def slo_judged(r: RequestRecord, slo: Slo) -> bool:
         return True
     if slo.itl_p95_s is not None:
         p95 = request_itl_p95(r)
-        if p95 is not None and p95 > slo.itl_p95_s:
+        if p95 is not None and p95 > slo.itl_p95_s + FLOAT_SLACK_S:
             return True
     return False
 
@@ -176,7 +181,8 @@ def grouped_itl_within(
     value sorts last there, and a NaN P95 passes)."""
     w = np.where(weight > 0, weight, 0).astype(np.float64)
     n = np.bincount(rec, weights=w, minlength=n_records)
-    le = np.bincount(rec, weights=np.where(itl <= limit, w, 0.0), minlength=n_records)
+    le = np.bincount(rec, weights=np.where(itl <= limit + FLOAT_SLACK_S, w, 0.0),
+                     minlength=n_records)
     rank = np.maximum(np.floor(ITL_PERCENTILE * n / 100 + 0.5), 1)
     ok: npt.NDArray[np.bool_] = (n == 0) | (le >= rank)
     nan = np.isnan(itl)

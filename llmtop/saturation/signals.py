@@ -20,7 +20,7 @@ import numpy as np
 
 from llmtop.config import SloConfig
 from llmtop.events import ActiveRequest, EngineReading, Event, GpuReading, RequestRecord
-from llmtop.metrics.slo import request_itl_p95
+from llmtop.metrics.slo import FLOAT_SLACK_S, request_itl_p95
 
 
 @dataclass(slots=True, eq=False)
@@ -205,7 +205,7 @@ class Signals:
                 slo.ttft_s is None or f.ttft_s <= slo.ttft_s))
             # a one-token answer has no ITL to miss
             tally.ok_itl += f.itl_p95_s is None or slo.itl_p95_s is None or \
-                f.itl_p95_s <= slo.itl_p95_s
+                f.itl_p95_s <= slo.itl_p95_s + FLOAT_SLACK_S
             tally.ok_e2e += slo.e2e_s is None or f.e2e_s <= slo.e2e_s
         elif ev.outcome == "cancelled":
             # judged on each objective it had already broken, as llmtop.metrics.slo does:
@@ -214,7 +214,7 @@ class Signals:
             waited = f.e2e_s if f.ttft_s is None else f.ttft_s
             ttft = slo.ttft_s is not None and ev.stream and waited > slo.ttft_s
             itl = slo.itl_p95_s is not None and f.itl_p95_s is not None and \
-                f.itl_p95_s > slo.itl_p95_s
+                f.itl_p95_s > slo.itl_p95_s + FLOAT_SLACK_S
             e2e = slo.e2e_s is not None and f.e2e_s > slo.e2e_s
             if ttft or itl or e2e:
                 tally = self._tally_for(t_end)
