@@ -306,7 +306,9 @@ class LlmtopCollector(Collector):
             if e is not None and v is not None and np.isfinite(v):
                 fam.add_metric([_utf8(e.kind)], float(v))
             out.append(fam)
-        warn = GaugeMetricFamily(_P + "warning_active", "1 while a saturation warning is raised",
+        warn = GaugeMetricFamily(_P + "warning_active",
+                                 "1 while the warning named by code is raised, else 0 "
+                                 "(saturation detectors and operational codes alike)",
                                  labels=["code"])
         # every known code from the start (0 = not raised), so "no warning" and "no data"
         # differ and absent()-style alerts work

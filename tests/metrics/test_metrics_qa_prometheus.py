@@ -215,6 +215,10 @@ def test_names_types_and_help_follow_the_conventions() -> None:
             assert 0 <= v <= 100 and "%" in helps[name], name
         if name.endswith(("_ratio", "slo_attainment")):
             assert 0 <= v <= 1, name
+    # QA: the warning gauge carries operational codes too (WORKER_DOWN, EVENTS_LOST): its
+    # HELP said "1 while a saturation warning is raised"
+    assert "a saturation warning" not in helps["llmtop_warning_active"]
+    assert "code" in helps["llmtop_warning_active"]
 
 
 def test_histograms_have_bucket_sum_count_and_sane_le() -> None:
