@@ -47,6 +47,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
 
 from llmtop.events import OPERATIONAL_CODES, WARNING_CODES
 from llmtop.metrics import capacity
@@ -127,6 +128,19 @@ def hdr_buckets(
         buckets.append(("+Inf", float(tot)))
         out.append((buckets, float(sm)))
     return out
+
+
+def add_histogram(fam: HistogramMetricFamily, labels: dict[str, str],
+                  buckets: list[tuple[str, float]], total: float) -> None:
+    """The samples ``fam.add_metric`` adds for one series (buckets, ``_count``, ``_sum``),
+    at about half its cost: the per-user histograms are most of a scrape's samples (24 +
+    21 per user)."""
+    name = fam.name
+    bucket = name + "_bucket"
+    fam.samples.extend([Sample(bucket, {**labels, "le": le}, v, None, None)
+                        for le, v in buckets])
+    fam.samples.append(Sample(name + "_count", dict(labels), buckets[-1][1], None, None))
+    fam.samples.append(Sample(name + "_sum", dict(labels), total, None, None))
 
 
 _HELP = {
@@ -245,7 +259,7 @@ class LlmtopCollector(Collector):
             fam = HistogramMetricFamily(_P + name + "_seconds", _HELP.get(
                 name, f"{name.upper()} seconds as clients saw them"))
             [(buckets, total)] = hdr_buckets(split, m, [0], name)
-            fam.add_metric([], buckets, total)
+            add_histogram(fam, {}, buckets, total)
             out.append(fam)
         sids = list(users)
         for m, name in ((M_TTFT, "ttft"), (M_ITL, "itl")):
@@ -254,7 +268,7 @@ class LlmtopCollector(Collector):
             for sid, (buckets, total) in zip(sids, hdr_buckets(split, m, sids, name),
                                              strict=True):
                 if buckets[-1][1]:
-                    fam.add_metric([users[sid]], buckets, total)
+                    add_histogram(fam, {"user": users[sid]}, buckets, total)
             out.append(fam)
         return out
 

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from metrics_records import Clock, record
 from prometheus_client import generate_latest
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.openmetrics import exposition as om_exposition
 from prometheus_client.openmetrics import parser as om_parser
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,7 +39,7 @@ from llmtop.events import (
     WarningEvent,
 )
 from llmtop.metrics.aggregator import Aggregator
-from llmtop.metrics.prometheus import make_registry
+from llmtop.metrics.prometheus import add_histogram, make_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "fleet.md"
@@ -378,3 +379,17 @@ def test_the_docs_table_gives_the_exported_types() -> None:
     assert set(documented) == set(types), set(documented) ^ set(types)
     for n, typ in documented.items():
         assert types[n].type == typ, (n, typ, types[n].type)
+
+
+def test_add_histogram_adds_what_add_metric_adds() -> None:
+    """The fast path for the per-user histograms gives prometheus_client's own samples."""
+    buckets = [("0.1", 1.0), ("1.0", 3.0), ("+Inf", 4.0)]
+    ref = HistogramMetricFamily("h", "h", labels=["user"])
+    ref.add_metric(['a"\\\n'], buckets, 2.5)
+    fast = HistogramMetricFamily("h", "h", labels=["user"])
+    add_histogram(fast, {"user": 'a"\\\n'}, buckets, 2.5)
+    assert fast.samples == ref.samples
+    ref0, fast0 = HistogramMetricFamily("g", "g"), HistogramMetricFamily("g", "g")
+    ref0.add_metric([], buckets, 2.5)
+    add_histogram(fast0, {}, buckets, 2.5)
+    assert fast0.samples == ref0.samples
