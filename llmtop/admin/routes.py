@@ -55,7 +55,7 @@ from typing import Any, Final, Protocol
 import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
 from llmtop import __version__
@@ -330,10 +330,13 @@ async def metrics(request: web.Request) -> web.Response:
     # reading the aggregator happens here, on its loop; turning ~thousands of samples into
     # text is pure formatting and goes to a thread so the proxy's loop is not held for it
     families = list(request.app[COLLECTOR].collect())
+    # the format the scraper asks for: OpenMetrics when its Accept names it (Prometheus
+    # sends that first), else the text format (it was always the text format)
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
     body = await asyncio.get_running_loop().run_in_executor(
-        None, generate_latest, _Collected(families)
+        None, encode, _Collected(families)
     )
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 async def recording_status(request: web.Request) -> web.Response:

@@ -193,3 +193,29 @@ async def test_recording_from_the_api_must_be_named_like_a_recording(
     status, _, _ = await post_raw(url, json.dumps({"action": "stop"}).encode())
     assert status == 200
     assert os.listdir(tmp_path) == ["ok.jsonl.gz"]
+
+
+async def test_metrics_answer_in_the_format_the_scraper_asks_for(
+        admin: Callable[[], Any]) -> None:
+    """Prometheus asks for OpenMetrics first (its Accept header); /metrics answered the text
+    format whatever was asked. Now the scraper's choice, with the text format by default."""
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as om_families,
+    )
+
+    url = await admin()
+    prometheus_accept = ("application/openmetrics-text;version=1.0.0,"
+                         "application/openmetrics-text;version=0.0.1;q=0.75,"
+                         "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url + "/metrics", headers={"Accept": prometheus_accept}) as r:
+            om_type, om_text = r.headers["Content-Type"], await r.text()
+        async with s.get(url + "/metrics") as r:
+            plain_type, plain_text = r.headers["Content-Type"], await r.text()
+    assert om_type.startswith("application/openmetrics-text")
+    assert om_text.endswith("# EOF\n")
+    om_names = {f.name for f in om_families(om_text)}
+    assert "llmtop_requests" in om_names  # (OpenMetrics names counters without _total)
+    assert plain_type.startswith("text/plain")
+    plain_names = {f.name for f in text_string_to_metric_families(plain_text)}
+    assert "llmtop_requests" in plain_names and "# EOF" not in plain_text
