@@ -109,6 +109,8 @@ class LlmtopApp(App[int]):
         self._last_attempt = float("-inf")
         self._last_data = float("-inf")
         self._recording: str | None = None
+        self._record_busy = False
+        """A recording start or stop is on its way to the proxy (a second r waits)."""
         self._replay_length: float | None = None
         self._started = 0
         self._applied = 0
@@ -325,7 +327,12 @@ class LlmtopApp(App[int]):
         return self._recording is not None
 
     def action_record(self) -> None:
+        if self._record_busy:  # the last start/stop is still on its way to the proxy
+            self.notify("waiting for the proxy's answer to the last r", title="recording",
+                        markup=False)
+            return
         if self.recording_active:
+            self._record_busy = True
             self._record("stop", None)
             return
 
@@ -334,10 +341,17 @@ class LlmtopApp(App[int]):
 
     def _record_chosen(self, path: str | None) -> None:
         if path:
+            self._record_busy = True
             self._record("start", path)
 
     @work(group="recording", exit_on_error=False)
     async def _record(self, action: str, path: str | None) -> None:
+        try:
+            await self._record_once(action, path)
+        finally:
+            self._record_busy = False
+
+    async def _record_once(self, action: str, path: str | None) -> None:
         try:
             reply = await self.source.recording(action, path)
         except Exception as exc:

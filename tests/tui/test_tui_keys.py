@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
+from typing import Any
 
 from textual.widgets import Input
 from tui_support import FIXED_NOW, FixtureSource, ReplayFixtureSource, screen_text, shows, until
@@ -277,3 +279,24 @@ async def test_user_detail_labels_fields_it_does_not_know() -> None:
         text = screen_text(app)
     assert re.search(r"queue retries +3( |$)", text, re.M)
     assert re.search(r"odd rate +2\.50( |$)", text, re.M)
+
+
+async def test_r_twice_while_the_proxy_answers_sends_one_stop() -> None:
+    """A second `r` before the proxy answered the first stop sent another stop (QA: the
+    proxy answered it "not recording", an error notification for nothing)."""
+
+    class SlowSource(FixtureSource):
+        async def recording(self, action: str, path: str | None) -> dict[str, Any]:
+            await asyncio.sleep(0.5)
+            return await super().recording(action, path)
+
+    src = SlowSource("low_load")
+    src.snapshot["recording"] = {"status": "recording", "path": "x.jsonl.gz"}
+    app = make_app(src)
+    async with app.run_test(size=WIDE) as pilot:
+        await until(pilot, lambda: app.refreshes > 0 and app.recording_active)
+        await pilot.press("r", "r", "r")
+        await until(pilot, lambda: src.recording_calls == [("stop", None)])
+        await until(pilot, lambda: not app.recording_active, what="stopped")
+        await pilot.pause(0.6)  # a second stop, had one been sent, would have come by now
+    assert src.recording_calls == [("stop", None)]
