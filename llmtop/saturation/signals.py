@@ -436,4 +436,12 @@ class Signals:
         hist = [e for e in self.engine_history if e.t >= cut and e.preemptions is not None]
         if len(hist) < 2:
             return 0.0
-        return max(0.0, float(hist[-1].preemptions or 0) - float(hist[0].preemptions or 0))
+        # the counter's rises, reading to reading: an engine restart resets it to 0, and
+        # last − first then undercounts (or reads 0) what happened in the window
+        total = 0.0
+        prev = float(hist[0].preemptions or 0)
+        for e in hist[1:]:
+            cur = float(e.preemptions or 0)
+            total += cur - prev if cur >= prev else cur  # after a reset: all of it is new
+            prev = cur
+        return total
