@@ -143,7 +143,8 @@ class _Collector:
         self.gpu_buckets: dict[int, dict[int, list[float | None]]] = {}
         self.engine: dict[str, Any] = {"kind": None, "readings": 0, "running_max": None,
                                        "waiting_max": None, "kv_cache_usage_max": None,
-                                       "preemptions_first": None, "preemptions_last": None}
+                                       "preemptions_first": None, "preemptions_last": None,
+                                       "preemptions": None}
         self.engine_buckets: dict[int, list[float | None]] = {}
         self.warnings: list[dict[str, Any]] = []
         self._open_warnings: dict[str, dict[str, Any]] = {}
@@ -261,8 +262,13 @@ class _Collector:
             if v is not None and math.isfinite(v) and (d[peak] is None or v > d[peak]):
                 d[peak] = v
         if e.preemptions is not None and math.isfinite(e.preemptions):
+            last = d["preemptions_last"]
             if d["preemptions_first"] is None:
                 d["preemptions_first"] = e.preemptions
+                d["preemptions"] = 0.0
+            else:  # the counter's rises: an engine restart resets it (last − first < 0)
+                d["preemptions"] += (e.preemptions - last if e.preemptions >= last
+                                     else e.preemptions)
             d["preemptions_last"] = e.preemptions
         row = self.engine_buckets.setdefault(math.floor(e.t), [None, None, None])
         for i, v in enumerate((e.running, e.waiting, e.kv_cache_usage)):
