@@ -77,7 +77,7 @@ def _common(user: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
     }
 
 
-# -- not streamed: the body is the engine's, byte for byte; TTFT = E2E ----------------------
+# -- not streamed: the body is the engine's, byte for byte; TTFT ≈ E2E --------------------
 
 
 @pytest.mark.parametrize("kind", ["chat", "completions"])
@@ -86,7 +86,8 @@ async def test_non_streamed_answer_is_the_engines_and_the_record_its_usage(
 ) -> None:
     """Sync SDK, ``stream`` not set: the client's body is byte for byte the body llmtop read
     from llama.cpp, its choices equal a direct request's (temperature 0, same seed), and the
-    record has the engine's usage (= ``timings.predicted_n``), TTFT = E2E, one chunk."""
+    record has the engine's usage (= ``timings.predicted_n``), TTFT at the last body bytes
+    (E2E a read later at most), one chunk."""
     tee, proc = teed
     user = new_user(f"whole-{kind}")
     path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
@@ -129,7 +130,9 @@ async def test_non_streamed_answer_is_the_engines_and_the_record_its_usage(
     assert rec["completion_tokens"] == usage["completion_tokens"]
     assert rec["prompt_tokens"] == usage["prompt_tokens"]
     assert rec["chunk_tokens"] == [usage["completion_tokens"]]
-    assert rec["ttft_s"] == rec["e2e_s"] > 0
+    # the whole answer is counted when its last body bytes were written; the end of the
+    # response (the chunked terminator) may come in a later read (CI: 71 µs after)
+    assert 0 < rec["ttft_s"] <= rec["e2e_s"] < rec["ttft_s"] + 0.005, rec
     # the whole answer cannot arrive before llama.cpp finished prefill and decode
     assert rec["e2e_s"] * 1e3 >= timings["prompt_ms"] + timings["predicted_ms"] - 1.0
 
