@@ -47,6 +47,12 @@ CONNECT_TIMEOUT_PREFIX: Final = "upstream connect timed out"
 of its own: the upstream host does not answer connection attempts at all)."""
 
 
+def counter_rise(prev: float, cur: float) -> float:
+    """What a counter (an engine's preemptions) rose by from one reading to the next: a
+    reading below the last is a restart that reset it, so all of it is new."""
+    return cur - prev if cur >= prev else cur
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One finished request, exactly the recording's ``request`` line (less ``type``).

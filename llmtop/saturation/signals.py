@@ -14,12 +14,20 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from llmtop.config import SloConfig
-from llmtop.events import ActiveRequest, EngineReading, Event, GpuReading, RequestRecord
+from llmtop.events import (
+    ActiveRequest,
+    EngineReading,
+    Event,
+    GpuReading,
+    RequestRecord,
+    counter_rise,
+)
 from llmtop.metrics.slo import FLOAT_SLACK_S, request_itl_p95
 
 
@@ -438,10 +446,5 @@ class Signals:
             return 0.0
         # the counter's rises, reading to reading: an engine restart resets it to 0, and
         # last − first then undercounts (or reads 0) what happened in the window
-        total = 0.0
-        prev = float(hist[0].preemptions or 0)
-        for e in hist[1:]:
-            cur = float(e.preemptions or 0)
-            total += cur - prev if cur >= prev else cur  # after a reset: all of it is new
-            prev = cur
-        return total
+        counts = [float(e.preemptions or 0) for e in hist]
+        return sum(counter_rise(a, b) for a, b in pairwise(counts))

@@ -32,7 +32,14 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
+from llmtop.events import (
+    EngineReading,
+    Event,
+    GpuReading,
+    RequestRecord,
+    WarningEvent,
+    counter_rise,
+)
 from llmtop.metrics.hdr import HIGHEST_EQ, Histogram, decode_sparse
 from llmtop.metrics.ingest import (
     C_GOOD,
@@ -267,8 +274,7 @@ class _Collector:
                 d["preemptions_first"] = e.preemptions
                 d["preemptions"] = 0.0
             else:  # the counter's rises: an engine restart resets it (last − first < 0)
-                d["preemptions"] += (e.preemptions - last if e.preemptions >= last
-                                     else e.preemptions)
+                d["preemptions"] += counter_rise(last, e.preemptions)
             d["preemptions_last"] = e.preemptions
         row = self.engine_buckets.setdefault(math.floor(e.t), [None, None, None])
         for i, v in enumerate((e.running, e.waiting, e.kv_cache_usage)):
