@@ -100,3 +100,35 @@ async def test_the_prompt_says_the_suffixes_whole_at_any_width(size: tuple[int, 
         rows = screen_text(app).splitlines()[box.y + 1: box.bottom - 1]
         text = " ".join(r[box.x + 1: box.right - 1].strip() for r in rows)
     assert ".jsonl or .jsonl.gz); enter to start:" in text, text
+
+
+@pytest.mark.parametrize("size", [(100, 30), (40, 12)])
+async def test_the_footer_in_the_prompt_says_what_applies_there(size: tuple[int, int]) -> None:
+    """With the prompt open the footer still showed the main screen's keys ("q quit",
+    "p pause", "w window", …), none of which applies while typing a name: q types a q.
+    The prompt has its own footer now: enter starts, escape cancels."""
+    from tui_support import FixtureSource
+
+    src = FixtureSource("saturated")
+    src.snapshot["recording"] = None
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await until(pilot, lambda: "quit" in screen_text(app).splitlines()[-1],
+                    what="the dashboard's footer")
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RecordPrompt)
+                    and "cancel" in screen_text(app).splitlines()[-1],
+                    what="the prompt's footer")
+        footer = screen_text(app).splitlines()[-1]
+        assert "start" in footer and "esc" in footer, footer
+        for main_key in ("quit", "pause", "window", "rec", "theme", "detail", "panels"):
+            assert main_key not in footer, footer
+        await pilot.press("q")  # types a q: the app is still there, the box has it
+        await until(pilot, lambda: app.screen.query_one("#record-path", Input).value
+                    .endswith("q"), what="q typed")
+        assert isinstance(app.screen, RecordPrompt) and app.is_running
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.dashboard)
+        await until(pilot, lambda: "quit" in screen_text(app).splitlines()[-1],
+                    what="the dashboard's footer back")

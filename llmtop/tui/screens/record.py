@@ -8,11 +8,24 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Static
+from textual.widgets import Footer, Input, Label, Static
+
+
+class PathInput(Input):
+    """The path box: Enter (Input's own submit) is shown in the prompt's footer as
+    "start", the one key besides Escape that does something other than type."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "submit", "start", show=True),
+    ]
 
 
 class RecordPrompt(ModalScreen[str | None]):
-    """Asks for a recording path (on the proxy's machine). Enter starts, escape cancels."""
+    """Asks for a recording path (on the proxy's machine). Enter starts, escape cancels.
+
+    It has its own footer, over the dashboard's: while the box has the focus, the main
+    screen's keys (q quit, p pause, …) do not apply — typing q types a q — so the footer
+    says what does: enter start, escape cancel."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel", show=True)]
 
@@ -38,9 +51,10 @@ class RecordPrompt(ModalScreen[str | None]):
             box.border_title = "record this session"
             yield Label("File on the proxy's machine, relative to its working directory "
                         "(.jsonl or .jsonl.gz); enter to start:")
-            yield Input(value=self.proposed, id="record-path")
+            yield PathInput(value=self.proposed, id="record-path")
             yield Static(f"✖ {self.problem}" if self.problem else "", id="record-problem",
                          classes="-shown" if self.problem else "", markup=False)
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.value != self.proposed:  # the name being fixed: the reason has done its job
