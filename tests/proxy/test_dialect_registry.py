@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,87 @@ def test_inspect_request_never_raises(dialect: str) -> None:
         info = inspect_request(dialect, "/generate_stream?x", body)  # type: ignore[arg-type]
         assert isinstance(info, RequestInfo)
         assert info.model is None and info.user is None
+
+
+# -- TGI's POST / (CompatGenerateRequest): the path alone cannot tell, the body does ------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dialects"
+TGI_STREAM = json.dumps({"inputs": "What is deep learning?",
+                         "parameters": {"max_new_tokens": 20}, "stream": True}).encode()
+TGI_WHOLE = json.dumps({"inputs": "What is deep learning?",
+                        "parameters": {"max_new_tokens": 20}, "stream": False}).encode()
+
+
+@pytest.mark.parametrize("path", ["/", "", "/?x=1", "//", "/?wait_for_model=true"])
+@pytest.mark.parametrize("body", [
+    TGI_STREAM,
+    TGI_WHOLE,
+    b'{"inputs": "hi", "parameters": {}}',  # what text_generation.Client sends
+    b'{"inputs": "hi", "stream": false}',
+    b'  \n{"stream": true, "parameters": {"details": true}, "inputs": "hi"}',
+])
+def test_tgi_root_route_is_tgi_by_its_body(path: str, body: bytes) -> None:
+    assert detect_dialect("POST", path, "application/json", body=body) == "tgi"
+    # decided before the body is read (or without it), / says nothing: other
+    assert detect_dialect("POST", path, "application/json") == "other"
+    assert detect_dialect("POST", path, None, "auto", None) == "other"
+
+
+@pytest.mark.parametrize("body", [
+    b"",
+    b'{"model": "m", "prompt": "hi", "stream": true}',  # some other API's /
+    b'{"input": "hi", "stream": true}',
+    b'{"inputs": "hi"}',  # bare: TEI's / as well (embed/predict) - not told apart
+    b'{"inputs": "hi", "normalize": true, "truncate": false}',  # text-embeddings-inference
+    b'{"inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["hi"]}],'
+    b' "parameters": {}}',  # KServe v2 / Triton tensors
+    b'{"inputs": ["a", "b"], "parameters": {}}',
+    b'{"inputs": {"text": "hi"}, "stream": true}',
+    b'{"inputs": null, "stream": true}',
+    b'{"inputs": "hi", "parameters": "x", "stream": "yes"}',
+    b'["inputs", "parameters"]',
+    b'{"inputs": "hi", "stream": tru',  # truncated
+    b'\xff\xfe{"inputs": "hi", "stream": true}',
+    b'x = {"inputs": "hi", "stream": true}',
+])
+def test_root_route_with_another_body_stays_other(body: bytes) -> None:
+    assert detect_dialect("POST", "/", "application/json", body=body) == "other"
+
+
+def test_root_route_body_never_overrides_the_path_method_or_setting() -> None:
+    # a body like TGI's does not make another path tgi, nor a path's dialect another
+    assert detect_dialect("POST", "/v1/chat/completions", None, body=TGI_STREAM) == "openai"
+    assert detect_dialect("POST", "/v1/embeddings", None, body=TGI_STREAM) == "other"
+    assert detect_dialect("POST", "/tgi/", None, body=TGI_STREAM) == "other"  # see docstring
+    assert detect_dialect("POST", "/generate", None, body=TGI_STREAM) == "tgi"
+    assert detect_dialect("GET", "/", None, body=TGI_STREAM) == "other"
+    assert detect_dialect("PUT", "/", None, body=TGI_STREAM) == "other"
+    assert detect_dialect("POST", "/", None, "other", TGI_STREAM) == "other"
+    assert detect_dialect("POST", "/", None, "openai", TGI_STREAM) == "openai"
+    huge = b'{"stream": true, "parameters": {}, "pad": "' + b"x" * 1_000_000 + b'", "inputs": "hi"}'
+    assert detect_dialect("POST", "/", None, body=huge) == "tgi"
+
+
+def test_tgi_root_route_stream_and_whole_answers_are_read() -> None:
+    # as the relay does it: detect (with the body), inspect, then the answer's parser
+    sse = (FIXTURES / "tgi_generate_stream.sse").read_bytes()
+    dialect = detect_dialect("POST", "/", "application/json", body=TGI_STREAM)
+    info = inspect_request(dialect, "/", TGI_STREAM)
+    assert (dialect, info.stream) == ("tgi", True)
+    p = make_parser(dialect, info.stream, "text/event-stream")
+    got = [p.feed(sse[i:i + 7]) for i in range(0, len(sse), 7)]
+    got.append(p.finish())
+    assert sum(n for n, _ in got) == 3 and sum(t for _, t in got) == 3
+    assert (p.usage_completion_tokens, p.usage_prompt_tokens, p.ended) == (4, 7, True)
+
+    whole = (FIXTURES / "tgi_generate.json").read_bytes()
+    dialect = detect_dialect("POST", "/", "application/json", body=TGI_WHOLE)
+    info = inspect_request(dialect, "/", TGI_WHOLE)
+    assert (dialect, info.stream) == ("tgi", False)
+    q = make_parser(dialect, info.stream, None)
+    assert q.feed(whole) == (0, 0)
+    assert q.finish() == (1, 3) and q.usage_completion_tokens == 3
+    # the hosted Inference API's one-element list
+    r = make_parser(dialect, info.stream, "application/json")
+    r.feed(b"[" + whole + b"]")
+    assert r.finish() == (1, 3)

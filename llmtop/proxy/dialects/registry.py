@@ -39,7 +39,12 @@ from llmtop.proxy.dialects.openai import (
     inspect_openai_request,
 )
 from llmtop.proxy.dialects.plain import PlainParser
-from llmtop.proxy.dialects.tgi import TGIBodyParser, TGIStreamParser, inspect_tgi_request
+from llmtop.proxy.dialects.tgi import (
+    TGIBodyParser,
+    TGIStreamParser,
+    inspect_tgi_request,
+    is_tgi_compat_request,
+)
 
 __all__ = ["DIALECTS", "DialectImpl", "detect_dialect", "inspect_request", "make_parser"]
 
@@ -101,7 +106,8 @@ _NDJSON = frozenset({"application/x-ndjson", "application/ndjson", "application/
 
 
 def detect_dialect(
-    method: str, path: str, content_type: str | None, configured: str = "auto"
+    method: str, path: str, content_type: str | None, configured: str = "auto",
+    body: bytes | None = None,
 ) -> Dialect:
     """The dialect of a request.
 
@@ -110,8 +116,17 @@ def detect_dialect(
     ``…/completions`` → openai; ``…/v1/messages`` → anthropic; ``…/api/generate`` and
     ``…/api/chat`` → ollama; ``…/generate_stream`` and ``…/generate`` → tgi; anything else,
     and any method but POST, → other. ``content_type`` (the request's) is accepted for
-    callers' convenience; the path is what decides. Raises ``ValueError`` only for an
-    unknown ``configured`` name (config validation rejects those first).
+    callers' convenience; the path is what decides.
+
+    The path ``/`` alone (query and trailing slashes aside) says nothing: TGI serves
+    generation there, and so do other servers their own APIs. With the request's ``body``
+    it is tgi when the body is a TGI request (``tgi.is_tgi_compat_request``: ``inputs`` a
+    string, with ``parameters`` or ``stream``); without the body, or with any other body,
+    it is other. A caller that decides before the body is read gets other for ``/`` and
+    may ask again with the body (only an ``other`` answer can change).
+
+    Raises ``ValueError`` only for an unknown ``configured`` name (config validation
+    rejects those first).
     """
     if configured != "auto":
         impl = DIALECTS.get(configured)
@@ -124,6 +139,8 @@ def detect_dialect(
     for suffix, dialect in _SUFFIXES:
         if p.endswith(suffix):
             return dialect
+    if not p and body and is_tgi_compat_request(body):
+        return "tgi"  # TGI's POST / (CompatGenerateRequest)
     return "other"
 
 

@@ -9,6 +9,9 @@ newer TGI, the prompt size). ``data: {"error": "...", "error_type": ...}`` sets 
 ``incomplete_generation``).
 ``/generate`` answers ``{"generated_text": ..., "details": {...}}`` (or a one-element
 list of it, as the hosted Inference API does).
+TGI's ``/`` route takes ``{"inputs": "...", "parameters": {...}, "stream": true|false}``
+and answers as ``/generate_stream`` when ``stream`` is true, else as ``/generate``; a
+request there is told from other APIs' ``/`` by its body (``is_tgi_compat_request``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from llmtop.proxy.dialects._common import (
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.sse import SSEEvent, SSEStreamParser
 
-__all__ = ["TGIBodyParser", "TGIStreamParser", "inspect_tgi_request"]
+__all__ = ["TGIBodyParser", "TGIStreamParser", "inspect_tgi_request", "is_tgi_compat_request"]
 
 
 def _read_details(state: ParserState, obj: dict[str, Any]) -> None:
@@ -90,3 +93,20 @@ def inspect_tgi_request(path: str, body: bytes) -> RequestInfo:
     stream = streaming_path or (isinstance(obj, dict) and obj.get("stream") is True)
     model = obj.get("model") if isinstance(obj, dict) else None
     return RequestInfo(model=model if isinstance(model, str) and model else None, stream=stream)
+
+
+def is_tgi_compat_request(body: bytes) -> bool:
+    """``body`` is a request for TGI's ``/`` route: a JSON object whose ``inputs`` is a
+    string (TGI's ``CompatGenerateRequest``) with a ``parameters`` object or a boolean
+    ``stream`` — what TGI's clients (``text_generation``, ``huggingface_hub``) send.
+
+    Stricter than "has ``inputs``" because other servers take ``inputs`` at ``/`` too:
+    text-embeddings-inference's default route (``{"inputs": "...", "normalize": true}``,
+    no ``parameters`` or ``stream``), KServe/Triton tensors (``inputs`` a list). A bare
+    ``{"inputs": "..."}`` stays unread (dialect ``other``). Never raises."""
+    if b'"inputs"' not in body or not body[:64].lstrip().startswith(b"{"):
+        return False
+    obj = loads(body)
+    if not isinstance(obj, dict) or not isinstance(obj.get("inputs"), str):
+        return False
+    return isinstance(obj.get("parameters"), dict) or isinstance(obj.get("stream"), bool)
