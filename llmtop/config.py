@@ -97,7 +97,11 @@ class WarningsConfig:
     kv_cache_usage: float = 0.95
     """KV_CACHE when the engine's KV-cache usage fraction reaches this."""
     gpu_memory: float = 0.95
-    """GPU_MEMORY when used / total memory reaches this fraction."""
+    """GPU_MEMORY when used / total memory reaches this fraction — and, when the engine's
+    KV-cache usage is known (a fresh reading from vLLM, SGLang, llama.cpp or the simulator),
+    only while that is at ``kv_cache_usage`` too: vLLM and SGLang reserve their KV cache at
+    start-up (``--gpu-memory-utilization`` 0.9 and more), so memory alone reads full on an
+    idle server. Without a KV reading memory alone decides (the message says which)."""
     bandwidth_pct: float = 80.0
     """BANDWIDTH when DRAM bandwidth (or memory busy) % reaches this while ITL rises."""
     error_rate: float = 0.05

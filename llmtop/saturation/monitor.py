@@ -31,7 +31,7 @@ import numpy as np
 
 from llmtop.clock import unix_now
 from llmtop.config import Config
-from llmtop.events import ActiveRequest, Event, Severity, WarningEvent
+from llmtop.events import ActiveRequest, EngineReading, Event, Severity, WarningEvent
 from llmtop.saturation.signals import Failure, Signals
 
 Publish = Callable[[Event], None]
@@ -215,6 +215,12 @@ class SaturationMonitor:
 
     # -- detectors ---------------------------------------------------------------------
 
+    def _fresh_engine(self, now: float) -> EngineReading | None:
+        """The engine's latest reading when it is at most a window old (KV_CACHE and
+        GPU_MEMORY judge the KV cache by it), else None."""
+        eng = self.signals.engine
+        return eng if eng is not None and now - eng.t <= self.window_s else None
+
     def queueing(self, now: float, held: bool) -> Verdict | None:
         """The queue (engine waiting, or requests without a first token) stays non-empty
         through the last quarter window (at least two samples; with the raise delay,
@@ -302,9 +308,9 @@ class SaturationMonitor:
 
     def kv_cache(self, now: float, held: bool) -> Verdict | None:
         """Engine KV-cache usage at the threshold, or preemptions in the last W."""
-        eng = self.signals.engine
+        eng = self._fresh_engine(now)
         win = self.window_s
-        if eng is None or now - eng.t > win:
+        if eng is None:
             return None
         pre = self.signals.preemptions_delta(now, win)
         usage = eng.kv_cache_usage
@@ -324,7 +330,31 @@ class SaturationMonitor:
         )
 
     def gpu_memory(self, now: float, held: bool) -> Verdict | None:
-        """Any GPU's used / total memory at the threshold."""
+        """A GPU's used / total memory at ``warnings.gpu_memory`` (held down 2 points) —
+        and, when the engine's KV-cache usage is known (a fresh reading, at most a window
+        old, from an engine that exports it: vLLM, SGLang, llama.cpp, the simulator), only
+        while that usage is at ``warnings.kv_cache_usage`` too (held down 5 points, as
+        KV_CACHE holds).
+
+        Why: vLLM, SGLang and TGI reserve their KV-cache pool when they start (vLLM's
+        ``--gpu-memory-utilization``, 0.9 by default; SGLang's ``--mem-fraction-static``),
+        so NVML reads ~90 % used — 95 % and more as users often set it — from the first
+        second, on an idle server. Memory used / total then says how big the reservation is, not how
+        full it is; a warning raised from start-up on every idle server is one users learn
+        to ignore. The engine's own gauge says how full the pool is. Memory at the threshold
+        adds one thing to a full pool (KV_CACHE): the pool cannot be made bigger on this
+        GPU — a higher ``gpu_memory_utilization`` will not fit — so the remedies are fewer
+        KV bytes or more memory. A full pool on a GPU with room left is KV_CACHE's alone.
+
+        Not chosen: "memory grew past its start-up reservation". A preallocating engine's
+        footprint hardly moves after start-up, llmtop often starts after the engine (it
+        never sees the reservation being made, so the baseline would be a guess, and a
+        restart of llmtop moves it), and what grows past the pool (activations, another
+        process) is not room for KV cache, which is what this warning is about.
+
+        Without a KV reading (no engine metrics, a stale reading, or an engine that exports
+        no KV usage: TGI, Ollama, an unrecognised one) memory alone decides, as before; the
+        message says so, and that a preallocating engine reads full from start-up."""
         thr = self.cfg.warnings.gpu_memory - (0.02 if held else 0.0)
         worst: tuple[float, int] | None = None
         for g in self.signals.gpus.values():
@@ -335,13 +365,37 @@ class SaturationMonitor:
                 worst = (frac, g.index)
         if worst is None:
             return None
+        eng = self._fresh_engine(now)
+        kv = eng.kv_cache_usage if eng is not None else None
+        if kv is not None and kv < self.cfg.warnings.kv_cache_usage - (0.05 if held else 0.0):
+            return None  # a reserved pool with room in it: not saturation
         g = self.signals.gpus[worst[1]]
         sim = " (simulated)" if g.simulated else ""
         gib = 1024**3
+        used = (f"GPU {g.index}{sim} memory {worst[0]:.0%} used "
+                f"({(g.mem_used_bytes or 0) / gib:.1f} of {(g.mem_total_bytes or 0) / gib:.1f} "
+                "GiB)")
+        if kv is not None:
+            return Verdict(
+                f"{used} and the engine's KV cache {kv:.0%} full — no room on this GPU to "
+                "grow the KV cache (a higher gpu_memory_utilization will not fit); "
+                "KV-cache quantisation (fp8), shorter contexts, a lower max_num_seqs or more "
+                "memory (more GPUs: tensor parallelism)"
+            )
+        last = self.signals.engine
+        if last is None:
+            why = "no engine metrics"
+        elif last.kv_cache_usage is None:
+            why = (f"the engine ({last.kind}) exports no KV-cache usage" if last.kind
+                   != "unknown" else "the upstream's /metrics name no engine llmtop knows")
+        else:
+            # a fixed text: an age that grows every tick would republish the warning
+            why = f"the engine's KV-cache reading is stale (over {self.window_s:g} s old)"
         return Verdict(
-            f"GPU {g.index}{sim} memory {worst[0]:.0%} used "
-            f"({(g.mem_used_bytes or 0) / gib:.1f} of {(g.mem_total_bytes or 0) / gib:.1f} "
-            "GiB) — no room for more KV cache; quantisation, shorter contexts or more memory"
+            f"{used} — no room for more KV cache; quantisation, shorter contexts or more "
+            f"memory (memory alone: {why}; an engine that reserves its KV cache at start-up, "
+            "as vLLM, SGLang and TGI do, reads this full when idle — then its KV-cache "
+            "usage is what tells)"
         )
 
     def bandwidth(self, now: float, held: bool) -> Verdict | None:

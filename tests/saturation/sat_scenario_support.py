@@ -170,9 +170,11 @@ class Pipeline:
 
 
 @contextlib.asynccontextmanager
-async def pipeline(slot: SimSlot, **overrides: Any) -> AsyncIterator[Pipeline]:
+async def pipeline(slot: SimSlot, *, engine_metrics: bool = True, **overrides: Any
+                   ) -> AsyncIterator[Pipeline]:
     """The proxy in front of ``slot`` with the observers ``llmtop run`` has, at the
-    compressed rate: aggregator twice a tick, detectors once a tick (tick = SCALE s)."""
+    compressed rate: aggregator twice a tick, detectors once a tick (tick = SCALE s).
+    ``engine_metrics=False``: no engine scraper (as with an engine that has no /metrics)."""
     cfg = scenario_config(slot.url, **overrides)
     bus = EventBus()
     active: dict[str, ActiveRequest] = {}
@@ -200,7 +202,9 @@ async def pipeline(slot: SimSlot, **overrides: Any) -> AsyncIterator[Pipeline]:
                 mon.tick()
 
     tasks = [asyncio.create_task(bus.pump(0.02)), asyncio.create_task(ticker()),
-             asyncio.create_task(gpu.run()), asyncio.create_task(scraper.run())]
+             asyncio.create_task(gpu.run())]
+    if engine_metrics:
+        tasks.append(asyncio.create_task(scraper.run()))
     try:
         yield p
     finally:
@@ -214,14 +218,15 @@ async def pipeline(slot: SimSlot, **overrides: Any) -> AsyncIterator[Pipeline]:
 
 
 @contextlib.asynccontextmanager
-async def scenario(sim: dict[str, Any] | None = None, cfg: dict[str, Any] | None = None
-                   ) -> AsyncIterator[Pipeline]:
+async def scenario(sim: dict[str, Any] | None = None, cfg: dict[str, Any] | None = None,
+                   *, engine_metrics: bool = True) -> AsyncIterator[Pipeline]:
     """A tiny simulator (``sim``: profile overrides) and the pipeline in front of it
-    (``cfg``: config overrides by dotted key)."""
+    (``cfg``: config overrides by dotted key; ``engine_metrics=False``: its /metrics are
+    not scraped)."""
     slot = SimSlot(**(sim or {}))
     await slot.start()
     try:
-        async with pipeline(slot, **(cfg or {})) as p:
+        async with pipeline(slot, engine_metrics=engine_metrics, **(cfg or {})) as p:
             yield p
     finally:
         await slot.stop()

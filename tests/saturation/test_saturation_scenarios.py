@@ -219,12 +219,17 @@ async def test_upstream_killed_raises_upstream_down_and_clears_when_back() -> No
 GIB = 1024**3
 
 
+TINY_RESIDENT = 300 * 1024**2 + 1_000_000_000
+"""The tiny profile's runtime overhead + weights: always counted as used."""
+
+
 async def test_gpu_memory_at_97_percent_raises_gpu_memory() -> None:
-    """A simulated GPU whose weights and runtime fill 97 % of its memory: GPU_MEMORY; the
-    engine restarts on a larger GPU: cleared. The warning travels the bus to the
-    aggregator's snapshot and its Prometheus gauge, and leaves both when cleared."""
-    tiny_resident = 300 * 1024**2 + 1_000_000_000  # runtime overhead + weights
-    async with scenario(sim={"mem_total_bytes": round(tiny_resident / 0.97)}) as p:
+    """A simulated GPU whose weights and runtime fill 97 % of its memory, and no engine
+    metrics to say how full its KV cache is (memory alone decides): GPU_MEMORY; the engine
+    restarts on a larger GPU: cleared. The warning travels the bus to the aggregator's
+    snapshot and its Prometheus gauge, and leaves both when cleared."""
+    async with scenario(sim={"mem_total_bytes": round(TINY_RESIDENT / 0.97)},
+                        engine_metrics=False) as p:
         start = p.t0
         load = ClosedLoop(p.url, 1, max_tokens=16)
         raised = await p.wait_for("GPU_MEMORY", within=20 * SCALE)
@@ -246,8 +251,25 @@ async def test_gpu_memory_at_97_percent_raises_gpu_memory() -> None:
     assert (gauge, gauge_after, shown_after) == (1.0, 0.0, [])
     msg = p.message("GPU_MEMORY")
     assert re.search(r"memory (9[5-9]|100)% used", msg), msg
-    assert "simulated" in msg and "quantisation" in msg
+    assert "simulated" in msg and "quantisation" in msg and "no engine metrics" in msg
     assert_only(p, {"GPU_MEMORY"})
+
+
+async def test_gpu_memory_at_97_percent_with_room_in_the_kv_cache_raises_nothing() -> None:
+    """The same GPU 97 % used, light load, and the engine's /metrics say its KV cache has
+    room (as a vLLM that reserved 97 % of the GPU at start-up reads when idle): memory used
+    is the reservation, not saturation — no GPU_MEMORY, no warning at all."""
+    async with scenario(sim={"mem_total_bytes": round(TINY_RESIDENT / 0.97)}) as p:
+        load = ClosedLoop(p.url, 1, max_tokens=16)
+        await asyncio.sleep(12 * SCALE)
+        await load.stop()
+        gpu, eng = p.monitor.signals.gpus.get(0), p.monitor.signals.engine
+        report("simulated GPU memory 97 % used, KV cache with room", p, "—", p.t0, None)
+    assert gpu is not None and gpu.mem_used_bytes and gpu.mem_total_bytes
+    assert gpu.mem_used_bytes / gpu.mem_total_bytes >= 0.97, p.describe()
+    assert eng is not None and eng.kv_cache_usage is not None and eng.kv_cache_usage < 0.5
+    assert load.stats.ok > 0
+    assert p.timeline == [], f"false alarms:\n{p.describe()}"
 
 
 async def test_memory_bound_decode_raises_bandwidth() -> None:
