@@ -389,7 +389,7 @@ class ProxyServer:
         body = quick.body
         try:
             # the path decides the dialect (detect_dialect does not read the content type)
-            dialect = detect_dialect(quick.method, quick.path, None, self.cfg.dialect)
+            dialect = detect_dialect(quick.method, quick.path, None, self.cfg.dialect, body)
             info = inspect_request(dialect, quick.path, body)
             raw, inject = self._upstream_request(
                 quick.method, quick.target, quick.raw_headers, quick.has_length, body, info,
@@ -491,6 +491,9 @@ class ProxyServer:
             resp.force_close()
             ex.end_ns = perf_counter_ns()
             return resp
+        if dialect == "other":  # TGI's POST / is told by its body (detect_dialect)
+            dialect = active.dialect = detect_dialect(request.method, active.path, None,
+                                                      self.cfg.dialect, body)
         info = inspect_request(dialect, active.path, body)
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model

@@ -169,10 +169,6 @@ async def _root_requests(body: dict[str, Any], chunks: list[bytes],
         return got, recs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "llmtop/proxy/server.py decides the dialect before the request body is read "
-    "(ProxyServer._begin / direct_start call detect_dialect without body=): TGI's POST / "
-    "is recorded as 'other'. detect_dialect(..., body=) tells it (test_dialect_registry)."))
 async def test_tgi_root_route_stream_is_read_as_tgi_through_the_proxy() -> None:
     data = (FIX / "tgi_generate_stream.sse").read_bytes()
     chunks = split_mid(data, [40, len(data) // 2])
