@@ -60,8 +60,9 @@ CASES: dict[str, Expect] = {
     "openai_completions_cr.sse": Expect("openai", True, SSE, (1, 1, 1), 4, 5, "tinyllama"),
     "openai_error_midstream.sse": Expect("openai", True, SSE, (1, 1), None, None, "m",
                                          "CUDA out of memory. Tried to allocate 2 GiB"),
-    # thinking ×2, (signature: no), text ×2, input_json ("" no) ×2; prompt 472 + 100 cached
-    "anthropic_stream.sse": Expect("anthropic", True, SSE, (1,) * 6, 572, 89,
+    # thinking ×2, (signature: no), text ×2, tool_use start (its name), input_json ("" no) ×2;
+    # prompt 472 + 100 cached
+    "anthropic_stream.sse": Expect("anthropic", True, SSE, (1,) * 7, 572, 89,
                                    "claude-sonnet-4-5"),
     "anthropic_error_crlf.sse": Expect("anthropic", True, SSE, (1, 1), 12, None,
                                        "claude-sonnet-4-5", "Overloaded"),

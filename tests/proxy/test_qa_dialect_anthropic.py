@@ -65,12 +65,13 @@ def feed_all(chunks: list[bytes]) -> tuple[list[tuple[int, int]], AnthropicStrea
 
 def test_tool_call_without_arguments_is_content() -> None:
     out, p = feed_all([start(), *noarg_tool(), *end(12)])
-    # the content_block_stop of the tool block (4th read) completes the content event
-    assert [o[0] for o in out] == [0, 0, 0, 1, 0, 0, 0]
+    # the tool block's content_block_start (2nd read), which names the tool, is content;
+    # its empty partial_json and its stop are not
+    assert [o[0] for o in out] == [0, 1, 0, 0, 0, 0, 0]
     assert p.usage_completion_tokens == 12 and p.ended and p.error is None
 
 
-def test_tool_call_with_arguments_counts_its_deltas_not_its_stop() -> None:
+def test_tool_call_with_arguments_counts_its_start_and_deltas_not_its_stop() -> None:
     chunks = [
         start(),
         ev("content_block_start", {"type": "content_block_start", "index": 1,
@@ -86,7 +87,57 @@ def test_tool_call_with_arguments_counts_its_deltas_not_its_stop() -> None:
         *end(5),
     ]
     out, _ = feed_all(chunks)
-    assert [o[0] for o in out] == [0, 0, 0, 1, 0, 0, 0, 0]
+    # start (the tool's name), "" (not content), the arguments, stop (not content)
+    assert [o[0] for o in out] == [0, 1, 0, 1, 0, 0, 0, 0]
+
+
+def test_tool_call_ttft_is_its_name_as_in_the_openai_dialect() -> None:
+    # The same answer in both APIs: a tool call named first, its arguments later. OpenAI's
+    # first tool_calls delta carries the name and empty arguments and is content; the
+    # Anthropic block that names the tool is its content_block_start. TTFT is the same read.
+    oa = [
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+        b'"delta":{"role":"assistant","content":null},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+        b'"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":'
+        b'{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+        b'"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\": '
+        b'\\"Oslo\\"}"}}]},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+        b'"delta":{},"finish_reason":"tool_calls"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    an = [
+        start(),
+        ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                   "content_block": {"type": "tool_use", "id": "toolu_1",
+                                                     "name": "get_weather", "input": {}}}),
+        ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                   "delta": {"type": "input_json_delta",
+                                             "partial_json": "{\"city\": \"Oslo\"}"}}),
+        ev("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        b"".join(end(9)),
+    ]
+    o = make_parser("openai", True, "text/event-stream")
+    a = make_parser("anthropic", True, "text/event-stream")
+    oa_events = [o.feed(c)[0] for c in oa]
+    an_events = [a.feed(c)[0] for c in an]
+    assert oa_events == an_events == [0, 1, 1, 0, 0]
+    assert o.error is None and a.error is None
+
+
+def test_server_tool_use_start_is_content_and_other_block_starts_are_not() -> None:
+    def block(kind: str, **extra: Any) -> bytes:
+        return ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": kind, **extra}})
+    p = AnthropicStreamParser()
+    assert p.feed(block("server_tool_use", id="srvtoolu_1", name="web_search",
+                        input={})) == (1, 1)
+    for quiet in (block("text", text=""), block("thinking", thinking=""),
+                  block("web_search_tool_result", tool_use_id="srvtoolu_1", content=[]),
+                  block("redacted_thinking", data="")):
+        assert p.feed(quiet) == (0, 0)
 
 
 def test_two_noarg_tools_in_one_read_and_split_bytewise() -> None:
@@ -130,7 +181,7 @@ async def test_noarg_tool_call_through_the_proxy_has_a_ttft_and_is_byte_exact() 
         rec = (await records.wait(1))[0]
         assert rec.dialect == "anthropic"
         assert rec.ttft_s is not None
-        assert len(rec.chunk_offsets_s) == 1
+        assert len(rec.chunk_offsets_s) == 1  # the tool's content_block_start
         assert rec.completion_tokens == 12 and rec.token_source == "usage"
         assert rec.prompt_tokens == 9 and rec.error is None and rec.outcome == "ok"
 
@@ -166,3 +217,33 @@ def test_message_delta_resending_all_prompt_counts_replaces_them() -> None:
     _, q = feed_all([ev("message_delta", {"type": "message_delta",
                                           "usage": {"output_tokens": 3}})])
     assert q.usage_prompt_tokens is None and q.usage_completion_tokens == 3
+
+
+async def test_tool_call_ttft_through_the_proxy_is_when_the_name_arrives() -> None:
+    # the tool's name comes at once; its arguments GAP later: TTFT is the name's chunk
+    gap = 0.15
+    named = ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "tool_use", "id": "toolu_1",
+                                                         "name": "get_weather",
+                                                         "input": {}}})
+    args = ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                      "delta": {"type": "input_json_delta",
+                                                "partial_json": "{\"city\": \"Oslo\"}"}})
+    stop = ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+    chunks = [start() + named, args + stop, b"".join(end(9))]
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=chunks, headers=SSE_HEADERS, gap_s=gap)
+        async with running_proxy(up.url) as (_proxy, url, records), \
+                aiohttp.ClientSession() as s, \
+                s.post(url + "/v1/messages",
+                       json={"model": "claude-t", "stream": True, "max_tokens": 10,
+                             "messages": [{"role": "user", "content": "weather?"}]}) as r:
+            got = await read_chunks(r)
+        assert b"".join(got) == b"".join(chunks)
+        rec = (await records.wait(1))[0]
+    assert rec.dialect == "anthropic" and rec.outcome == "ok" and rec.error is None
+    offs = rec.chunk_offsets_s
+    assert len(offs) == 2  # the name's chunk, then the arguments' chunk
+    assert rec.ttft_s == offs[0]
+    assert offs[1] - offs[0] >= gap * 0.8  # TTFT did not wait for the arguments
+    assert rec.completion_tokens == 9 and rec.token_source == "usage"

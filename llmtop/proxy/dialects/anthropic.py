@@ -5,9 +5,11 @@ Stream events (the type is the data's ``type``, else the ``event:`` name):
 * ``content_block_delta`` with a non-empty ``text`` (text_delta), ``partial_json``
   (input_json_delta) or ``thinking`` (thinking_delta) is content, one token each
   (Anthropic gives no per-delta counts); signature and citation deltas are not;
-* a ``tool_use``/``server_tool_use`` block is content even when its input is empty (a
-  tool without arguments streams only ``partial_json: ""``): if no non-empty
-  ``partial_json`` was counted for it, its ``content_block_stop`` is one content event;
+* a ``tool_use``/``server_tool_use`` block's ``content_block_start`` is content: it is
+  the tool call's first output, naming the tool (as OpenAI's first ``tool_calls`` delta,
+  which carries the name and empty arguments and is content there too), so a tool call
+  starts TTFT when its name arrives, not at its first non-empty ``partial_json`` — and a
+  tool without arguments (only ``partial_json: ""`` follows) is content as well;
 * a ``redacted_thinking`` block (its whole encrypted ``data`` comes in
   ``content_block_start``, with no deltas) is reasoning output: its start is content;
 * ``message_start`` names the model and the prompt size: ``usage.input_tokens`` plus
@@ -62,12 +64,10 @@ _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 class AnthropicStreamParser(SSEStreamParser):
     """An Anthropic Messages SSE stream."""
 
-    __slots__ = ("_prompt_parts", "_tools")
+    __slots__ = ("_prompt_parts",)
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__(max_event_bytes)
-        self._tools: set[object] = set()
-        """Indexes of open tool-use blocks no content event was counted for yet."""
         self._prompt_parts: dict[str, int] = {}
         """The prompt's counts read so far, by usage key (``_PROMPT_KEYS``)."""
 
@@ -105,23 +105,15 @@ class AnthropicStreamParser(SSEStreamParser):
                     d.get("text") or d.get("partial_json") or d.get("thinking")
                 ):
                     n += 1
-                    if self._tools:
-                        self._tools.discard(_index(obj))
             elif typ == "content_block_start":
                 block = obj.get("content_block")
                 if isinstance(block, dict):
                     kind = block.get("type")
-                    if isinstance(kind, str) and kind in _TOOL_BLOCKS:
-                        if len(self._tools) < 64:  # bounded whatever the upstream sends
-                            self._tools.add(_index(obj))
-                    elif kind == "redacted_thinking" and block.get("data"):
+                    if isinstance(kind, str) and (
+                        kind in _TOOL_BLOCKS  # the tool's name: its first output
+                        or (kind == "redacted_thinking" and block.get("data"))
+                    ):
                         n += 1
-            elif typ == "content_block_stop":
-                if self._tools:
-                    i = _index(obj)
-                    if i in self._tools:
-                        self._tools.discard(i)
-                        n += 1  # a tool call whose input was empty
             elif typ == "message_start":
                 msg = obj.get("message")
                 if isinstance(msg, dict):
@@ -139,12 +131,6 @@ class AnthropicStreamParser(SSEStreamParser):
             elif typ == "error" or ev.event == "error":
                 self._fail(*_error_of(obj))
         return (n, n)
-
-
-def _index(obj: dict[str, Any]) -> object:
-    """A content block's ``index`` when it is hashable (an int), else None."""
-    i = obj.get("index")
-    return i if type(i) is int else None
 
 
 class AnthropicBodyParser(JSONBodyParser):
