@@ -8,8 +8,10 @@ from typing import Any, ClassVar
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -49,6 +51,11 @@ KNOWN: tuple[tuple[str, str, str], ...] = (
     ("cancelled", "cancelled", "count"),
     ("timeouts", "timeouts", "count"),
 )
+ROWS_KEPT = 1
+"""Request rows the detail keeps on screen at any height: chrome gives way first."""
+FOOTER_LINES = 1
+FRAME_LINES = 2
+"""The requests table's border, top and bottom."""
 
 
 def other_field(key: str, value: object) -> tuple[Text, Text]:
@@ -60,7 +67,9 @@ def other_field(key: str, value: object) -> tuple[Text, Text]:
 
 
 class UserSummary(ViewPanel):
-    """The user's row, every known field labelled, then any other numeric fields."""
+    """The user's row, every known field labelled, then any other numeric fields.
+    With :attr:`max_lines` set (a terminal too short for all of it), the lines that fit
+    and then "+N more figures": never figures cut off without a word."""
 
     DEFAULT_CSS = """
     UserSummary { height: auto; padding: 0 1; }
@@ -69,8 +78,21 @@ class UserSummary(ViewPanel):
     def __init__(self, user: str) -> None:
         super().__init__(id="user-summary")
         self.user = user
+        self.max_lines: int | None = None
 
-    def build(self, width: int) -> RenderableType:
+    def set_max_lines(self, lines: int | None) -> None:
+        if lines != self.max_lines:
+            self.max_lines = lines
+            self.refresh(layout=True)
+
+    def lines(self, width: int) -> int:
+        """How many lines the whole summary takes at ``width`` cells (uncapped)."""
+        console = self.app.console
+        return len(console.render_lines(
+            self.build(width, capped=False),
+            console.options.update(width=max(1, width), height=None), pad=False))
+
+    def build(self, width: int, *, capped: bool = True) -> RenderableType:
         v, pal = self.view, self.palette
         title = Text(no_wrap=True, overflow="ellipsis")
         row = v.user(self.user)
@@ -106,13 +128,25 @@ class UserSummary(ViewPanel):
             table.add_column(style=pal.dim, no_wrap=True)
             table.add_column(justify="right", no_wrap=True)
         blank = (Text(""), Text(""))
-        for i in range(0, len(cells), per_line):
+        rows = -(-len(cells) // per_line)
+        more: Text | None = None
+        if capped and self.max_lines is not None and 1 + rows > self.max_lines:
+            rows = max(0, self.max_lines - 2)  # the title, the rows, "+N more"
+            hidden = len(cells) - rows * per_line
+            more = Text(f"+{hidden} more figures", pal.dim,
+                        no_wrap=True, overflow="ellipsis")
+            if self.max_lines < 2:
+                more = None  # the title alone: whose figures these are
+        for i in range(0, rows * per_line, per_line):
             line = [*cells[i:i + per_line]]
             line += [blank] * (per_line - len(line))
             table.add_row(*(x for pair_cells in line for x in pair_cells))
         out = Table.grid()
         out.add_row(title)
-        out.add_row(table)
+        if rows:
+            out.add_row(table)
+        if more is not None:
+            out.add_row(more)
         return out
 
     @staticmethod
@@ -136,6 +170,7 @@ class UserDetail(Screen[None]):
 
     DEFAULT_CSS = """
     UserDetail RequestsTable { border: round $primary-darken-2; height: 1fr; }
+    UserDetail.-compact RequestsTable { border: none; }
     """
 
     def __init__(self, user: str) -> None:
@@ -173,3 +208,25 @@ class UserDetail(Screen[None]):
             names = (as_str(u.get("user")) for u in view.items("users") if not is_fold(u))
             self.requests.exclude = frozenset(n for n in names if n is not None)
         self.requests.show_requests(active, palette, view.slo.ttft_s)
+        self.fit()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.fit()
+
+    def fit(self) -> None:
+        """Keep :data:`ROWS_KEPT` request rows at any height (at 40×12 the header, the
+        summary and the table's frame took every line: the table showed none). Chrome
+        gives way first: the table's frame goes (class ``-compact``), then the summary
+        shows what fits of it, and says how many figures it leaves out."""
+        width, height = self.size
+        if width <= 0 or height <= 0:
+            return  # not laid out yet: the first resize calls again
+        header = self.header.get_content_height(Size(0, 0), Size(0, 0), width)
+        inner = max(1, width - self.summary.styles.gutter.width)
+        summary = self.summary.lines(inner)
+        table = 1 + ROWS_KEPT  # the column names, then the rows kept
+        left = height - header - FOOTER_LINES - summary
+        compact = left < FRAME_LINES + table
+        self.set_class(compact, "-compact")
+        cap = height - header - FOOTER_LINES - table
+        self.summary.set_max_lines(max(1, cap) if compact and summary > cap else None)
