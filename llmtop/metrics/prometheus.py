@@ -31,6 +31,12 @@ The ``user`` label only takes the bounded top-N set plus ``other``; ``model`` li
 ``other_`` (and ``other_`` ``other__``, and so on: :func:`llmtop.metrics.labels.label_value`).
 Label values are data: the exposition format escapes them; lone surrogates (text that
 was not UTF-8) become U+FFFD, so no name can make the scrape fail.
+
+A scrape is two steps: :meth:`LlmtopCollector.families` reads the aggregator (on its loop)
+into plain columns, and :func:`llmtop.metrics.promtext.encode` writes them as text (pure:
+any thread); :meth:`LlmtopCollector.exposition` does both. ``collect`` gives
+prometheus_client's own families for the same columns, whose encoders write the same bytes
+at several times the cost.
 """
 
 from __future__ import annotations
@@ -40,14 +46,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
-from prometheus_client.samples import Sample
 
 from llmtop.events import OPERATIONAL_CODES, WARNING_CODES
 from llmtop.metrics import capacity
@@ -68,10 +68,20 @@ from llmtop.metrics.ingest import (
     M_TTFT,
     METRICS,
 )
+from llmtop.metrics.promtext import (
+    Family,
+    Histograms,
+    Kind,
+    add_histogram,
+    encode,
+    to_metrics,
+)
 from llmtop.metrics.table import SplitTable, group_id
 
 if TYPE_CHECKING:
     from llmtop.metrics.aggregator import Aggregator
+
+__all__ = ["BUCKETS", "LlmtopCollector", "add_histogram", "hdr_histograms", "make_registry"]
 
 TTFT_BUCKETS_S: Final = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
                          1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -91,6 +101,8 @@ BUCKETS: Final = {"ttft": TTFT_BUCKETS_S, "itl": ITL_BUCKETS_S, "chunk_gap": ITL
 _OUTCOMES: Final = (("ok", C_OK), ("error", C_ERR), ("cancelled", C_CANC), ("timeout", C_TMO))
 _BOUND_IDX: Final = {name: bucket_index(np.rint(np.array(b) * 1e6).astype(np.int64))
                      for name, b in BUCKETS.items()}
+_LES: Final = {name: tuple(repr(float(b)) for b in bounds) for name, bounds in BUCKETS.items()}
+"""The ``le`` label values of each histogram's finite bounds."""
 _P = "llmtop_"
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
@@ -105,42 +117,19 @@ def _utf8(value: str) -> str:
     return _SURROGATE.sub("\ufffd", value)
 
 
-def _le(b: float) -> str:
-    return repr(float(b))
-
-
-def hdr_buckets(
-    split: SplitTable, metric: int, series: Sequence[int], name: str
-) -> list[tuple[list[tuple[str, float]], float]]:
+def hdr_histograms(split: SplitTable, metric: int, series: Sequence[int], name: str,
+                   label: str | None = None, values: Sequence[str] = ()) -> Histograms:
     """Cumulative Prometheus buckets and the sum (seconds) of HDR histograms, one per
-    series, vectorised over the series."""
+    series (labelled ``label=values[i]``), vectorised over the series."""
     groups = np.array([group_id(metric, s) for s in series], dtype=np.int64)
     if len(groups) == 0:
-        return []
+        return Histograms(label, [], _LES[name], [], [], [])
     before, totals = split.group_totals(groups)
     keys = groups[:, None] * COUNTS_LEN + _BOUND_IDX[name][None, :]
     cum = split.count_le(keys.ravel()).reshape(keys.shape) - before[:, None]
     sums = split.group_sums_us(groups) / 1e6
-    les = [_le(b) for b in BUCKETS[name]]
-    out = []
-    for row, tot, sm in zip(cum.tolist(), totals.tolist(), sums.tolist(), strict=True):
-        buckets = [(le, float(c)) for le, c in zip(les, row, strict=True)]
-        buckets.append(("+Inf", float(tot)))
-        out.append((buckets, float(sm)))
-    return out
-
-
-def add_histogram(fam: HistogramMetricFamily, labels: dict[str, str],
-                  buckets: list[tuple[str, float]], total: float) -> None:
-    """The samples ``fam.add_metric`` adds for one series (buckets, ``_count``, ``_sum``),
-    at about half its cost: the per-user histograms are most of a scrape's samples (24 +
-    21 per user)."""
-    name = fam.name
-    bucket = name + "_bucket"
-    fam.samples.extend([Sample(bucket, {**labels, "le": le}, v, None, None)
-                        for le, v in buckets])
-    fam.samples.append(Sample(name + "_count", dict(labels), buckets[-1][1], None, None))
-    fam.samples.append(Sample(name + "_sum", dict(labels), total, None, None))
+    return Histograms(label, list(values), _LES[name], cum.tolist(), totals.tolist(),
+                      [float(s) for s in sums.tolist()])
 
 
 _HELP = {
@@ -153,6 +142,14 @@ _HELP = {
 """HELP lines of the latency histograms (by metric name)."""
 
 
+def _family(name: str, kind: Kind, doc: str, labels: tuple[str, ...] = (),
+            value: float | None = None) -> Family:
+    fam = Family(_P + name, kind, doc, labels)
+    if value is not None:
+        fam.rows.append(((), float(value)))
+    return fam
+
+
 class LlmtopCollector(Collector):
     """Builds llmtop's metric families from an :class:`Aggregator` at scrape time."""
 
@@ -163,20 +160,29 @@ class LlmtopCollector(Collector):
         return []
 
     def collect(self) -> Iterable[Metric]:
+        """prometheus_client's families (for a registry: :func:`make_registry`)."""
+        return to_metrics(self.families())
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """The scrape's body in the format ``accept`` asks for, and its Content-Type."""
+        return encode(self.families(), accept)
+
+    def families(self) -> list[Family]:
+        """Every family, read from the aggregator now (plain values: they may be
+        encoded on another thread while the aggregator goes on)."""
         agg = self.agg
         now = agg.clock()
         allv = agg.view(None, now)
         recent = agg.view(60, now)
         c = allv.counters
+        c0 = c[0].tolist()
         # a real "other" is "other_" (the fold is "other")
         users = {sid: _utf8(n) for sid, n in agg.users.labels().items()}
         models = {sid: _utf8(n) for sid, n in agg.models.labels().items()}
-        out: list[Metric] = []
+        out: list[Family] = []
 
-        req = CounterMetricFamily(_P + "requests", "Finished requests by outcome",
-                                  labels=["outcome"])
-        for outcome, col in _OUTCOMES:
-            req.add_metric([outcome], float(c[0, col]))
+        req = _family("requests", "counter", "Finished requests by outcome", ("outcome",))
+        req.rows += [((outcome,), float(c0[col])) for outcome, col in _OUTCOMES]
         out.append(req)
         for name, col, doc in (
             ("output_tokens", C_OUT_DONE, "Output tokens of finished requests"),
@@ -187,34 +193,32 @@ class LlmtopCollector(Collector):
              "every objective)"),
             ("goodput_output_tokens", C_GOOD, "Output tokens of requests that met every SLO"),
         ):
-            out.append(CounterMetricFamily(_P + name, doc, value=float(c[0, col])))
-        out.append(CounterMetricFamily(_P + "clamped_latency_values",
-                                       "Latency values outside 0 us..1 h, clamped (or NaN)",
-                                       value=float(agg.clamped)))
+            out.append(_family(name, "counter", doc, value=c0[col]))
+        out.append(_family("clamped_latency_values", "counter",
+                           "Latency values outside 0 us..1 h, clamped (or NaN)",
+                           value=agg.clamped))
 
         for label, slots, pre in (("user", users, "user_"), ("model", models, "model_")):
-            fam = CounterMetricFamily(_P + pre + "requests", f"Finished requests by {label}",
-                                      labels=[label, "outcome"])
-            tok = CounterMetricFamily(_P + pre + "output_tokens",
-                                      f"Output tokens of finished requests by {label}",
-                                      labels=[label])
-            for sid, name in slots.items():
-                if not c[sid, C_REQ]:
+            fam = _family(pre + "requests", "counter", f"Finished requests by {label}",
+                          (label, "outcome"))
+            tok = _family(pre + "output_tokens", "counter",
+                          f"Output tokens of finished requests by {label}", (label,))
+            rows = c[list(slots)].tolist() if slots else []
+            for name, row in zip(slots.values(), rows, strict=True):
+                if not row[C_REQ]:
                     continue
-                for outcome, col in _OUTCOMES:
-                    fam.add_metric([name, outcome], float(c[sid, col]))
-                tok.add_metric([name], float(c[sid, C_OUT_DONE]))
+                fam.rows += [((name, outcome), float(row[col])) for outcome, col in _OUTCOMES]
+                tok.rows.append(((name,), float(row[C_OUT_DONE])))
             out += [fam, tok]
 
         per_user, (n, waiting, streaming) = agg.live_counts()
-        out.append(GaugeMetricFamily(_P + "in_flight", "Requests open at the proxy", value=n))
-        out.append(GaugeMetricFamily(_P + "waiting", "Open requests without a first token yet",
-                                     value=waiting))
-        out.append(GaugeMetricFamily(_P + "streaming", "Open requests streaming output",
-                                     value=streaming))
-        uif = GaugeMetricFamily(_P + "user_in_flight", "Open requests by user", labels=["user"])
-        for sid, name in users.items():
-            uif.add_metric([name], float(per_user.get(sid, [0])[0]))
+        out.append(_family("in_flight", "gauge", "Requests open at the proxy", value=n))
+        out.append(_family("waiting", "gauge", "Open requests without a first token yet",
+                           value=waiting))
+        out.append(_family("streaming", "gauge", "Open requests streaming output",
+                           value=streaming))
+        uif = _family("user_in_flight", "gauge", "Open requests by user", ("user",))
+        uif.rows += [((name,), float(per_user.get(sid, [0])[0])) for sid, name in users.items()]
         out.append(uif)
 
         out += self._window_gauges(recent.counters, max(recent.span_s, 1.0), users)
@@ -224,15 +228,15 @@ class LlmtopCollector(Collector):
         return out
 
     def _window_gauges(self, c: np.ndarray, span: float,
-                       users: dict[int, str]) -> list[Metric]:
-        out: list[Metric] = []
-        judged = float(c[0, C_JUDGED])
-        att = GaugeMetricFamily(_P + "slo_attainment",
-                                "Share of finished requests meeting every SLO (not counting "
-                                "those cancelled while within every objective)",
-                                labels=["window"])
+                       users: dict[int, str]) -> list[Family]:
+        out: list[Family] = []
+        c0 = c[0].tolist()
+        judged = float(c0[C_JUDGED])
+        att = _family("slo_attainment", "gauge",
+                      "Share of finished requests meeting every SLO (not counting "
+                      "those cancelled while within every objective)", ("window",))
         if judged:
-            att.add_metric(["60"], float(c[0, C_MET]) / judged)
+            att.rows.append((("60",), float(c0[C_MET]) / judged))
         out.append(att)
         for name, col, doc in (
             ("goodput_rps", C_MET, "Requests per second meeting every SLO"),
@@ -240,56 +244,57 @@ class LlmtopCollector(Collector):
             ("output_tps", C_OUT, "Output tokens per second, all requests"),
             ("rps", C_REQ, "Finished requests per second"),
         ):
-            g = GaugeMetricFamily(_P + name, doc, labels=["window"])
-            g.add_metric(["60"], float(c[0, col]) / span)
+            g = _family(name, "gauge", doc, ("window",))
+            g.rows.append((("60",), float(c0[col]) / span))
             out.append(g)
-        uatt = GaugeMetricFamily(_P + "user_slo_attainment", "SLO attainment by user (60 s)",
-                                 labels=["user"])
-        utps = GaugeMetricFamily(_P + "user_output_tps", "Output tokens per second by user (60 s)",
-                                 labels=["user"])
-        for sid, name in users.items():
-            if c[sid, C_JUDGED]:
-                uatt.add_metric([name], float(c[sid, C_MET]) / float(c[sid, C_JUDGED]))
-            utps.add_metric([name], float(c[sid, C_OUT]) / span)
+        uatt = _family("user_slo_attainment", "gauge", "SLO attainment by user (60 s)",
+                       ("user",))
+        utps = _family("user_output_tps", "gauge", "Output tokens per second by user (60 s)",
+                       ("user",))
+        rows = c[list(users)].tolist() if users else []
+        for name, row in zip(users.values(), rows, strict=True):
+            if row[C_JUDGED]:
+                uatt.rows.append(((name,), float(row[C_MET]) / float(row[C_JUDGED])))
+            utps.rows.append(((name,), float(row[C_OUT]) / span))
         return [*out, uatt, utps]
 
-    def _histograms(self, split: SplitTable, users: dict[int, str]) -> list[Metric]:
-        out: list[Metric] = []
+    def _histograms(self, split: SplitTable, users: dict[int, str]) -> list[Family]:
+        out: list[Family] = []
         for m, name in enumerate(METRICS):
-            fam = HistogramMetricFamily(_P + name + "_seconds", _HELP.get(
-                name, f"{name.upper()} seconds as clients saw them"))
-            [(buckets, total)] = hdr_buckets(split, m, [0], name)
-            add_histogram(fam, {}, buckets, total)
+            fam = _family(name + "_seconds", "histogram",
+                          _HELP.get(name, f"{name.upper()} seconds as clients saw them"))
+            fam.hist = hdr_histograms(split, m, [0], name)
             out.append(fam)
         sids = list(users)
         for m, name in ((M_TTFT, "ttft"), (M_ITL, "itl")):
-            fam = HistogramMetricFamily(_P + "user_" + name + "_seconds",
-                                        f"{name.upper()} seconds by user", labels=["user"])
-            for sid, (buckets, total) in zip(sids, hdr_buckets(split, m, sids, name),
-                                             strict=True):
-                if buckets[-1][1]:
-                    add_histogram(fam, {"user": users[sid]}, buckets, total)
+            fam = _family("user_" + name + "_seconds", "histogram",
+                          f"{name.upper()} seconds by user", ("user",))
+            h = hdr_histograms(split, m, sids, name, "user", list(users.values()))
+            if 0 in h.totals:  # series with no value yet are left out
+                keep = [i for i, t in enumerate(h.totals) if t]
+                h = Histograms("user", [h.values[i] for i in keep], h.les,
+                               [h.cum[i] for i in keep], [h.totals[i] for i in keep],
+                               [h.sums[i] for i in keep])
+            fam.hist = h
             out.append(fam)
         return out
 
-    def _capacity(self) -> list[Metric]:
+    def _capacity(self) -> list[Family]:
         agg = self.agg
         est = capacity.estimate(agg.capacity.bins(), agg.slo.target)
-        out: list[Metric] = []
-        cap = GaugeMetricFamily(_P + "capacity_max_concurrency_at_slo",
-                                "Largest concurrency holding the SLO attainment target")
-        good = GaugeMetricFamily(_P + "capacity_goodput_tps_at_slo",
-                                 "Goodput (output tokens/s) at that concurrency")
+        cap = _family("capacity_max_concurrency_at_slo", "gauge",
+                      "Largest concurrency holding the SLO attainment target")
+        good = _family("capacity_goodput_tps_at_slo", "gauge",
+                       "Goodput (output tokens/s) at that concurrency")
         if est["max_concurrency_at_slo"] is not None:
-            cap.add_metric([], float(est["max_concurrency_at_slo"]))
+            cap.rows.append(((), float(est["max_concurrency_at_slo"])))
         if est["goodput_tps_at_slo"] is not None:
-            good.add_metric([], float(est["goodput_tps_at_slo"]))
-        out += [cap, good]
-        return out
+            good.rows.append(((), float(est["goodput_tps_at_slo"])))
+        return [cap, good]
 
-    def _readings(self, now: float) -> list[Metric]:
+    def _readings(self, now: float) -> list[Family]:
         agg = self.agg
-        out: list[Metric] = []
+        out: list[Family] = []
         gauges: Sequence[tuple[str, str, str]] = (
             ("gpu_memory_used_bytes", "mem_used_bytes", "GPU memory used"),
             ("gpu_memory_total_bytes", "mem_total_bytes", "GPU memory total"),
@@ -301,12 +306,12 @@ class LlmtopCollector(Collector):
             ("gpu_temperature_celsius", "temperature_c", "GPU temperature"),
         )
         for name, field, doc in gauges:
-            fam = GaugeMetricFamily(_P + name, doc, labels=["gpu", "name"])
+            fam = _family(name, "gauge", doc, ("gpu", "name"))
             for i in sorted(agg.gpus):
                 g = agg.gpus[i]
                 v = getattr(g, field)
                 if v is not None and np.isfinite(v):
-                    fam.add_metric([str(i), _utf8(g.name)], float(v))
+                    fam.rows.append(((str(i), _utf8(g.name)), float(v)))
             out.append(fam)
         e = agg.engine
         for name, field, doc in (
@@ -315,22 +320,21 @@ class LlmtopCollector(Collector):
             ("engine_kv_cache_usage_ratio", "kv_cache_usage", "Engine KV-cache usage (0-1)"),
             ("engine_preemptions", "preemptions", "Engine preemptions so far (its counter)"),
         ):
-            fam = GaugeMetricFamily(_P + name, doc, labels=["kind"])
+            fam = _family(name, "gauge", doc, ("kind",))
             v = None if e is None else getattr(e, field)
             if e is not None and v is not None and np.isfinite(v):
-                fam.add_metric([_utf8(e.kind)], float(v))
+                fam.rows.append(((_utf8(e.kind),), float(v)))
             out.append(fam)
-        warn = GaugeMetricFamily(_P + "warning_active",
-                                 "1 while the warning named by code is raised, else 0 "
-                                 "(saturation detectors and operational codes alike)",
-                                 labels=["code"])
+        warn = _family("warning_active", "gauge",
+                       "1 while the warning named by code is raised, else 0 "
+                       "(saturation detectors and operational codes alike)", ("code",))
         # every known code from the start (0 = not raised), so "no warning" and "no data"
         # differ and absent()-style alerts work
         for code in sorted(set(agg.warning_codes) | set(WARNING_CODES) | set(OPERATIONAL_CODES)):
-            warn.add_metric([code], 1.0 if code in agg.warnings else 0.0)
+            warn.rows.append(((code,), 1.0 if code in agg.warnings else 0.0))
         out.append(warn)
-        out.append(GaugeMetricFamily(_P + "uptime_seconds", "Seconds since the aggregator started",
-                                     value=max(0.0, now - agg.started_at)))
+        out.append(_family("uptime_seconds", "gauge", "Seconds since the aggregator started",
+                           value=max(0.0, now - agg.started_at)))
         return out
 
 
