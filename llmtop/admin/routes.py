@@ -55,14 +55,13 @@ from typing import Any, Final, Protocol
 import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
 
 from llmtop import __version__
 from llmtop.admin import AGE_HEADER
 from llmtop.events import ActiveRequest
 from llmtop.metrics.aggregator import RECENT_MAX, Aggregator, active_rows
 from llmtop.metrics.prometheus import LlmtopCollector
+from llmtop.metrics.promtext import encode as encode_exposition
 
 PREFIX: Final = "/llmtop/v1"
 WINDOW_PARAMS: Final = {"10": 10, "60": 60, "300": 300, "all": None}
@@ -316,26 +315,15 @@ def remember_list(ctx: AdminContext, key: tuple[str, int], now: float, body: byt
         size -= len(lists.pop(next(iter(lists)))[1])
 
 
-class _Collected:
-    """Metric families already collected, for formatting off the event loop."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Metric]:
-        return self.families
-
-
 async def metrics(request: web.Request) -> web.Response:
-    # reading the aggregator happens here, on its loop; turning ~thousands of samples into
-    # text is pure formatting and goes to a thread so the proxy's loop is not held for it
-    families = list(request.app[COLLECTOR].collect())
-    # the format the scraper asks for: OpenMetrics when its Accept names it (Prometheus
-    # sends that first), else the text format (it was always the text format)
-    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
-    body = await asyncio.get_running_loop().run_in_executor(
-        None, encode, _Collected(families)
-    )
+    # reading the aggregator happens here, on its loop (plain values, ~8 ms at 1,000
+    # users); writing the text (llmtop.metrics.promtext, ~18 ms there; prometheus_client's
+    # formatter took 250 ms for text and 480 ms for OpenMetrics) goes to a thread so this
+    # loop answers other admin requests meanwhile. The format is the one the scraper asks
+    # for: OpenMetrics when its Accept names it (Prometheus sends that first), else text.
+    families = request.app[COLLECTOR].families()
+    body, content_type = await asyncio.get_running_loop().run_in_executor(
+        None, encode_exposition, families, request.headers.get("Accept", ""))
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
