@@ -199,7 +199,9 @@ async def test_engine_bar_never_makes_the_layout_flip() -> None:
         await until(pilot, lambda: app.refreshes > 0)
         for _ in range(3):
             await app.refresh_now()
-            await pilot.pause(0.05)
+            await pilot.wait_for_scheduled_animations()  # laid out and drawn for it
+        line = "engine sim  running 3  waiting 0  KV 3.3%  preempt 0"
+        await until(pilot, lambda: line in screen_text(app), what="the engine line whole")
         table = app.dashboard.users
         assert table.size.width == 60
         header = users_lines(app)[0]

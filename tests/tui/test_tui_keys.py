@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from textual.widgets import Input
-from tui_support import FIXED_NOW, FixtureSource, ReplayFixtureSource, screen_text, shows, until
+from tui_support import (
+    FIXED_NOW,
+    FixtureSource,
+    ReplayFixtureSource,
+    busy_workers,
+    prompt_open,
+    screen_text,
+    shows,
+    until,
+)
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.help import HelpScreen
@@ -40,17 +51,30 @@ async def test_q_quits() -> None:
     assert src.closed
 
 
+class TickCountingApp(LlmtopApp):
+    """Counts the refresh timer's ticks: paused, a tick must fetch nothing."""
+
+    CSS_PATH = str(Path(inspect.getfile(LlmtopApp)).with_name("app.tcss"))  # not beside here
+    ticks = 0
+
+    def _tick(self) -> None:
+        self.ticks += 1
+        super()._tick()
+
+
 async def test_p_pauses_fetching_and_shows_paused() -> None:
     """`p` stops fetching and says PAUSED; pressing it again resumes fetching."""
     src = FixtureSource()
-    app = make_app(src, hz=50.0)
+    app = TickCountingApp(src, refresh_hz=50.0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=WIDE) as pilot:
         await until(pilot, lambda: len(src.windows) >= 2)
         await pilot.press("p")
         await shows(pilot, "PAUSED")
-        await pilot.pause(0.1)
+        # a fetch the timer started just before p may still be on its way
+        await until(pilot, lambda: not busy_workers(app, "refresh"), what="no fetch running")
         frozen = len(src.windows)
-        await pilot.pause(0.3)
+        ticks = app.ticks  # 15 ticks of the 50 Hz timer while paused: none fetches
+        await until(pilot, lambda: app.ticks >= ticks + 15, what="15 timer ticks")
         assert len(src.windows) == frozen
         await pilot.press("p")
         await until(pilot, lambda: len(src.windows) > frozen, what="fetching again")
@@ -130,7 +154,7 @@ async def test_r_starts_recording_with_proposed_name_then_stops() -> None:
         await until(pilot, lambda: app.refreshes > 0)
         assert "● REC" not in screen_text(app)
         await pilot.press("r")
-        await until(pilot, lambda: isinstance(app.screen, RecordPrompt))
+        await prompt_open(pilot)
         assert app.screen.query_one("#record-path", Input).value == expected
         await pilot.press("enter")
         await until(pilot, lambda: src.recording_calls == [("start", expected)])
@@ -298,5 +322,7 @@ async def test_r_twice_while_the_proxy_answers_sends_one_stop() -> None:
         await pilot.press("r", "r", "r")
         await until(pilot, lambda: src.recording_calls == [("stop", None)])
         await until(pilot, lambda: not app.recording_active, what="stopped")
-        await pilot.pause(0.6)  # a second stop, had one been sent, would have come by now
+        # a second stop, had one been sent, would be a recording worker of its own: wait
+        # for every one to be done
+        await until(pilot, lambda: not busy_workers(app, "recording"), what="workers done")
     assert src.recording_calls == [("stop", None)]

@@ -7,7 +7,16 @@ import asyncio
 from typing import Any
 
 import pytest
-from tui_support import FIXED_NOW, AdminServer, FixtureSource, screen_text, shows, until
+from tui_support import (
+    FIXED_NOW,
+    AdminServer,
+    FixtureSource,
+    after_keys,
+    focused_row,
+    screen_text,
+    shows,
+    until,
+)
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import AdminSource
@@ -115,10 +124,12 @@ async def test_header_stays_on_screen_at_tiny_sizes(size: tuple[int, int]) -> No
     app = make_app(FixtureSource("saturated"))
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await pilot.pause(0.2)
+        await until(pilot, lambda: "window 60 s" in screen_text(app).splitlines()[0],
+                    what="the header drawn")
         assert "window 60 s" in screen_text(app).splitlines()[0]
         await pilot.press("tab", "down", "down", "down")
-        await pilot.pause(0.2)
+        await after_keys(pilot, lambda: app.focused is app.dashboard.requests
+                         and focused_row(app) == 3, "the requests' cursor on row 3")
         assert "window 60 s" in screen_text(app).splitlines()[0], screen_text(app)
 
 
@@ -145,7 +156,8 @@ async def test_w_while_paused_keeps_the_shown_window_until_the_data_comes() -> N
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
         await pilot.press("p", "w")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: "→ 5 min…" in screen_text(app).splitlines()[0],
+                    what="the window asked for, pending")
         text = screen_text(app)
         assert src.windows == [60]
         assert "window 60 s → 5 min…" in text.splitlines()[0], text.splitlines()[0]

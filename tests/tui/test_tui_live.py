@@ -7,7 +7,7 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
-from tui_support import FIXED_NOW, AdminServer, screen_text, shows, until
+from tui_support import FIXED_NOW, AdminServer, prompt_open, screen_text, shows, until
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import AdminSource
@@ -88,7 +88,7 @@ async def test_recording_key_posts_start_and_stop(server: AdminServer) -> None:
     async with app.run_test(size=WIDE) as pilot:
         await shows(pilot, "batch-job")
         await pilot.press("r")
-        await pilot.pause(0.2)
+        await prompt_open(pilot)
         await pilot.press("enter")
         await until(pilot, lambda: len(server.recording_bodies) == 1)
         body = server.recording_bodies[0]
@@ -108,7 +108,7 @@ async def test_refused_recording_is_notified_not_crashed(server: AdminServer) ->
     async with app.run_test(size=WIDE) as pilot:
         await shows(pilot, "batch-job")
         await pilot.press("r")
-        await pilot.pause(0.2)
+        await prompt_open(pilot)
         box = app.screen.query_one("#record-path")
         box.value = "not-a-recording.txt"  # type: ignore[attr-defined]
         await pilot.press("enter")

@@ -32,9 +32,11 @@ async def test_a_thousand_users_with_a_common_prefix_stay_apart(size: tuple[int,
     app = LlmtopApp(many(1000), refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await pilot.pause(0.2)
-        text = screen_text(app)
         table = app.dashboard.users
+        await until(pilot, lambda: table.row_count == 1000
+                    and re.search(r"svc-\S*…001\b", screen_text(app)) is not None,
+                    what="the users drawn")
+        text = screen_text(app)
         labels = [table.get_row_at(i)[0].plain for i in range(table.row_count)]
     assert len(labels) == 1000
     assert len(set(labels)) == 1000, labels[:5]
@@ -63,8 +65,8 @@ async def test_active_requests_keep_users_and_models_apart() -> None:
     app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await pilot.pause(0.2)
         table = app.dashboard.requests
+        await until(pilot, lambda: table.row_count == 4, what="the requests listed")
         cols = list(table.shown_columns)
         rows = [table.get_row_at(i) for i in range(table.row_count)]
     users = [r[cols.index("user")].plain for r in rows]

@@ -20,6 +20,15 @@ def underlined_texts(app: LlmtopApp) -> list[str]:
             if seg.style is not None and seg.style.underline]
 
 
+def drawn_light(app: LlmtopApp) -> bool:
+    """Whether the frame on screen now is drawn in the light theme (its backgrounds are
+    light greys): the frame after `d`, not the one before it."""
+    greys = sorted(sum(seg.style.bgcolor.get_truecolor()) / 3
+                   for strip in app.screen._compositor.render_strips() for seg in strip
+                   if seg.style is not None and seg.style.bgcolor is not None)
+    return bool(greys) and greys[len(greys) // 2] > 128
+
+
 @pytest.mark.parametrize("theme_switch", [False, True])
 async def test_slo_judgements_read_without_colour(monkeypatch: pytest.MonkeyPatch,
                                                   theme_switch: bool) -> None:
@@ -29,7 +38,11 @@ async def test_slo_judgements_read_without_colour(monkeypatch: pytest.MonkeyPatc
         await until(pilot, lambda: app.refreshes > 0)
         if theme_switch:
             await pilot.press("d")
-        await pilot.pause(0.2)
+            await until(pilot, lambda: app.theme == "textual-light" and drawn_light(app),
+                        what="the light theme drawn")
+        await until(pilot, lambda: all(t in "".join(underlined_texts(app))
+                                       for t in ("5.05 s", "41%", "SLO_TTFT")),
+                    what="the judgements drawn underlined")
         assert app.no_color
         pal = app.palette
         assert pal.latency(5.05, 0.5) == "bold underline"  # over the SLO

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import Input
-from tui_support import FIXED_NOW, RealAdmin, screen_text, until
+from tui_support import FIXED_NOW, RealAdmin, busy_workers, screen_text, until
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.record import RecordPrompt
@@ -45,7 +45,7 @@ async def test_a_refused_name_opens_the_prompt_again_with_the_reason(
             assert admin.recorder.status() is None
 
             box.value = "incident-db.jsonl.gz"  # corrected: the reason goes, it records
-            await pilot.pause(0.1)
+            await until(pilot, lambda: why not in screen_text(app), what="the reason gone")
             assert why not in screen_text(app)
             await pilot.press("enter")
             await until(pilot, lambda: "● REC" in screen_text(app), what="REC shown")
@@ -73,7 +73,13 @@ async def test_escape_cancels_the_prompt_opened_again(tmp_path: Path) -> None:
                         and "must end in" in screen_text(app))
             await pilot.press("escape")
             await until(pilot, lambda: app.screen is app.dashboard)
-            await pilot.pause(0.3)
+            # a start, had escape sent one, would be a recording worker, and the proxy
+            # would have it by the time the worker is done: wait for none to run, and for
+            # two snapshots more (one asked for after any such start)
+            seen = app.refreshes
+            await until(pilot, lambda: app.refreshes >= seen + 2
+                        and not busy_workers(app, "recording"),
+                        what="two snapshots more, no recording start on its way")
             assert app.screen is app.dashboard and admin.recorder.status() is None
     finally:
         await admin.stop()
@@ -95,10 +101,15 @@ async def test_the_prompt_says_the_suffixes_whole_at_any_width(size: tuple[int, 
         await until(pilot, lambda: app.refreshes > 0)
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, RecordPrompt))
-        await pilot.pause(0.1)
-        box = app.screen.query_one(Vertical).region
-        rows = screen_text(app).splitlines()[box.y + 1: box.bottom - 1]
-        text = " ".join(r[box.x + 1: box.right - 1].strip() for r in rows)
+
+        def boxed() -> str:
+            """The words in the prompt's box as drawn now."""
+            box = app.screen.query_one(Vertical).region
+            rows = screen_text(app).splitlines()[box.y + 1: box.bottom - 1]
+            return " ".join(r[box.x + 1: box.right - 1].strip() for r in rows)
+
+        await until(pilot, lambda: "enter to start:" in boxed(), what="the prompt drawn")
+        text = boxed()
     assert ".jsonl or .jsonl.gz); enter to start:" in text, text
 
 

@@ -11,7 +11,7 @@ import re
 
 import aiohttp
 import pytest
-from test_tui_run_pty import ANSI, _close, _run_in_pty, press_until_exit
+from test_tui_run_pty import ANSI, _close, _run_in_pty, _until_written, press_until_exit
 from tui_support import FIXED_NOW, FixtureSource, screen_text, until
 
 from llmtop.sim.server import running_sim
@@ -120,7 +120,7 @@ async def test_run_prints_both_addresses_on_the_main_screen_and_names_the_admin_
                     s.get(url + "/llmtop/v1/snapshot") as r:
                 assert r.status == 200 and (await r.json())["version"] == 1
             assert await press_until_exit(proc, master, b"q") == 0
-            await asyncio.sleep(0.2)
+            await _until_written(out, b"llmtop: served", 10)  # what it prints on its way out
             raw = bytes(out)
             _, left, after = raw.rpartition(b"\x1b[?1049l")
             assert left and b"llmtop: served" in after, raw[-2000:]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from tui_support import FIXED_NOW, FixtureSource, screen_text, until
+from tui_support import FIXED_NOW, FixtureSource, after_keys, focused_row, screen_text, until
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.user_detail import UserDetail
@@ -30,7 +30,8 @@ async def test_warnings_stay_on_screen_at_tiny_sizes(size: tuple[int, int]) -> N
         # the users table is still reachable, and moving about does not lose the warning
         assert any("batch-job" in x for x in lines), "\n".join(lines)
         await pilot.press("tab", "down", "down", "down")
-        await pilot.pause(0.2)
+        await after_keys(pilot, lambda: app.focused is app.dashboard.requests
+                         and focused_row(app) == 3, "the requests' cursor on row 3")
         lines = screen_text(app).splitlines()
         assert "window 60 s" in lines[0], "\n".join(lines)
         assert "✖ SLO_TTFT" in lines[2], "\n".join(lines)

@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tui_support import FIXED_NOW, RealAdmin, screen_text, shows, until
+from tui_support import FIXED_NOW, RealAdmin, prompt_open, screen_text, shows, until
 
 from llmtop.events import ActiveRequest, EngineReading
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.screens.record import RecordPrompt
 from llmtop.tui.source import AdminSource
 from llmtop.tui.widgets.users import FOLD_KEY
 
@@ -42,7 +41,7 @@ async def test_r_enter_records_to_the_proposed_file(
     async with app.run_test(size=WIDE) as pilot:
         await shows(pilot, "alice")
         await pilot.press("r")
-        await until(pilot, lambda: isinstance(app.screen, RecordPrompt))
+        await prompt_open(pilot)
         await pilot.press("enter")
         await until(pilot, lambda: bool(app._notifications), what="a notification")
         notes = [(n.message, n.severity) for n in app._notifications]

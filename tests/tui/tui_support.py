@@ -247,3 +247,38 @@ async def until(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 20
 async def shows(pilot: Pilot[Any], text: str, limit_s: float = 20.0) -> None:
     """Wait until ``text`` is on screen."""
     await until(pilot, lambda: text in screen_text(pilot.app), limit_s, f"{text!r} on screen")
+
+
+def busy_workers(app: App[Any], group: str) -> list[Any]:
+    """The app's workers of ``group`` not finished yet ("refresh": a fetch on its way;
+    "recording": a recording start or stop on its way to the proxy)."""
+    return [w for w in app.workers if w.group == group and not w.is_finished]
+
+
+def focused_row(app: App[Any]) -> int | None:
+    """The cursor row of the focused table (None when no table has the focus)."""
+    from textual.widgets import DataTable
+
+    focused = app.focused
+    return focused.cursor_row if isinstance(focused, DataTable) else None
+
+
+async def after_keys(pilot: Pilot[Any], cond: Callable[[], bool], what: str) -> None:
+    """Wait until keys just pressed have done what ``cond`` says, and for any scrolling
+    they started to end: the screen as the keys left it."""
+    await until(pilot, cond, what=what)
+    await pilot.wait_for_scheduled_animations()
+
+
+def prompt_ready(app: App[Any]) -> bool:
+    """Whether the recording prompt is open with its path box focused (keys typed now go
+    to the box: enter submits it)."""
+    from llmtop.tui.screens.record import RecordPrompt
+
+    screen = app.screen
+    return isinstance(screen, RecordPrompt) and app.focused is screen.query_one("#record-path")
+
+
+async def prompt_open(pilot: Pilot[Any], limit_s: float = 20.0) -> None:
+    """Wait until the recording prompt is open and its path box has the focus."""
+    await until(pilot, lambda: prompt_ready(pilot.app), limit_s, "the recording prompt")
