@@ -198,14 +198,14 @@ class StampingRequestHandler(web.RequestHandler):
         # aiohttp closes a connection whose handler has waited for a request for its
         # keep-alive time: while a direct request streams, its handler waits all along
         if self.direct is not None:
-            self._keepalive_handle = asyncio.get_running_loop().call_at(
+            self._keepalive_handle = self._loop.call_at(
                 self._keepalive_from_now(), self._process_keepalive)
             return
         super()._process_keepalive()
 
     def _keepalive_from_now(self) -> float:
         """Restart aiohttp's keep-alive clock; returns when it runs out (loop time)."""
-        close_time = asyncio.get_running_loop().time() + self._keepalive_timeout
+        close_time = self._loop.time() + self._keepalive_timeout
         self._next_keepalive_close_time = close_time
         return close_time
 
@@ -241,7 +241,7 @@ class StampingRequestHandler(web.RequestHandler):
         limit = self.head_timeout_s
         if limit is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop  # (asyncio.get_running_loop() is a getpid() syscall on 3.11)
         self._head_since = loop.time()
         if self._head_timer is None:
             self._head_timer = loop.call_later(limit, self._check_head)
@@ -251,7 +251,7 @@ class StampingRequestHandler(web.RequestHandler):
         since, limit = self._head_since, self.head_timeout_s
         if since is None or limit is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         left = since + limit - loop.time()
         if left > 0:
             self._head_timer = loop.call_later(left, self._check_head)
