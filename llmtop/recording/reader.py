@@ -43,6 +43,8 @@ from llmtop.recording.writer import FORMAT, VERSION
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 _CHUNK = 1 << 20
+_SALVAGE = 4096
+"""Compressed bytes decoded at a time after a gzip error, to keep the data before it."""
 
 Progress = Callable[[int, int], None]
 """``progress(bytes_read, total_bytes)`` — bytes of the file on disk (compressed for gz)."""
@@ -94,6 +96,31 @@ def loads_line(line: bytes) -> Any:
     except orjson.JSONDecodeError:
         return json.loads(line)
 
+def _salvage(d: Any, data: bytes) -> tuple[Any, bytes, bytes, bool]:
+    """``data`` fed to the decompressor ``d`` a slice at a time, and the slice that fails
+    again a byte at a time: (the decompressor as it is now, the output up to the first
+    error, the bytes after the member when one ended, whether no error came first)."""
+    out = []
+    for i in range(0, len(data), _SALVAGE):
+        piece = data[i:i + _SALVAGE]
+        before = d.copy()
+        try:
+            out.append(d.decompress(piece))
+        except zlib.error:
+            d = before
+            for k in range(len(piece)):
+                try:
+                    out.append(d.decompress(piece[k:k + 1]))
+                except zlib.error:
+                    break
+                if d.eof:
+                    return d, b"".join(out), d.unused_data + data[i + k + 1:], True
+            return d, b"".join(out), b"", False
+        if d.eof:
+            return d, b"".join(out), d.unused_data + data[i + _SALVAGE:], True
+    return d, b"".join(out), b"", True
+
+
 class _Chunks:
     """The file's decoded bytes in chunks; gzip (one or several members) decoded as it goes.
     A gzip stream that ends early (a killed writer) simply ends: ``gz_incomplete`` says so."""
@@ -132,15 +159,23 @@ class _Chunks:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         pending = first
         while True:
+            before = d.copy()
             try:
                 out = d.decompress(pending)
+                rest = d.unused_data if d.eof else b""
             except zlib.error:
-                self.gz_incomplete = True  # corrupt tail: keep what decoded
-                return
+                # corrupt data (a crash's zero-filled tail, a killed member followed by
+                # another file): zlib gives nothing of a call that fails, so decode the
+                # piece again in small slices and keep what came before the damage
+                d, out, rest, ok = _salvage(before, pending)
+                if not ok:
+                    if out:
+                        yield out
+                    self.gz_incomplete = True
+                    return
             if out:
                 yield out
             if d.eof:
-                rest = d.unused_data
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 if rest:
                     pending = rest
