@@ -35,7 +35,12 @@ shares this machine's cores, so at high concurrency the absolute figures measure
 machine: the targets are ratios to nginx in the same run.
 
     python benchmarks/proxy_overhead.py [--duration 5] [--levels 1,64,256]
-        [--modes paced,firehose] [--max-tokens 32] [--bare] [--no-nginx] [--json OUT]
+        [--modes paced,firehose] [--max-tokens 32] [--bare] [--no-nginx] [--splice]
+        [--json OUT]
+
+``--splice`` adds a reference row, not a target: a 1:1 TCP splice on uvloop that writes
+every read to the other side unchanged — what any Python forwarder pays before it does
+anything (llmtop's CPU per chunk is then split into the platform's floor and its own work).
 """
 
 from __future__ import annotations
@@ -89,6 +94,56 @@ async def main() -> None:
     pump.cancel()
 
 import uvloop
+uvloop.run(main())
+"""
+
+SPLICE_PROXY = """
+# The floor of any Python forwarder on uvloop: each client connection gets one upstream
+# connection of its own and every read goes to the other side as it is, from the protocol's
+# data_received (no HTTP parse, no timestamps, no dialect, no records).
+import asyncio, sys
+import uvloop
+
+HOST, PORT = sys.argv[1].removeprefix("http://").split(":")
+
+class Up(asyncio.Protocol):
+    def __init__(self, down):
+        self.down = down
+    def connection_made(self, transport):
+        self.transport = transport
+    def data_received(self, data):
+        self.down.transport.write(data)
+    def connection_lost(self, exc):
+        self.down.transport.close()
+
+class Down(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.up, self.held = transport, None, []
+        asyncio.ensure_future(self.connect())
+    async def connect(self):
+        loop = asyncio.get_running_loop()
+        try:
+            _, self.up = await loop.create_connection(lambda: Up(self), HOST, int(PORT))
+        except OSError:
+            self.transport.close()
+            return
+        for data in self.held:
+            self.up.transport.write(data)
+    def data_received(self, data):
+        if self.up is None:
+            self.held.append(data)
+        else:
+            self.up.transport.write(data)
+    def connection_lost(self, exc):
+        if self.up is not None:
+            self.up.transport.close()
+
+async def main():
+    server = await asyncio.get_running_loop().create_server(Down, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    print(f"llmtop: proxy listening on http://127.0.0.1:{port}", flush=True)
+    await asyncio.Event().wait()
+
 uvloop.run(main())
 """
 
@@ -570,6 +625,16 @@ def verdict(mode: str, level_rows: dict[int, dict[str, Result]]) -> list[str]:
         if n > 1 and ll.rss_kib_per_stream is not None:
             check(f"{n} streams: RSS per open stream <= 64 KiB", ll.rss_kib_per_stream <= 64,
                   f"{ll.rss_kib_per_stream:.1f} KiB")
+        sp = by.get("splice")
+        if n > 1 and sp is not None and sp.cpu_us_per_chunk and ll.cpu_us_per_chunk:
+            # not a target: how much of llmtop's cost any Python forwarder pays
+            out.append(f"[{mode}] info {n} streams: CPU per chunk llmtop "
+                       f"{ll.cpu_us_per_chunk:.1f}, a bare uvloop splice (--splice) "
+                       f"{sp.cpu_us_per_chunk:.1f}"
+                       + (f", nginx {ng.cpu_us_per_chunk:.1f} us: splice "
+                          f"{sp.cpu_us_per_chunk / ng.cpu_us_per_chunk:.2f}x nginx"
+                          if ng is not None and ng.cpu_us_per_chunk else " us")
+                       + f", llmtop {ll.cpu_us_per_chunk / sp.cpu_us_per_chunk:.2f}x splice")
     return out
 
 
@@ -639,13 +704,19 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 ngx = start_nginx(nginx_bin, sim.url, tmp / mode)
                 proxies.append(ngx)
                 targets["nginx"] = (ngx.url, ngx)
+            if args.splice:
+                spl = Proc([py, "-c", SPLICE_PROXY, sim.url], "llmtop: proxy listening on ",
+                           env)
+                proxies.append(spl)
+                targets["splice"] = (spl.url, spl)
             for url, _ in targets.values():
                 await warm_up(url, args.max_tokens)
             return targets
 
         rows: list[tuple[Result, Result]] = []
         level_rows: dict[int, dict[str, Result]] = {}
-        order = ["direct", "llmtop"] + (["nginx"] if nginx_bin else [])
+        order = (["direct", "llmtop"] + (["nginx"] if nginx_bin else [])
+                 + (["splice"] if args.splice else []))
         async with aiohttp.ClientSession() as session:
             for li, n in enumerate(args.levels):
                 targets = await start_proxies()
@@ -700,7 +771,7 @@ async def amain(args: argparse.Namespace) -> int:
           f"{'bare ProxyServer' if args.bare else 'llmtop run --headless'}; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     report: dict[str, Any] = {"levels": args.levels, "duration_s": args.duration,
-                              "max_tokens": args.max_tokens, "bare": args.bare,
+                              "max_tokens": args.max_tokens, "bare": args.bare, "splice": args.splice,
                               "nginx": nginx_bin is not None}
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="llmtop-bench-") as tmpdir:
@@ -730,6 +801,9 @@ def main() -> int:
     p.add_argument("--client-usage", action="store_true",
                    help="clients ask for usage themselves (no injection/stripping)")
     p.add_argument("--no-nginx", action="store_true", help="skip the nginx comparison")
+    p.add_argument("--splice", action="store_true",
+                   help="also measure a bare uvloop TCP splice (no parsing, no timestamps): "
+                        "the floor of any Python forwarder, for reference")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args()
     try:
