@@ -55,6 +55,7 @@ from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
 from llmtop.recording.reader import Progress, read_header
 from llmtop.recording.replay import DEFAULT_LOOKAHEAD_S, ReplayEngine, config_for
+from llmtop.recording.report.fmt import PERCENTILE_NOTE
 from llmtop.recording.report.inflight import in_flight
 
 REPORT_VERSION: Final = 1
@@ -554,6 +555,7 @@ def analyse(
         },
         "conditions": conditions,
         "latency": {m: dict(lat[m]) for m in METRICS},
+        "percentiles": PERCENTILE_NOTE,
         "throughput": {
             "output_tps": sysf["output_tps"],
             "input_tps": sysf["input_tps"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from llmtop.recording.report.fmt import NA, dist, num, pct, secs, slo_text
+from llmtop.recording.report.fmt import NA, PERCENTILE_NOTE, dist, num, pct, secs, slo_text
 from llmtop.recording.report.text import lines_text, table
 
 TOLERANCE: Final = 0.20
@@ -160,6 +160,7 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "warnings": warnings,
         "notes": notes(a, b),
         "figures": rows,
+        "percentiles": PERCENTILE_NOTE,
     }
 
 
@@ -217,5 +218,6 @@ def render_compare_text(a: dict[str, Any], b: dict[str, Any]) -> str:
     out.append("")
     out.append("FIGURES")
     out += table(figure_rows(cmp), ("", "A", "B", "B/A"))
+    out.append(f"  (latency {PERCENTILE_NOTE})")
     out.append("")
     return lines_text(out)

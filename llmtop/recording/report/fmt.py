@@ -6,6 +6,9 @@ import datetime as dt
 from typing import Any
 
 NA = "n/a"
+PERCENTILE_NOTE = ("percentiles and max from HDR histograms, as live: within 0.1% of a "
+                   "recorded sample (3 significant digits), not interpolated")
+"""How exact the latency figures are, said with them (text, comparison, JSON)."""
 FOLD_LABEL = "(others)"
 """The per-user row of every user past the top N (``tracked`` false, named "other" in the
 snapshot), as the TUI shows it: never taken for a user called "other"."""

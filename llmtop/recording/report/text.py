@@ -9,6 +9,7 @@ from rich.cells import cell_len
 
 from llmtop.recording.report.fmt import (
     NA,
+    PERCENTILE_NOTE,
     arrivals_text,
     capacity_text,
     dist,
@@ -117,6 +118,7 @@ def render_text(r: dict[str, Any]) -> str:
 
     out += ["LATENCY (as the client saw it, at the proxy)"]
     out += table(latency_rows(r["latency"]), LATENCY_HEADER)
+    out.append(f"  ({PERCENTILE_NOTE})")
     out.append("")
 
     th = r["throughput"]
