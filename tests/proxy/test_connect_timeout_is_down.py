@@ -5,42 +5,15 @@ out as for a refused one (only refusals did)."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import time
-from collections.abc import Iterator
-
 import aiohttp
+from net_support import blackhole
 from test_proxy_support import running_proxy
 
 from llmtop.events import RequestRecord
 
 
-@contextlib.contextmanager
-def _blackhole() -> Iterator[str]:
-    """A URL whose connection attempts time out (its accept queue is full: SYNs dropped)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(0)
-    port = srv.getsockname()[1]
-    fill: list[socket.socket] = []
-    try:
-        for _ in range(4):
-            c = socket.socket()
-            c.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                c.connect(("127.0.0.1", port))
-            fill.append(c)
-        time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        for c in fill:
-            c.close()
-        srv.close()
-
-
 async def test_a_connect_that_times_out_marks_the_upstream_down() -> None:
-    with _blackhole() as url:
+    with blackhole() as url:
         async with running_proxy(url, timeouts__connect_s=0.3) as (proxy, purl, recs), \
                 aiohttp.ClientSession() as s:
             assert not proxy.upstream_down

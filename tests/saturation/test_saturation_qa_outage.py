@@ -9,47 +9,12 @@ accept queue is full, so the kernel drops further SYNs."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import time
-from collections.abc import Iterator
 
+from net_support import blackhole
 from sat_scenario_support import SCALE, ClosedLoop, pipeline
 from test_saturation_unit import Harness, healthy_traffic
 
 from llmtop.events import RequestRecord
-
-
-@contextlib.contextmanager
-def blackhole() -> Iterator[str]:
-    """A URL whose connection attempts time out (SYNs dropped: accept queue full)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(0)
-    port = srv.getsockname()[1]
-    fill: list[socket.socket] = []
-    try:
-        for _ in range(4):  # fill the accept queue (never accepted)
-            c = socket.socket()
-            c.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                c.connect(("127.0.0.1", port))
-            fill.append(c)
-        time.sleep(0.1)
-        probe = socket.socket()
-        probe.settimeout(0.5)
-        try:
-            probe.connect(("127.0.0.1", port))
-            raise AssertionError("the accept queue did not fill: SYNs are not dropped")
-        except TimeoutError:
-            pass
-        finally:
-            probe.close()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        for c in fill:
-            c.close()
-        srv.close()
 
 
 class _Slot:

@@ -1,0 +1,44 @@
+"""Network faults over real sockets, shared by the test folders (importable from any of
+them: pytest puts ``tests/`` on ``sys.path`` for its ``conftest.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def blackhole() -> Iterator[str]:
+    """A URL whose connection attempts time out, as a host that drops SYNs does (down,
+    firewalled, a dead node behind a stale address): a listening socket whose accept queue
+    is full and never accepted from, so the kernel drops further SYNs. Checked: a probe
+    connect must time out, or the test would be testing something else."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fill: list[socket.socket] = []
+    try:
+        for _ in range(4):  # fill the accept queue (never accepted)
+            c = socket.socket()
+            c.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                c.connect(("127.0.0.1", port))
+            fill.append(c)
+        time.sleep(0.1)
+        probe = socket.socket()
+        probe.settimeout(0.5)
+        try:
+            probe.connect(("127.0.0.1", port))
+            raise AssertionError("the accept queue did not fill: SYNs are not dropped")
+        except TimeoutError:
+            pass
+        finally:
+            probe.close()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for c in fill:
+            c.close()
+        srv.close()
