@@ -22,7 +22,7 @@ Export a recording (.jsonl or .jsonl.gz) for other tools.
 
   --parquet DIR   requests.parquet, gpu.parquet, engine.parquet, warnings.parquet
                   (DuckDB, pandas, Polars, Spark); list columns hold each request's
-                  chunk offsets and tokens
+                  chunk offsets and tokens. DIR is created if missing (not its parents)
   --hlog FILE     HdrHistogram interval logs (values in microseconds), one interval
                   per --interval seconds, tagged ttft, itl, chunk_gap, tpot, e2e —
                   for HistogramLogProcessor, HdrHistogram plotters and the like;

@@ -153,14 +153,17 @@ def export_parquet(
     progress: Progress | None = None,
     summary: dict[str, Any] | None = None,
 ) -> dict[str, int]:
-    """Write the four tables into ``out_dir`` (created if missing; existing files of the
+    """Write the four tables into ``out_dir`` (created if missing — its parent must exist,
+    as ``--hlog``'s and ``report -o``'s must: a mistyped path is not made; existing files of the
     same names are replaced). Returns ``{table: rows}``. :class:`RecordingError` for an
     unreadable recording or an unwritable directory. ``summary``, when given, is filled with
     the reader's :meth:`~RecordingReader.summary` (lines skipped, footer or not)."""
     out = Path(out_dir)
     with RecordingReader(recording, progress=progress) as reader:
         try:
-            out.mkdir(parents=True, exist_ok=True)
+            out.mkdir(exist_ok=True)
+        except FileNotFoundError:
+            raise RecordingError(f"{out}: cannot write: no directory {out.parent}") from None
         except FileExistsError:
             raise RecordingError(f"{out}: exists and is not a directory") from None
         except OSError as exc:

@@ -168,3 +168,20 @@ def test_replay_start_far_past_the_end(rec: Path, tmp_path: Path) -> None:
     src.seek(1e20)
     snap = _fetch(src)
     assert snap["replay"]["duration_s"] == 0.0 and snap["replay"]["at_end"]
+
+
+def test_parquet_refuses_a_missing_parent_as_hlog_does(tmp_path: Path) -> None:
+    """``--parquet typo/nested/dir`` made the whole tree (``mkdir -p``) where ``--hlog`` and
+    ``report -o`` refuse a missing directory; DIR itself is still created."""
+    rec = tmp_path / "s.jsonl"
+    write_recording(rec, session(20, duration_s=2))
+    out = tmp_path / "no" / "such" / "pq"
+    p = subprocess.run([sys.executable, "-m", "llmtop", "export", str(rec), "--parquet",
+                        str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "no directory" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "no").exists()
+    p = subprocess.run([sys.executable, "-m", "llmtop", "export", str(rec), "--parquet",
+                        str(tmp_path / "pq")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "pq" / "requests.parquet").is_file()
