@@ -771,8 +771,8 @@ async def amain(args: argparse.Namespace) -> int:
           f"{'bare ProxyServer' if args.bare else 'llmtop run --headless'}; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     report: dict[str, Any] = {"levels": args.levels, "duration_s": args.duration,
-                              "max_tokens": args.max_tokens, "bare": args.bare, "splice": args.splice,
-                              "nginx": nginx_bin is not None}
+                              "max_tokens": args.max_tokens, "bare": args.bare,
+                              "splice": args.splice, "nginx": nginx_bin is not None}
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="llmtop-bench-") as tmpdir:
         for mode in args.modes:
