@@ -260,7 +260,11 @@ class LlmtopApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            return self.replay is not None and not isinstance(self.focused, Input)
+            # not behind the help either: its keys are the help's (space scrolls it), and
+            # its footer does not offer them (these are priority bindings, which Textual
+            # runs even under a modal screen)
+            return (self.replay is not None and not isinstance(self.focused, Input)
+                    and not isinstance(self.screen, HelpScreen))
         if action in DASHBOARD_ACTIONS:
             return self.screen is self.dashboard
         if action == "record":  # a replay cannot record

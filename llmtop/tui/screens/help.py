@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit"),
@@ -52,17 +52,33 @@ def help_table(replay: bool) -> Table:
     return table
 
 
+class HelpBox(VerticalScroll):
+    """The help's box; a change of its size may make it scroll, or stop: the footer's
+    "↑↓ scroll" comes and goes with that."""
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.screen.refresh_bindings)
+
+
 class HelpScreen(ModalScreen[None]):
-    """Keys and definitions; any of escape, q or ? closes it."""
+    """Keys and definitions; any of escape, q or ? closes it.
+
+    It has its own footer, over the dashboard's: with the help open, the main screen's
+    keys (p pause, w window, r rec, …) do nothing — a modal screen takes every key — and
+    q closes the help instead of quitting, so the footer says what applies: esc/q/?
+    close, and ↑↓ scroll where the help is taller than its box."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,question_mark", "dismiss_help", "close", show=True),
+        Binding("escape,q,question_mark", "dismiss_help", "close", key_display="esc/q/?"),
+        # the box (focused) scrolls on ↑/↓ and page keys itself, which the footer does not
+        # show (the box's own bindings): this one says so, and pages on space
+        Binding("space", "scroll_help", "scroll", key_display="↑↓"),
     ]
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll {
-        width: 90%; max-width: 100; height: auto; max-height: 90%;
+    HelpScreen > HelpBox {
+        width: 90%; max-width: 100; height: auto; max-height: 100%;
         border: round $primary; background: $surface; padding: 0 1;
     }
     #help-notes { margin-top: 1; }
@@ -74,11 +90,20 @@ class HelpScreen(ModalScreen[None]):
         self.no_color = no_color
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll() as box:
+        with HelpBox() as box:
             box.border_title = "llmtop keys"
             yield Static(help_table(self.replay))
             notes = NOTES.replace("{colours}", NO_COLOURS if self.no_color else COLOURS)
             yield Static(Text(notes, style="dim"), id="help-notes")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "scroll_help":
+            return self.query_one(HelpBox).max_scroll_y > 0
+        return True
+
+    def action_scroll_help(self) -> None:
+        self.query_one(HelpBox).scroll_page_down()
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)
