@@ -80,3 +80,70 @@ def test_fit_columns_drops_the_least_useful_first() -> None:
     assert dropped_order == list(reversed(KEEP))[: len(dropped_order)]
     assert list(fit_columns(natural, 12)) == ["user"]
     assert fit_columns(natural, 3)["user"] >= 1
+
+
+@pytest.mark.parametrize("size", [(40, 12), (80, 24), (120, 40)],
+                         ids=["40x12", "80x24", "120x40"])
+async def test_one_users_requests_drop_the_user_and_keep_what_matters(
+        size: tuple[int, int]) -> None:
+    """One user's detail listed the user's name on every request row (the same name:
+    the title says whose requests these are), and at 40 columns that column took the
+    room ("batch-j…  sim-8b  waiting  9.50 s": no tokens, no TTFT). Now there is no
+    user column there, the TTFT column says "waiting" until the first token (the state
+    in one column less), and at 40 columns model, TTFT, age and tokens show whole."""
+    from llmtop.tui.screens.user_detail import UserDetail
+
+    src = FixtureSource("saturated")
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        app.open_user("batch-job")
+        await until(pilot, lambda: isinstance(app.screen, UserDetail))
+        screen = app.screen
+        assert isinstance(screen, UserDetail)
+        table = screen.requests
+        mine = [r for r in src.requests if r["user"] == "batch-job"]
+        await until(pilot, lambda: table.row_count == len(mine), what="the user's requests")
+        await pilot.pause()
+        shown = table.shown_columns
+        assert "user" not in shown and "state" not in shown, shown
+        for key in ("model", "ttft", "age", "tokens"):
+            assert key in shown, (size, shown)
+        assert sum(w + 2 * PAD for w in shown.values()) <= table.size.width
+        cells = [c.plain for i in range(table.row_count) for c in table.get_row_at(i)]
+        assert not any("batch-j" in c for c in cells), cells
+        lines = screen_text(app).splitlines()
+        first = mine[0]  # the oldest, the one row kept at 40×12
+        assert first["ttft_s"] is None
+        row = next((x for x in lines if fmt.latency(first["age_s"]) in x), "")
+        assert "waiting" in row and first["model"] in row, row
+        assert fmt.count(first["completion_tokens"]) in row, row
+        if size[1] > 12:
+            started = next(r for r in mine if r["ttft_s"] is not None)
+            row = next(x for x in lines if fmt.latency(started["age_s"]) in x)
+            assert fmt.latency(started["ttft_s"]) in row and "waiting" not in row, row
+
+
+async def test_the_folds_requests_keep_the_user_column() -> None:
+    """The detail of "(others)" lists several users' requests: its rows say whose."""
+    from llmtop.tui.screens.user_detail import UserDetail
+    from llmtop.tui.snapview import FOLD_KEY
+
+    src = FixtureSource("saturated")
+    tracked = {"batch-job", "alice"}
+    src.snapshot["users"] = [u for u in src.snapshot["users"] if u["user"] in tracked]
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        app.open_user(FOLD_KEY)
+        await until(pilot, lambda: isinstance(app.screen, UserDetail))
+        screen = app.screen
+        assert isinstance(screen, UserDetail)
+        others = [r for r in src.requests if r["user"] not in tracked]
+        assert others
+        await until(pilot, lambda: screen.requests.row_count == len(others), what="rows")
+        await pilot.pause()
+        shown = screen.requests.shown_columns
+        assert "user" in shown and "ttft" in shown, shown
+        text = screen_text(app)
+        assert all(r["user"] in text for r in others), text

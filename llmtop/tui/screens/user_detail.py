@@ -21,7 +21,7 @@ from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import FoldKey, SnapView, as_num, as_str
 from llmtop.tui.widgets.base import ViewPanel
 from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
-from llmtop.tui.widgets.requests import RequestsTable
+from llmtop.tui.widgets.requests import FOLD, ONE_USER, RequestsTable
 from llmtop.tui.widgets.users import FOLD_LABEL, is_fold
 
 KNOWN: tuple[tuple[str, str, str], ...] = (
@@ -181,7 +181,8 @@ class UserDetail(Screen[None]):
         self.header = HeaderBar(id="user-header")
         self.summary = UserSummary(user)
         # the fold's requests: every user's but the tracked ones' (see apply)
-        self.requests = RequestsTable(id="user-requests", user=None if self.fold else user)
+        self.requests = RequestsTable(id="user-requests", user=None if self.fold else user,
+                                      layout=FOLD if self.fold else ONE_USER)
 
     def compose(self) -> ComposeResult:
         yield self.header

@@ -1,9 +1,14 @@
 """Requests open right now, like processes in ``top``: id, user, model, state, age,
-tokens so far and their rate. Oldest first — the stuck ones are the interesting ones."""
+tokens so far and their rate. Oldest first — the stuck ones are the interesting ones.
+
+In one user's detail there is no user column (every row would say the same name) and
+the state is the TTFT column's: a request that has its first token shows its TTFT, one
+that has not says "waiting" there (see :data:`ONE_USER`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -16,27 +21,64 @@ from llmtop.tui.snapview import as_num, as_str, dicts
 from llmtop.tui.widgets.users import matches
 
 MAX_ROWS = 500
-COLUMNS: tuple[tuple[str, str, bool], ...] = (
-    ("id", "id", False),
-    ("user", "user", False),
-    ("model", "model", False),
-    ("state", "state", False),
-    ("age", "age", True),
-    ("tokens", "tokens", True),
-    ("tps", "tok/s", True),
-)
+LABELS: dict[str, tuple[str, bool]] = {
+    "id": ("id", False),
+    "user": ("user", False),
+    "model": ("model", False),
+    "state": ("state", False),
+    "ttft": ("TTFT", True),
+    "age": ("age", True),
+    "tokens": ("tokens", True),
+    "tps": ("tok/s", True),
+}
+"""Every column's heading and whether it is right-aligned."""
 TEXT_WIDTH = {"id": 14, "user": 20, "model": 24}
 """The most cells a text column takes (its values are cut with "…" beyond)."""
 TEXT_MIN = {"id": 6, "user": 8, "model": 8}
 """What a text column gives up room down to before a column is dropped."""
-FIGURE_WIDTH = {"age": 7, "tokens": 7, "tps": 6}
+FIGURE_WIDTH = {"age": 7, "tokens": 7, "tps": 6, "ttft": 7}
 """Room a figure column keeps for its values whatever they are now (``fmt.latency``'s
-"41.0 ms", "999,999"), so that the columns shown do not come and go as figures change."""
-KEEP: tuple[str, ...] = ("user", "age", "state", "tokens", "model", "tps", "id")
-"""Which columns stay when not all fit: whose request and how old it is first (the
-stuck ones are the interesting ones), the request id last."""
-GROW: tuple[str, ...] = ("user", "model", "id")
-"""Which text columns get room back first, once the columns shown are chosen."""
+"41.0 ms", "999,999", "waiting"), so that the columns shown do not come and go as
+figures change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A table's columns: ``columns`` in the order shown; ``keep``, which stay when not
+    all fit (the first the longest); ``grow``, which text columns get room back first."""
+
+    columns: tuple[str, ...]
+    keep: tuple[str, ...]
+    grow: tuple[str, ...]
+
+
+SEVERAL_USERS = Layout(
+    columns=("id", "user", "model", "state", "age", "tokens", "tps"),
+    # whose request and how old it is first (the stuck ones are the interesting ones),
+    # the request id last
+    keep=("user", "age", "state", "tokens", "model", "tps", "id"),
+    grow=("user", "model", "id"),
+)
+"""The dashboard's table: every user's requests."""
+ONE_USER = Layout(
+    columns=("id", "model", "ttft", "age", "tokens", "tps"),
+    keep=("age", "ttft", "tokens", "model", "tps", "id"),
+    grow=("model", "id"),
+)
+"""One user's detail: no user column (the same name on every row), and the TTFT column
+in the state's place ("waiting" until the first token); at 40 columns age, TTFT,
+tokens and model fit."""
+FOLD = Layout(
+    columns=("id", "user", "model", "ttft", "age", "tokens", "tps"),
+    keep=("user", "age", "ttft", "tokens", "model", "tps", "id"),
+    grow=("user", "model", "id"),
+)
+"""The detail of "(others)": several users' requests, so the user column stays."""
+COLUMNS: tuple[tuple[str, str, bool], ...] = tuple(
+    (key, *LABELS[key]) for key in SEVERAL_USERS.columns)
+"""The dashboard's columns: key, heading, right-aligned."""
+KEEP = SEVERAL_USERS.keep
+GROW = SEVERAL_USERS.grow
 PAD = 1
 """The table's cell padding on each side of a column."""
 
@@ -44,12 +86,13 @@ PAD = 1
 def request_cells(
     r: Mapping[str, Any], pal: Palette, ttft_slo: float | None,
     widths: Mapping[str, int] = TEXT_WIDTH,
-) -> list[Text]:
-    """The row for one active request, every column. Client-chosen strings (id, user,
-    model) are plain text, never markup, their control characters made visible and cut
-    with "…" to ``widths`` cells."""
+) -> dict[str, Text]:
+    """The row for one active request, every column (:data:`LABELS`). Client-chosen
+    strings (id, user, model) are plain text, never markup, their control characters
+    made visible and cut with "…" to ``widths`` cells."""
     state = printable(as_str(r.get("state")) or "?")
     age = as_num(r.get("age_s"))
+    ttft = as_num(r.get("ttft_s"))
     tokens = as_num(r.get("completion_tokens"))
     if tokens is None:
         tokens = as_num(r.get("tokens"))
@@ -58,43 +101,53 @@ def request_cells(
     age_style = ""
     if state == "waiting" and ttft_slo is not None and age is not None and age > ttft_slo:
         age_style = pal.bad
+    if ttft is not None:
+        ttft_cell = Text(fmt.latency(ttft), style=pal.latency(ttft, ttft_slo),
+                         justify="right", no_wrap=True)
+    else:  # no first token yet: the state says why (waiting), in the state's colours
+        ttft_cell = Text(state, style=age_style or state_style, justify="right",
+                         no_wrap=True)
     model = as_str(r.get("model"))
-    return [
-        Text(fmt.name(as_str(r.get("id")) or "", widths["id"], "?"), no_wrap=True),
-        Text(fmt.name(as_str(r.get("user")) or "", widths["user"]), no_wrap=True),
-        Text(fmt.name(model or "", widths["model"], fmt.NA), no_wrap=True,
-             style="" if model else pal.dim),
-        Text(state, style=state_style, no_wrap=True),
-        Text(fmt.latency(age), style=age_style, justify="right"),
-        Text(fmt.count(tokens), justify="right", style="" if tokens is not None else pal.dim),
-        Text(fmt.rate(tps), justify="right", style="" if tps is not None else pal.dim),
-    ]
+    return {
+        "id": Text(fmt.name(as_str(r.get("id")) or "", widths["id"], "?"), no_wrap=True),
+        "user": Text(fmt.name(as_str(r.get("user")) or "", widths["user"]), no_wrap=True),
+        "model": Text(fmt.name(model or "", widths["model"], fmt.NA), no_wrap=True,
+                      style="" if model else pal.dim),
+        "state": Text(state, style=state_style, no_wrap=True),
+        "ttft": ttft_cell,
+        "age": Text(fmt.latency(age), style=age_style, justify="right"),
+        "tokens": Text(fmt.count(tokens), justify="right",
+                       style="" if tokens is not None else pal.dim),
+        "tps": Text(fmt.rate(tps), justify="right", style="" if tps is not None else pal.dim),
+    }
 
 
-def fit_columns(natural: Mapping[str, int], avail: int) -> dict[str, int]:
-    """The columns to show in ``avail`` cells and their widths (table order).
+def fit_columns(natural: Mapping[str, int], avail: int,
+                layout: Layout = SEVERAL_USERS) -> dict[str, int]:
+    """The columns to show in ``avail`` cells and their widths (``layout``'s order).
     ``natural`` is each column's width with every value whole (header included, padding
     not). Text columns give up room down to :data:`TEXT_MIN` before any column is
-    dropped; columns are then dropped whole, in reverse :data:`KEEP` order; the room
-    left goes back to the text columns (:data:`GROW`), up to their natural width."""
+    dropped; columns are then dropped whole, in reverse ``layout.keep`` order; the room
+    left goes back to the text columns (``layout.grow``), up to their natural width."""
     least = {k: min(w, TEXT_MIN.get(k, w)) for k, w in natural.items()}
     budget = avail
     keep: set[str] = set()
-    for key in KEEP:
+    order = [k for k in layout.keep if k in natural]
+    for key in order:
         need = least[key] + 2 * PAD
         if need <= budget or not keep:  # the first column stays, cut if need be
             keep.add(key)
             budget -= need
     widths = {k: least[k] for k in keep}
-    for key in GROW:
+    for key in layout.grow:
         if key in keep and budget > 0:
             more = min(budget, natural[key] - widths[key])
             widths[key] += more
             budget -= more
     if budget < 0:  # not even the first column fits: it takes what there is
-        first = KEEP[0]
+        first = order[0]
         widths[first] = max(1, widths[first] + budget)
-    return {key: widths[key] for key, _, _ in COLUMNS if key in keep}
+    return {key: widths[key] for key in layout.columns if key in keep}
 
 
 def order_requests(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -104,16 +157,20 @@ def order_requests(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 
 class RequestsTable(DataTable[Text]):
     """Active requests. ``user`` (exact) limits it to one user; ``filter_text`` to users
-    whose id contains it. Columns that do not fit the width are left out whole, the
-    least useful first (:data:`KEEP`); ids, users and models are cut with "…"."""
+    whose id contains it. ``layout`` says the columns (by default :data:`ONE_USER` for
+    one user's table, else :data:`SEVERAL_USERS`). Columns that do not fit the width
+    are left out whole, the least useful first (``layout.keep``); ids, users and models
+    are cut with "…"."""
 
     DEFAULT_CSS = """
     RequestsTable { height: 1fr; overflow-x: hidden; }
     """
 
-    def __init__(self, *, id: str | None = None, user: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, user: str | None = None,
+                 layout: Layout | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.only_user = user
+        self.columns_layout = layout or (SEVERAL_USERS if user is None else ONE_USER)
         self.exclude: frozenset[str] = frozenset()
         """Users whose requests are left out (the detail of "(others)": the tracked ones)."""
         self.filter_text = ""
@@ -146,37 +203,38 @@ class RequestsTable(DataTable[Text]):
             and matches(as_str(r.get("user")) or "", self.filter_text)
         ]
         ordered = order_requests(picked)[:MAX_ROWS]
+        layout = self.columns_layout
         full = [request_cells(r, palette, ttft_slo) for r in ordered]
         natural = {
-            key: max([len(label), FIGURE_WIDTH.get(key, 0), *(row[i].cell_len for row in full)])
-            for i, (key, label, _) in enumerate(COLUMNS)
+            key: max([len(LABELS[key][0]), FIGURE_WIDTH.get(key, 0),
+                      *(row[key].cell_len for row in full)])
+            for key in layout.columns
         }
-        shown = fit_columns(natural, self._available(len(full)))
-        index = [i for i, (key, _, _) in enumerate(COLUMNS) if key in shown]
+        shown = fit_columns(natural, self._available(len(full)), layout)
         clip = {**TEXT_WIDTH, **{k: w for k, w in shown.items() if k in TEXT_WIDTH}}
         if clip != TEXT_WIDTH:  # a text column narrower than its widest: cut again
             full = [request_cells(r, palette, ttft_slo, clip) for r in ordered]
-        for i, key, empty in ((1, "user", "(empty)"), (2, "model", fmt.NA)):
+        for key, empty in (("user", "(empty)"), ("model", fmt.NA)):
             # cut together: names cut to the same label are cut in the middle instead
             labels = fmt.names([as_str(r.get(key)) or "" for r in ordered], clip[key], empty)
             for cells, label in zip(full, labels, strict=True):
-                cells[i] = Text(label, style=cells[i].style, no_wrap=True)
-        table = [[cells[i] for i in index] for cells in full]
+                cells[key] = Text(label, style=cells[key].style, no_wrap=True)
+        table = [[cells[key] for key in shown] for cells in full]
         signature = (tuple(shown.items()),
                      [tuple((c.plain, str(c.style)) for c in cells) for cells in table])
         if signature == self._rendered:
             return
         if self.shown_columns != shown or not self.columns:
             self.clear(columns=True)
-            for key, label, right in COLUMNS:
-                if key in shown:
-                    self.add_column(Text(label, justify="right" if right else "left"),
-                                    key=key, width=shown[key])
+            for key, width in shown.items():
+                label, right = LABELS[key]
+                self.add_column(Text(label, justify="right" if right else "left"),
+                                key=key, width=width)
             self.shown_columns = shown
         self._rendered = signature
         self.clear()
-        for i, cells in enumerate(table):
-            self.add_row(*cells, key=str(i))
+        for i, row in enumerate(table):
+            self.add_row(*row, key=str(i))
         more = len(picked) - len(table)
         sub = f"{len(picked)} active" + (f" · {more} not shown" if more > 0 else "")
         self.border_subtitle = sub
