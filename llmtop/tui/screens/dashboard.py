@@ -82,8 +82,12 @@ class Dashboard(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        self.latency.border_title = "latency"
-        self.plots.border_title = "last minutes"
+        # the titles apply() does not set; the latency's and the plots' are apply()'s
+        # alone (set here too, they overwrote those of a first snapshot shown before this
+        # ran: "latency" with no window, until the next refresh — with p, never)
+        for panel, title in ((self.latency, "latency"), (self.plots, "last minutes")):
+            if not panel.border_title:
+                panel.border_title = title
         self.engine.border_title = "engine"
         self.gpu.border_title = "GPU"
         self.users_box.border_title = "users"
