@@ -30,7 +30,7 @@ from aiohttp import web
 
 from llmtop import __version__, http_errors_log
 from llmtop.admin.routes import AdminContext, make_admin_app
-from llmtop.bus import EventBus
+from llmtop.bus import PUMP_INTERVAL_S, EventBus
 from llmtop.clock import unix_now
 from llmtop.config import Config, parse_hostport, slo_dict
 from llmtop.engines.scraper import EngineScraper, metrics_url_for
@@ -184,7 +184,7 @@ class Observers:
 
     def start_background(self) -> None:
         cfg = self.cfg
-        self._tasks.append(asyncio.create_task(self.bus.pump(0.05), name="bus-pump"))
+        self._tasks.append(asyncio.create_task(self.bus.pump(PUMP_INTERVAL_S), name="bus-pump"))
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="metrics-tick"))
         self.open_gpu()
         gpu = self._gpu
