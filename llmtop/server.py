@@ -505,6 +505,7 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     os.close(counts_fd)
     counts.close()
     await asyncio.sleep(0.1)
+    bus.drain()  # the workers' last records, which count_cut reads, before cut[0] is read
     summary = await obs.stop(cut[0])
     if supervisor.restarts or supervisor.given_up:
         summary.notes.append(
