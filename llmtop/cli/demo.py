@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -124,8 +122,7 @@ def _run(args: argparse.Namespace, record: str, children: list[Child], watch: _W
                               "--period", str(args.period)), ())
     children.append(driver)
     tui = not args.headless and sys.stdout.isatty()
-    watch.start({"the simulator": sim, "the proxy": proxy, "the traffic driver": driver},
-                interrupt=tui)
+    watch.start({"the simulator": sim, "the proxy": proxy, "the traffic driver": driver})
     print(f"llmtop: sim listening on {sim_url}", flush=True)
     print(f"llmtop: proxy listening on {proxy_url}", flush=True)
     print(f"llmtop: admin listening on {admin_url}", flush=True)
@@ -138,13 +135,15 @@ def _run(args: argparse.Namespace, record: str, children: list[Child], watch: _W
     from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
     return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
-                   title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url)
+                   title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url,
+                   stop=watch.died)
 
 
 class _Watch:
     """Notices one of the demo's processes exiting while the demo runs: sets ``died`` and
-    ``dead`` (its name and :class:`Child`); with ``interrupt`` (the TUI) also sends this
-    process SIGTERM, which ends the TUI as Ctrl-C does. The simulator dying left the proxy
+    ``dead`` (its name and :class:`Child`); the TUI polls ``died`` and ends as ``q`` does
+    (a SIGTERM to this process, as before, could land where Textual or asyncio catches
+    the KeyboardInterrupt it raises). The simulator dying left the proxy
     answering 502 to every request, and the demo carried on as if nothing had happened."""
 
     def __init__(self) -> None:
@@ -155,7 +154,7 @@ class _Watch:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def start(self, children: dict[str, Child], *, interrupt: bool) -> None:
+    def start(self, children: dict[str, Child]) -> None:
         """Watch ``children`` (by the names the message gives them) in a thread."""
         self.names = list(children)
 
@@ -170,8 +169,6 @@ class _Watch:
                         self.dead = (name, child)
                         self._closed.set()
                         self.died.set()
-                        if interrupt:
-                            os.kill(os.getpid(), signal.SIGTERM)
                     return
 
         self._thread = threading.Thread(target=watch, name="llmtop-demo-watch", daemon=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -137,11 +136,13 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
 
     def watch_child() -> None:
         """The proxy exited under the TUI (killed, or an error after start-up): end the
-        TUI as SIGTERM does, and say why after it, instead of 'DISCONNECTED' for ever."""
+        TUI as q does, and say why after it, instead of 'DISCONNECTED' for ever. (The TUI
+        polls ``died``; a SIGTERM to ourselves, as before, could land where Textual or
+        asyncio catches the KeyboardInterrupt it raises: in the full test suite the TUI
+        once ran on for 30 s.)"""
         child.proc.wait()
         if not tui_done.is_set():
             died.set()
-            os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch_child, name="llmtop-child-watch", daemon=True).start()
     proxy_url, admin_url = child.found[LISTEN_PREFIX], child.found[ADMIN_PREFIX]
@@ -161,6 +162,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
             title=f"llmtop — {proxy_url}",
             proxy=proxy_url,
             admin=admin_url,
+            stop=died,
         )
     except KeyboardInterrupt:  # SIGTERM (or SIGINT): stop as q does, summary included
         code = 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import threading
+
     from llmtop.tui.source import SnapshotSource
 
 
@@ -21,15 +23,17 @@ def run_tui(
     title: str = "llmtop",
     proxy: str | None = None,
     admin: str | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """Run the TUI on ``source`` until the user quits; returns the exit code.
     The app closes ``source`` when it exits. ``proxy``: the URL clients send requests
     to, and ``admin``: the admin API the source reads, both shown in the header (``run``
-    and ``demo`` know them; ``attach`` does not)."""
+    and ``demo`` know them; ``attach`` does not). ``stop``: set from any thread, it ends the
+    TUI as ``q`` does."""
     from llmtop.tui.app import run_tui as run
 
     return run(source, refresh_hz=refresh_hz, window_s=window_s, title=title, proxy=proxy,
-               admin=admin)
+               admin=admin, stop=stop)
 
 
 __all__ = ["run_tui"]

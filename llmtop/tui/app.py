@@ -7,6 +7,7 @@ that stops answering turns the header to "disconnected — retrying" until it an
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -33,6 +34,8 @@ SEEK_S = 10.0
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 DASHBOARD_ACTIONS = frozenset({"sort", "reverse_sort", "filter"})
 REPLAY_ACTIONS = frozenset({"replay_pause", "seek", "speed"})
+STOP_POLL_S = 0.2
+"""How often the app looks at its ``stop`` event."""
 
 
 def proposed_recording_path(now: float) -> str:
@@ -79,6 +82,7 @@ class LlmtopApp(App[int]):
         admin: str | None = None,
         clock: Clock = time.time,
         retry_s: float = 1.0,
+        stop: threading.Event | None = None,
     ) -> None:
         super().__init__()
         if window_s not in WINDOWS:
@@ -93,6 +97,9 @@ class LlmtopApp(App[int]):
         self.admin = admin
         self.clock = clock
         self.retry_s = retry_s
+        self.stop_event = stop
+        """Set from another thread to end the app as ``q`` does (``run``/``demo``: the
+        process serving the admin API died)."""
         self.paused = False
         self.connected = True
         self.error: str | None = None
@@ -131,7 +138,14 @@ class LlmtopApp(App[int]):
         self._show()
         if self.refresh_hz > 0:
             self.set_interval(1.0 / self.refresh_hz, self._tick)
+        if self.stop_event is not None:
+            self.set_interval(STOP_POLL_S, self._check_stop)
+            self._check_stop()
         self._tick()
+
+    def _check_stop(self) -> None:
+        if self.stop_event is not None and self.stop_event.is_set():
+            self.exit()
 
     async def on_unmount(self) -> None:
         try:
@@ -436,13 +450,15 @@ def run_tui(
     title: str = "llmtop",
     proxy: str | None = None,
     admin: str | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
-    """Run the TUI on ``source`` until the user quits; returns the exit code (0).
+    """Run the TUI on ``source`` until the user quits (or ``stop`` is set, from any
+    thread); returns the exit code (0).
     The app closes the source when it exits. Used by ``attach``, ``run``, ``replay``
     and ``demo``; ``proxy`` and ``admin`` (the addresses of the proxy ``run`` or ``demo``
     started) are named in the header."""
     app = LlmtopApp(source, refresh_hz=refresh_hz, window_s=window_s, title=title, proxy=proxy,
-                    admin=admin)
+                    admin=admin, stop=stop)
     app.run()
     return int(app.return_code or 0)
 
