@@ -3,7 +3,12 @@
 Feeds the real llama.cpp capture (tests/fixtures/dialects/llamacpp_chat_stream_usage.sse)
 the way the relay sees it — one read per SSE event — and also as one read per body, then
 prints events/s, MB/s and µs per read (fastest of many ~10 ms batches, CPU time).
-Single-threaded, no I/O.
+Single-threaded, no I/O. The last line is the whole per-read Python of the forwarding path
+with the caches warm: the upstream connection's ``data_received`` given one chunked frame
+("SIZE\r\nEVENT\r\n") per read, the relay's ``on_data`` (the usage stripper, the chunk's
+time, re-framing, a write to a transport that takes it, the parser, the bookkeeping) —
+the real objects, a stand-in transport. In a running proxy the same path costs about
+twice as much (cold caches across many connections; measured with perf, see the notes).
 
     .venv/bin/python benchmarks/parser_throughput.py [--seconds S]
 """
@@ -11,12 +16,17 @@ Single-threaded, no I/O.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from llmtop.events import ActiveRequest
 from llmtop.proxy.dialects.openai import OpenAIStreamParser, UsageChunkStripper
 from llmtop.proxy.dialects.sse import SSEFramer
+from llmtop.proxy.relay import Exchange, RelaySink, Watchdog, WatchdogSweeper
+from llmtop.proxy.upstream import UpstreamConnection, UpstreamPool
 
 FIXTURE = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "dialects"
            / "llamacpp_chat_stream_usage.sse")
@@ -69,6 +79,56 @@ def strip(reads: list[bytes]) -> None:
     s.flush()
 
 
+class _Transport:
+    """Takes every write at once, as a socket with room does."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class _Client:
+    writing_paused = False
+
+
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+def relay(reads: list[bytes]) -> None:
+    """One response through UpstreamConnection → RelaySink, as the proxy wires them."""
+    loop = asyncio.get_running_loop()
+    conn = UpstreamConnection(UpstreamPool("http://127.0.0.1:1", 1.0))
+    t = _Transport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    conn.send(b"GET / HTTP/1.1\r\n\r\n", False)
+    conn.data_received(HEAD)
+    active = ActiveRequest(id="b", user="u", model="m", dialect="openai", path="/",
+                           stream=True, t_start=0.0, t0_ns=0)
+    ex = Exchange(active)
+    wd = Watchdog(_Client(), WatchdogSweeper(1.0))  # type: ignore[arg-type]
+    sink = RelaySink(ex, OpenAIStreamParser(), UsageChunkStripper(), t,  # type: ignore[arg-type]
+                     b"", True, _Client(), None, conn, wd, loop)  # type: ignore[arg-type]
+    conn.attach(sink)
+    feed = conn.data_received
+    for r in reads:
+        feed(r)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
@@ -86,6 +146,15 @@ def main() -> int:
     measure("SSEFramer alone, one read per event", per_event, frame, args.seconds)
     measure("UsageChunkStripper, one read per event", per_event, strip, args.seconds)
     measure("UsageChunkStripper, long answer, per event", steady, strip, args.seconds)
+    # 500 chunks a response: the per-response set-up (connection, head, parser) is
+    # then ~1% of the figure
+    frames = [b"%x\r\n%b\r\n" % (len(e), e) for e in per_event[:1] + content * 500]
+
+    async def forwarding() -> None:
+        measure("forwarding path (relay), long answer, per read", frames, relay,
+                args.seconds)
+
+    asyncio.run(forwarding())
     return 0
 
 
