@@ -319,7 +319,8 @@ class LlmtopApp(App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(replay=self.replay is not None,
-                                        no_color=self.no_color))
+                                        no_color=self.no_color,
+                                        detail=isinstance(self.screen, UserDetail)))
 
     def action_toggle_dark(self) -> None:
         self.theme = "textual-dark" if self.theme == "textual-light" else "textual-light"

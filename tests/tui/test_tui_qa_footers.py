@@ -9,6 +9,7 @@ from tui_support import FIXED_NOW, FixtureSource, ReplayFixtureSource, screen_te
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.help import HelpBox, HelpScreen
+from llmtop.tui.screens.user_detail import UserDetail
 
 MAIN_KEYS = ("quit", "pause", "window", "rec", "theme", "detail", "panels", "sort",
              "filter", "play", "faster")
@@ -73,3 +74,40 @@ async def test_replay_keys_do_not_reach_behind_the_help() -> None:
         await pilot.press("space", "right")
         await until(pilot, lambda: src.paused and src.seeks == [10.0],
                     what="the replay's keys on the dashboard")
+
+
+def _help_text(app: LlmtopApp) -> str:
+    return " ".join(screen_text(app).split())
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["live", "replay"])
+async def test_the_help_opened_in_a_users_detail_lists_the_keys_that_apply_there(
+        replay: bool) -> None:
+    """Opened from a user's detail the help listed the dashboard's panel keys (sort,
+    filter, tab, enter), none of which does anything there, and not the way back."""
+    src = ReplayFixtureSource("saturated") if replay else FixtureSource("saturated")
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.dashboard.users.row_count == 3)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: "filter users" in _help_text(app), what="the help")
+        on_dashboard = _help_text(app)
+        assert "filter users" in on_dashboard and "sort users" in on_dashboard
+        assert "back to the dashboard" not in on_dashboard
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.dashboard)
+        await pilot.press("down")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, UserDetail))
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen)
+                    and "pause / resume" in _help_text(app), what="the detail's help")
+        in_detail = _help_text(app)
+        assert "back to the dashboard" in in_detail, in_detail
+        for gone in ("filter users", "sort users", "move focus between panels",
+                     "that user's detail"):
+            assert gone not in in_detail, (gone, in_detail)
+        assert "pause / resume the display" in in_detail  # app keys still apply
+        assert ("seek 10 s" in in_detail) == replay
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, UserDetail))

@@ -24,6 +24,11 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("d", "toggle dark / light"),
     ("?", "this help"),
 )
+DASHBOARD_ONLY = frozenset({"s / S", "/", "tab", "enter"})
+"""Keys of the dashboard's panels, which do nothing in a user's detail."""
+DETAIL_KEYS: tuple[tuple[str, str], ...] = (
+    ("esc / backspace", "back to the dashboard"),
+)
 REPLAY_KEYS: tuple[tuple[str, str], ...] = (
     ("space", "pause / resume the replay"),
     ("← / →", "seek 10 s back / forward"),
@@ -42,11 +47,16 @@ NOTES = (
 )
 
 
-def help_table(replay: bool) -> Table:
+def help_table(replay: bool, detail: bool = False) -> Table:
+    """The keys that apply: a replay's (no recording; seek, speed), and in a user's detail
+    (``detail``) none of the dashboard's panel keys (sort, filter, tab, enter) but the way
+    back."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     keys = tuple(k for k in KEYS if k[0] != "r") + REPLAY_KEYS if replay else KEYS
+    if detail:
+        keys = DETAIL_KEYS + tuple(k for k in keys if k[0] not in DASHBOARD_ONLY)
     for key, what in keys:
         table.add_row(Text(key), Text(what))
     return table
@@ -84,15 +94,18 @@ class HelpScreen(ModalScreen[None]):
     #help-notes { margin-top: 1; }
     """
 
-    def __init__(self, *, replay: bool = False, no_color: bool = False) -> None:
+    def __init__(self, *, replay: bool = False, no_color: bool = False,
+                 detail: bool = False) -> None:
         super().__init__()
         self.replay = replay
         self.no_color = no_color
+        self.detail = detail
+        """Opened from a user's detail: its keys, not the dashboard's."""
 
     def compose(self) -> ComposeResult:
         with HelpBox() as box:
             box.border_title = "llmtop keys"
-            yield Static(help_table(self.replay))
+            yield Static(help_table(self.replay, self.detail))
             notes = NOTES.replace("{colours}", NO_COLOURS if self.no_color else COLOURS)
             yield Static(Text(notes, style="dim"), id="help-notes")
         yield Footer(compact=True, show_command_palette=False)
