@@ -177,6 +177,17 @@ class _Chunks:
                 yield out
             if d.eof:
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if rest and not rest.strip(b"\0"):
+                    # zero bytes after a whole member: padding (a preallocated or
+                    # block-padded file), which gzip ignores too — not damage (it read
+                    # as "ends early" though nothing was lost)
+                    rest = b""
+                    nxt = next(raw, b"")
+                    while nxt and not nxt.strip(b"\0"):
+                        nxt = next(raw, b"")
+                    if not nxt:
+                        return
+                    rest = nxt.lstrip(b"\0")  # something after the padding: read on
                 if rest:
                     pending = rest
                     continue

@@ -89,3 +89,28 @@ def test_damage_in_a_large_file_keeps_the_megabytes_before_it(tmp_path: Path) ->
     assert s["gzip_incomplete"] is True
     # stored blocks (level 0): the text up to the cut, less the cut-off last line
     assert got >= int(60_000 * 0.7) - 200, got
+
+
+def test_zero_padding_after_a_complete_gzip_is_not_damage(tmp_path: Path) -> None:
+    """A complete .jsonl.gz followed by zero bytes (a preallocated or block-padded file;
+    gzip ignores them) read every request but said the compressed data ended early."""
+    path = tmp_path / "whole.jsonl.gz"
+    events = session(50, duration_s=5)
+    write_recording(path, events)  # stopped: footer and gzip trailer written
+    n = sum(isinstance(e, RequestRecord) for e in events)
+    for pad in (b"\0" * 10, b"\0" * (3 << 20)):  # within the last piece; over several
+        padded = tmp_path / "padded.jsonl.gz"
+        padded.write_bytes(path.read_bytes() + pad)
+        with RecordingReader(padded) as r:
+            got = sum(isinstance(e, RequestRecord) for e in r)
+            assert got == n
+            assert r.footer is not None
+            assert not r.summary()["gzip_incomplete"]  # said "ends early"
+            assert not r.problems, r.problems
+        assert report_requests(padded) == n
+    # zeros and then something that is not gzip: that is damage, and is said
+    damaged = tmp_path / "damaged.jsonl.gz"
+    damaged.write_bytes(path.read_bytes() + b"\0" * 100 + b"not gzip at all")
+    with RecordingReader(damaged) as r:
+        assert sum(isinstance(e, RequestRecord) for e in r) == n
+        assert r.summary()["gzip_incomplete"]
