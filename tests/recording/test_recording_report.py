@@ -265,3 +265,37 @@ def test_header_objects_read_as_words_and_bench_steps_are_known(tmp_path: Path) 
     assert f"  bench           {want}\n" in text and "{" not in text
     assert "  file " not in text  # nothing skipped: no file note
     assert f"<td>bench</td><td>{want}</td>" in render_html(r)
+
+
+def test_capacity_names_the_levels_too_thin_to_count(tmp_path: Path) -> None:
+    """QA: the capacity line said "≈ 4" beside higher levels that all met the SLOs, with
+    nothing saying why those were left out (each had under 20 judged requests)."""
+    import dataclasses
+
+    events = session(120, max_conc=4, errors_every=0, timeouts_every=0)
+    fast = [e for e in events if isinstance(e, RequestRecord) and e.concurrency_at_start == 1]
+    extra = [dataclasses.replace(e, id=f"thin-{level}-{k}", concurrency_at_start=level)
+             for level in (6, 8) for k, e in enumerate(fast[:10])]
+    path = tmp_path / "thin.jsonl.gz"
+    write_recording(path, events + extra,
+                    header={"upstream": "http://127.0.0.1:9/v1", "slo": SLO})
+    r = analyse(path)
+    levels = {b["concurrency"]: b for b in r["by_concurrency"]}
+    assert levels[6]["judged"] == levels[8]["judged"] == 10
+    assert levels[6]["slo_attainment"] == levels[8]["slo_attainment"] == 1.0
+    best = r["capacity"]["max_concurrency_at_slo"]
+    assert isinstance(best, int) and 1 <= best <= 4
+    thin = sorted(b["concurrency"] for b in r["by_concurrency"]
+                  if b["concurrency"] > best and b["judged"] < 20)
+    assert thin[-2:] == [6, 8]
+    said = f"levels {', '.join(map(str, thin[:-1]))} and 8: fewer than 20 judged requests"
+    for text in (render_text(r), render_html(r)):
+        assert said + " each, too few to count" in text, (said, text)
+    # nothing to say when every level above counts
+    full = tmp_path / "full.jsonl.gz"
+    write_recording(full, [e for e in events if not isinstance(e, RequestRecord)
+                           or e.concurrency_at_start <= 3],
+                    header={"upstream": "http://127.0.0.1:9/v1", "slo": SLO})
+    r2 = analyse(full)
+    assert r2["capacity"]["max_concurrency_at_slo"] == 3
+    assert "too few to count" not in render_text(r2) + render_html(r2)

@@ -144,7 +144,34 @@ def capacity_text(cap: Any, by_concurrency: Any) -> str:
     return (f"max concurrency meeting the SLOs ≈ {best}, goodput there ≈ "
             f"{num(cap.get('goodput_tps_at_slo'))} tok/s"
             + (f"; first failing level {fail}" if fail is not None else
-               "; no level failed: the limit may be higher"))
+               "; no level failed: the limit may be higher")
+            + thin_levels(best, fail, need, by_concurrency))
+
+
+def thin_levels(best: int, fail: Any, need: Any, by_concurrency: Any) -> str:
+    """The levels above ``best`` (and below ``fail``) the estimate could not count, as a
+    clause: they had fewer than ``need`` judged requests (QA: "≈ 4" beside levels up to
+    16 that all met the SLOs, with nothing saying why those were left out)."""
+    if not isinstance(need, int) or not isinstance(by_concurrency, list | tuple):
+        return ""
+    thin: list[int] = []
+    for b in by_concurrency:
+        if not isinstance(b, dict):
+            continue
+        level, judged = b.get("concurrency"), b.get("judged", b.get("requests"))
+        if (isinstance(level, int) and isinstance(judged, int) and level > best
+                and (not isinstance(fail, int) or level < fail) and judged < need):
+            thin.append(level)
+    thin.sort()
+    if not thin:
+        return ""
+    if len(thin) == 1:
+        levels = f"level {thin[0]}"
+    elif len(thin) <= 4:
+        levels = f"levels {', '.join(map(str, thin[:-1]))} and {thin[-1]}"
+    else:
+        levels = f"{len(thin)} levels from {thin[0]} to {thin[-1]}"
+    return f" ({levels}: fewer than {need} judged requests each, too few to count)"
 
 
 def _n(k: int, one: str, many: str) -> str:

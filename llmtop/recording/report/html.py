@@ -25,6 +25,7 @@ from llmtop.recording.report.fmt import (
     requests_judged,
     secs,
     slo_text,
+    thin_levels,
     user_name,
     when,
 )
@@ -207,6 +208,9 @@ def render_html(r: dict[str, Any]) -> str:
                      + (f"; first failing level {esc(cap['first_failing_concurrency'])}"
                         if cap.get("first_failing_concurrency") is not None else
                         "; no level failed: the limit may be higher")
+                     + esc(thin_levels(cap["max_concurrency_at_slo"],
+                                       cap.get("first_failing_concurrency"),
+                                       cap.get("min_requests_per_bin"), r["by_concurrency"]))
                      + ".</p>")
     parts.append(figure(r, "plot-knee", "Each point is one concurrency level (requests in "
                         "flight when a request started). Past the knee, latency grows while "
