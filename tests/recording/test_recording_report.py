@@ -299,3 +299,38 @@ def test_capacity_names_the_levels_too_thin_to_count(tmp_path: Path) -> None:
     r2 = analyse(full)
     assert r2["capacity"]["max_concurrency_at_slo"] == 3
     assert "too few to count" not in render_text(r2) + render_html(r2)
+
+
+def test_a_comparison_that_differs_only_in_slos_keeps_the_other_ratios(tmp_path: Path) -> None:
+    """QA: the same workload judged against other SLOs had every B/A ratio withheld —
+    latency and throughput too, which the SLOs do not touch — "comparing different
+    workloads". Only the figures judged against the SLOs lose their ratio now."""
+    from llmtop.recording.report.compare import SLO_JUDGED, render_compare_text
+    from llmtop.recording.report.html import render_compare_html
+
+    events = session(150, duration_s=40)
+    a, b = tmp_path / "a.jsonl.gz", tmp_path / "b.jsonl.gz"
+    write_recording(a, events, header={"upstream": "http://127.0.0.1:9/v1", "slo": SLO})
+    write_recording(b, events, header={"upstream": "http://127.0.0.1:9/v1",
+                                       "slo": {**SLO, "ttft_s": 0.2}})
+    ra, rb = analyse(a), analyse(b)
+    cmp = comparison(ra, rb)
+    assert not cmp["conditions_match"] and cmp["slo_only_differs"]
+    assert [w.split(":")[0] for w in cmp["warnings"]] == ["different SLOs"]
+    ratios = {row["figure"]: row["ratio_b_over_a"] for row in cmp["figures"]}
+    assert ratios["TTFT p95"] == pytest.approx(1.0)  # the same requests
+    assert ratios["system output tok/s"] == pytest.approx(1.0, rel=0.01)  # spans differ by ms
+    for label in SLO_JUDGED:
+        assert ratios[label] is None, label
+    text = render_compare_text(ra, rb)
+    assert "judged against different SLOs" in text and "1.00×" in text
+    assert "they would compare different workloads" not in text
+    html = render_compare_html(ra, rb)
+    assert "judged against different SLOs" in html
+    # any other difference still withholds every ratio
+    c = tmp_path / "c.jsonl.gz"
+    write_recording(c, session(150, duration_s=40, model="other-model"),
+                    header={"upstream": "http://127.0.0.1:9/v1", "slo": {**SLO, "ttft_s": 0.2}})
+    cmp2 = comparison(ra, analyse(c))
+    assert not cmp2["slo_only_differs"]
+    assert all(row["ratio_b_over_a"] is None for row in cmp2["figures"])

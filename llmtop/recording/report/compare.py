@@ -5,7 +5,10 @@ A figure without its conditions is meaningless (``shared/docs/domain.md``): befo
 ratio is shown, :func:`condition_warnings` compares the models, SLOs, input and output
 length distributions, concurrency ranges, arrival rates, streaming share, token counting,
 GPUs and engine. When any differ, the ratio column is withheld and the differences are
-printed first; the two columns of figures are still shown.
+printed first; the two columns of figures are still shown. When the SLOs are all that
+differ (the same workload judged against other targets), only the figures judged against
+them (:data:`SLO_JUDGED`) lose their ratio: latency, throughput and errors compare as they
+are.
 """
 
 from __future__ import annotations
@@ -140,15 +143,28 @@ FIGURES: Final[list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], 
 ]
 
 
+SLO_JUDGED: Final = frozenset({"SLO attainment", "goodput tok/s", "max concurrency at SLO",
+                               "goodput tok/s at SLO"})
+"""The figures judged against the SLOs: the only ones whose ratio different SLOs spoil."""
+
+
+def slo_only(warnings: list[str]) -> bool:
+    """The conditions differ in the SLOs alone (see :func:`condition_warnings`)."""
+    return bool(warnings) and all(w.startswith("different SLOs") for w in warnings)
+
+
 def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """The comparison as data: warnings, notes, and each figure for A and B with B/A
-    (``ratio`` is None when the conditions differ: see ``warnings``)."""
+    (``ratio`` is None when the conditions differ — see ``warnings`` — except, when only
+    the SLOs differ, for the figures not judged against them)."""
     warnings = condition_warnings(a, b)
+    only_slo = slo_only(warnings)
     rows = []
     for label, get, _fmt, lower_better in FIGURES:
         va, vb = get(a), get(b)
         ratio = None
-        if not warnings and isinstance(va, int | float) and isinstance(vb, int | float) and va:
+        comparable = not warnings or (only_slo and label not in SLO_JUDGED)
+        if comparable and isinstance(va, int | float) and isinstance(vb, int | float) and va:
             ratio = vb / va
         rows.append({"figure": label, "a": va, "b": vb, "ratio_b_over_a": ratio,
                      "lower_is_better": lower_better})
@@ -157,6 +173,7 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "a": a["source"]["file"],
         "b": b["source"]["file"],
         "conditions_match": not warnings,
+        "slo_only_differs": only_slo,
         "warnings": warnings,
         "notes": notes(a, b),
         "figures": rows,
@@ -204,7 +221,13 @@ def figure_rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 def render_compare_text(a: dict[str, Any], b: dict[str, Any]) -> str:
     cmp = comparison(a, b)
     out = ["llmtop report — comparison", f"  A: {cmp['a']}", f"  B: {cmp['b']}", ""]
-    if cmp["warnings"]:
+    if cmp["warnings"] and cmp["slo_only_differs"]:
+        out.append("WARNING: the recordings are judged against different SLOs; the B/A "
+                   "ratios of SLO attainment, goodput and capacity are withheld (they would "
+                   "compare different targets):")
+        out += [f"  ! {w}" for w in cmp["warnings"]]
+        out.append("")
+    elif cmp["warnings"]:
         out.append("WARNING: the recordings were made under different conditions; the B/A "
                    "ratios are withheld (they would compare different workloads):")
         out += [f"  ! {w}" for w in cmp["warnings"]]

@@ -277,9 +277,12 @@ def render_compare_html(a: dict[str, Any], b: dict[str, Any]) -> str:
     ]
     if cmp["warnings"]:
         items = "".join(f"<li>{esc(w)}</li>" for w in cmp["warnings"])
-        parts.append('<div class="warn" id="condition-warnings"><b>The recordings were made '
-                     "under different conditions.</b> The B/A ratios are withheld: they would "
-                     f"compare different workloads.<ul>{items}</ul></div>")
+        said = ("<b>The recordings are judged against different SLOs.</b> The B/A ratios of "
+                "SLO attainment, goodput and capacity are withheld: they would compare "
+                "different targets." if cmp["slo_only_differs"] else
+                "<b>The recordings were made under different conditions.</b> The B/A ratios "
+                "are withheld: they would compare different workloads.")
+        parts.append(f'<div class="warn" id="condition-warnings">{said}<ul>{items}</ul></div>')
     if cmp["notes"]:
         parts.append('<ul class="note">' + "".join(f"<li>{esc(n)}</li>" for n in cmp["notes"])
                      + "</ul>")
