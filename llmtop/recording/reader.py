@@ -378,6 +378,18 @@ class RecordingReader:
     def __iter__(self) -> Iterator[Event]:
         return self.events()
 
+    def _other_slo(self, second: dict[str, Any]) -> str:
+        """What a concatenated recording's own SLOs mean here, when they differ from the
+        first header's: every request is judged against the first's (QA: said nothing)."""
+        slo = second.get("slo")
+        if not isinstance(slo, dict):
+            return ""
+        theirs, _ = clean_slo(dict(slo))
+        if theirs == clean_slo(self.header.get("slo"))[0]:
+            return ""
+        return ("; its SLOs differ from the first header's, and every request here is "
+                "judged against the first's")
+
     def events(self) -> Iterator[Event]:
         """The recorded events in file order (each once: the reader is a single pass).
 
@@ -424,7 +436,8 @@ class RecordingReader:
                                 self.bench_steps.append(obj)
                         elif kind == "header":
                             self.bad_lines += 1  # a second header: two files concatenated
-                            self._problem("a second header (two recordings concatenated?)")
+                            self._problem("a second header (two recordings concatenated?)"
+                                          + self._other_slo(obj))
                         else:
                             self.unknown_lines += 1
                             self._problem(f"unknown line type {str(kind)[:30]!r}")
