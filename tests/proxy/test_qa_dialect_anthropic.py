@@ -34,17 +34,26 @@ def end(output_tokens: int) -> list[bytes]:
     ]
 
 
+def tool_start(index: int = 0, name: str = "get_time", tool_id: str = "toolu_1") -> bytes:
+    """The block that names a tool (its ``content_block_start``)."""
+    return ev("content_block_start", {"type": "content_block_start", "index": index,
+                                      "content_block": {"type": "tool_use", "id": tool_id,
+                                                        "name": name, "input": {}}})
+
+
+def tool_args(partial_json: str, index: int = 0) -> bytes:
+    return ev("content_block_delta", {"type": "content_block_delta", "index": index,
+                                      "delta": {"type": "input_json_delta",
+                                                "partial_json": partial_json}})
+
+
+def block_stop(index: int = 0) -> bytes:
+    return ev("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
 def noarg_tool(index: int = 0) -> list[bytes]:
     """What the API streams for a tool whose input is ``{}``."""
-    return [
-        ev("content_block_start", {"type": "content_block_start", "index": index,
-                                   "content_block": {"type": "tool_use", "id": "toolu_1",
-                                                     "name": "get_time", "input": {}}}),
-        ev("content_block_delta", {"type": "content_block_delta", "index": index,
-                                   "delta": {"type": "input_json_delta",
-                                             "partial_json": ""}}),
-        ev("content_block_stop", {"type": "content_block_stop", "index": index}),
-    ]
+    return [tool_start(index), tool_args("", index), block_stop(index)]
 
 
 def redacted(index: int = 0) -> list[bytes]:
@@ -74,16 +83,10 @@ def test_tool_call_without_arguments_is_content() -> None:
 def test_tool_call_with_arguments_counts_its_start_and_deltas_not_its_stop() -> None:
     chunks = [
         start(),
-        ev("content_block_start", {"type": "content_block_start", "index": 1,
-                                   "content_block": {"type": "tool_use", "id": "t",
-                                                     "name": "w", "input": {}}}),
-        ev("content_block_delta", {"type": "content_block_delta", "index": 1,
-                                   "delta": {"type": "input_json_delta",
-                                             "partial_json": ""}}),
-        ev("content_block_delta", {"type": "content_block_delta", "index": 1,
-                                   "delta": {"type": "input_json_delta",
-                                             "partial_json": "{\"a\": 1}"}}),
-        ev("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        tool_start(1, "w", "t"),
+        tool_args("", 1),
+        tool_args("{\"a\": 1}", 1),
+        block_stop(1),
         *end(5),
     ]
     out, _ = feed_all(chunks)
@@ -110,13 +113,9 @@ def test_tool_call_ttft_is_its_name_as_in_the_openai_dialect() -> None:
     ]
     an = [
         start(),
-        ev("content_block_start", {"type": "content_block_start", "index": 0,
-                                   "content_block": {"type": "tool_use", "id": "toolu_1",
-                                                     "name": "get_weather", "input": {}}}),
-        ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                   "delta": {"type": "input_json_delta",
-                                             "partial_json": "{\"city\": \"Oslo\"}"}}),
-        ev("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        tool_start(name="get_weather"),
+        tool_args("{\"city\": \"Oslo\"}"),
+        block_stop(),
         b"".join(end(9)),
     ]
     o = make_parser("openai", True, "text/event-stream")
@@ -222,14 +221,9 @@ def test_message_delta_resending_all_prompt_counts_replaces_them() -> None:
 async def test_tool_call_ttft_through_the_proxy_is_when_the_name_arrives() -> None:
     # the tool's name comes at once; its arguments GAP later: TTFT is the name's chunk
     gap = 0.15
-    named = ev("content_block_start", {"type": "content_block_start", "index": 0,
-                                       "content_block": {"type": "tool_use", "id": "toolu_1",
-                                                         "name": "get_weather",
-                                                         "input": {}}})
-    args = ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                      "delta": {"type": "input_json_delta",
-                                                "partial_json": "{\"city\": \"Oslo\"}"}})
-    stop = ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+    named = tool_start(name="get_weather")
+    args = tool_args("{\"city\": \"Oslo\"}")
+    stop = block_stop()
     chunks = [start() + named, args + stop, b"".join(end(9))]
     async with scripted_upstream() as up:
         up.script = Script(chunks=chunks, headers=SSE_HEADERS, gap_s=gap)
