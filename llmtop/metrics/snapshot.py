@@ -64,7 +64,7 @@ from llmtop.metrics.ingest import (
     M_TTFT,
     METRICS,
 )
-from llmtop.metrics.table import SERIES_SPAN, CountTable, SplitTable, group_id, group_stats
+from llmtop.metrics.table import SERIES_SPAN, SplitTable, group_id
 from llmtop.metrics.windows import WINDOWS
 
 if TYPE_CHECKING:
@@ -77,42 +77,43 @@ _ROW_METRICS: Final = (M_TTFT, M_ITL, M_TPOT, M_E2E)
 """Metrics with per-user and per-model histograms (chunk gaps: system only)."""
 
 
-def _series_percentiles(split: SplitTable, series: Sequence[int]
-                        ) -> dict[tuple[int, int], list[float | None]]:
-    """``{(metric, series): [p50, p95, p99] seconds or None}`` for the row metrics of many
-    series at once."""
-    out: dict[tuple[int, int], list[float | None]] = {}
-    if not series:
-        return out
+SYSTEM_PS: Final = (50.0, 90.0, 95.0, 99.0)
+"""Percentiles computed for the system's ``latency`` (a superset of :data:`ROW_PS`)."""
+_NO_SUMMARY: Final = {"count": 0, "p50": None, "p90": None, "p95": None, "p99": None,
+                      "max": None, "mean": None}
+
+
+def _percentiles(split: SplitTable, series: Sequence[int]
+                 ) -> tuple[dict[str, dict[str, Any]],
+                            dict[tuple[int, int], list[float | None]]]:
+    """The system's latency summaries — ``{name: {"count", "p50", "p90", "p95", "p99",
+    "max", "mean"}}`` (seconds) for every metric — and ``{(metric, series): [p50, p95,
+    p99] seconds or None}`` for the row metrics of ``series``: one grouped query for all
+    (each of its calls has a fixed cost that dominates at these sizes)."""
     sids = np.asarray(series, dtype=np.int64)
-    groups = np.concatenate([m * SERIES_SPAN + sids for m in _ROW_METRICS])
-    totals, values, _ = split.group_percentiles(groups, ROW_PS)
-    keys = [(m, sid) for m in _ROW_METRICS for sid in series]
+    n_sys = len(METRICS)
+    groups = np.concatenate([np.arange(n_sys, dtype=np.int64) * SERIES_SPAN,
+                             *(m * SERIES_SPAN + sids for m in _ROW_METRICS)])
+    totals_a, values, maxes_a = split.group_percentiles(groups, SYSTEM_PS)
+    sys_totals = totals_a[:n_sys]
+    means = (split.group_sums_exact(groups[:n_sys]) / np.maximum(sys_totals, 1)).tolist()
     rows: list[list[float | None]] = (values / 1e6).tolist()
-    empty: list[float | None] = [None, None, None]
-    for k, tot, row in zip(keys, totals.tolist(), rows, strict=True):
-        out[k] = row if tot else empty
-    return out
-
-
-def summaries(table: CountTable, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """``{name: {"count", "p50", "p90", "p95", "p99", "max", "mean"}}`` (seconds) for the
-    histograms packed in ``table`` (group ``j`` is ``names[j]``), in one vectorised pass."""
-    stats = group_stats(table, (50.0, 90.0, 95.0, 99.0))
-    out: dict[str, dict[str, Any]] = {}
-    rows = (stats.values / 1e6).tolist()
-    found = dict(zip(stats.groups.tolist(), range(len(stats.groups)), strict=True))
-    for j, name in enumerate(names):
-        i = found.get(j)
-        if i is None:
-            out[name] = {"count": 0, "p50": None, "p90": None, "p95": None, "p99": None,
-                         "max": None, "mean": None}
+    totals: list[int] = totals_a.tolist()
+    maxes: list[int] = maxes_a[:n_sys].tolist()
+    latency: dict[str, dict[str, Any]] = {}
+    for j, name in enumerate(METRICS):
+        if not totals[j]:
+            latency[name] = dict(_NO_SUMMARY)
             continue
-        p50, p90, p95, p99 = rows[i]
-        out[name] = {"count": int(stats.totals[i]), "p50": p50, "p90": p90, "p95": p95,
-                     "p99": p99, "max": int(stats.maxes[i]) / 1e6,
-                     "mean": float(stats.means[i]) / 1e6}
-    return out
+        p50, p90, p95, p99 = rows[j]
+        latency[name] = {"count": totals[j], "p50": p50, "p90": p90, "p95": p95,
+                         "p99": p99, "max": maxes[j] / 1e6, "mean": means[j] / 1e6}
+    out: dict[tuple[int, int], list[float | None]] = {}
+    empty: list[float | None] = [None, None, None]
+    keys = [(m, sid) for m in _ROW_METRICS for sid in series]
+    for k, tot, row in zip(keys, totals[n_sys:], rows[n_sys:], strict=True):
+        out[k] = [row[0], row[2], row[3]] if tot else empty
+    return latency, out
 
 
 def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
@@ -242,16 +243,17 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "waiting_max": int(view.conc_max[1]) if samples else None,
         "streaming_mean": mean(2),
     }
-    sys_table = split.extract([group_id(m, 0) for m in range(len(METRICS))])
-    latency = summaries(sys_table, METRICS)
-    encoded = dict(zip(METRICS, encode_many(sys_table.keys, sys_table.counts,
-                                            len(METRICS)), strict=True)) if histograms else None
+    encoded = None
+    if histograms:
+        sys_table = split.extract([group_id(m, 0) for m in range(len(METRICS))])
+        encoded = dict(zip(METRICS, encode_many(sys_table.keys, sys_table.counts,
+                                                len(METRICS)), strict=True))
 
     user_ids = [sid for sid in agg.users.tracked()
                 if counters[sid][C_REQ] or counters[sid][C_OUT] or sid in per_user_live]
     model_ids = [sid for sid in agg.models.tracked()
                  if counters[sid][C_REQ] or counters[sid][C_OUT]]
-    pv = _series_percentiles(split, user_ids + model_ids)
+    latency, pv = _percentiles(split, user_ids + model_ids)
     users: list[dict[str, Any]] = []
     for sid in user_ids:
         live = per_user_live.get(sid, [0, 0, 0])

@@ -45,6 +45,7 @@ class CountTable:
     counts: I64
     _cum0: I64 | None = field(default=None, compare=False, repr=False)
     _wcum0: F64 | None = field(default=None, compare=False, repr=False)
+    _mcum0: I64 | None = field(default=None, compare=False, repr=False)
 
     def cum0(self) -> I64:
         """``[0, c0, c0+c1, ...]``: counts with key ≤ ``keys[i]`` at ``i+1`` (cached)."""
@@ -63,6 +64,16 @@ class CountTable:
             object.__setattr__(self, "_wcum0", w)
             return w
         return self._wcum0
+
+    def mcum0(self) -> I64:
+        """Like :meth:`wcum0`, in exact integers (µs): sums that equal
+        :func:`group_stats`'s to the last bit (cached)."""
+        if self._mcum0 is None:
+            m = np.zeros(len(self.counts) + 1, dtype=np.int64)
+            np.cumsum(self.counts * MEDIAN_EQ[self.keys % COUNTS_LEN], out=m[1:])
+            object.__setattr__(self, "_mcum0", m)
+            return m
+        return self._mcum0
 
     def count_le(self, keys: I64) -> I64:
         """How many counts have a key ≤ each of ``keys`` (vectorised)."""
@@ -292,6 +303,19 @@ class SplitTable:
             lo = np.searchsorted(t.keys, groups * COUNTS_LEN, side="left")
             hi = np.searchsorted(t.keys, (groups + 1) * COUNTS_LEN, side="left")
             out += w[hi] - w[lo]
+        return out
+
+    def group_sums_exact(self, groups: I64) -> I64:
+        """Sum of the values (bucket midpoints, µs) of each group as exact integers: what
+        :func:`group_stats` sums (its means are these over the totals)."""
+        out = np.zeros(len(groups), dtype=np.int64)
+        n = len(groups)
+        bounds = np.concatenate([groups * COUNTS_LEN, (groups + 1) * COUNTS_LEN])
+        for t in (self.big, self.small):
+            if len(t) == 0:
+                continue
+            m = t.mcum0()[np.searchsorted(t.keys, bounds, side="left")]
+            out += m[n:] - m[:n]
         return out
 
     def group_percentiles(self, groups: I64, ps: Sequence[float]) -> tuple[I64, I64, I64]:

@@ -172,9 +172,11 @@ def test_split_table_queries_equal_the_merged_table(big: list, small: list, ps: 
     assert split.count_le(probe).tolist() == np.concatenate([[0], np.cumsum(merged.counts)])[
         want].tolist()
     sums = split.group_sums_us(groups)
-    for g, sm in zip(groups, sums, strict=True):
+    exact = split.group_sums_exact(groups)
+    for g, sm, ex in zip(groups, sums, exact, strict=True):
         idx, cnt = merged.group_slice(int(g) // SERIES_SPAN, int(g) % SERIES_SPAN)
         assert sm == (cnt * MEDIAN_EQ[idx]).sum()
+        assert ex == (cnt * MEDIAN_EQ[idx]).sum() and ex.dtype == np.int64
         bi, bc = split.group_hist(int(g) // SERIES_SPAN, int(g) % SERIES_SPAN)
         assert bi.tolist() == idx.tolist() and bc.tolist() == cnt.tolist()
     packed = split.extract(groups.tolist())
