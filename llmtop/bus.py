@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from llmtop.events import Event
+from llmtop.ticks import grid_delay
 
 SLICE_GAP_S = 0.002
 """The least free time the loop gets between two slices of a burst."""
@@ -95,9 +96,11 @@ class EventBus:
         at every turn, now for one slice at most. The records of a burst reach the metrics
         a little later instead (a 1,024-record burst: about a second)."""
         clock = time.perf_counter
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                await asyncio.sleep(interval_s)
+                # on the loop's shared grid: the metrics tick and the samplers wake with it
+                await asyncio.sleep(grid_delay(loop.time(), interval_s))
                 while True:
                     t = clock()
                     if self.drain(slice_events) < slice_events:

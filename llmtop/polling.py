@@ -10,6 +10,8 @@ from typing import Generic, TypeVar
 
 import aiohttp
 
+from llmtop.ticks import grid_delay
+
 T = TypeVar("T")
 
 
@@ -47,9 +49,12 @@ class Poller(ABC, Generic[T]):
     def explain(self, exc: Exception) -> str:
         return f"{self.url}: {type(exc).__name__}: {exc}"
 
-    def _delay(self) -> float:
+    def _delay(self, now: float) -> float:
+        """The wait before the next poll: to the next multiple of the interval on the
+        loop's clock (``now``) — the loop's other periodic tasks wake at the same instants
+        (:mod:`llmtop.ticks`) — or the back-off after failures."""
         if not self.failures:
-            return self._interval_s
+            return grid_delay(now, self._interval_s)
         return min(self._interval_s * 2.0 ** min(self.failures, 16), self._max_backoff_s)
 
     async def run(self) -> None:
@@ -59,6 +64,7 @@ class Poller(ABC, Generic[T]):
                    if own and self.ssl is not None
                    else aiohttp.ClientSession() if own else self._session)
         assert session is not None
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 try:
@@ -71,7 +77,7 @@ class Poller(ABC, Generic[T]):
                 else:
                     self.failures = 0
                     self.status = self.describe(result)
-                await asyncio.sleep(self._delay())
+                await asyncio.sleep(self._delay(loop.time()))
         finally:
             if own:
                 await session.close()

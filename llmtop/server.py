@@ -44,6 +44,7 @@ from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.writer import RecordingController
 from llmtop.saturation import SaturationMonitor
+from llmtop.ticks import grid_delay
 from llmtop.tls import upstream_ssl
 from llmtop.worker_procs import StartupErrorProxy, Supervisor, spawn_workers
 from llmtop.workers import (
@@ -54,6 +55,9 @@ from llmtop.workers import (
 )
 
 T = TypeVar("T")
+
+TICK_S = 0.5
+"""How often the metrics rotate their intervals; the detectors run every second tick."""
 
 
 class StartupError(RuntimeError):
@@ -206,10 +210,12 @@ class Observers:
             self.say(f"llmtop: recording to {cfg.recording.path}")
 
     async def _tick_loop(self) -> None:
-        """Rotate metric intervals twice a second; evaluate the detectors once a second."""
+        """Rotate metric intervals twice a second; evaluate the detectors once a second
+        (on the loop's shared grid: the bus pump wakes at the same instants)."""
         n = 0
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(grid_delay(loop.time(), TICK_S))
             self.aggregator.tick()
             n += 1
             if n % 2 == 0:

@@ -19,7 +19,7 @@ from llmtop.engines import (
     metrics_url_for,
     open_engine_scraper,
 )
-from llmtop.engines.scraper import MAX_BYTES
+from llmtop.engines.scraper import INLINE_PARSE_CHARS, MAX_BYTES
 from llmtop.events import EngineReading, Event
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
@@ -102,6 +102,31 @@ async def test_scrapes_fixture_over_socket_and_publishes() -> None:
     assert sc.latest is not None
     assert (sc.latest.t, sc.latest.kind, sc.latest.running) == (99.0, "vllm", 21.0)
     assert all(isinstance(e, EngineReading) for e in published) and len(published) >= 2
+
+
+@pytest.mark.parametrize("pad", [0, INLINE_PARSE_CHARS])
+async def test_small_exposition_parsed_on_the_loop_a_big_one_in_a_thread(
+        pad: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both read the same; only an exposition over INLINE_PARSE_CHARS goes to a thread
+    (a small one costs less to parse than the hand-off to a thread and back)."""
+    import llmtop.engines.scraper as scraper_mod
+
+    threads: list[object] = []
+    real = asyncio.to_thread
+
+    async def counting_to_thread(fn: Callable[..., object], *a: object) -> object:
+        threads.append(fn)
+        return await real(fn, *a)
+
+    monkeypatch.setattr(scraper_mod.asyncio, "to_thread", counting_to_thread)
+    text = (FIXTURES / "vllm_v1_metrics.txt").read_text()
+    srv = Server(text + "# padding\n" * (pad // 10 + 1) if pad else text)
+    async with serve(srv):
+        sc = EngineScraper(srv.base + "/metrics", None, lambda e: None, interval_s=0.02)
+        async with aiohttp.ClientSession() as session:
+            reading = await sc.scrape_once(session)
+    assert (reading.kind, reading.running) == ("vllm", 21.0)
+    assert len(threads) == (1 if pad else 0)
 
 
 async def test_404_backs_off_then_recovers() -> None:
