@@ -324,61 +324,102 @@ class SplitTable:
         Exactly hdrh's rule on the summed histogram. Values of empty groups are 0.
         """
         groups = np.asarray(groups, dtype=np.int64)
-        n_p = len(ps)
+        n_g, n_p = len(groups), len(ps)
         p_arr = np.minimum(np.asarray(ps, dtype=np.float64), 100.0)
-        lo_keys, hi_keys = groups * COUNTS_LEN, (groups + 1) * COUNTS_LEN
-        big_before = self.big.count_le(lo_keys - 1)
-        small_before = self.small.count_le(lo_keys - 1)
-        small_in = self.small.count_le(hi_keys - 1) - small_before
-        totals = self.big.count_le(hi_keys - 1) - big_before + small_in
+        lo_keys = groups * COUNTS_LEN
+        # per table, one search for both ends of every group: the keys below it, and the
+        # keys up to its last (keys are integers: ≤ hi - 1 is < hi, so the second also
+        # points just past each group's largest key, for the maxima)
+        bounds = np.concatenate([lo_keys - 1, lo_keys + (COUNTS_LEN - 1)])
+        big, small = self.big, self.small
+        b_pos = np.searchsorted(big.keys, bounds, side="right")
+        s_pos = np.searchsorted(small.keys, bounds, side="right")
+        b_cum, s_cum = big.cum0()[b_pos], small.cum0()[s_pos]
+        big_before, small_before = b_cum[:n_g], s_cum[:n_g]
+        big_in, small_in = b_cum[n_g:] - big_before, s_cum[n_g:] - small_before
+        totals = big_in + small_in
         t = np.maximum(np.floor(p_arr[None, :] * totals[:, None].astype(np.float64) / 100
                                 + 0.5), 1).astype(np.int64)
         # the combined count C(k) = big(≤k) + small(≤k) is monotone in k; the answer is the
         # first key of either table where C reaches before_big + before_small + t
-        target = (big_before + small_before)[:, None] + t
-        key_small = self._first_small_key(target.ravel())
-        key_big = self._first_big_key(
-            target.ravel(),
-            np.repeat(big_before, n_p) + t.ravel() - np.repeat(small_in, n_p),
-            np.repeat(big_before, n_p) + t.ravel(),
-        )
-        key = np.minimum(key_small, key_big)
-        gcol = np.repeat(groups, n_p)
-        idx = np.clip(key - gcol * COUNTS_LEN, 0, COUNTS_LEN - 1)
-        vals = np.where(np.tile(p_arr == 0, len(groups)), LOWEST_EQ[idx], HIGHEST_EQ[idx])
-        values = np.where(totals[:, None] > 0, vals.reshape(len(groups), n_p), 0)
-        maxes = np.zeros(len(groups), dtype=np.int64)
-        for tb in (self.big, self.small):
+        target = ((big_before + small_before)[:, None] + t).ravel()
+        # the big table's own cumulative count there lies in [cum_lo, cum_hi] (the small
+        # table adds 0..its count in the group)
+        cum_hi = (big_before[:, None] + t).ravel()
+        cum_lo = ((big_before - small_in)[:, None] + t).ravel()
+        ca = big.cum0()[1:]
+        lo = np.searchsorted(ca, cum_lo, side="left")
+        hi = np.searchsorted(ca, cum_hi, side="left")
+        key_small = self._first_small_key(target, np.repeat(s_pos[:n_g], n_p),
+                                          np.repeat(s_pos[n_g:], n_p), lo, hi)
+        key_big = self._first_big_key(target, lo, hi)
+        key = np.minimum(key_small, key_big).reshape(n_g, n_p)
+        idx = np.clip(key - lo_keys[:, None], 0, COUNTS_LEN - 1)
+        zero = p_arr == 0
+        vals = np.where(zero[None, :], LOWEST_EQ[idx], HIGHEST_EQ[idx]) if zero.any() \
+            else HIGHEST_EQ[idx]
+        values = np.where(totals[:, None] > 0, vals, 0)
+        maxes = np.zeros(n_g, dtype=np.int64)
+        for tb, pos in ((big, b_pos), (small, s_pos)):
             if len(tb) == 0:
                 continue
-            pos = np.searchsorted(tb.keys, hi_keys, side="left") - 1
-            k = tb.keys[np.maximum(pos, 0)]
-            inside = (pos >= 0) & (k >= lo_keys)
+            last = pos[n_g:] - 1  # the group's largest key, when it has one here
+            inside = last >= pos[:n_g]
+            k = tb.keys[np.maximum(last, 0)]
             m = np.where(inside, HIGHEST_EQ[np.clip(k - lo_keys, 0, COUNTS_LEN - 1)], 0)
             np.maximum(maxes, m, out=maxes)
         return totals, values.astype(np.int64), maxes
 
-    def _first_small_key(self, target: I64) -> I64:
-        none = np.full(len(target), np.iinfo(np.int64).max, dtype=np.int64)
-        s = self.small
-        if len(s) == 0:
-            return none
-        reach = s.cum0()[1:] + self.big.count_le(s.keys)  # C at each small key
-        j = np.searchsorted(reach, target, side="left")
-        return np.where(j < len(s), s.keys[np.minimum(j, len(s) - 1)], none)
+    def _first_small_key(self, target: I64, s_lo: I64, s_hi: I64,
+                         big_lo: I64, big_hi: I64) -> I64:
+        """First small key where C reaches ``target``, or int64 max where none does before
+        the big table's answer. The answer lies in its group (small indices ``s_lo`` to
+        ``s_hi``) and between the big keys at ``big_lo - 1`` and ``big_hi`` (the bounds of
+        the big search: C is below target at the one and reaches it at the other); only the
+        few small keys inside both bounds are looked at (C at every small key — a search
+        of the big table for each — was most of a snapshot's build)."""
+        s, a = self.small, self.big
+        m, n = len(s), len(a)
+        out = np.full(len(target), np.iinfo(np.int64).max, dtype=np.int64)
+        if m == 0:
+            return out
+        cs = s.cum0()[1:]
+        if n == 0:  # C is the small table's own count
+            j = np.searchsorted(cs, target, side="left")
+            return np.where(j < m, s.keys[np.minimum(j, m - 1)], out)
+        k_lo = np.where(big_lo > 0, a.keys[np.maximum(big_lo - 1, 0)], -1)
+        k_hi = np.where(big_hi < n, a.keys[np.minimum(big_hi, n - 1)], np.iinfo(np.int64).max)
+        start = np.maximum(np.searchsorted(s.keys, k_lo, side="right"), s_lo)
+        end = np.minimum(np.searchsorted(s.keys, k_hi, side="right"), s_hi)
+        some = np.flatnonzero(end > start)
+        if len(some) == 0:
+            return out
+        # every candidate of every search at once: C is monotone, so the first one reaching
+        # the target comes after as many that do not
+        st, en = start[some], end[some]
+        lens = en - st
+        offs = np.cumsum(lens) - lens
+        total = int(offs[-1] + lens[-1])
+        cand = np.arange(total) + np.repeat(st - offs, lens)
+        short = cs[cand] + a.count_le(s.keys[cand]) < np.repeat(target[some], lens)
+        below = np.zeros(total + 1, dtype=np.int64)
+        np.cumsum(short, out=below[1:])
+        j = st + below[offs + lens] - below[offs]
+        found = j < en
+        out[some[found]] = s.keys[j[found]]
+        return out
 
-    def _first_big_key(self, target: I64, cum_lo: I64, cum_hi: I64) -> I64:
-        """First big key where C reaches ``target``; the big table's own cumulative count
-        there lies in ``[cum_lo, cum_hi]`` (the small table adds 0..its count in the group),
-        which bounds a vectorised binary search."""
+    def _first_big_key(self, target: I64, lo: I64, hi: I64) -> I64:
+        """First big key where C reaches ``target``, searched between the big indices
+        ``lo`` and ``hi`` (where the big table's own cumulative count is at least the
+        lowest and the highest it can be there), a vectorised binary search."""
         a = self.big
         n = len(a)
         none = np.full(len(target), np.iinfo(np.int64).max, dtype=np.int64)
         if n == 0:
             return none
         ca = a.cum0()[1:]
-        lo = np.searchsorted(ca, cum_lo, side="left")
-        hi = np.searchsorted(ca, cum_hi, side="left")
+        lo, hi = lo.copy(), hi.copy()
         if len(self.small):
             todo = np.flatnonzero(lo < hi)  # only the still-open searches, each round
             while len(todo):
