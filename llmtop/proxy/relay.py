@@ -454,8 +454,10 @@ class RelaySink:
         if self._head and not self.done.done():
             self._write(b"")
 
-    def on_data(self, data: bytes) -> None:
-        # the hot path, once per upstream read: _write and _chunk inlined
+    def on_data(self, data: bytes, frame: bytes | None = None) -> None:
+        # the hot path, once per upstream read: _write and _chunk inlined. ``frame``: the
+        # upstream's own chunk around ``data`` (see BodySink.on_data): a chunked client is
+        # sent it as it is when nothing was removed from ``data``, not a copy framed anew
         if self.done.done():
             return
         strip = self._strip
@@ -469,7 +471,8 @@ class RelaySink:
                 self._settle(ClientGone("client disconnected"))
                 return
             if self._chunked:
-                out = b"%x\r\n%b\r\n" % (len(out), out)
+                out = (frame if frame is not None and out is data
+                       else b"%x\r\n%b\r\n" % (len(out), out))
             if self._head:
                 out = self._head + out
                 self._head = b""

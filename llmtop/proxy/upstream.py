@@ -58,8 +58,11 @@ IDLE_MAX: Final = 4096
 class BodySink(Protocol):
     """Receives a response body as it arrives (called from ``data_received``)."""
 
-    def on_data(self, data: bytes) -> None:
-        """Body bytes of one network read (de-framed, so without chunk headers)."""
+    def on_data(self, data: bytes, frame: bytes | None = None) -> None:
+        """Body bytes of one network read (de-framed, so without chunk headers).
+        ``frame``: the read itself when it was exactly one whole chunk of a chunked body
+        (``SIZE\\r\\n`` + ``data`` + ``\\r\\n``, the size in plain hex digits), which
+        a sink writing a chunked body may send on as it is."""
 
     def on_end(self) -> None:
         """The body is complete."""
@@ -79,7 +82,7 @@ class BufferSink:
         self.parts: list[bytes] = []
         self.done: asyncio.Future[bytes] = loop.create_future()
 
-    def on_data(self, data: bytes) -> None:
+    def on_data(self, data: bytes, frame: bytes | None = None) -> None:
         self.parts.append(data)
 
     def on_end(self) -> None:
@@ -214,7 +217,11 @@ class UpstreamConnection(asyncio.Protocol):
                                 size = 0
                             end = nl + 2 + size
                             if size and end + 2 == len(data) and data[end:] == b"\r\n":
-                                sink.on_data(data[nl + 2:end])
+                                # (int() also reads "0x1f": only plain hex is a frame the
+                                # client may be sent as it is)
+                                sink.on_data(data[nl + 2:end],
+                                             None if 0x78 in size_text or 0x58 in size_text
+                                             else data)
                                 return
                 self._body(data)
             else:
