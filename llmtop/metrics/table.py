@@ -31,6 +31,11 @@ F64 = npt.NDArray[np.float64]
 
 SERIES_SPAN: Final = 1 << 16
 """Series ids per metric (far above any bounded label set)."""
+_NARROW_STEPS: Final = 1
+"""Steps of :meth:`SplitTable._narrow` before the big search."""
+_ENUMERATE: Final = 2048
+""":meth:`SplitTable._first_big_key` evaluates every candidate left once there are at most
+this many (all searches together) instead of halving on."""
 
 
 def group_id(metric: int, series: int) -> int:
@@ -181,6 +186,23 @@ class CountTable:
 _EMPTY: Final = CountTable(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 _EMPTY.keys.flags.writeable = False
 _EMPTY.counts.flags.writeable = False
+
+
+def _short_of(first: I64, lens: I64, cum: I64, keys: I64, other: CountTable,
+              target: I64) -> I64:
+    """For each run of a table's indices ``first[i] .. first[i] + lens[i] - 1`` (``cum`` its
+    cumulative counts, ``keys`` its keys): how many at its start fall short of
+    ``target[i]`` in the sum with ``other`` — all runs in one pass. The sum's count is
+    monotone along a run, so its first index that reaches the target is ``first`` plus
+    that (``first + lens`` when none does)."""
+    offs = np.cumsum(lens) - lens
+    total = int(offs[-1] + lens[-1]) if len(lens) else 0
+    idx = np.arange(total) + np.repeat(first - offs, lens)
+    short = cum[idx] + other.count_le(keys[idx]) < np.repeat(target, lens)
+    below = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(short, out=below[1:])
+    out: I64 = below[offs + lens] - below[offs]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +372,8 @@ class SplitTable:
         ca = big.cum0()[1:]
         lo = np.searchsorted(ca, cum_lo, side="left")
         hi = np.searchsorted(ca, cum_hi, side="left")
+        if len(small) and len(big):
+            self._narrow(target, lo, hi)
         key_small = self._first_small_key(target, np.repeat(s_pos[:n_g], n_p),
                                           np.repeat(s_pos[n_g:], n_p), lo, hi)
         key_big = self._first_big_key(target, lo, hi)
@@ -369,6 +393,31 @@ class SplitTable:
             m = np.where(inside, HIGHEST_EQ[np.clip(k - lo_keys, 0, COUNTS_LEN - 1)], 0)
             np.maximum(maxes, m, out=maxes)
         return totals, values.astype(np.int64), maxes
+
+    def _narrow(self, target: I64, lo: I64, hi: I64) -> None:
+        """Tighten, in place, the big indices ``lo`` (every big key before it falls short
+        of ``target``) and ``hi`` (its key reaches it, or ``hi`` is ``len(big)``) between
+        which the big search looks: what the small table adds at the key ``hi`` (at most)
+        and at ``lo`` (at least) bounds what the big table must add. With the small table
+        a few seconds of a minute's data each step leaves a few percent of the range."""
+        a, small = self.big, self.small
+        n = len(a)
+        ca = a.cum0()[1:]
+        todo = np.flatnonzero(lo < hi)
+        for _ in range(_NARROW_STEPS):
+            if len(todo) == 0:
+                return
+            t, lt, ht = target[todo], lo[todo], hi[todo]
+            # up to ht's key the small table adds at most what it has there: a big count
+            # below the rest falls short
+            lt = np.maximum(lt, np.searchsorted(
+                ca, t - small.count_le(a.keys[np.minimum(ht, n - 1)]), side="left"))
+            # from lt on the small table adds at least what it has at lt's key: the first
+            # index past lt where the big count makes up the rest reaches the target
+            ht = np.minimum(ht, np.maximum(lt, np.searchsorted(
+                ca, t - small.count_le(a.keys[np.minimum(lt, n - 1)]), side="left")))
+            lo[todo], hi[todo] = lt, ht
+            todo = todo[lt < ht]
 
     def _first_small_key(self, target: I64, s_lo: I64, s_hi: I64,
                          big_lo: I64, big_hi: I64) -> I64:
@@ -394,25 +443,18 @@ class SplitTable:
         some = np.flatnonzero(end > start)
         if len(some) == 0:
             return out
-        # every candidate of every search at once: C is monotone, so the first one reaching
-        # the target comes after as many that do not
+        # every candidate of every search at once
         st, en = start[some], end[some]
-        lens = en - st
-        offs = np.cumsum(lens) - lens
-        total = int(offs[-1] + lens[-1])
-        cand = np.arange(total) + np.repeat(st - offs, lens)
-        short = cs[cand] + a.count_le(s.keys[cand]) < np.repeat(target[some], lens)
-        below = np.zeros(total + 1, dtype=np.int64)
-        np.cumsum(short, out=below[1:])
-        j = st + below[offs + lens] - below[offs]
+        j = st + _short_of(st, en - st, cs, s.keys, a, target[some])
         found = j < en
         out[some[found]] = s.keys[j[found]]
         return out
 
     def _first_big_key(self, target: I64, lo: I64, hi: I64) -> I64:
         """First big key where C reaches ``target``, searched between the big indices
-        ``lo`` and ``hi`` (where the big table's own cumulative count is at least the
-        lowest and the highest it can be there), a vectorised binary search."""
+        ``lo`` and ``hi`` (every big key before ``lo`` falls short, the one at ``hi``
+        reaches it, or ``hi`` is ``len(big)``): a vectorised binary search, down to a few
+        candidates evaluated at once."""
         a = self.big
         n = len(a)
         none = np.full(len(target), np.iinfo(np.int64).max, dtype=np.int64)
@@ -423,7 +465,14 @@ class SplitTable:
         if len(self.small):
             todo = np.flatnonzero(lo < hi)  # only the still-open searches, each round
             while len(todo):
-                mid = (lo[todo] + hi[todo]) // 2  # < hi ≤ n
+                lt, ht = lo[todo], hi[todo]
+                width = ht - lt
+                if int(width.sum()) <= _ENUMERATE:
+                    # few candidates left: all of them at once rather than a round each
+                    # halving (a round is some twenty numpy calls, whatever their size)
+                    lo[todo] = lt + _short_of(lt, width, ca, a.keys, self.small, target[todo])
+                    break
+                mid = lt + width // 2  # < hi ≤ n
                 reach = ca[mid] + self.small.count_le(a.keys[mid]) >= target[todo]
                 hi[todo[reach]] = mid[reach]
                 lo[todo[~reach]] = mid[~reach] + 1

@@ -184,3 +184,38 @@ def test_split_table_queries_equal_the_merged_table(big: list, small: list, ps: 
         idx, cnt = merged.group_slice(g // SERIES_SPAN, g % SERIES_SPAN)
         got_i, got_c = packed.group_slice(0, j)
         assert got_i.tolist() == idx.tolist() and got_c.tolist() == cnt.tolist()
+
+
+def test_split_table_percentiles_with_heavy_counts_equal_the_merged_table() -> None:
+    """Grouped percentiles of big + small where either table holds large counts in few keys
+    (the searches' bounds then span many keys of the other: the bounded search, its
+    narrowing steps and the all-at-once evaluation of what is left) equal the merged
+    table's, as do the exact sums."""
+    rng = np.random.default_rng(7)
+    ps = [0.0, 1.0, 10.0, 50.0, 90.0, 95.0, 99.0, 99.9, 100.0]
+
+    def table(groups: np.ndarray, n_max: int, w_max: int) -> CountTable:
+        n = int(rng.integers(0, n_max))
+        g = rng.choice(groups, n)
+        idx = rng.integers(0, int(rng.integers(1, 3000)), n)
+        return CountTable.from_keys(g * COUNTS_LEN + idx,
+                                    rng.integers(1, w_max + 1, n).astype(np.int64))
+
+    for _ in range(400):
+        groups = np.arange(int(rng.integers(1, 4))) * SERIES_SPAN + int(rng.integers(0, 3))
+        big = table(groups, int(rng.choice([5, 400])), int(rng.choice([1, 50])))
+        small = table(groups, int(rng.choice([5, 50, 400])), int(rng.choice([1, 5, 500])))
+        split = SplitTable(big, small)
+        merged = CountTable.merge([big, small])
+        asked = [float(p) for p in rng.choice(ps, int(rng.integers(1, 6)))]
+        totals, values, maxes = split.group_percentiles(groups, asked)
+        sums = split.group_sums_exact(groups)
+        stats = group_stats(merged, asked)
+        for g, tot, row, mx, sm in zip(groups, totals, values, maxes, sums, strict=True):
+            i = stats.lookup(int(g) // SERIES_SPAN, int(g) % SERIES_SPAN)
+            if i is None:
+                assert tot == 0 and mx == 0 and sm == 0
+                continue
+            assert (tot, mx) == (stats.totals[i], stats.maxes[i])
+            assert row.tolist() == stats.values[i].tolist()
+            assert sm / tot == stats.means[i]
