@@ -84,21 +84,24 @@ _NO_SUMMARY: Final = {"count": 0, "p50": None, "p90": None, "p95": None, "p99": 
 
 
 def _percentiles(split: SplitTable, series: Sequence[int]
-                 ) -> tuple[dict[str, dict[str, Any]],
-                            dict[tuple[int, int], list[float | None]]]:
+                 ) -> tuple[dict[str, dict[str, Any]], list[list[list[float | None]]]]:
     """The system's latency summaries — ``{name: {"count", "p50", "p90", "p95", "p99",
-    "max", "mean"}}`` (seconds) for every metric — and ``{(metric, series): [p50, p95,
-    p99] seconds or None}`` for the row metrics of ``series``: one grouped query for all
-    (each of its calls has a fixed cost that dominates at these sizes)."""
+    "max", "mean"}}`` (seconds) for every metric — and, per row metric (``_ROW_METRICS``
+    order), per series of ``series`` (same order), its values at :data:`SYSTEM_PS` in
+    seconds (``None`` where it has no samples): one grouped query for all (each of its calls
+    has a fixed cost that dominates at these sizes)."""
     sids = np.asarray(series, dtype=np.int64)
-    n_sys = len(METRICS)
+    n_sys, n_s = len(METRICS), len(series)
     groups = np.concatenate([np.arange(n_sys, dtype=np.int64) * SERIES_SPAN,
                              *(m * SERIES_SPAN + sids for m in _ROW_METRICS)])
     totals_a, values, maxes_a = split.group_percentiles(groups, SYSTEM_PS)
     sys_totals = totals_a[:n_sys]
     means = (split.group_sums_exact(groups[:n_sys]) / np.maximum(sys_totals, 1)).tolist()
     rows: list[list[float | None]] = (values / 1e6).tolist()
-    totals: list[int] = totals_a.tolist()
+    empty: list[float | None] = [None] * len(SYSTEM_PS)
+    for i in np.flatnonzero(totals_a == 0).tolist():
+        rows[i] = empty
+    totals: list[int] = sys_totals.tolist()
     maxes: list[int] = maxes_a[:n_sys].tolist()
     latency: dict[str, dict[str, Any]] = {}
     for j, name in enumerate(METRICS):
@@ -108,12 +111,9 @@ def _percentiles(split: SplitTable, series: Sequence[int]
         p50, p90, p95, p99 = rows[j]
         latency[name] = {"count": totals[j], "p50": p50, "p90": p90, "p95": p95,
                          "p99": p99, "max": maxes[j] / 1e6, "mean": means[j] / 1e6}
-    out: dict[tuple[int, int], list[float | None]] = {}
-    empty: list[float | None] = [None, None, None]
-    keys = [(m, sid) for m in _ROW_METRICS for sid in series]
-    for k, tot, row in zip(keys, totals[n_sys:], rows[n_sys:], strict=True):
-        out[k] = [row[0], row[2], row[3]] if tot else empty
-    return latency, out
+    per_metric = [rows[n_sys + r * n_s:n_sys + (r + 1) * n_s]
+                  for r in range(len(_ROW_METRICS))]
+    return latency, per_metric
 
 
 def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
@@ -253,11 +253,12 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
                 if counters[sid][C_REQ] or counters[sid][C_OUT] or sid in per_user_live]
     model_ids = [sid for sid in agg.models.tracked()
                  if counters[sid][C_REQ] or counters[sid][C_OUT]]
-    latency, pv = _percentiles(split, user_ids + model_ids)
+    latency, (p_ttft, p_itl, p_tpot, p_e2e) = _percentiles(split, user_ids + model_ids)
+    # values at SYSTEM_PS: p50, p95 and p99 are [0], [2] and [3]
     users: list[dict[str, Any]] = []
-    for sid in user_ids:
+    for i, sid in enumerate(user_ids):
         live = per_user_live.get(sid, [0, 0, 0])
-        ttft, itl = pv[(M_TTFT, sid)], pv[(M_ITL, sid)]
+        ttft, itl = p_ttft[i], p_itl[i]
         row: dict[str, Any] = {
             "user": agg.users.names[sid],
             "in_flight": live[0],
@@ -265,13 +266,13 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
             "streaming": live[2],
             **_rates(counters[sid], span),
             "ttft_p50": ttft[0],
-            "ttft_p95": ttft[1],
-            "ttft_p99": ttft[2],
+            "ttft_p95": ttft[2],
+            "ttft_p99": ttft[3],
             "itl_p50": itl[0],
-            "itl_p95": itl[1],
-            "itl_p99": itl[2],
-            "tpot_p95": pv[(M_TPOT, sid)][1],
-            "e2e_p95": pv[(M_E2E, sid)][1],
+            "itl_p95": itl[2],
+            "itl_p99": itl[3],
+            "tpot_p95": p_tpot[i][2],
+            "e2e_p95": p_e2e[i][2],
             "tracked": sid != agg.users.other_id,
         }
         users.append(row)
@@ -289,12 +290,12 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         {
             "model": agg.models.names[sid],
             **_rates(counters[sid], span),
-            "ttft_p95": pv[(M_TTFT, sid)][1],
-            "itl_p95": pv[(M_ITL, sid)][1],
-            "e2e_p95": pv[(M_E2E, sid)][1],
+            "ttft_p95": p_ttft[i][2],
+            "itl_p95": p_itl[i][2],
+            "e2e_p95": p_e2e[i][2],
             "tracked": sid != agg.models.other_id,
         }
-        for sid in model_ids
+        for i, sid in enumerate(model_ids, start=len(user_ids))
     ]
     models.sort(key=lambda m: (-m["output_tps"], -m["requests"], m["model"]))
 
