@@ -150,8 +150,13 @@ def main() -> int:
     # then ~1% of the figure
     frames = [b"%x\r\n%b\r\n" % (len(e), e) for e in per_event[:1] + content * 500]
 
+    # a busy upstream (firehose) or a slow reader: several whole chunks in one read
+    fours = [b"".join(frames[i:i + 4]) for i in range(0, len(frames), 4)]
+
     async def forwarding() -> None:
         measure("forwarding path (relay), long answer, per read", frames, relay,
+                args.seconds)
+        measure("forwarding path (relay), 4 chunks per read, per read", fours, relay,
                 args.seconds)
 
     asyncio.run(forwarding())

@@ -354,7 +354,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if mode == 2:
             try:
-                payload, done = self._dechunk(data)
+                payload, done, whole = self._dechunk(data)
             except MalformedResponse as exc:
                 self._state = _CLOSED
                 self.abort()
@@ -363,7 +363,7 @@ class UpstreamConnection(asyncio.Protocol):
             if done:
                 self._finish(self._reusable, payload)
             elif payload:
-                sink.on_data(payload)
+                sink.on_data(payload, data if whole else None)
             return
         if mode == 3:
             if data:
@@ -371,18 +371,21 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self._finish(self._reusable)  # no body
 
-    def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
-        """The payload bytes in ``data`` and whether the last chunk (and trailers) ended."""
+    def _dechunk(self, data: bytes) -> tuple[bytes, bool, bool]:
+        """The payload bytes in ``data``, whether the last chunk (and trailers) ended, and
+        whether ``data`` was whole chunks only, from a chunk boundary to one, each size in
+        plain hex digits (a chunked client may then be sent ``data`` as it is)."""
         n = len(data)
         left = self._left
         if left >= n and not self._crlf:  # all of it inside one chunk: no copy
             self._left = left - n
             if self._left == 0:
                 self._crlf = 2
-            return data, False
+            return data, False, False
         # (a read that is exactly one whole chunk was taken by data_received)
         out: list[bytes] = []
         pos = 0
+        whole = True  # only whole plain chunks so far, from a boundary
         while pos < n:
             if not self._left and not self._crlf and not self._line and not self._trailers:
                 # at a chunk boundary: take whole "SIZE\r\nDATA\r\n" frames in a tight loop
@@ -398,10 +401,13 @@ class UpstreamConnection(asyncio.Protocol):
                         if size > 0 and end + 2 <= n and data[end:end + 2] == b"\r\n":
                             out.append(data[nl + 2:end])
                             pos = end + 2
+                            if whole and (0x78 in size_text or 0x58 in size_text):
+                                whole = False  # "0x1f": int() reads it, HTTP does not
                             continue
                         if size == 0 and nl + 4 == n and data.endswith(b"\r\n\r\n"):
                             # the last chunk, no trailers, ends this read: "0\r\n\r\n"
-                            return (out[0] if len(out) == 1 else b"".join(out)), True
+                            return (out[0] if len(out) == 1 else b"".join(out)), True, False
+            whole = False  # a part of a chunk, a CRLF, a size line or trailers
             if self._left:
                 take = min(self._left, n - pos)
                 out.append(data[pos:pos + take])
@@ -429,7 +435,7 @@ class UpstreamConnection(asyncio.Protocol):
                     if not line:  # the blank line after the trailers: done
                         if pos < n:
                             self._reusable = False  # bytes after the response
-                        return b"".join(out), True
+                        return b"".join(out), True, False
                     continue
                 size_text = line.split(b";", 1)[0].strip()
                 try:
@@ -443,7 +449,7 @@ class UpstreamConnection(asyncio.Protocol):
                     self._trailers = True
                 else:
                     self._left = size
-        return (out[0] if len(out) == 1 else b"".join(out)), False
+        return (out[0] if len(out) == 1 else b"".join(out)), False, whole
 
     def _finish(self, reusable: bool, last: bytes = b"") -> None:
         """The response ended; ``last`` is body bytes that came with its end."""

@@ -73,6 +73,45 @@ def test_one_event_per_read_equals_one_byte_per_read(events: list[bytes]) -> Non
     assert whole_events == bytewise
 
 
+@settings(max_examples=400, deadline=None)
+@given(events=st.lists(_event(), min_size=1, max_size=12),
+       cuts=st.lists(st.integers(1, 4), min_size=12, max_size=12))
+def test_several_events_per_read_equal_one_byte_per_read(events: list[bytes],
+                                                         cuts: list[int]) -> None:
+    """Reads of several whole events (a busy upstream's; the fast path for plain ones)
+    report per read what the events report fed byte by byte, summed."""
+    groups: list[list[bytes]] = []
+    i = 0
+    for k in cuts:
+        if i >= len(events):
+            break
+        groups.append(events[i:i + k])
+        i += k
+    per_read, state = _run([[b"".join(g)] for g in groups])
+    per_event, bstate = _run([[e[j : j + 1] for j in range(len(e))] for g in groups for e in g])
+    summed: list[tuple[int, int]] = []
+    j = 0
+    for g in groups:
+        part = per_event[j:j + len(g)]
+        summed.append((sum(a for a, _ in part), sum(b for _, b in part)))
+        j += len(g)
+    summed.append(per_event[-1])
+    assert (per_read, state) == (summed, bstate)
+
+
+def test_plain_events_several_per_read_after_the_first() -> None:
+    p = OpenAIStreamParser()
+    role = b"data: " + _c({"role": "assistant"}) + b"\n\n"
+    text = [b"data: " + _c({"content": c}) + b"\n\n" for c in "abc"]
+    empty = b"data:" + _c({"content": ""}) + b"\n\n"
+    assert p.feed(role) == (0, 0)
+    assert p.feed(text[0] + empty + text[1] + text[2]) == (3, 3)
+    assert p.feed(empty + empty) == (0, 0)
+    # one of them an error: the whole read goes the full way, the error is seen
+    assert p.feed(text[0] + b'data: {"error":{"message":"Overloaded"}}\n\n') == (1, 1)
+    assert p.error == "Overloaded"
+
+
 def test_malformed_event_mid_stream_is_still_detected_on_whole_event_reads() -> None:
     p = OpenAIStreamParser()
     assert p.feed(b"data: " + _c({"role": "assistant"}) + b"\n\n") == (0, 0)

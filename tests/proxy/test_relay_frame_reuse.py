@@ -1,5 +1,5 @@
-"""A chunked upstream's chunk goes to a chunked client as the upstream framed it, when
-the read held exactly that chunk and nothing was removed from it (the relay writes the
+"""A chunked upstream's chunks go to a chunked client as the upstream framed them, when
+the read held whole chunks only and nothing was removed from them (the relay writes the
 read as it is instead of framing a copy anew); a size written as ``0x..`` — which
 Python's ``int(…, 16)`` reads but HTTP does not allow — is framed anew, plainly."""
 
@@ -18,7 +18,8 @@ HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 @contextlib.asynccontextmanager
 async def upstream(frames: list[bytes]) -> AsyncIterator[str]:
     """Answers one request with HEAD, then each of ``frames`` in a write of its own (a
-    pause between them, so each is one read at the proxy), then the last chunk."""
+    pause between them, so each is one read at the proxy; a frame may hold several
+    chunks), then the last chunk."""
 
     async def on_conn(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         head = await r.readuntil(b"\r\n\r\n")
@@ -77,3 +78,40 @@ async def test_chunks_keep_the_upstream_framing_and_a_0x_size_is_framed_anew() -
     assert b"0x" not in wire
     assert wire == frames[0] + anew + b"".join(frames[2:]) + b"0\r\n\r\n"
     assert rec.outcome == "ok" and rec.completion_tokens is not None
+
+
+def _dechunk(wire: bytes) -> bytes:
+    out, pos = b"", 0
+    while True:
+        nl = wire.index(b"\r\n", pos)
+        size = int(wire[pos:nl], 16)
+        if size == 0:
+            return out
+        out += wire[nl + 2:nl + 2 + size]
+        pos = nl + 4 + size
+
+
+async def test_a_read_of_several_whole_chunks_goes_out_as_the_upstream_framed_them() -> None:
+    events = openai_chunks(["a", "b", "c", "d", "e", "f"])
+    one = [b"%X\r\n%b\r\n" % (len(e), e) for e in events]
+    frames = [b"".join(one[:3]), b"".join(one[3:])]  # three chunks in each write
+    async with upstream(frames) as up, running_proxy(up) as (_, url, recs):
+        wire = await _wire(url)
+        (rec,) = await recs.wait(1)
+    assert wire == b"".join(frames) + b"0\r\n\r\n"  # upper-case sizes: not framed anew
+    assert rec.outcome == "ok"
+    assert len(rec.chunk_offsets_s) == 2  # two reads with content: two chunk times
+
+
+async def test_several_chunks_one_with_a_0x_size_are_framed_anew_as_one() -> None:
+    events = openai_chunks(["a", "b", "c"])
+    frames = [b"%x\r\n%b\r\n" % (len(events[0]), events[0])
+              + b"0x%x\r\n%b\r\n" % (len(events[1]), events[1])
+              + b"%x\r\n%b\r\n" % (len(events[2]), events[2])]
+    async with upstream(frames) as up, running_proxy(up) as (_, url, recs):
+        wire = await _wire(url)
+        await recs.wait(1)
+    assert b"0x" not in wire
+    payload = b"".join(events[:3])
+    assert wire == b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload)
+    assert _dechunk(wire) == payload
