@@ -219,14 +219,17 @@ class ActiveRequest:
         the last chunk, so a stream that stalls shows a falling rate (measured to its last
         chunk, a 40 tok/s stream read 40 tok/s through a 20 s stall); ``None`` before a
         second token."""
+        # the relay (another thread) writes these while a row is built: each is read once,
+        # so that one row never says both "waiting" and a TTFT, or counts tokens twice
+        ft, tokens, chunks = self.first_token_ns, self.tokens, self.chunks
         age = (now_ns - self.t0_ns) / 1e9
-        ttft = None if self.first_token_ns is None else (self.first_token_ns - self.t0_ns) / 1e9
+        ttft = None if ft is None else (ft - self.t0_ns) / 1e9
         tps = None
-        if self.first_token_ns is not None and self.tokens > 1:
-            # the relay (another thread) may have written a chunk after ``now_ns`` was read
+        if ft is not None and tokens > 1:
+            # a chunk may have been written after ``now_ns`` was read
             end = max(now_ns, self.last_chunk_ns or 0)
-            dt = (end - self.first_token_ns) / 1e9
-            tps = (self.tokens - 1) / dt if dt > 0 else None
+            dt = (end - ft) / 1e9
+            tps = (tokens - 1) / dt if dt > 0 else None
         return {
             "type": "request",
             "id": self.id,
@@ -237,14 +240,14 @@ class ActiveRequest:
             "stream": self.stream,
             "status": None,
             "outcome": None,
-            "state": self.state,
+            "state": "waiting" if ft is None else "streaming",
             "t_start": self.t_start,
             "age_s": age,
             "ttft_s": ttft,
             "e2e_s": None,
             "prompt_tokens": None,
-            "chunks": self.chunks,
-            "completion_tokens": self.tokens,
+            "chunks": chunks,
+            "completion_tokens": tokens,
             "token_source": "chunks",
             "tps": tps,
             "concurrency_at_start": self.concurrency_at_start,

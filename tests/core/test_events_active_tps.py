@@ -62,3 +62,30 @@ async def test_the_admin_api_lists_the_stalled_rate() -> None:
         await runner.cleanup()
     assert [x["state"] for x in rows] == ["streaming"]
     assert 1.5 < rows[0]["tps"] < 40 / 21 + 0.01  # 20 s without a chunk: ~1.9, not 40
+
+
+class _FirstTokenMidRow(ActiveRequest):
+    """The relay's thread writes the first token while a row is being built: the first
+    read of ``first_token_ns`` sees None, every later one the time."""
+
+    __slots__ = ("_ft", "_ft_reads")
+
+    @property  # type: ignore[override]
+    def first_token_ns(self) -> int | None:
+        self._ft_reads = getattr(self, "_ft_reads", 0) + 1
+        return None if self._ft_reads == 1 else self._ft
+
+    @first_token_ns.setter
+    def first_token_ns(self, value: int | None) -> None:
+        self._ft = 1 * S if value is None else value
+
+
+def test_a_row_is_consistent_when_the_first_token_lands_while_it_is_built() -> None:
+    a = _FirstTokenMidRow("r1", "alice", "m", "openai", "/v1", True, t_start=1.7e9, t0_ns=0,
+                          chunks=1, tokens=1)
+    row = a.to_json_dict(2 * S)
+    # one reading of first_token_ns for the whole row: waiting and no TTFT (it was: state
+    # "streaming" beside ttft_s None, read before and after the relay's write)
+    assert (row["state"], row["ttft_s"]) == ("waiting", None)
+    row = a.to_json_dict(2 * S)
+    assert (row["state"], row["ttft_s"]) == ("streaming", 1.0)
