@@ -552,9 +552,13 @@ class SaturationMonitor:
         p50 = sig.itl_p50(now, win)
         if p50 is None or sig.gaps_in(now, win).size < 20:
             return None
-        events = [f for f in sig.finished_in(now, 2 * win)
+        # a first token in the window means an end in it too: the window's own list (made
+        # once a tick for the other checks) holds them all, not one twice as long
+        events = [f for f in sig.finished_in(now, win)
                   if (f.prompt_tokens or 0) >= long_min and f.t_first is not None
                   and f.t_first >= now - win]
+        if not events:  # (most ticks: the streams around them are not looked for)
+            return None
         streams = [r for r in sig.finished_in(now, 3 * win) if r.chunk_t.size >= 3]
         spikes: list[float] = []
         stalled = 0
