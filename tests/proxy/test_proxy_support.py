@@ -187,6 +187,18 @@ async def running_proxy(
         await proxy.shutdown(1.0)
 
 
+def dechunk(wire: bytes) -> bytes:
+    """The payload of a chunked body as it came off the wire (up to its last chunk)."""
+    out, pos = b"", 0
+    while True:
+        nl = wire.index(b"\r\n", pos)
+        size = int(wire[pos:nl], 16)
+        if size == 0:
+            return out
+        out += wire[nl + 2:nl + 2 + size]
+        pos = nl + 4 + size
+
+
 def sha(parts: Sequence[bytes]) -> str:
     return hashlib.sha256(b"".join(parts)).hexdigest()
 

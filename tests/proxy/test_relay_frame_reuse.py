@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from test_proxy_support import openai_chunks, running_proxy
+from test_proxy_support import dechunk, openai_chunks, running_proxy
 
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n")
@@ -80,16 +80,6 @@ async def test_chunks_keep_the_upstream_framing_and_a_0x_size_is_framed_anew() -
     assert rec.outcome == "ok" and rec.completion_tokens is not None
 
 
-def _dechunk(wire: bytes) -> bytes:
-    out, pos = b"", 0
-    while True:
-        nl = wire.index(b"\r\n", pos)
-        size = int(wire[pos:nl], 16)
-        if size == 0:
-            return out
-        out += wire[nl + 2:nl + 2 + size]
-        pos = nl + 4 + size
-
 
 async def test_a_read_of_several_whole_chunks_goes_out_as_the_upstream_framed_them() -> None:
     events = openai_chunks(["a", "b", "c", "d", "e", "f"])
@@ -114,4 +104,4 @@ async def test_several_chunks_one_with_a_0x_size_are_framed_anew_as_one() -> Non
     assert b"0x" not in wire
     payload = b"".join(events[:3])
     assert wire == b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload)
-    assert _dechunk(wire) == payload
+    assert dechunk(wire) == payload

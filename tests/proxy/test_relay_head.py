@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from test_proxy_support import Script, openai_chunks, running_proxy, scripted_upstream
+from test_proxy_support import Script, dechunk, openai_chunks, running_proxy, scripted_upstream
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
@@ -37,18 +37,6 @@ async def _until_close(url: str, request: bytes) -> bytes:
     raw = await asyncio.wait_for(reader.read(-1), 5)
     writer.close()
     return raw
-
-
-
-def _dechunk(wire: bytes) -> bytes:
-    out, pos = b"", 0
-    while True:
-        nl = wire.index(b"\r\n", pos)
-        size = int(wire[pos:nl], 16)
-        if size == 0:
-            return out
-        out += wire[nl + 2:nl + 2 + size]
-        pos = nl + 4 + size
 
 
 async def test_stream_head_then_body_and_the_connection_is_reused() -> None:
@@ -81,7 +69,7 @@ async def test_stream_head_then_body_and_the_connection_is_reused() -> None:
         assert ("Date", "Tue, 01 Dec 2026 10:00:00 GMT") in fields  # the upstream's own
         assert "content-length" not in names and "connection" not in names
         assert names.count("date") == 1 and names.count("server") == 1
-        assert _dechunk(wire) == b"".join(chunks)
+        assert dechunk(wire) == b"".join(chunks)
     assert [r.outcome for r in got] == ["ok", "ok"]
     assert all(r.e2e_s >= r.chunk_offsets_s[-1] for r in got)
 
@@ -181,7 +169,7 @@ async def test_last_bytes_and_the_end_of_the_body_in_one_upstream_write() -> Non
         writer.close()
         (rec,) = await recs.wait(1)
     assert got_head.startswith(b"HTTP/1.1 200 OK\r\n")
-    assert _dechunk(wire) == one + two
+    assert dechunk(wire) == one + two
     assert rec.outcome == "ok" and rec.status == 200
 
 
