@@ -49,7 +49,6 @@ class CountTable:
     keys: I64
     counts: I64
     _cum0: I64 | None = field(default=None, compare=False, repr=False)
-    _wcum0: F64 | None = field(default=None, compare=False, repr=False)
     _mcum0: I64 | None = field(default=None, compare=False, repr=False)
 
     def cum0(self) -> I64:
@@ -61,18 +60,9 @@ class CountTable:
             return c
         return self._cum0
 
-    def wcum0(self) -> F64:
-        """Like :meth:`cum0`, of count × bucket midpoint (µs): for sums and means (cached)."""
-        if self._wcum0 is None:
-            w = np.zeros(len(self.counts) + 1, dtype=np.float64)
-            np.cumsum(self.counts * MEDIAN_EQ[self.keys % COUNTS_LEN], out=w[1:])
-            object.__setattr__(self, "_wcum0", w)
-            return w
-        return self._wcum0
-
     def mcum0(self) -> I64:
-        """Like :meth:`wcum0`, in exact integers (µs): sums that equal
-        :func:`group_stats`'s to the last bit (cached)."""
+        """Like :meth:`cum0`, of count × bucket midpoint (µs), in exact integers: for sums
+        and means that equal :func:`group_stats`'s to the last bit (cached)."""
         if self._mcum0 is None:
             m = np.zeros(len(self.counts) + 1, dtype=np.int64)
             np.cumsum(self.counts * MEDIAN_EQ[self.keys % COUNTS_LEN], out=m[1:])
@@ -316,16 +306,9 @@ class SplitTable:
         return lo, hi - lo
 
     def group_sums_us(self, groups: I64) -> F64:
-        """Sum of the values (bucket midpoints, µs) of each group."""
-        out = np.zeros(len(groups))
-        for t in (self.big, self.small):
-            if len(t) == 0:
-                continue
-            w = t.wcum0()
-            lo = np.searchsorted(t.keys, groups * COUNTS_LEN, side="left")
-            hi = np.searchsorted(t.keys, (groups + 1) * COUNTS_LEN, side="left")
-            out += w[hi] - w[lo]
-        return out
+        """Sum of the values (bucket midpoints, µs) of each group (:meth:`group_sums_exact`
+        as floats)."""
+        return self.group_sums_exact(groups).astype(np.float64)
 
     def group_sums_exact(self, groups: I64) -> I64:
         """Sum of the values (bucket midpoints, µs) of each group as exact integers: what
