@@ -456,8 +456,8 @@ class RelaySink:
 
     def on_data(self, data: bytes, frame: bytes | None = None) -> None:
         # the hot path, once per upstream read: _write and _chunk inlined. ``frame``: the
-        # upstream's own chunk around ``data`` (see BodySink.on_data): a chunked client is
-        # sent it as it is when nothing was removed from ``data``, not a copy framed anew
+        # upstream's own chunks holding ``data`` (see BodySink.on_data): a chunked client is
+        # sent them as they are when nothing was removed from ``data``, not a copy framed anew
         if self.done.done():
             return
         strip = self._strip

@@ -60,9 +60,10 @@ class BodySink(Protocol):
 
     def on_data(self, data: bytes, frame: bytes | None = None) -> None:
         """Body bytes of one network read (de-framed, so without chunk headers).
-        ``frame``: the read itself when it was exactly one whole chunk of a chunked body
-        (``SIZE\\r\\n`` + ``data`` + ``\\r\\n``, the size in plain hex digits), which
-        a sink writing a chunked body may send on as it is."""
+        ``frame``: the read itself when it was whole chunks of a chunked body and nothing
+        else (``SIZE\\r\\n`` + payload + ``\\r\\n`` each, the sizes in plain hex digits,
+        the payloads together ``data``), which a sink writing a chunked body may send on as
+        it is."""
 
     def on_end(self) -> None:
         """The body is complete."""
