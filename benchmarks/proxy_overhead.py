@@ -38,7 +38,14 @@ machine: the targets are ratios to nginx in the same run.
 
     python benchmarks/proxy_overhead.py [--duration 5] [--levels 1,64,256]
         [--modes paced,firehose] [--max-tokens 32] [--bare] [--no-nginx] [--splice]
-        [--json OUT]
+        [--pin] [--variant ENV=VALUE] [--json OUT]
+
+``--pin`` puts the proxies under test (llmtop, nginx, the splice) on the last CPU and
+the load generator and the simulator on the others (``sched_setaffinity``): each proxy
+then has a core no client competes for. ``--variant ENV=VALUE`` adds a row "variant": a
+second ``llmtop run`` with that environment variable set, interleaved with the others —
+an A/B in one run (two runs differ by more than most changes do: the engine's step timing
+and the machine's other work move the p99s by milliseconds).
 
 ``--splice`` adds a reference row, not a target: a 1:1 TCP splice on uvloop that writes
 every read to the other side unchanged — what any Python forwarder pays before it does
@@ -255,10 +262,12 @@ class Proc:
     """A child process that prints ``PREFIX URL`` once it listens."""
 
     def __init__(self, cmd: list[str], prefix: str | None, env: dict[str, str] | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, cpus: set[int] | None = None) -> None:
         self.cmd = cmd
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env, start_new_session=True)
+                                     text=True, env=env, start_new_session=True,
+                                     preexec_fn=pin)
         self.url = ""
         self.lines: list[str] = []
         if prefix is None:
@@ -323,14 +332,14 @@ def ensure_nginx() -> tuple[str | None, str]:
     return (found, "") if os.path.exists(found) else (None, "nginx still missing after apt-get")
 
 
-def start_nginx(binary: str, upstream: str, tmp: Path) -> Proc:
+def start_nginx(binary: str, upstream: str, tmp: Path, cpus: set[int] | None = None) -> Proc:
     port = _free_port()
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (tmp / sub).mkdir(exist_ok=True)
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream.removeprefix("http://"),
                                       port=port))
-    proc = Proc([binary, "-c", str(conf), "-p", str(tmp)], None)
+    proc = Proc([binary, "-c", str(conf), "-p", str(tmp)], None, cpus=cpus)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
@@ -656,6 +665,17 @@ def verdict(mode: str, level_rows: dict[int, dict[str, Result]]) -> list[str]:
         if n > 1 and ll.rss_kib_per_stream is not None:
             check(f"{n} streams: RSS per open stream <= 64 KiB", ll.rss_kib_per_stream <= 64,
                   f"{ll.rss_kib_per_stream:.1f} KiB")
+        va = by.get("variant")
+        if va is not None and n > 1:
+            # not a target: the same llmtop with one environment variable changed, in the
+            # same run (an A/B whose two sides meet the same machine and engine timing)
+            out.append(f"[{mode}] info {n} streams: variant vs llmtop: added chunk delay "
+                       f"p50 {ms(added(va, d, 'chunk_delay', 50))} vs "
+                       f"{ms(added(ll, d, 'chunk_delay', 50))}, p99 "
+                       f"{ms(added(va, d, 'chunk_delay', 99))} vs {ms(c99)} ms; TTFT p99 "
+                       f"{ms(added(va, d, 'ttft_over', 99))} vs {ms(a99)} ms; coalesced "
+                       f"{va.coalesced} vs {ll.coalesced}; CPU "
+                       f"{va.cpu_us_per_chunk or 0:.1f} vs {ll.cpu_us_per_chunk or 0:.1f} us/chunk")
         sp = by.get("splice")
         if n > 1 and sp is not None and sp.cpu_us_per_chunk and ll.cpu_us_per_chunk:
             # not a target: how much of llmtop's cost any Python forwarder pays
@@ -711,7 +731,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
     procs: list[Proc] = []
     proxies: list[Proc] = []
     try:
-        sim = Proc(sim_cmd, "llmtop: sim listening on ", env)
+        load_cpus, proxy_cpus = args.pin if args.pin else (None, None)
+        sim = Proc(sim_cmd, "llmtop: sim listening on ", env, cpus=load_cpus)
         procs.append(sim)
 
         async def start_proxies() -> dict[str, tuple[str, Proc | None]]:
@@ -723,21 +744,29 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 p.stop()
             proxies.clear()
             if args.bare:
-                llm = Proc([py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env)
+                llm = Proc([py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env,
+                           cpus=proxy_cpus)
             else:
                 llm = Proc([py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
                             "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-                           "llmtop: proxy listening on ", env)
+                           "llmtop: proxy listening on ", env, cpus=proxy_cpus)
             proxies.append(llm)
             targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None),
                                                             "llmtop": (llm.url, llm)}
+            if args.variant:
+                key, _, value = args.variant.partition("=")
+                var = Proc([py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
+                            "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+                           "llmtop: proxy listening on ", {**env, key: value}, cpus=proxy_cpus)
+                proxies.append(var)
+                targets["variant"] = (var.url, var)
             if nginx_bin:
-                ngx = start_nginx(nginx_bin, sim.url, tmp / mode)
+                ngx = start_nginx(nginx_bin, sim.url, tmp / mode, proxy_cpus)
                 proxies.append(ngx)
                 targets["nginx"] = (ngx.url, ngx)
             if args.splice:
                 spl = Proc([py, "-c", SPLICE_PROXY, sim.url], "llmtop: proxy listening on ",
-                           env)
+                           env, cpus=proxy_cpus)
                 proxies.append(spl)
                 targets["splice"] = (spl.url, spl)
             for url, _ in targets.values():
@@ -746,8 +775,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
 
         rows: list[tuple[Result, Result]] = []
         level_rows: dict[int, dict[str, Result]] = {}
-        order = (["direct", "llmtop"] + (["nginx"] if nginx_bin else [])
-                 + (["splice"] if args.splice else []))
+        order = (["direct", "llmtop"] + (["variant"] if args.variant else [])
+                 + (["nginx"] if nginx_bin else []) + (["splice"] if args.splice else []))
         async with aiohttp.ClientSession() as session:
             for li, n in enumerate(args.levels):
                 targets = await start_proxies()
@@ -835,8 +864,25 @@ def main() -> int:
     p.add_argument("--splice", action="store_true",
                    help="also measure a bare uvloop TCP splice (no parsing, no timestamps): "
                         "the floor of any Python forwarder, for reference")
+    p.add_argument("--pin", action="store_true",
+                   help="the proxy under test (llmtop, nginx, splice) on the last CPU, and the "
+                        "load generator and the simulator on the others (sched_setaffinity): "
+                        "the proxies then compete with no client for their core")
+    p.add_argument("--variant", metavar="ENV=VALUE",
+                   help="also measure a second llmtop run with this environment variable set "
+                        "(row 'variant', interleaved with the others: an A/B in one run)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args()
+    if args.variant is not None and "=" not in args.variant:
+        p.error("--variant: ENV=VALUE")
+    if args.variant and args.bare:
+        p.error("--variant measures llmtop run, not --bare")
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            p.error(f"--pin needs at least 2 CPUs (this process may use {len(cpus)})")
+        args.pin = (set(cpus[:-1]), {cpus[-1]})
+        os.sched_setaffinity(0, args.pin[0])  # the load generator (this process)
     try:
         args.levels = [int(x) for x in args.levels.split(",") if x]
         args.modes = [m for m in args.modes.split(",") if m]
