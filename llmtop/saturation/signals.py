@@ -11,13 +11,15 @@ llmtop.metrics).
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from llmtop.config import SloConfig
 from llmtop.events import (
@@ -28,7 +30,7 @@ from llmtop.events import (
     RequestRecord,
     counter_rise,
 )
-from llmtop.metrics.slo import FLOAT_SLACK_S, request_itl_p95
+from llmtop.metrics.slo import grouped_itl_within, request_itl_p95
 
 
 @dataclass(slots=True, eq=False)
@@ -43,12 +45,20 @@ class Finished:
     status: int
     ttft_s: float | None
     e2e_s: float
-    itl_p95_s: float | None
+    itl_missed: bool
+    """Its own ITL P95 broke the SLO's limit (:func:`itl_p95` above it; never without a
+    limit or without ITL samples)."""
     tokens: int
     prompt_tokens: int | None
-    chunk_t: np.ndarray
-    """Unix time of every content chunk (float64)."""
+    offsets: tuple[float, ...]
+    """Its content chunks' times, seconds from ``t_start`` (the record's)."""
     upstream_unreachable: bool
+
+    @property
+    def chunk_t(self) -> np.ndarray:
+        """Unix time of every content chunk (float64; made when asked: most requests are
+        never looked at chunk by chunk)."""
+        return self.t_start + np.asarray(self.offsets, dtype=float)
 
     @property
     def t_first(self) -> float | None:
@@ -118,6 +128,42 @@ def itl_p95(rec: RequestRecord) -> float | None:
     return request_itl_p95(rec)
 
 
+def itl_missed(records: Sequence[RequestRecord], limit: float) -> npt.NDArray[np.bool_]:
+    """Per record: whether its ITL P95 (:func:`itl_p95`) is above ``limit`` (+
+    :data:`~llmtop.metrics.slo.FLOAT_SLACK_S`) — the same samples (a chunk of k tokens
+    after a gap g gives k samples of g/k, a chunk without a count 1, k <= 0 none; none of
+    a non-streamed answer) and the same rank rule, counted for a whole batch by
+    :func:`~llmtop.metrics.slo.grouped_itl_within` instead of sorted record by record
+    (numpy's fixed cost per call, paid once a batch: a firehose's batches hold hundreds)."""
+    n = len(records)
+    lens = [len(r.chunk_offsets_s) if r.stream else 0 for r in records]
+    total = sum(lens)
+    if total < 2:
+        return np.zeros(n, dtype=bool)
+    lens_a = np.array(lens, dtype=np.int64)
+    offs = np.fromiter(itertools.chain.from_iterable(
+        r.chunk_offsets_s for r in records if r.stream), np.float64, total)
+    toks: list[int] | None = None
+    at = 0
+    for r, m in zip(records, lens, strict=True):
+        t = r.chunk_tokens
+        if m and (len(t) > m or t.count(1) != len(t)):
+            if toks is None:
+                toks = [1] * total
+            toks[at:at + min(len(t), m)] = t[:m]
+        at += m
+    inside = np.ones(total, dtype=bool)  # a chunk with an earlier one in its record
+    inside[(np.cumsum(lens_a) - lens_a)[lens_a > 0]] = False
+    hp = inside[1:]
+    gaps = np.diff(offs)[hp]
+    k = np.ones(len(gaps), dtype=np.int64) if toks is None else \
+        np.array(toks[1:], dtype=np.int64)[hp]
+    rec = np.repeat(np.arange(n, dtype=np.int64), lens_a)[1:][hp]
+    missed: npt.NDArray[np.bool_] = ~grouped_itl_within(
+        rec, np.divide(gaps, np.maximum(k, 1)), k, n, limit)
+    return missed
+
+
 def is_unreachable(rec: RequestRecord) -> bool:
     """The proxy could not connect to the upstream for this request: refused (its 502) or
     the connect timed out (its 504 — a host that drops connection attempts is as down as
@@ -169,16 +215,23 @@ class Signals:
     # -- input ---------------------------------------------------------------------------
 
     def on_events(self, batch: Iterable[Event]) -> None:
+        records: list[RequestRecord] = []
         for ev in batch:
             if isinstance(ev, RequestRecord):
-                self._on_record(ev)
+                records.append(ev)
             elif isinstance(ev, EngineReading):
                 self.engine = ev
                 self.engine_history.append(ev)
             elif isinstance(ev, GpuReading):
                 self.gpus[ev.index] = ev
+        if records:
+            limit = self.slo.itl_p95_s
+            missed = [False] * len(records) if limit is None else \
+                itl_missed(records, limit).tolist()
+            for ev, miss in zip(records, missed, strict=True):
+                self._on_record(ev, miss)
 
-    def _on_record(self, ev: RequestRecord) -> None:
+    def _on_record(self, ev: RequestRecord, itl_miss: bool) -> None:
         t_end = ev.t_start + ev.e2e_s
         unreachable = is_unreachable(ev)
         f = Finished(
@@ -190,10 +243,10 @@ class Signals:
             # latency (the metrics leave it out of TTFT and its objective too)
             ttft_s=ev.ttft_s if ev.stream else None,
             e2e_s=ev.e2e_s,
-            itl_p95_s=itl_p95(ev),
+            itl_missed=itl_miss,
             tokens=ev.completion_tokens or 0,
             prompt_tokens=ev.prompt_tokens,
-            chunk_t=ev.t_start + np.asarray(ev.chunk_offsets_s, dtype=float),
+            offsets=ev.chunk_offsets_s,
             upstream_unreachable=unreachable,
         )
         self.finished.append(f)
@@ -211,9 +264,7 @@ class Signals:
             tally.answered += 1
             tally.ok_ttft += not ev.stream or (f.ttft_s is not None and (
                 slo.ttft_s is None or f.ttft_s <= slo.ttft_s))
-            # a one-token answer has no ITL to miss
-            tally.ok_itl += f.itl_p95_s is None or slo.itl_p95_s is None or \
-                f.itl_p95_s <= slo.itl_p95_s + FLOAT_SLACK_S
+            tally.ok_itl += not itl_miss  # a one-token answer has no ITL to miss
             tally.ok_e2e += slo.e2e_s is None or f.e2e_s <= slo.e2e_s
         elif ev.outcome == "cancelled":
             # judged on each objective it had already broken, as llmtop.metrics.slo does:
@@ -221,13 +272,11 @@ class Signals:
             slo = self.slo
             waited = f.e2e_s if f.ttft_s is None else f.ttft_s
             ttft = slo.ttft_s is not None and ev.stream and waited > slo.ttft_s
-            itl = slo.itl_p95_s is not None and f.itl_p95_s is not None and \
-                f.itl_p95_s > slo.itl_p95_s + FLOAT_SLACK_S
             e2e = slo.e2e_s is not None and f.e2e_s > slo.e2e_s
-            if ttft or itl or e2e:
+            if ttft or itl_miss or e2e:
                 tally = self._tally_for(t_end)
                 tally.gave_up_ttft += ttft
-                tally.gave_up_itl += itl
+                tally.gave_up_itl += itl_miss
                 tally.gave_up_e2e += e2e
 
     def _tally_for(self, t: float) -> Tally:
@@ -355,18 +404,23 @@ class Signals:
         key = ("gaps", now, window_s)
         got: np.ndarray | None = self._memo.get(key)
         if got is None:
-            parts: list[np.ndarray] = []
+            picked: list[Finished] = []
             total = 0
             for f in reversed(self.finished_in(now, window_s)):
-                if f.chunk_t.size > 1:
-                    parts.append(f.chunk_t)
-                    total += f.chunk_t.size - 1
-                    if total >= self.MAX_GAPS:
+                m = len(f.offsets)
+                if m > 1:
+                    picked.append(f)
+                    total += m
+                    if total - len(picked) >= self.MAX_GAPS:
                         break
-            if parts:
-                times = np.concatenate(parts)
-                ends = np.cumsum([p.size for p in parts])[:-1] - 1  # last chunk of each
-                got = np.delete(np.diff(times), ends)
+            if picked:
+                # every picked request's chunk times (unix, as chunk_t makes them) in one
+                # array, then the differences that stay inside a request
+                lens = np.array([len(f.offsets) for f in picked], dtype=np.int64)
+                offs = np.fromiter(itertools.chain.from_iterable(f.offsets for f in picked),
+                                   np.float64, total)
+                times = offs + np.repeat(np.array([f.t_start for f in picked]), lens)
+                got = np.delete(np.diff(times), np.cumsum(lens)[:-1] - 1)
             else:
                 got = np.empty(0)
             self._memo[key] = got
