@@ -17,6 +17,7 @@ the whole table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -31,11 +32,11 @@ F64 = npt.NDArray[np.float64]
 
 SERIES_SPAN: Final = 1 << 16
 """Series ids per metric (far above any bounded label set)."""
-_NARROW_STEPS: Final = 1
-"""Steps of :meth:`SplitTable._narrow` before the big search."""
-_ENUMERATE: Final = 2048
-""":meth:`SplitTable._first_big_key` evaluates every candidate left once there are at most
-this many (all searches together) instead of halving on."""
+_NONE: Final = np.iinfo(np.int64).max
+"""No key (a search past a table's end)."""
+_BLOCK_MIN: Final = 6
+""":meth:`SplitTable._first_small` searches in blocks when they would hold at least this
+many keys (smaller ones save fewer searches than their extra numpy calls cost)."""
 
 
 def group_id(metric: int, series: int) -> int:
@@ -178,23 +179,6 @@ _EMPTY.keys.flags.writeable = False
 _EMPTY.counts.flags.writeable = False
 
 
-def _short_of(first: I64, lens: I64, cum: I64, keys: I64, other: CountTable,
-              target: I64) -> I64:
-    """For each run of a table's indices ``first[i] .. first[i] + lens[i] - 1`` (``cum`` its
-    cumulative counts, ``keys`` its keys): how many at its start fall short of
-    ``target[i]`` in the sum with ``other`` — all runs in one pass. The sum's count is
-    monotone along a run, so its first index that reaches the target is ``first`` plus
-    that (``first + lens`` when none does)."""
-    offs = np.cumsum(lens) - lens
-    total = int(offs[-1] + lens[-1]) if len(lens) else 0
-    idx = np.arange(total) + np.repeat(first - offs, lens)
-    short = cum[idx] + other.count_le(keys[idx]) < np.repeat(target, lens)
-    below = np.zeros(total + 1, dtype=np.int64)
-    np.cumsum(short, out=below[1:])
-    out: I64 = below[offs + lens] - below[offs]
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class GroupStats:
     """Per-group summary of a table: one row per (metric, series) group present.
@@ -254,8 +238,9 @@ def group_stats(table: CountTable, ps: Sequence[float]) -> GroupStats:
 class SplitTable:
     """A window's histograms as a big table (the running sum of completed intervals, with
     cached prefix sums) plus a small one (the intervals still open), queried as their sum
-    without building it: percentiles and bucket counts cost ``O(groups · log n)``, not
-    ``O(n)``. :meth:`merged` builds the sum when really needed (tests, exact exports).
+    without building it: bucket counts cost ``O(groups · log n)`` and percentiles a search
+    of (some of) the small table's keys in the big one besides, not a merge of the two.
+    :meth:`merged` builds the sum when really needed (tests, exact exports).
     """
 
     big: CountTable
@@ -327,138 +312,83 @@ class SplitTable:
         """For each group: ``(total count, values at ps (µs) [G, P], max (µs))``.
 
         Exactly hdrh's rule on the summed histogram. Values of empty groups are 0.
+        The maximum is the value at 100 % (the group's largest key), searched with the
+        others as one more column.
         """
         groups = np.asarray(groups, dtype=np.int64)
         n_g, n_p = len(groups), len(ps)
-        p_arr = np.minimum(np.asarray(ps, dtype=np.float64), 100.0)
-        lo_keys = groups * COUNTS_LEN
-        # per table, one search for both ends of every group: the keys below it, and the
-        # keys up to its last (keys are integers: ≤ hi - 1 is < hi, so the second also
-        # points just past each group's largest key, for the maxima)
-        bounds = np.concatenate([lo_keys - 1, lo_keys + (COUNTS_LEN - 1)])
         big, small = self.big, self.small
-        b_pos = np.searchsorted(big.keys, bounds, side="right")
-        s_pos = np.searchsorted(small.keys, bounds, side="right")
-        b_cum, s_cum = big.cum0()[b_pos], small.cum0()[s_pos]
-        big_before, small_before = b_cum[:n_g], s_cum[:n_g]
-        big_in, small_in = b_cum[n_g:] - big_before, s_cum[n_g:] - small_before
-        totals = big_in + small_in
+        lo_keys = groups * COUNTS_LEN
+        bounds = np.concatenate([lo_keys, lo_keys + COUNTS_LEN])
+        b_cum = big.cum0()[big.keys.searchsorted(bounds)]
+        s_cum = small.cum0()[small.keys.searchsorted(bounds)]
+        before = b_cum[:n_g] + s_cum[:n_g]
+        totals = b_cum[n_g:] + s_cum[n_g:] - before
+        p_arr = np.minimum(np.array([*ps, 100.0], dtype=np.float64), 100.0)
         t = np.maximum(np.floor(p_arr[None, :] * totals[:, None].astype(np.float64) / 100
                                 + 0.5), 1).astype(np.int64)
-        # the combined count C(k) = big(≤k) + small(≤k) is monotone in k; the answer is the
-        # first key of either table where C reaches before_big + before_small + t
-        target = ((big_before + small_before)[:, None] + t).ravel()
-        # the big table's own cumulative count there lies in [cum_lo, cum_hi] (the small
-        # table adds 0..its count in the group)
-        cum_hi = (big_before[:, None] + t).ravel()
-        cum_lo = ((big_before - small_in)[:, None] + t).ravel()
-        ca = big.cum0()[1:]
-        lo = np.searchsorted(ca, cum_lo, side="left")
-        hi = np.searchsorted(ca, cum_hi, side="left")
-        if len(small) and len(big):
-            self._narrow(target, lo, hi)
-        key_small = self._first_small_key(target, np.repeat(s_pos[:n_g], n_p),
-                                          np.repeat(s_pos[n_g:], n_p), lo, hi)
-        key_big = self._first_big_key(target, lo, hi)
-        key = np.minimum(key_small, key_big).reshape(n_g, n_p)
+        key = self._first_keys((before[:, None] + t).ravel()).reshape(n_g, n_p + 1)
         idx = np.clip(key - lo_keys[:, None], 0, COUNTS_LEN - 1)
         zero = p_arr == 0
         vals = np.where(zero[None, :], LOWEST_EQ[idx], HIGHEST_EQ[idx]) if zero.any() \
             else HIGHEST_EQ[idx]
-        values = np.where(totals[:, None] > 0, vals, 0)
-        maxes = np.zeros(n_g, dtype=np.int64)
-        for tb, pos in ((big, b_pos), (small, s_pos)):
-            if len(tb) == 0:
-                continue
-            last = pos[n_g:] - 1  # the group's largest key, when it has one here
-            inside = last >= pos[:n_g]
-            k = tb.keys[np.maximum(last, 0)]
-            m = np.where(inside, HIGHEST_EQ[np.clip(k - lo_keys, 0, COUNTS_LEN - 1)], 0)
-            np.maximum(maxes, m, out=maxes)
-        return totals, values.astype(np.int64), maxes
+        values = np.where(totals[:, None] > 0, vals, 0).astype(np.int64)
+        return totals, values[:, :n_p], values[:, n_p]
 
-    def _narrow(self, target: I64, lo: I64, hi: I64) -> None:
-        """Tighten, in place, the big indices ``lo`` (every big key before it falls short
-        of ``target``) and ``hi`` (its key reaches it, or ``hi`` is ``len(big)``) between
-        which the big search looks: what the small table adds at the key ``hi`` (at most)
-        and at ``lo`` (at least) bounds what the big table must add. With the small table
-        a few seconds of a minute's data each step leaves a few percent of the range."""
-        a, small = self.big, self.small
-        n = len(a)
-        ca = a.cum0()[1:]
-        todo = np.flatnonzero(lo < hi)
-        for _ in range(_NARROW_STEPS):
-            if len(todo) == 0:
-                return
-            t, lt, ht = target[todo], lo[todo], hi[todo]
-            # up to ht's key the small table adds at most what it has there: a big count
-            # below the rest falls short
-            lt = np.maximum(lt, np.searchsorted(
-                ca, t - small.count_le(a.keys[np.minimum(ht, n - 1)]), side="left"))
-            # from lt on the small table adds at least what it has at lt's key: the first
-            # index past lt where the big count makes up the rest reaches the target
-            ht = np.minimum(ht, np.maximum(lt, np.searchsorted(
-                ca, t - small.count_le(a.keys[np.minimum(lt, n - 1)]), side="left")))
-            lo[todo], hi[todo] = lt, ht
-            todo = todo[lt < ht]
+    def _first_keys(self, target: I64) -> I64:
+        """For each of ``target``: the first key of either table where the summed count
+        ``C(k) = big(≤k) + small(≤k)`` reaches it (int64 max where none does).
 
-    def _first_small_key(self, target: I64, s_lo: I64, s_hi: I64,
-                         big_lo: I64, big_hi: I64) -> I64:
-        """First small key where C reaches ``target``, or int64 max where none does before
-        the big table's answer. The answer lies in its group (small indices ``s_lo`` to
-        ``s_hi``) and between the big keys at ``big_lo - 1`` and ``big_hi`` (the bounds of
-        the big search: C is below target at the one and reaches it at the other); only the
-        few small keys inside both bounds are looked at (C at every small key — a search
-        of the big table for each — was most of a snapshot's build)."""
+        The first small key ``s[j]`` reaching the target comes from ``C`` at the small keys
+        (:meth:`_first_small`). Between ``s[j-1]`` (short of it) and ``s[j]`` the small
+        count is fixed (``small.cum0()[j]``), so the first big key where the big count
+        makes up the rest reaches the target if it lies before ``s[j]`` (it lies past
+        ``s[j-1]``: ``C`` there falls short), and the answer is the smaller of the two
+        keys. Some fifteen numpy calls whatever the targets: the bounded searches of both
+        tables this replaces took some eighty, each a fixed cost that dominated at a
+        proxy's sizes (thousands of keys), on caches gone cold since the last build."""
+        a, s = self.big, self.small
+        rest, key_s = target, None
+        if len(s):
+            j = self._first_small(target)
+            rest = target - s.cum0()[j]
+            key_s = _key_at(s.keys, j)
+        if not len(a):
+            return key_s if key_s is not None else np.full(len(target), _NONE, dtype=np.int64)
+        key_b = _key_at(a.keys, a.cum0()[1:].searchsorted(rest))
+        return key_b if key_s is None else np.minimum(key_s, key_b)
+
+    def _first_small(self, target: I64) -> I64:
+        """For each of ``target``: the first small index where ``C`` reaches it
+        (``len(small)`` where none does). ``C`` at a small key is its own cumulative count
+        plus a search in the big table; a large small table (10,000 keys of widely spread
+        latencies in the last 2 s) is searched in two steps instead of at every key: ``C`` at
+        the last key of every block of ``k`` finds each target's block, then the ``k`` keys
+        of that block only (~2·√(keys·targets) searches rather than one per key)."""
         s, a = self.small, self.big
-        m, n = len(s), len(a)
-        out = np.full(len(target), np.iinfo(np.int64).max, dtype=np.int64)
-        if m == 0:
-            return out
-        cs = s.cum0()[1:]
-        if n == 0:  # C is the small table's own count
-            j = np.searchsorted(cs, target, side="left")
-            return np.where(j < m, s.keys[np.minimum(j, m - 1)], out)
-        k_lo = np.where(big_lo > 0, a.keys[np.maximum(big_lo - 1, 0)], -1)
-        k_hi = np.where(big_hi < n, a.keys[np.minimum(big_hi, n - 1)], np.iinfo(np.int64).max)
-        start = np.maximum(np.searchsorted(s.keys, k_lo, side="right"), s_lo)
-        end = np.minimum(np.searchsorted(s.keys, k_hi, side="right"), s_hi)
-        some = np.flatnonzero(end > start)
-        if len(some) == 0:
-            return out
-        # every candidate of every search at once
-        st, en = start[some], end[some]
-        j = st + _short_of(st, en - st, cs, s.keys, a, target[some])
-        found = j < en
-        out[some[found]] = s.keys[j[found]]
+        m = len(s)
+        k = math.isqrt(m // max(len(target), 1))
+        if k < _BLOCK_MIN:  # C at every small key
+            c_s = s.cum0()[1:] + a.cum0()[a.keys.searchsorted(s.keys, side="right")]
+            every: I64 = c_s.searchsorted(target)
+            return every
+        # the block of each target's first reaching key: past the last whole block, the
+        # keys after it (a partial block, or none reaches the target: all fall short)
+        block = _count_at(s, a, np.arange(k - 1, m, k)).searchsorted(target)
+        idx = np.minimum(block[:, None] * k + np.arange(k), m - 1)
+        short = (_count_at(s, a, idx) < target[:, None]).sum(axis=1)
+        out: I64 = np.minimum(block * k + short, m)
         return out
 
-    def _first_big_key(self, target: I64, lo: I64, hi: I64) -> I64:
-        """First big key where C reaches ``target``, searched between the big indices
-        ``lo`` and ``hi`` (every big key before ``lo`` falls short, the one at ``hi``
-        reaches it, or ``hi`` is ``len(big)``): a vectorised binary search, down to a few
-        candidates evaluated at once."""
-        a = self.big
-        n = len(a)
-        none = np.full(len(target), np.iinfo(np.int64).max, dtype=np.int64)
-        if n == 0:
-            return none
-        ca = a.cum0()[1:]
-        lo, hi = lo.copy(), hi.copy()
-        if len(self.small):
-            todo = np.flatnonzero(lo < hi)  # only the still-open searches, each round
-            while len(todo):
-                lt, ht = lo[todo], hi[todo]
-                width = ht - lt
-                if int(width.sum()) <= _ENUMERATE:
-                    # few candidates left: all of them at once rather than a round each
-                    # halving (a round is some twenty numpy calls, whatever their size)
-                    lo[todo] = lt + _short_of(lt, width, ca, a.keys, self.small, target[todo])
-                    break
-                mid = lt + width // 2  # < hi ≤ n
-                reach = ca[mid] + self.small.count_le(a.keys[mid]) >= target[todo]
-                hi[todo[reach]] = mid[reach]
-                lo[todo[~reach]] = mid[~reach] + 1
-                todo = todo[lo[todo] < hi[todo]]
-        found = lo < n
-        return np.where(found, a.keys[np.minimum(lo, n - 1)], none)
+
+def _count_at(t: CountTable, other: CountTable, i: I64) -> I64:
+    """``C`` at ``t``'s keys ``i``: counts with a key up to each in ``t`` and ``other``."""
+    out: I64 = t.cum0()[i + 1] + other.cum0()[other.keys.searchsorted(t.keys[i], side="right")]
+    return out
+
+
+def _key_at(keys: I64, i: I64) -> I64:
+    """``keys[i]``, int64 max where ``i`` is past the end (``keys`` not empty)."""
+    n = len(keys)
+    out: I64 = np.where(i < n, keys[np.minimum(i, n - 1)], _NONE)
+    return out
