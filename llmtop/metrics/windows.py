@@ -99,6 +99,33 @@ class WindowView:
 
 
 @dataclass(slots=True)
+class _Closed:
+    """A window's data but the current fine interval's: what its views add that to."""
+
+    table: CountTable
+    counters: I64
+    conc_sum: F64
+    conc_max: F64
+
+    @staticmethod
+    def of(run: _Running, ring: list[Interval], open_: list[Interval]) -> _Closed:
+        """``run`` (a running sum of intervals; ``ring``: those intervals, for their
+        concurrency) plus the intervals ``open_``. Concurrency sums add in the order
+        ``ring``, ``open_``, then (in the view) the current interval: as they always did."""
+        assert run.counters is not None
+        counters = run.counters.copy()
+        conc_sum = np.zeros(len(CONC_FIELDS) + 1)
+        conc_max = np.zeros(len(CONC_FIELDS))
+        for p in open_:
+            counters += p.counters
+        for p in [*ring, *open_]:
+            conc_sum += p.conc_sum
+            np.maximum(conc_max, p.conc_max, out=conc_max)
+        table = CountTable.merge([run.table, *(p.table for p in open_)])
+        return _Closed(table, counters, conc_sum, conc_max)
+
+
+@dataclass(slots=True)
 class _Running:
     table: CountTable = field(default_factory=CountTable.empty)
     counters: I64 | None = None
@@ -130,12 +157,14 @@ class Windows:
         self.all = Interval.new(start, start, shape)
         self.generation = 0
         """Bumped whenever any data or interval changes (cache key for snapshots)."""
-        self._closed_sums: dict[int | None, CountTable] = {}
+        self._closed_sums: dict[int | None, _Closed] = {}
         """Per window: its completed intervals plus the open coarse interval, summed (what
         changes only when a fine interval closes). A view then queries this table and the
         current fine interval, instead of merging the open intervals at every view and
         searching a small table of up to 10 s of data (60 s window, 64 users: a snapshot
-        ~1.5 ms cheaper)."""
+        ~1.5 ms cheaper); its counters and concurrency are this sum's plus the current
+        interval's (three numpy calls, not a copy and two for each of up to eight
+        intervals)."""
 
     def _zero_running(self) -> _Running:
         return _Running(CountTable.empty(), np.zeros(self.shape, dtype=np.int64))
@@ -156,6 +185,9 @@ class Windows:
         a correction the shorter windows take back later (the aggregator's live-token
         debt)."""
         self.all.counters[:, column] += values
+        closed = self._closed_sums.get(None)  # "all" is the one window holding them
+        if closed is not None:
+            closed.counters[:, column] += values
         self.generation += 1
 
     def sample(self, values: tuple[float, ...]) -> None:
@@ -238,41 +270,32 @@ class Windows:
         """The data of a window (``None`` = all) as of ``now`` (after :meth:`advance`)."""
         cur = self.cur
         if window_s == 10:
-            ring: list[Interval] = list(self.fine_ring)
-            run = self.run[10]
-            partial = [cur]
             start = cur.start - FINE_N * FINE_S
         elif window_s in _COARSE_FOR:
-            k = _COARSE_FOR[window_s]
-            ring = list(self.coarse_ring)[-k:]
-            run = self.run[window_s]
-            partial = [self.coarse_cur, cur]
-            start = self.coarse_cur.start - k * COARSE_S
+            start = self.coarse_cur.start - _COARSE_FOR[window_s] * COARSE_S
         elif window_s is None:
-            ring = []
-            run = _Running(self.all.table, self.all.counters)
-            partial = [self.all, self.coarse_cur, cur]
             start = self.started_at
         else:
             raise ValueError(f"window must be one of {WINDOWS} or None, got {window_s!r}")
         closed = self._closed_sums.get(window_s)
         if closed is None:
-            closed = CountTable.merge(
-                [run.table, *(p.table for p in partial if p is not cur and p is not self.all)])
-            self._closed_sums[window_s] = closed
-        split = SplitTable(closed, cur.table)
-        assert run.counters is not None
-        counters = run.counters.copy()
-        conc_sum = np.zeros(len(CONC_FIELDS) + 1)
-        conc_max = np.zeros(len(CONC_FIELDS))
-        for p in partial:
-            if p is not self.all:
-                counters += p.counters
-        for p in [*ring, *partial]:
-            conc_sum += p.conc_sum
-            np.maximum(conc_max, p.conc_max, out=conc_max)
-        return WindowView(max(start, self.started_at), max(now, self.started_at), split,
-                          counters, conc_sum, conc_max)
+            closed = self._closed_sums[window_s] = self._closed(window_s)
+        return WindowView(max(start, self.started_at), max(now, self.started_at),
+                          SplitTable(closed.table, cur.table), closed.counters + cur.counters,
+                          closed.conc_sum + cur.conc_sum,
+                          np.maximum(closed.conc_max, cur.conc_max))
+
+    def _closed(self, window_s: int | None) -> _Closed:
+        """A window's data but the current fine interval's: its running sum, the
+        concurrency of the intervals in it (which no running sum keeps) and its open
+        coarse interval."""
+        if window_s == 10:
+            return _Closed.of(self.run[10], list(self.fine_ring), [])
+        if window_s is None:
+            return _Closed.of(_Running(self.all.table, self.all.counters), [self.all],
+                              [self.coarse_cur])
+        ring = list(self.coarse_ring)[-_COARSE_FOR[window_s]:]
+        return _Closed.of(self.run[window_s], ring, [self.coarse_cur])
 
     # -- label folding -------------------------------------------------------------------
 

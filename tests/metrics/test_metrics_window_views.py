@@ -1,5 +1,6 @@
-"""A window's view reuses the sum of its closed intervals between views: what it gives
-equals a sum taken afresh at every point — between adds, as intervals close, after series
+"""A window's view reuses the sum of its closed intervals between views: what it gives —
+histograms, counters, concurrency — equals a sum taken afresh at every point — between
+adds, samples and corrections of the all-time counters, as intervals close, after series
 are folded and after a long silence."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 
 from llmtop.metrics.hdr import COUNTS_LEN, bucket_index
 from llmtop.metrics.table import CountTable, group_id
-from llmtop.metrics.windows import WINDOWS, Windows
+from llmtop.metrics.windows import WINDOWS, Windows, WindowView
 
 T0 = 1_796_000_001.0
 
@@ -22,11 +23,11 @@ def _table(rng: random.Random) -> CountTable:
     return CountTable.from_keys(keys * COUNTS_LEN + bucket_index(us))
 
 
-def _fresh(w: Windows, window: int | None, now: float) -> CountTable:
+def _fresh(w: Windows, window: int | None, now: float) -> WindowView:
     saved = dict(w._closed_sums)
     w._closed_sums.clear()
     try:
-        return w.view(window, now).split.merged()
+        return w.view(window, now)
     finally:
         w._closed_sums.update(saved)
 
@@ -45,14 +46,22 @@ def test_views_between_closes_equal_fresh_sums() -> None:
         t = _table(rng)
         added += t.total
         w.add(t, np.ones(shape, dtype=np.int64))
+        w.sample((rng.randrange(9), rng.randrange(9), rng.random() * 5))
+        if rng.random() < 0.3:
+            w.add_to_total(1, np.arange(shape[0], dtype=np.int64) - 3)
         if step % 50 == 49:
             w.remap_series({rng.randrange(2, 6): 1})
         for window in (*WINDOWS, None):
             if rng.random() < 0.5:
-                got = w.view(window, now).split.merged()
-                want = _fresh(w, window, now)
+                view = w.view(window, now)
+                fresh = _fresh(w, window, now)
+                got, want = view.split.merged(), fresh.split.merged()
                 assert np.array_equal(got.keys, want.keys), (step, window)
                 assert np.array_equal(got.counts, want.counts), (step, window)
+                assert np.array_equal(view.counters, fresh.counters), (step, window)
+                assert view.conc_sum.tolist() == fresh.conc_sum.tolist(), (step, window)
+                assert view.conc_max.tolist() == fresh.conc_max.tolist(), (step, window)
+                view.counters += 1  # the caller's to change: the next view is unmoved
                 views += 1
     assert views > 700
     assert w.view(None, now).split.merged().total == added  # "all" kept every count
