@@ -42,8 +42,6 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
-
 from llmtop.events import EngineReading, GpuReading, finite_or_none
 from llmtop.metrics.hdr import encode_many
 from llmtop.metrics.ingest import (
@@ -90,19 +88,21 @@ def _percentiles(split: SplitTable, series: Sequence[int]
     order), per series of ``series`` (same order), its values at :data:`SYSTEM_PS` in
     seconds (``None`` where it has no samples): one grouped query for all (each of its calls
     has a fixed cost that dominates at these sizes)."""
-    sids = np.asarray(series, dtype=np.int64)
     n_sys, n_s = len(METRICS), len(series)
-    groups = np.concatenate([np.arange(n_sys, dtype=np.int64) * SERIES_SPAN,
-                             *(m * SERIES_SPAN + sids for m in _ROW_METRICS)])
-    totals_a, values, maxes_a = split.group_percentiles(groups, SYSTEM_PS)
-    sys_totals = totals_a[:n_sys]
-    means = (split.group_sums_exact(groups[:n_sys]) / np.maximum(sys_totals, 1)).tolist()
-    rows: list[list[float | None]] = (values / 1e6).tolist()
+    groups = [m * SERIES_SPAN for m in range(n_sys)]
+    groups += [m * SERIES_SPAN + sid for m in _ROW_METRICS for sid in series]
+    g = split.group_summary(groups, SYSTEM_PS)
+    rows: list[list[float | None]] = (g.values / 1e6).tolist()
     empty: list[float | None] = [None] * len(SYSTEM_PS)
-    for i in np.flatnonzero(totals_a == 0).tolist():
-        rows[i] = empty
-    totals: list[int] = sys_totals.tolist()
-    maxes: list[int] = maxes_a[:n_sys].tolist()
+    all_totals: list[int] = g.totals.tolist()
+    for i, n in enumerate(all_totals):
+        if not n:
+            rows[i] = empty
+    totals = all_totals[:n_sys]
+    maxes: list[int] = g.maxes[:n_sys].tolist()
+    # as numpy divides int64 arrays: both as floats (five values: no array calls)
+    means = [float(s) / float(max(n, 1)) for s, n in zip(g.sums[:n_sys].tolist(), totals,
+                                                       strict=True)]
     latency: dict[str, dict[str, Any]] = {}
     for j, name in enumerate(METRICS):
         if not totals[j]:

@@ -51,6 +51,7 @@ class CountTable:
     counts: I64
     _cum0: I64 | None = field(default=None, compare=False, repr=False)
     _mcum0: I64 | None = field(default=None, compare=False, repr=False)
+    _keys_end: I64 | None = field(default=None, compare=False, repr=False)
 
     def cum0(self) -> I64:
         """``[0, c0, c0+c1, ...]``: counts with key ≤ ``keys[i]`` at ``i+1`` (cached)."""
@@ -70,6 +71,15 @@ class CountTable:
             object.__setattr__(self, "_mcum0", m)
             return m
         return self._mcum0
+
+    def keys_end(self) -> I64:
+        """``keys`` and int64 max after them: ``keys_end()[i]`` for a search's result
+        ``i`` (up to ``len``) is the key there, or "none" past the end (cached)."""
+        if self._keys_end is None:
+            k = np.append(self.keys, _NONE)
+            object.__setattr__(self, "_keys_end", k)
+            return k
+        return self._keys_end
 
     def count_le(self, keys: I64) -> I64:
         """How many counts have a key ≤ each of ``keys`` (vectorised)."""
@@ -235,6 +245,35 @@ def group_stats(table: CountTable, ps: Sequence[float]) -> GroupStats:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """What :meth:`SplitTable.group_summary` gives, one row per requested group: ``values``
+    is ``[G, P]`` (µs at each percentile); ``sums`` are Σ count × bucket midpoint (µs),
+    exact integers."""
+
+    totals: I64
+    values: I64
+    maxes: I64
+    sums: I64
+
+
+_PERCENT_ROWS: dict[tuple[float, ...], tuple[F64, npt.NDArray[np.bool_] | None]] = {}
+
+
+def _percent_row(ps: tuple[float, ...]) -> tuple[F64, npt.NDArray[np.bool_] | None]:
+    """``ps`` capped at 100, then 100 (the maxima's column), as a ``[1, P+1]`` row; and
+    which are 0 (their value is a bucket's lowest, not highest), ``None`` for none.
+    Remembered per ``ps`` (a handful of tuples: the snapshot's, Prometheus', tests')."""
+    got = _PERCENT_ROWS.get(ps)
+    if got is None:
+        row = np.minimum(np.array([[*ps, 100.0]], dtype=np.float64), 100.0)
+        zero = row == 0
+        got = (row, zero if zero.any() else None)
+        if len(_PERCENT_ROWS) < 64:
+            _PERCENT_ROWS[ps] = got
+    return got
+
+
+@dataclass(frozen=True, slots=True)
 class SplitTable:
     """A window's histograms as a big table (the running sum of completed intervals, with
     cached prefix sums) plus a small one (the intervals still open), queried as their sum
@@ -309,31 +348,37 @@ class SplitTable:
         return out
 
     def group_percentiles(self, groups: I64, ps: Sequence[float]) -> tuple[I64, I64, I64]:
-        """For each group: ``(total count, values at ps (µs) [G, P], max (µs))``.
+        """For each group: ``(total count, values at ps (µs) [G, P], max (µs))``
+        (:meth:`group_summary` without the sums)."""
+        g = self.group_summary(groups, ps)
+        return g.totals, g.values, g.maxes
 
-        Exactly hdrh's rule on the summed histogram. Values of empty groups are 0.
-        The maximum is the value at 100 % (the group's largest key), searched with the
-        others as one more column.
-        """
+    def group_summary(self, groups: I64 | Sequence[int], ps: Sequence[float]) -> GroupSummary:
+        """Totals, values at ``ps``, maxima and exact sums of each group (:class:`GroupSummary`).
+
+        Exactly hdrh's rule on the summed histogram. Values of empty groups are 0. The
+        maximum is the value at 100 % (the group's largest key), searched with the others
+        as one more column; the sums come from the same searches of the group bounds as
+        the totals (what :meth:`group_sums_exact` gives). Each numpy call counts: a
+        snapshot meets numpy's code and data cold twice a second, some 5 µs a call."""
         groups = np.asarray(groups, dtype=np.int64)
-        n_g, n_p = len(groups), len(ps)
+        n_g = len(groups)
         big, small = self.big, self.small
         lo_keys = groups * COUNTS_LEN
         bounds = np.concatenate([lo_keys, lo_keys + COUNTS_LEN])
-        b_cum = big.cum0()[big.keys.searchsorted(bounds)]
-        s_cum = small.cum0()[small.keys.searchsorted(bounds)]
-        before = b_cum[:n_g] + s_cum[:n_g]
-        totals = b_cum[n_g:] + s_cum[n_g:] - before
-        p_arr = np.minimum(np.array([*ps, 100.0], dtype=np.float64), 100.0)
-        t = np.maximum(np.floor(p_arr[None, :] * totals[:, None].astype(np.float64) / 100
-                                + 0.5), 1).astype(np.int64)
-        key = self._first_keys((before[:, None] + t).ravel()).reshape(n_g, n_p + 1)
-        idx = np.clip(key - lo_keys[:, None], 0, COUNTS_LEN - 1)
-        zero = p_arr == 0
-        vals = np.where(zero[None, :], LOWEST_EQ[idx], HIGHEST_EQ[idx]) if zero.any() \
+        b_pos, s_pos = big.keys.searchsorted(bounds), small.keys.searchsorted(bounds)
+        cum = big.cum0()[b_pos] + small.cum0()[s_pos]
+        mid = big.mcum0()[b_pos] + small.mcum0()[s_pos]
+        before, totals, sums = cum[:n_g], cum[n_g:] - cum[:n_g], mid[n_g:] - mid[:n_g]
+        p_row, zero = _percent_row(tuple(ps))
+        t = np.maximum(np.floor(p_row * totals[:, None].astype(np.float64) / 100 + 0.5), 1)
+        key = self._first_keys((before[:, None] + t.astype(np.int64)).ravel())
+        # every key reaching before + 1 is in the group or after it: the index is ≥ 0
+        idx = np.minimum(key.reshape(n_g, -1) - lo_keys[:, None], COUNTS_LEN - 1)
+        vals = np.where(zero, LOWEST_EQ[idx], HIGHEST_EQ[idx]) if zero is not None \
             else HIGHEST_EQ[idx]
-        values = np.where(totals[:, None] > 0, vals, 0).astype(np.int64)
-        return totals, values[:, :n_p], values[:, n_p]
+        values = np.where(totals[:, None] > 0, vals, 0)
+        return GroupSummary(totals, values[:, :-1], values[:, -1], sums)
 
     def _first_keys(self, target: I64) -> I64:
         """For each of ``target``: the first key of either table where the summed count
@@ -348,15 +393,14 @@ class SplitTable:
         tables this replaces took some eighty, each a fixed cost that dominated at a
         proxy's sizes (thousands of keys), on caches gone cold since the last build."""
         a, s = self.big, self.small
-        rest, key_s = target, None
-        if len(s):
-            j = self._first_small(target)
-            rest = target - s.cum0()[j]
-            key_s = _key_at(s.keys, j)
+        if not len(s):
+            return a.keys_end()[a.cum0()[1:].searchsorted(target)]
+        j = self._first_small(target)
+        key_s = s.keys_end()[j]
         if not len(a):
-            return key_s if key_s is not None else np.full(len(target), _NONE, dtype=np.int64)
-        key_b = _key_at(a.keys, a.cum0()[1:].searchsorted(rest))
-        return key_b if key_s is None else np.minimum(key_s, key_b)
+            return key_s
+        key_b = a.keys_end()[a.cum0()[1:].searchsorted(target - s.cum0()[j])]
+        return np.minimum(key_s, key_b)
 
     def _first_small(self, target: I64) -> I64:
         """For each of ``target``: the first small index where ``C`` reaches it
@@ -384,11 +428,4 @@ class SplitTable:
 def _count_at(t: CountTable, other: CountTable, i: I64) -> I64:
     """``C`` at ``t``'s keys ``i``: counts with a key up to each in ``t`` and ``other``."""
     out: I64 = t.cum0()[i + 1] + other.cum0()[other.keys.searchsorted(t.keys[i], side="right")]
-    return out
-
-
-def _key_at(keys: I64, i: I64) -> I64:
-    """``keys[i]``, int64 max where ``i`` is past the end (``keys`` not empty)."""
-    n = len(keys)
-    out: I64 = np.where(i < n, keys[np.minimum(i, n - 1)], _NONE)
     return out

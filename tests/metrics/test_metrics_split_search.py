@@ -1,6 +1,6 @@
 """Grouped percentiles of a split table take the small table's keys in blocks once it is
 large (:meth:`SplitTable._first_small`): every block size, down to a key per block, and
-the direct search give the merged table's answers."""
+the direct search give the merged table's answers; so do the summaries' exact sums."""
 
 from __future__ import annotations
 
@@ -33,12 +33,16 @@ def test_block_search_equals_the_merged_table(monkeypatch: pytest.MonkeyPatch,
                        int(rng.choice([1, 3, 400])))
         asked = sorted({float(p) for p in rng.choice(ps, int(rng.integers(1, 5)))})
         query = np.append(groups, SERIES_SPAN * 2 + 9)  # and a group with no data
-        totals, values, maxes = SplitTable(big, small).group_percentiles(query, asked)
+        split = SplitTable(big, small)
+        summary = split.group_summary(query.tolist(), asked)
+        assert summary.sums.tolist() == split.group_sums_exact(query).tolist()
         stats = group_stats(CountTable.merge([big, small]), asked)
-        for g, tot, row, mx in zip(query, totals, values, maxes, strict=True):
+        for g, tot, row, mx, sm in zip(query, summary.totals, summary.values, summary.maxes,
+                                       summary.sums, strict=True):
             i = stats.lookup(int(g) // SERIES_SPAN, int(g) % SERIES_SPAN)
             if i is None:
-                assert tot == 0 and mx == 0 and not row.any()
+                assert tot == 0 and mx == 0 and sm == 0 and not row.any()
                 continue
             assert (tot, mx) == (stats.totals[i], stats.maxes[i])
             assert row.tolist() == stats.values[i].tolist()
+            assert sm / tot == stats.means[i]
