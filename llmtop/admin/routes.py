@@ -46,6 +46,7 @@ import asyncio
 import hmac
 import json
 import math
+import operator
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -117,6 +118,10 @@ class AdminContext:
     could use it) — a recent list of long answers is megabytes, and callers asking for
     many different ``limit`` values grew it without end (15 limits: +126 MB)."""
     request_lists_max_bytes: int = 64 << 20
+    series_json: tuple[list[Any], orjson.Fragment] | None = field(default=None, repr=False)
+    """The last snapshot's ``series`` (its points) and their JSON: the points change only
+    when a fine interval closes (every 2 s), snapshots are built twice a second, and the
+    series is a third of a screen's snapshot JSON."""
 
 
 CTX: Final = web.AppKey("llmtop_admin_ctx", AdminContext)
@@ -214,11 +219,36 @@ async def snapshot(request: web.Request) -> web.Response:
     snap["recording"] = ctx.recording.status() if ctx.recording is not None else None
     if with_active:  # a screen's whole tick in one request (one GET, not two)
         snap["active_requests"] = active_rows(ctx.active)
-    resp = json_response(snap)
-    if isinstance(resp.body, bytes):
-        ctx.snapshots[key] = (now, resp.body)
+    body = snapshot_json(ctx, snap)
+    ctx.snapshots[key] = (now, body)
+    resp = web.Response(body=body, content_type="application/json", charset="utf-8")
     resp.headers[AGE_HEADER] = "0"
     return resp
+
+
+def snapshot_json(ctx: AdminContext, snap: dict[str, Any]) -> bytes:
+    """``snap`` as :func:`json_response` encodes it, with its ``series`` encoded once per
+    change of its points (kept in ``ctx.series_json``) rather than at every build."""
+    series = snap.get("series")
+    try:
+        if isinstance(series, list) and series:
+            snap["series"] = _series_fragment(ctx, series)
+        return orjson.dumps(snap, option=_ORJSON_OPTIONS)
+    except TypeError:  # what orjson refuses (an int past 64 bits): as json_response does
+        snap["series"] = series
+        return json.dumps(_finite(snap), allow_nan=False).encode()
+
+
+def _series_fragment(ctx: AdminContext, series: list[Any]) -> orjson.Fragment:
+    """The JSON of ``series``, reused while it holds the same point objects (points are
+    never changed once made: a new interval's point is a new dict)."""
+    held = ctx.series_json
+    if held is not None and len(held[0]) == len(series) \
+            and all(map(operator.is_, held[0], series)):
+        return held[1]
+    fragment = orjson.Fragment(orjson.dumps(series, option=_ORJSON_OPTIONS))
+    ctx.series_json = (series, fragment)
+    return fragment
 
 
 SNAPSHOT_PARAMS: Final = ("window", "user_histograms", "histograms", "active", "max_age")

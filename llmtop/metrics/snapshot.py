@@ -67,6 +67,7 @@ from llmtop.metrics.windows import WINDOWS
 
 if TYPE_CHECKING:
     from llmtop.metrics.aggregator import Aggregator
+    from llmtop.metrics.slo import Slo
 
 VERSION: Final = 1
 ROW_PS: Final = (50.0, 95.0, 99.0)
@@ -140,18 +141,43 @@ def _engine_ttft_p95(history: Sequence[EngineReading], window_s: int | None,
     if not history or not history[-1].ttft_buckets:
         return None
     last = history[-1]
-    cur = dict(last.ttft_buckets)
+    base = None
     if window_s is not None:
-        base = None
-        for e in history:
-            if e.t <= now - window_s:
+        cut = now - window_s
+        for e in reversed(history):  # the last reading at or before the window's start
+            if e.t <= cut:
                 base = e
+                break
         if base is None:
             base = history[0] if history[0] is not last else None
-        if base is not None and base.ttft_buckets:
-            old = dict(base.ttft_buckets)
-            if all(cur.get(le, 0.0) >= c for le, c in old.items()):  # no engine restart
-                cur = {le: c - old.get(le, 0.0) for le, c in cur.items()}
+    memo = _ttft_memo
+    if memo[0] is last and memo[1] is base:
+        return memo[2]
+    value = _ttft_p95_between(last, base)
+    _remember_ttft(last, base, value)
+    return value
+
+
+_ttft_memo: tuple[EngineReading | None, EngineReading | None, float | None] = (None, None, None)
+"""The last engine TTFT P95 computed: its reading, the window's base reading, the value.
+Readings are immutable, and scraped once a second while snapshots are built twice a second
+per screen: every other build (and every other screen's) finds it here."""
+
+
+def _remember_ttft(last: EngineReading, base: EngineReading | None,
+                   value: float | None) -> None:
+    global _ttft_memo  # one reference swapped whole: a reader sees one pair or the other
+    _ttft_memo = (last, base, value)
+
+
+def _ttft_p95_between(last: EngineReading, base: EngineReading | None) -> float | None:
+    """P95 of the engine's TTFT histogram between two readings (since ``base``; all of
+    ``last``'s when there is none, or when a count went down: an engine restart)."""
+    cur = dict(last.ttft_buckets)
+    if base is not None and base.ttft_buckets:
+        old = dict(base.ttft_buckets)
+        if all(cur.get(le, 0.0) >= c for le, c in old.items()):  # no engine restart
+            cur = {le: c - old.get(le, 0.0) for le, c in cur.items()}
     return bucket_quantile(list(cur.items()), 0.95)
 
 
@@ -187,6 +213,19 @@ def engine_section(agg: Aggregator, window_s: int | None, now: float) -> dict[st
         "t": e.t,
         "age_s": max(0.0, now - e.t),
     }
+
+
+_slo_memo: tuple[Slo | None, tuple[tuple[str, float], ...]] = (None, ())
+
+
+def _slo_dict(slo: Slo) -> dict[str, float]:
+    """``slo.as_dict()``, remembered for the last ``slo`` (the same object snapshot after
+    snapshot; immutable): its ``dataclasses.asdict`` deep-copies field by field."""
+    global _slo_memo  # one reference swapped whole, as _ttft_memo
+    memo = _slo_memo
+    if memo[0] is not slo:
+        memo = _slo_memo = (slo, tuple(slo.as_dict().items()))
+    return dict(memo[1])
 
 
 def _rates(c: Sequence[int], span: float) -> dict[str, Any]:
@@ -319,7 +358,7 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "histograms": encoded,
         "models": models,
         "series": list(agg.series),
-        "slo": agg.slo.as_dict(),
+        "slo": _slo_dict(agg.slo),
         "upstream": agg.upstream,
         "host": agg.host,
         "started_at": agg.started_at,
