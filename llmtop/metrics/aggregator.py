@@ -684,29 +684,32 @@ class Aggregator:
         by_user: dict[str, int] = {}
         by_model: dict[str, int] = {}
         for a in list(self.active.values()):
-            prev = live.get(a.id)
-            prev_raw, prev_att = (0, 0.0) if prev is None else (prev[0], prev[1])
-            raw = a.tokens
-            if raw == prev_raw:
+            prev = live.get(a.id, _NOT_LIVE)
+            new = a.tokens - prev[0]
+            if not new:
                 continue
+            prev_att = prev[1]
             model = a.model or "unknown"
             tpe = tpe_of(model) if tpe_of is not None else None
-            attributed = prev_att + (raw - prev_raw if tpe is None else (raw - prev_raw) * tpe)
+            attributed = prev_att + (new if tpe is None else new * tpe)
             d = int(attributed + 0.5) - int(prev_att + 0.5)
             if d:
                 by_user[a.user] = by_user.get(a.user, 0) + d
                 by_model[model] = by_model.get(model, 0) + d
         if not by_user:
             return None
-        col = np.zeros(self.shape[0], dtype=np.int64)
-        col[0] = sum(by_user.values())
+        # summed in a list, made an array once (numpy's per-element updates and its min
+        # were most of this on the cold caches a snapshot meets, twice a second)
+        tokens = [0] * self.shape[0]
+        tokens[0] = sum(by_user.values())
         for names, slots in ((by_user, self.users), (by_model, self.models)):
             for name, d in names.items():
-                col[slots.peek(name)] += d
+                tokens[slots.peek(name)] += d
+        col = np.array(tokens, dtype=np.int64)
         if all_time:
             return col
         debt = self._debt  # as _settle_out, without moving the debt
-        if col.min() >= 0 and not debt.any():
+        if min(tokens) >= 0 and not debt.any():
             return col
         floor = -self._windows.cur.counters[:, C_OUT]
         applied: np.ndarray[Any, np.dtype[np.int64]] = np.maximum(col - debt,
@@ -767,6 +770,10 @@ class Aggregator:
     def interval_s(self) -> tuple[float, float]:
         """(fine, coarse) interval lengths in seconds."""
         return FINE_S, COARSE_S
+
+
+_NOT_LIVE: Final = (0, 0.0, 0)
+"""What :meth:`Aggregator._live_tail` takes for a stream no tick has seen yet."""
 
 
 def _chunks_of(r: RequestRecord | HeldRecord) -> int:

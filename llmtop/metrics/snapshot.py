@@ -263,10 +263,12 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
     split = view.split
     per_user_live, (in_flight, waiting, streaming) = agg.live_counts()
     counters: list[list[int]] = view.counters.tolist()
-    samples = view.conc_sum[-1]
+    conc_sum: list[float] = view.conc_sum.tolist()  # floats: the same IEEE divisions
+    conc_max: list[float] = view.conc_max.tolist()
+    samples = conc_sum[-1]
 
     def mean(i: int) -> float | None:
-        return float(view.conc_sum[i] / samples) if samples else None
+        return conc_sum[i] / samples if samples else None
 
     system = {
         **_rates(counters[0], span),
@@ -277,9 +279,9 @@ def build_snapshot(agg: Aggregator, window_s: int | None,
         "input_tokens": counters[0][C_IN],
         "span_s": span,
         "in_flight_mean": mean(0),
-        "in_flight_max": int(view.conc_max[0]) if samples else None,
+        "in_flight_max": int(conc_max[0]) if samples else None,
         "waiting_mean": mean(1),
-        "waiting_max": int(view.conc_max[1]) if samples else None,
+        "waiting_max": int(conc_max[1]) if samples else None,
         "streaming_mean": mean(2),
     }
     encoded = None
