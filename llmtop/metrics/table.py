@@ -390,7 +390,7 @@ class SplitTable:
         t = np.maximum(np.floor(p_row * totals[:, None].astype(np.float64) / 100 + 0.5), 1)
         key = self._first_keys((before[:, None] + t.astype(np.int64)).ravel())
         # every key reaching before + 1 is in the group or after it: the index is ≥ 0
-        idx = np.minimum(key.reshape(n_g, -1) - lo_keys[:, None], COUNTS_LEN - 1)
+        idx = np.minimum(key.reshape(n_g, p_row.shape[1]) - lo_keys[:, None], COUNTS_LEN - 1)
         vals = np.where(zero, LOWEST_EQ[idx], HIGHEST_EQ[idx]) if zero is not None \
             else HIGHEST_EQ[idx]
         values = np.where(totals[:, None] > 0, vals, 0)

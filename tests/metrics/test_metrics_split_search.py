@@ -46,3 +46,13 @@ def test_block_search_equals_the_merged_table(monkeypatch: pytest.MonkeyPatch,
             assert (tot, mx) == (stats.totals[i], stats.maxes[i])
             assert row.tolist() == stats.values[i].tolist()
             assert sm / tot == stats.means[i]
+
+
+def test_no_groups_asked() -> None:
+    """No groups: empty answers of the right shapes (nothing to search)."""
+    rng = np.random.default_rng(3)
+    groups = np.array([0, 1]) * SERIES_SPAN
+    split = SplitTable(_table(rng, groups, 30, 3), _table(rng, groups, 10, 3))
+    summary = split.group_summary(np.empty(0, dtype=np.int64), [50.0, 99.0])
+    assert summary.values.shape == (0, 2)
+    assert len(summary.totals) == len(summary.maxes) == len(summary.sums) == 0
