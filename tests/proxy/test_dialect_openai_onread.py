@@ -130,3 +130,31 @@ def test_usage_and_error_events_are_decoded_on_whole_event_reads() -> None:
     assert p.usage_completion_tokens == 4
     assert p.feed(b'data: {"error":{"message":"Overloaded"}}\n\n') == (0, 0)
     assert p.error == "Overloaded"
+
+
+def test_a_streams_last_read_decides_its_plain_events_fast_and_the_rest_in_full() -> None:
+    """A whole answer after the role event, in one read: plain content events, then the
+    usage-only event and [DONE] (what a fast engine's last read holds). The plain ones are
+    counted on the bytes, the rest decoded; the same as fed byte by byte."""
+    role = b"data: " + _c({"role": "assistant"}) + b"\n\n"
+    text = b"".join(b"data: " + _c({"content": c}) + b"\n\n" for c in "abcde")
+    usage = b'data: {"model":"m","choices":[],"usage":{"completion_tokens":9,"prompt_tokens":4}}'
+    tail = text + b"data: " + _c({}, finish_reason="stop") + b"\n\n" + usage + b"\n\n" \
+        + b"data: [DONE]\n\n"
+    p = OpenAIStreamParser()
+    assert p.feed(role) == (0, 0)
+    got = p.feed(tail)
+    q = OpenAIStreamParser()
+    want = [0, 0]
+    for i in range(len(role + tail)):
+        a, b = q.feed((role + tail)[i:i + 1])
+        want[0] += a
+        want[1] += b
+    assert got == tuple(want) == (5, 5)
+    assert (p.usage_completion_tokens, p.usage_prompt_tokens, p.done) == (9, 4, True)
+    assert p.buffered_bytes == 0
+    # an error after plain events in one read: the plain ones counted, the error seen
+    r = OpenAIStreamParser()
+    r.feed(role)
+    assert r.feed(text + b'data: {"error":{"message":"Overloaded"}}\n\n') == (5, 5)
+    assert r.error == "Overloaded"
