@@ -214,6 +214,11 @@ class OpenAIStreamParser(ParserState):
             got = self._plain_events(data)  # plain events, then one that is not ([DONE])
             if got is not None:
                 return got
+        return self._full(data)
+
+    def _full(self, data: bytes) -> tuple[int, int]:
+        """The full way: the framer's events, each decoded or decided by ``_handle``; the
+        fast paths are open to the next read when the framer is idle after this one."""
         sse = self._sse
         events = sse.feed(data)
         if sse.error is not None:
@@ -269,13 +274,7 @@ class OpenAIStreamParser(ParserState):
         if taken == 0:
             return None
         self._counted += n
-        at = sum(map(len, blocks[:taken])) + 2 * taken
-        sse = self._sse
-        events = sse.feed(data[at:])
-        if sse.error is not None:
-            self._fail(sse.error)
-        rn, rt = self._handle(events) if events else ZERO
-        self._fast = self._warm and sse.idle
+        rn, rt = self._full(data[sum(map(len, blocks[:taken])) + 2 * taken:])
         return (n + rn, n + rt)
 
     def finish(self) -> tuple[int, int]:
