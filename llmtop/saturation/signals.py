@@ -30,7 +30,7 @@ from llmtop.events import (
     RequestRecord,
     counter_rise,
 )
-from llmtop.metrics.slo import grouped_itl_within, request_itl_p95
+from llmtop.metrics.slo import grouped_itl_within
 
 
 @dataclass(slots=True, eq=False)
@@ -46,7 +46,7 @@ class Finished:
     ttft_s: float | None
     e2e_s: float
     itl_missed: bool
-    """Its own ITL P95 broke the SLO's limit (:func:`itl_p95` above it; never without a
+    """Its own ITL P95 broke the SLO's limit (:func:`itl_missed`; never without a
     limit or without ITL samples)."""
     tokens: int
     prompt_tokens: int | None
@@ -119,20 +119,14 @@ def _p(values: Iterable[float] | np.ndarray, q: float) -> float | None:
     return float(np.percentile(arr, q))
 
 
-def itl_p95(rec: RequestRecord) -> float | None:
-    """The request's own ITL P95 by the SLO's rule (:func:`llmtop.metrics.slo.request_itl_p95`:
-    the HDR rank over its ITL samples; None for a non-streamed answer or one without ITL
-    samples), so SLO_ITL judges a request as the snapshot's attainment does. (numpy's linear
-    interpolation judged 20-token streams with one 0.5 s stall each a miss of a 50 ms limit
-    that the SLO's rank rule passes: SLO_ITL "met by 20 %" at 100 % attainment.)"""
-    return request_itl_p95(rec)
-
-
 def itl_missed(records: Sequence[RequestRecord], limit: float) -> npt.NDArray[np.bool_]:
-    """Per record: whether its ITL P95 (:func:`itl_p95`) is above ``limit`` (+
-    :data:`~llmtop.metrics.slo.FLOAT_SLACK_S`) — the same samples (a chunk of k tokens
-    after a gap g gives k samples of g/k, a chunk without a count 1, k <= 0 none; none of
-    a non-streamed answer) and the same rank rule, counted for a whole batch by
+    """Per record: whether its own ITL P95 is above ``limit`` (+
+    :data:`~llmtop.metrics.slo.FLOAT_SLACK_S`) by the SLO's rule, so SLO_ITL judges a
+    request as the snapshot's attainment does (:func:`~llmtop.metrics.slo.request_itl_p95`:
+    the HDR rank over its ITL samples, not numpy's interpolation, which judged 20-token
+    streams with one 0.5 s stall each a miss of a 50 ms limit the rank rule passes). The
+    same samples (a chunk of k tokens after a gap g gives k samples of g/k, a chunk without
+    a count 1, k <= 0 none; none of a non-streamed answer), counted for a whole batch by
     :func:`~llmtop.metrics.slo.grouped_itl_within` instead of sorted record by record
     (numpy's fixed cost per call, paid once a batch: a firehose's batches hold hundreds)."""
     n = len(records)

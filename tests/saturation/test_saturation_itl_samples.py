@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from llmtop.events import RequestRecord
 from llmtop.metrics.slo import FLOAT_SLACK_S
-from llmtop.saturation.signals import itl_missed, itl_p95
+from llmtop.metrics.slo import request_itl_p95 as itl_p95
+from llmtop.saturation.signals import itl_missed
 
 
 def _rule(offs: tuple[float, ...], toks: tuple[int, ...]) -> list[float]:
