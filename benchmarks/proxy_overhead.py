@@ -734,6 +734,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
         load_cpus, proxy_cpus = args.pin if args.pin else (None, None)
         sim = Proc(sim_cmd, "llmtop: sim listening on ", env, cpus=load_cpus)
         procs.append(sim)
+        run_cmd = [py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
+                   "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
 
         async def start_proxies() -> dict[str, tuple[str, Proc | None]]:
             """Fresh proxies, warmed up: each level's RSS per stream is then what its
@@ -747,17 +749,14 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 llm = Proc([py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env,
                            cpus=proxy_cpus)
             else:
-                llm = Proc([py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
-                            "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-                           "llmtop: proxy listening on ", env, cpus=proxy_cpus)
+                llm = Proc(run_cmd, "llmtop: proxy listening on ", env, cpus=proxy_cpus)
             proxies.append(llm)
             targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None),
                                                             "llmtop": (llm.url, llm)}
             if args.variant:
                 key, _, value = args.variant.partition("=")
-                var = Proc([py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
-                            "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-                           "llmtop: proxy listening on ", {**env, key: value}, cpus=proxy_cpus)
+                var = Proc(run_cmd, "llmtop: proxy listening on ", {**env, key: value},
+                           cpus=proxy_cpus)
                 proxies.append(var)
                 targets["variant"] = (var.url, var)
             if nginx_bin:
