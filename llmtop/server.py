@@ -448,7 +448,8 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str,
 
 async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
                             out: TextIO | None = None) -> RunSummary:
-    """``llmtop run --workers N --headless``: spawn N workers, observe them as one proxy."""
+    """``llmtop run --workers N --headless`` (or ``--split-observers``, N = 1): spawn N
+    workers, observe them as one proxy."""
     stop = _stop_event()
     bus = EventBus()
     fleet = FleetActive()
@@ -486,7 +487,8 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
         raise StartupError(str(exc)) from exc
     obs.say(f"llmtop: proxy listening on {proxy_url}")
     obs.say(f"llmtop: admin listening on {admin_url}")
-    obs.say(f"llmtop: {len(procs)} workers sharing the port")
+    obs.say(f"llmtop: {len(procs)} workers sharing the port" if len(procs) > 1 else
+            "llmtop: 1 worker proxying; the observers in a process of their own")
     low = raise_open_files()  # (each worker raises its own; the limits are alike)
     if low:
         obs.say(low)

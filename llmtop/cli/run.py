@@ -78,7 +78,7 @@ def _headless(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     install_uvloop()
-    if cfg.workers > 1:
+    if cfg.workers > 1 or cfg.split_observers:
         from llmtop.workers import run_workers
 
         return run_workers(cfg, args.config)
