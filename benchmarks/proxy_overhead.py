@@ -42,10 +42,13 @@ machine: the targets are ratios to nginx in the same run.
 
 ``--pin`` puts the proxies under test (llmtop, nginx, the splice) on the last CPU and
 the load generator and the simulator on the others (``sched_setaffinity``): each proxy
-then has a core no client competes for. ``--variant ENV=VALUE`` adds a row "variant": a
-second ``llmtop run`` with that environment variable set, interleaved with the others —
-an A/B in one run (two runs differ by more than most changes do: the engine's step timing
-and the machine's other work move the p99s by milliseconds).
+then has a core no client competes for. A llmtop with processes of its own
+(``--workers``, ``--split-observers``) keeps its proxy processes there and its coordinator
+(the observers) goes beside the load generator: the core it would have to spare.
+``--variant ENV=VALUE`` adds a row "variant": a second ``llmtop run`` with that environment
+variable set, interleaved with the others — an A/B in one run (two runs differ by more
+than most changes do: the engine's step timing and the machine's other work move the p99s
+by milliseconds).
 
 ``--splice`` adds a reference row, not a target: a 1:1 TCP splice on uvloop that writes
 every read to the other side unchanged — what any Python forwarder pays before it does
@@ -206,6 +209,17 @@ def _tree(pid: int) -> list[int]:
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo.extend(int(c) for c in f.read().split())
     return out
+
+
+def observers_aside(proc: Proc, cpus: set[int] | None) -> None:
+    """With ``--pin``: a llmtop that forwards in child processes (``--workers``,
+    ``--split-observers``) keeps those on the proxies' CPU and has its coordinator's
+    threads moved to ``cpus`` (the load generator's)."""
+    if not cpus or len(proc.pids) < 2:
+        return
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{proc.proc.pid}/task"):
+            os.sched_setaffinity(int(tid), cpus)
 
 
 def cpu_s(pids: list[int]) -> float:
@@ -751,6 +765,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             else:
                 llm = Proc(run_cmd, "llmtop: proxy listening on ", env, cpus=proxy_cpus)
             proxies.append(llm)
+            observers_aside(llm, load_cpus)
             targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None),
                                                             "llmtop": (llm.url, llm)}
             if args.variant:
@@ -758,6 +773,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 var = Proc(run_cmd, "llmtop: proxy listening on ", {**env, key: value},
                            cpus=proxy_cpus)
                 proxies.append(var)
+                observers_aside(var, load_cpus)
                 targets["variant"] = (var.url, var)
             if nginx_bin:
                 ngx = start_nginx(nginx_bin, sim.url, tmp / mode, proxy_cpus)
