@@ -836,8 +836,22 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             p.stop()
 
 
+def imported_from(env: dict[str, str]) -> str:
+    """The directory a ``python -m llmtop`` started with ``env`` imports llmtop from."""
+    r = subprocess.run([sys.executable, "-c", "import llmtop; print(llmtop.__path__[0])"],
+                       env=env, capture_output=True, text=True, check=False)
+    return r.stdout.strip() or f"nowhere ({r.stderr.strip()[-200:]})"
+
+
 async def amain(args: argparse.Namespace) -> int:
-    env = {**os.environ, "LLMTOP_GPU_SOURCE": "none", "PYTHONUNBUFFERED": "1"}
+    # PYTHONSAFEPATH: ``python -m llmtop`` would import the llmtop of the working directory
+    # first, before PYTHONPATH, and a ``--variant PYTHONPATH=DIR`` ran the same code twice
+    env = {**os.environ, "LLMTOP_GPU_SOURCE": "none", "PYTHONUNBUFFERED": "1",
+           "PYTHONSAFEPATH": "1"}
+    if args.variant:
+        key, _, value = args.variant.partition("=")
+        print(f"variant: {args.variant}; llmtop imported from {imported_from(env)} and, "
+              f"for the variant, from {imported_from({**env, key: value})}", flush=True)
     nginx_bin, why = (None, "--no-nginx") if args.no_nginx else ensure_nginx()
     if nginx_bin is None:
         print(f"nginx: not measured ({why})", flush=True)
