@@ -515,10 +515,9 @@ class SaturationMonitor:
             seen = a.last_chunk_ns or a.first_token_ns
             if seen:
                 life = max(life, now - (now_ns - seen) / 1e9)
-        for f in self.signals.finished_in(now, self.window_s):
-            if f.ttft_s is not None or f.outcome == "ok" or (
-                    400 <= f.status < 500 and f.status != 499):
-                life = max(life, f.t_end)
+        answered = self.signals.last_answer
+        if answered is not None and answered > life:
+            life = answered
         self.last_life = life
         if self._held("UPSTREAM_DOWN"):
             return None

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 from sat_scenario_support import SCALE, ClosedLoop, pipeline
-from test_saturation_unit import Harness, healthy_traffic
+from test_saturation_unit import Harness, healthy_traffic, record
 
 from llmtop.config import load_config
 from llmtop.events import ActiveRequest
@@ -137,3 +137,24 @@ def test_streamed_requests_waiting_with_nothing_back_raise_it_at_stall_s() -> No
     for _ in range(20):
         h.step()
     assert "UPSTREAM_DOWN" in h.codes() and h.codes("cleared") == ["UPSTREAM_STALLED"]
+
+
+@pytest.mark.parametrize(("status", "outcome", "alive"), [
+    (200, "ok", True),  # an answer
+    (429, "error", True),  # the engine refused it: it is there and answering
+    (499, "error", False),  # the proxy's own code for a client that left: no sign of life
+    (500, "error", False),  # a 5xx with no first token (a gateway in front of a hung engine)
+    (504, "timeout", False),  # no first byte in time
+])
+def test_what_the_engine_sends_back_while_streams_wait_is_a_sign_of_life_or_not(
+        status: int, outcome: str, alive: bool) -> None:
+    """Requests waiting past stall_s while other requests end: an answer or the engine's
+    own refusal (4xx) shows it is alive; the proxy's 499, 502 and 504 do not. (The
+    detector keeps the latest answer as the records come: ``Signals.last_answer``.)"""
+    h = _harness(5.0)
+    healthy_traffic(h, 10)
+    for i in range(12):
+        _waiting(h, "a", 9.0 + i)
+        h.feed(record(h.now - 0.5, outcome=outcome, status=status, n=1))
+        h.step()
+    assert ("UPSTREAM_STALLED" in h.codes()) is not alive, h.mon.raised()
