@@ -34,7 +34,7 @@ from time import perf_counter_ns
 from typing import Final, Protocol
 
 from llmtop.events import ActiveRequest, ChunkSlice, Dialect, Outcome, RequestRecord, TokenSource
-from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
+from llmtop.proxy.chunk_math import BULK, ChunkCounts, seconds_since
 from llmtop.proxy.chunk_math import scale_tokens as scale_tokens
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.token_rate import TokenRates
@@ -307,8 +307,13 @@ class Exchange:
             if parser.usage_prompt_tokens is not None:
                 prompt = parser.usage_prompt_tokens
             model = parser.model or model
-        counts = ChunkCounts(self.held_tokens, self.tokens)
-        counted = counts.counted
+        held = self.held_offsets
+        toks = self.tokens
+        # a short stream (all its chunks still in the two lists): its figures in plain
+        # Python, without ChunkCounts' parts (what it gives for these lists, the same types)
+        short = held is None and len(toks) < BULK
+        counts = None if short else ChunkCounts(self.held_tokens, toks)
+        counted = sum(toks) if counts is None else counts.counted
         source: TokenSource
         completion: int | None
         if usage is not None:
@@ -324,9 +329,17 @@ class Exchange:
         else:
             completion = counted if counted > 0 else None  # e.g. ``other``: nothing counted
             source = "chunks"
-        held = self.held_offsets
-        first = held[0] if held else self.offsets[0] if self.offsets else None
+        offsets = self.offsets
+        first = held[0] if held else offsets[0] if offsets else None
         dialect: Dialect = a.dialect
+        if counts is None:
+            offsets_s = tuple([(o - t0) / 1e9 for o in offsets])
+            total = None if source == "chunks" else completion
+            chunk_tokens = (tuple(toks) if total is None or total == counted
+                            else tuple(scale_tokens(toks, total)))
+        else:
+            offsets_s = seconds_since(t0, held, offsets)
+            chunk_tokens = counts.scaled(None if source == "chunks" else completion)
         return RequestRecord(
             id=a.id,
             user=a.user,
@@ -342,8 +355,8 @@ class Exchange:
             prompt_tokens=prompt,
             completion_tokens=completion,
             token_source=source,
-            chunk_offsets_s=seconds_since(t0, held, self.offsets),
-            chunk_tokens=counts.scaled(None if source == "chunks" else completion),
+            chunk_offsets_s=offsets_s,
+            chunk_tokens=chunk_tokens,
             concurrency_at_start=a.concurrency_at_start,
             error=self.error,
         )

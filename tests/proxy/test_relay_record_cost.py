@@ -281,3 +281,29 @@ def test_bench_record_equals_the_old_record(usage_extra: int | None) -> None:
     assert rec.ttft_s == (times[0] - t0) / 1e9
     assert rec.completion_tokens == (n if usage is None else usage)
     assert rec.token_source == ("chunks" if usage is None else "usage")
+
+
+@settings(max_examples=300, deadline=None)
+@given(toks=st.lists(st.integers(0, 5), max_size=BULK + 3),
+       usage=st.one_of(st.none(), st.integers(-3, 4 * BULK)),
+       rate=st.one_of(st.none(), st.integers(2, 4)))
+def test_a_short_streams_record_equals_the_general_way(
+        toks: list[int], usage: int | None, rate: int | None) -> None:
+    """A stream whose chunks are all still in the lists (no ``hold`` yet) and fewer than
+    ``BULK`` gets its per-chunk figures in plain Python in ``to_record``; the record is
+    exactly the one of the general way (ChunkCounts over the packed and listed parts),
+    reached here by giving the same exchange empty packed parts."""
+    t0 = perf_counter_ns()
+    times = [t0 + 10**6 * (i + 1) + 7 * i * i for i in range(len(toks))]
+    short = _exchange(times, toks, t0, usage)
+    general = _exchange(times, toks, t0, usage)
+    general.held_offsets, general.held_tokens = array("q"), array("q")
+    rates_a, rates_b = TokenRates(), TokenRates()
+    if rate is not None:
+        for r in (rates_a, rates_b):
+            r.learn("m", rate * 100, 100)
+    a, b = short.to_record(rates_a), general.to_record(rates_b)
+    assert a == b
+    assert same(a.chunk_offsets_s, b.chunk_offsets_s)
+    assert same(a.chunk_tokens, b.chunk_tokens)
+    assert type(a.completion_tokens) is type(b.completion_tokens)
