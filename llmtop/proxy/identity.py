@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from llmtop.proxy.dialects._common import as_text
 
@@ -84,6 +84,18 @@ def _clean(value: str | None) -> str | None:
     return as_text(value[:MAX_USER_LEN])
 
 
+class _LowerKeys(dict[str, str]):
+    """Fields by lower-case name, read by any case (``get`` only: what ``resolve`` uses)."""
+
+    __slots__ = ()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return dict.get(self, key.lower(), default)
+
+
+_NO_FIELDS = _LowerKeys()
+
+
 class IdentityResolver:
     """Maps a request to its user name; one per proxy (it holds the salt)."""
 
@@ -99,6 +111,24 @@ class IdentityResolver:
             | ({user_header.lower().encode("latin-1", "replace")} if user_header else set()))
         """The only headers :meth:`resolve` reads (lower-case): a request read by hand
         need not decode the others."""
+
+    def resolve_raw(self, raw: Iterable[tuple[bytes, bytes]], body_user: str | None,
+                    remote: str | None) -> str:
+        """:meth:`resolve` on a request's raw headers (name and value bytes as sent): the
+        few it reads (:attr:`header_names`) are decoded, the first of each name — what
+        ``resolve`` is given as a ``CIMultiDict`` of those fields reads (its names match
+        as ``str.lower()`` makes them), without building one per request."""
+        names = self.header_names
+        found: _LowerKeys | None = None
+        for name, value in raw:
+            low = name.lower()
+            if low in names:
+                key = low.decode("latin-1")
+                if found is None:
+                    found = _LowerKeys()
+                if key not in found:
+                    found[key] = value.decode("utf-8", "surrogateescape")
+        return self.resolve(found if found is not None else _NO_FIELDS, body_user, remote)
 
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         """The credential a request carries: a Bearer token, else ``x-api-key``, else the

@@ -379,9 +379,9 @@ class ProxyServer:
         serve it without aiohttp (:mod:`llmtop.proxy.direct`). HEAD, CONNECT, bodies over
         the limit, no idle connection and shutting down are left to aiohttp's path."""
         pool = self._pool
+        # (an Upgrade field never gets here: read_request leaves such a request to aiohttp)
         if (pool is None or self._stopping or quick.method in ("HEAD", "CONNECT")
-                or len(quick.body) > self.cfg.max_body_bytes
-                or any(k.lower() == b"upgrade" for k, _ in quick.raw_headers)):
+                or len(quick.body) > self.cfg.max_body_bytes):
             return None
         conn = pool.take_idle()
         if conn is None:
@@ -405,9 +405,7 @@ class ProxyServer:
             peer = transport.get_extra_info("peername") if transport is not None else None
             remote = str(peer[0]) if isinstance(peer, list | tuple) else (
                 None if peer is None else str(peer))
-            identity = self._identity
-            active.user = identity.resolve(quick.headers(identity.header_names), info.user,
-                                           remote)
+            active.user = self._identity.resolve_raw(quick.raw_headers, info.user, remote)
         except Exception:  # a bug of ours: the request goes on, its user unnamed
             active.user = ""
         active.model = info.model

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict
 from test_proxy_support import Script, running_proxy, scripted_upstream
 
@@ -92,3 +94,27 @@ async def test_identity_over_the_wire() -> None:
     assert got == ["hdr", "body-user", key_pseudonym("sk-abc", b"pepper"), "127.0.0.1"]
     # the credential itself still reaches the upstream untouched
     assert dict(up.seen[2].headers)["Authorization"] == "Bearer sk-abc"
+
+
+_NAMES = st.sampled_from([b"Authorization", b"authorization", b"AUTHORIZATION", b"x-api-key",
+                          b"X-Api-Key", b"X-LLMTOP-User", b"x-llmtop-user", b"X-Team",
+                          b"Accept", b"Content-Type", b"User-Agent"])
+_VALUES = st.sampled_from([b"Bearer sk-1", b"bearer  sk-2 ", b"Basic abc", b"", b"  ",
+                           b"alice", b"b\xc3\xb6b", b"\xff\xfe", b"sk-3", b"Bearer "])
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=st.lists(st.tuples(_NAMES, _VALUES), max_size=6),
+       header=st.sampled_from(["X-LLMTOP-User", "x-team", ""]),
+       body_user=st.sampled_from([None, "", "carol", "  "]),
+       remote=st.sampled_from([None, "10.0.0.1"]))
+def test_resolve_raw_equals_resolve_on_the_decoded_fields(
+        raw: list[tuple[bytes, bytes]], header: str, body_user: str | None,
+        remote: str | None) -> None:
+    """The direct path names the user from the raw header pairs (``resolve_raw``): the
+    same user as ``resolve`` given those fields decoded into a ``CIMultiDict`` (what the
+    direct path built before), repeated fields and any case of the names included."""
+    ids = IdentityResolver(header, "salt")
+    decoded = CIMultiDict((n.decode("latin-1"), v.decode("utf-8", "surrogateescape"))
+                          for n, v in raw if n.lower() in ids.header_names)
+    assert ids.resolve_raw(raw, body_user, remote) == ids.resolve(decoded, body_user, remote)
