@@ -51,7 +51,7 @@ def _without_hop_by_hop(items: Iterable[tuple[bytes, bytes]], drop: frozenset[by
             if low == b"connection":
                 if listed is None:
                     listed = set()
-                listed.update(t.strip().lower() for t in pair[1].split(b",") if t.strip())
+                listed.update(_tokens(pair[1]))
             continue
         out.append(pair)
     if listed:
@@ -63,6 +63,37 @@ def upstream_request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[b
     """The client's request headers (aiohttp's ``raw_headers``, bytes as received) as they
     go upstream, in order and byte for byte (see the module docstring)."""
     return _without_hop_by_hop(raw, _REQUEST_DROP)
+
+
+def upstream_field_lines(raw: Iterable[tuple[bytes, bytes]], identity_encoding: bool = False
+                         ) -> bytes:
+    """:func:`upstream_request_headers` as the field lines that go upstream (``Name:
+    value\r\n`` each, in order), ``Accept-Encoding`` set to ``identity`` when
+    ``identity_encoding``; in one pass over the fields unless a ``Connection`` field names
+    one that would not be dropped anyway (``Connection: keep-alive`` does not)."""
+    out: list[bytes] = []
+    for name, value in raw:
+        low = name.lower()
+        if low in _REQUEST_DROP or low.startswith(b"proxy-"):
+            if low == b"connection" and not all(
+                    t in _REQUEST_DROP or t.startswith(b"proxy-") for t in _tokens(value)):
+                return _field_lines(upstream_request_headers(raw), identity_encoding)
+            continue
+        if identity_encoding and low == b"accept-encoding":
+            value = b"identity"
+        out.append(name + b": " + value + b"\r\n")
+    return b"".join(out)
+
+
+def _field_lines(fields: list[tuple[bytes, bytes]], identity_encoding: bool) -> bytes:
+    return b"".join(name + b": " + (b"identity" if identity_encoding
+                                    and name.lower() == b"accept-encoding" else value) + b"\r\n"
+                    for name, value in fields)
+
+
+def _tokens(value: bytes) -> list[bytes]:
+    """The field names a ``Connection`` value lists (lower-case)."""
+    return [t.strip().lower() for t in value.split(b",") if t.strip()]
 
 
 def client_response_headers(items: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

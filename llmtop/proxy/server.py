@@ -65,7 +65,7 @@ from llmtop.proxy.dialects.plain import PlainParser
 from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make_parser
 from llmtop.proxy.direct import CLIENT_GONE, DirectClient, DirectExchange, Started
 from llmtop.proxy.errors import error_response
-from llmtop.proxy.headers import upstream_request_headers
+from llmtop.proxy.headers import upstream_field_lines
 from llmtop.proxy.identity import IdentityResolver
 from llmtop.proxy.quickhead import QuickRequest
 from llmtop.proxy.relay import (
@@ -528,7 +528,6 @@ class ProxyServer:
         injected into its body (``inject_usage``)."""
         pool = self._pool
         assert pool is not None
-        headers = upstream_request_headers(raw_headers)
         with_length = bool(body) or method in _BODY_METHODS or length_declared
         inject = (
             dialect == "openai" and self.cfg.inject_usage and info.stream
@@ -538,13 +537,11 @@ class ProxyServer:
         if sent is None:
             inject = False
             sent = body
-        elif any(k.lower() == b"accept-encoding" for k, _ in headers):
-            # the usage event llmtop asks for must be removed again, which a compressed
-            # stream does not allow: ask for it uncompressed (identity is always acceptable;
-            # HTTP clients decode either the same)
-            headers = [(k, b"identity") if k.lower() == b"accept-encoding" else (k, v)
-                       for k, v in headers]
-        return pool.request_bytes(method, target, headers, sent, with_length), inject
+        # with usage injected, Accept-Encoding says identity: the usage event llmtop asks
+        # for must be removed again, which a compressed stream does not allow (identity is
+        # always acceptable; HTTP clients decode either the same)
+        fields = upstream_field_lines(raw_headers, identity_encoding=inject)
+        return pool.request_bytes(method, target, fields, sent, with_length), inject
 
     async def forward(
         self,

@@ -21,7 +21,6 @@ import contextlib
 import socket
 import ssl
 from collections import deque
-from collections.abc import Iterable
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -534,22 +533,18 @@ class UpstreamPool:
             conn.close()
         self._idle.clear()
 
-    def request_bytes(self, method: str, target: str,
-                      headers: Iterable[tuple[bytes, bytes]], body: bytes,
+    def request_bytes(self, method: str, target: str, fields: bytes, body: bytes,
                       with_length: bool) -> bytes:
         """The request as it goes upstream: ``target`` (path and query as the client sent
         them) under the upstream's path prefix, ``Host`` rewritten, the client's other
-        headers byte for byte, ``Content-Length`` for the body actually sent."""
+        headers byte for byte (``fields``: their lines, from
+        :func:`llmtop.proxy.headers.upstream_field_lines`), ``Content-Length`` for the
+        body actually sent."""
         # (``*``, asterisk-form, names the server itself: no prefix before it — QA:
         # ``OPTIONS *`` went to an upstream at /v1 as ``OPTIONS /v1*``)
         prefix = self.prefix if target != "*" else ""
-        parts = [f"{method} {prefix}{target} HTTP/1.1\r\nHost: {self.host_header}\r\n"
-                 .encode("utf-8", "surrogateescape")]
-        for name, value in headers:
-            parts.append(name + b": " + value + b"\r\n")
+        line = (f"{method} {prefix}{target} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+                .encode("utf-8", "surrogateescape"))
         if with_length:
-            parts.append(b"Content-Length: %d\r\n" % len(body))
-        parts.append(b"\r\n")
-        if body:
-            parts.append(body)
-        return b"".join(parts)
+            return b"".join((line, fields, b"Content-Length: %d\r\n\r\n" % len(body), body))
+        return b"".join((line, fields, b"\r\n", body))

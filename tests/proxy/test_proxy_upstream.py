@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from test_proxy_support import running_proxy
 
+from llmtop.proxy.headers import upstream_field_lines
 from llmtop.proxy.upstream import (
     BufferSink,
     MalformedResponse,
@@ -135,8 +136,8 @@ async def test_bad_status_line_fails_the_head() -> None:
 
 async def test_request_bytes_keep_headers_and_rewrite_host() -> None:
     pool = UpstreamPool("http://10.0.0.1:8000/prefix/", 1.0)
-    raw = pool.request_bytes("POST", "/v1/x?a=%2F", [(b"X-Key", b"v\xe9"), (b"x-a", b"1")],
-                             b"{}", True)
+    fields = upstream_field_lines([(b"X-Key", b"v\xe9"), (b"x-a", b"1")])
+    raw = pool.request_bytes("POST", "/v1/x?a=%2F", fields, b"{}", True)
     assert raw == (b"POST /prefix/v1/x?a=%2F HTTP/1.1\r\nHost: 10.0.0.1:8000\r\n"
                    b"X-Key: v\xe9\r\nx-a: 1\r\nContent-Length: 2\r\n\r\n{}")
     assert UpstreamPool("https://api.example.com", 1.0).host_header == "api.example.com"
