@@ -37,8 +37,15 @@ shares this machine's cores, so at high concurrency the absolute figures measure
 machine: the targets are ratios to nginx in the same run.
 
     python benchmarks/proxy_overhead.py [--duration 5] [--levels 1,64,256]
-        [--modes paced,firehose] [--max-tokens 32] [--bare] [--no-nginx] [--splice]
-        [--pin] [--variant ENV=VALUE] [--json OUT]
+        [--modes paced,firehose] [--max-tokens 32] [--spread F] [--bare] [--no-nginx]
+        [--splice] [--pin] [--variant ENV=VALUE] [--json OUT]
+
+``--spread F``: the requests ask for answers of different lengths, from ``max-tokens ×
+(1 − F)`` to ``× (1 + F)``, as real traffic does. With one length (the default), the
+closed loop's streams, started together, keep ending together: every ~``max-tokens`` steps
+of the paced engine one step brings most of the streams' ends and new requests at once, and
+the proxy's per-request work (~4× a splice's) then delays that step's chunks — at 256
+streams this wave, not the per-chunk cost, makes llmtop's chunk p99.
 
 ``--pin`` puts the proxies under test (llmtop, nginx, the splice) on the last CPU and
 the load generator and the simulator on the others (``sched_setaffinity``): each proxy
@@ -63,6 +70,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -379,8 +387,11 @@ class Req:
 
 
 class Phase:
-    def __init__(self, host: str, port: int, request: bytes, n: int, end: float) -> None:
-        self.host, self.port, self.request, self.n, self.end = host, port, request, n, end
+    def __init__(self, host: str, port: int, requests: list[bytes], n: int, end: float) -> None:
+        self.host, self.port, self.n, self.end = host, port, n, end
+        self.requests = requests
+        """The request each connection sends next, in turn (one unless ``--spread``)."""
+        self.sent = 0
         self.results: list[Req] = []
         self.errors = 0
         self.open = 0
@@ -414,7 +425,9 @@ class StreamConn(asyncio.Protocol):
             return
         self.head, self.in_body, self.tail = b"", False, b""
         self.cur = Req(time.time())
-        self.transport.write(self.phase.request)
+        phase = self.phase
+        phase.sent += 1
+        self.transport.write(phase.requests[phase.sent % len(phase.requests)])
 
     def data_received(self, data: bytes) -> None:
         now = time.time()
@@ -453,19 +466,40 @@ class StreamConn(asyncio.Protocol):
         self.phase.closed()
 
 
-async def run_load(url: str, n: int, duration: float, max_tokens: int, usage: bool
-                   ) -> Phase:
+def spread_tokens(max_tokens: int, spread: float) -> list[int]:
+    """The answers' lengths the load generator asks for in turn: ``max_tokens`` alone, or
+    with ``spread`` > 0 every length from ``max_tokens × (1 − spread)`` to ``max_tokens ×
+    (1 + spread)`` in a fixed shuffled order (the same in every phase and for every
+    target)."""
+    if spread <= 0:
+        return [max_tokens]
+    lo = max(1, round(max_tokens * (1 - spread)))
+    hi = max(lo, round(max_tokens * (1 + spread)))
+    lengths = list(range(lo, hi + 1))
+    random.Random(1).shuffle(lengths)
+    return lengths
+
+
+async def run_load(url: str, n: int, duration: float, max_tokens: int, usage: bool,
+                   *, spread: float = 0.0) -> Phase:
+    """``n`` keep-alive connections each sending streaming requests, one after the other,
+    for ``duration`` s. All ask for ``max_tokens`` tokens, unless ``spread`` (see
+    :func:`spread_tokens`): with one length, streams started together also end together,
+    and a paced engine's steps then bring many ends and new requests at once."""
     host, port = url.removeprefix("http://").split(":")
-    body: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": max_tokens,
-                            "messages": [{"role": "user", "content": "hi"}]}
-    if usage:
-        body["stream_options"] = {"include_usage": True}
-    raw = json.dumps(body).encode()
-    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
-               ).encode() + raw
+    requests = []
+    for tokens in spread_tokens(max_tokens, spread):
+        body: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": tokens,
+                                "messages": [{"role": "user", "content": "hi"}]}
+        if usage:
+            body["stream_options"] = {"include_usage": True}
+        raw = json.dumps(body).encode()
+        requests.append(
+            (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+             f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
+             ).encode() + raw)
     loop = asyncio.get_running_loop()
-    phase = Phase(host, int(port), request, n, time.time() + duration)
+    phase = Phase(host, int(port), requests, n, time.time() + duration)
     for _ in range(n):
         phase.open += 1
         await loop.create_connection(lambda: StreamConn(phase), host, int(port))
@@ -508,7 +542,7 @@ class Result:
 
 async def measure(target: str, url: str, pids: list[int], sim_url: str,
                   n: int, duration: float, max_tokens: int, usage: bool,
-                  session: aiohttp.ClientSession) -> Result:
+                  session: aiohttp.ClientSession, *, spread: float = 0.0) -> Result:
     idle_rss = rss_kib(pids) if pids else 0  # nothing open: what the phase adds is on top
     cpu0 = cpu_s(pids)
     samples: list[tuple[float, int]] = []
@@ -522,7 +556,7 @@ async def measure(target: str, url: str, pids: list[int], sim_url: str,
                 await asyncio.wait_for(stop.wait(), 0.2)
 
     sampler = asyncio.create_task(sample())
-    phase = await run_load(url, n, duration, max_tokens, usage)
+    phase = await run_load(url, n, duration, max_tokens, usage, spread=spread)
     took = time.time() - t0
     stop.set()
     await sampler
@@ -708,7 +742,7 @@ def verdict(mode: str, level_rows: dict[int, dict[str, Result]]) -> list[str]:
 
 async def settle(targets: dict[str, tuple[str, Proc | None]], sim_url: str, n: int,
                  duration: float, max_tokens: int, usage: bool,
-                 session: aiohttp.ClientSession) -> dict[str, Result]:
+                 session: aiohttp.ClientSession, *, spread: float = 0.0) -> dict[str, Result]:
     """A first phase at the level's concurrency for each fresh proxy, not counted in the
     timed rounds. Its RSS figures are the level's (a process that has served nothing but
     the warm-up: no earlier phase's history counts as this level's streams, and no memory
@@ -720,7 +754,7 @@ async def settle(targets: dict[str, tuple[str, Proc | None]], sim_url: str, n: i
     for name, (url, proc) in targets.items():
         if proc is not None:
             out[name] = await measure(name, url, proc.pids, sim_url, n, duration, max_tokens,
-                                      usage, session)
+                                      usage, session, spread=spread)
             await asyncio.sleep(0.3)
     return out
 
@@ -796,7 +830,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             for li, n in enumerate(args.levels):
                 targets = await start_proxies()
                 cold = await settle(targets, sim.url, n, args.duration, args.max_tokens,
-                                    args.client_usage, session)
+                                    args.client_usage, session, spread=args.spread)
                 by: dict[str, Result] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
                 for _ in range(args.rounds):
@@ -805,7 +839,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                         pids = proc.pids if proc is not None else []
                         res = await measure(name, url, pids, sim.url, n,
                                             args.duration, args.max_tokens, args.client_usage,
-                                            session)
+                                            session, spread=args.spread)
                         prev = by.get(name)
                         by[name] = res if prev is None else merge_rounds(prev, res)
                         print(f"  {mode} n={n} {name}: {res.requests} requests, "
@@ -856,11 +890,13 @@ async def amain(args: argparse.Namespace) -> int:
     if nginx_bin is None:
         print(f"nginx: not measured ({why})", flush=True)
     print(f"llmtop proxy overhead: levels {args.levels}, {args.duration:g} s per phase, "
-          f"{args.max_tokens} tokens per request, modes {args.modes}, "
+          f"{args.max_tokens} tokens per request"
+          + (f" (± {args.spread:.0%})" if args.spread else "") + f", modes {args.modes}, "
           f"{'bare ProxyServer' if args.bare else 'llmtop run --headless'}; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     report: dict[str, Any] = {"levels": args.levels, "duration_s": args.duration,
-                              "max_tokens": args.max_tokens, "bare": args.bare,
+                              "max_tokens": args.max_tokens, "spread": args.spread,
+                              "bare": args.bare,
                               "splice": args.splice, "nginx": nginx_bin is not None}
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="llmtop-bench-") as tmpdir:
@@ -884,6 +920,11 @@ def main() -> int:
                    help="concurrent streams, comma-separated (default 1,64,256)")
     p.add_argument("--modes", default="paced,firehose", help="paced,firehose (default both)")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per request (default 32)")
+    p.add_argument("--spread", type=float, default=0.0, metavar="F",
+                   help="answers of different lengths: each request asks for one of "
+                        "max-tokens × (1 − F) ... × (1 + F) tokens, in turn (default 0: all "
+                        "alike, so streams that start together end together and the paced "
+                        "engine's steps bring waves of ends and new requests)")
     p.add_argument("--rounds", type=int, default=1, help="repeat each phase (default 1)")
     p.add_argument("--bare", action="store_true",
                    help="run only the ProxyServer (no metrics side) instead of llmtop run")
@@ -917,6 +958,8 @@ def main() -> int:
         args.modes = [m for m in args.modes.split(",") if m]
     except ValueError:
         p.error("--levels must be integers")
+    if not 0 <= args.spread < 1:
+        p.error("--spread: a fraction, 0 <= F < 1")
     if not set(args.modes) <= {"paced", "firehose"}:
         p.error("--modes: paced and/or firehose")
     try:
