@@ -46,7 +46,9 @@ def proposed_recording_path(now: float) -> str:
 
 class LlmtopApp(App[int]):
     """The live view. ``clock`` gives wall time for what is shown (proposed file names);
-    ages and "since" figures are relative to each snapshot's own ``time``."""
+    ages and "since" figures are relative to each snapshot's own ``time``. ``monotonic``
+    times the retries and how old the figures kept while disconnected are (tests give a
+    clock of their own: on a busy machine a second can pass between two steps)."""
 
     CSS_PATH = "app.tcss"
     TITLE = "llmtop"
@@ -81,6 +83,7 @@ class LlmtopApp(App[int]):
         proxy: str | None = None,
         admin: str | None = None,
         clock: Clock = time.time,
+        monotonic: Clock = time.monotonic,
         retry_s: float = 1.0,
         stop: threading.Event | None = None,
     ) -> None:
@@ -96,6 +99,7 @@ class LlmtopApp(App[int]):
         self.proxy = proxy
         self.admin = admin
         self.clock = clock
+        self._monotonic = monotonic
         self.retry_s = retry_s
         self.stop_event = stop
         """Set from another thread to end the app as ``q`` does (``run``/``demo``: the
@@ -156,7 +160,7 @@ class LlmtopApp(App[int]):
     def _tick(self) -> None:
         if self.paused or self._fetching:
             return
-        if not self.connected and time.monotonic() - self._last_attempt < self.retry_s:
+        if not self.connected and self._monotonic() - self._last_attempt < self.retry_s:
             return
         self._fetch_now()
 
@@ -173,7 +177,7 @@ class LlmtopApp(App[int]):
     async def refresh_now(self) -> bool:
         """Fetch one snapshot (and the active requests) now and show it. Returns whether
         data arrived; a failure switches to the disconnected state instead of raising."""
-        self._last_attempt = time.monotonic()
+        self._last_attempt = self._monotonic()
         self._started += 1
         ticket, window = self._started, self.window_s
         try:
@@ -194,7 +198,7 @@ class LlmtopApp(App[int]):
         if not self.connected:
             self.notify("reconnected", severity="information", markup=False)
         self.connected, self.error, self.has_data = True, None, True
-        self._last_data = time.monotonic()
+        self._last_data = self._monotonic()
         self.view, self.active = SnapView(snap), active
         self.refreshes += 1
         self._show()
@@ -236,7 +240,7 @@ class LlmtopApp(App[int]):
             proxy=self.proxy,
             admin=self.admin,
             stale_s=None if self.connected or not self.has_data else int(
-                time.monotonic() - self._last_data),
+                self._monotonic() - self._last_data),
         )
 
     def _source_label(self) -> str:

@@ -18,7 +18,8 @@ from llmtop.tui.app import LlmtopApp
 async def test_figures_kept_while_disconnected_say_how_old_they_are(
         size: tuple[int, int]) -> None:
     src = FixtureSource("saturated")
-    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    now = [1000.0]  # the app's monotonic clock: it moves only when the test says
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW, monotonic=lambda: now[0])
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
         await pilot.pause()
@@ -31,7 +32,7 @@ async def test_figures_kept_while_disconnected_say_how_old_they_are(
         line2 = screen_text(app).splitlines()[1]
         assert line2.lstrip().startswith("as of 0s ago: RPS 6.60"), line2
 
-        app._last_data -= 75  # the proxy has been gone for 75 s
+        now[0] += 75.4  # the proxy has been gone for 75 s
         await app.refresh_now()  # the next retry, still refused
         await pilot.pause()
         lines = screen_text(app).splitlines()
