@@ -55,9 +55,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/parser_throughput.py
 	$(PY) benchmarks/metrics_cost.py
 
-# Proxy overhead against direct and nginx (installs Debian's nginx when missing; minutes).
+# Proxy overhead against direct and nginx, then what a request and a chunk cost each proxy
+# in place (installs Debian's nginx when missing; minutes).
 bench-proxy: $(STAMP)
 	$(PY) benchmarks/proxy_overhead.py
+	$(PY) benchmarks/cost_model.py
 
 bench-scale: $(STAMP)
 	$(PY) benchmarks/scale_overhead.py --streams 1,64,256,1024 --duration 8
