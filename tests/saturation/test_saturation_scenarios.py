@@ -221,6 +221,9 @@ GIB = 1024**3
 
 TINY_RESIDENT = 300 * 1024**2 + 1_000_000_000
 """The tiny profile's runtime overhead + weights: always counted as used."""
+TOTAL_97 = TINY_RESIDENT * 100 // 97
+"""A GPU that the tiny profile's resident memory fills to 97 % (at least: rounded down — a
+total rounded up read 96.99999 % whenever the last sample came with no KV block in use)."""
 
 
 async def test_gpu_memory_at_97_percent_raises_gpu_memory() -> None:
@@ -228,7 +231,7 @@ async def test_gpu_memory_at_97_percent_raises_gpu_memory() -> None:
     metrics to say how full its KV cache is (memory alone decides): GPU_MEMORY; the engine
     restarts on a larger GPU: cleared. The warning travels the bus to the aggregator's
     snapshot and its Prometheus gauge, and leaves both when cleared."""
-    async with scenario(sim={"mem_total_bytes": round(TINY_RESIDENT / 0.97)},
+    async with scenario(sim={"mem_total_bytes": TOTAL_97},
                         engine_metrics=False) as p:
         start = p.t0
         load = ClosedLoop(p.url, 1, max_tokens=16)
@@ -259,7 +262,7 @@ async def test_gpu_memory_at_97_percent_with_room_in_the_kv_cache_raises_nothing
     """The same GPU 97 % used, light load, and the engine's /metrics say its KV cache has
     room (as a vLLM that reserved 97 % of the GPU at start-up reads when idle): memory used
     is the reservation, not saturation — no GPU_MEMORY, no warning at all."""
-    async with scenario(sim={"mem_total_bytes": round(TINY_RESIDENT / 0.97)}) as p:
+    async with scenario(sim={"mem_total_bytes": TOTAL_97}) as p:
         load = ClosedLoop(p.url, 1, max_tokens=16)
         await asyncio.sleep(12 * SCALE)
         await load.stop()
