@@ -24,7 +24,6 @@ between two processes of the same code here): compare proxies of one run, not ru
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from proxy_overhead import (
     ensure_nginx,
     observers_aside,
     run_load,
+    run_on_uvloop,
     start_nginx,
     warm_up,
 )
@@ -176,11 +176,7 @@ def main() -> int:
         p.error("--long must be more tokens than --short (>= 1)")
     if args.streams < 1 or args.duration <= 0 or args.rounds < 1:
         p.error("--streams, --duration and --rounds must be positive")
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(amain(args))
-    return uvloop.run(amain(args))
+    return run_on_uvloop(amain(args))
 
 
 if __name__ == "__main__":

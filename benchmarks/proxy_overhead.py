@@ -80,6 +80,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -879,6 +880,15 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             p.stop()
 
 
+def run_on_uvloop(main: Coroutine[Any, Any, int]) -> int:
+    """Run a benchmark's ``main`` on uvloop (asyncio's loop where it is not installed)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def imported_from(env: dict[str, str]) -> str:
     """The directory a ``python -m llmtop`` started with ``env`` imports llmtop from."""
     r = subprocess.run([sys.executable, "-c", "import llmtop; print(llmtop.__path__[0])"],
@@ -971,11 +981,7 @@ def main() -> int:
         p.error("--spread: a fraction, 0 <= F < 1")
     if not set(args.modes) <= {"paced", "firehose"}:
         p.error("--modes: paced and/or firehose")
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(amain(args))
-    return uvloop.run(amain(args))
+    return run_on_uvloop(amain(args))
 
 
 if __name__ == "__main__":

@@ -543,11 +543,7 @@ async def amain(args: argparse.Namespace) -> int:
 
 def main() -> int:
     args = parse_args()
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(amain(args))
-    return uvloop.run(amain(args))
+    return po.run_on_uvloop(amain(args))
 
 
 if __name__ == "__main__":
