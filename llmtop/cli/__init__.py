@@ -50,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, name: str | None
+                    ) -> argparse.ArgumentParser:
+    """The parser of command ``name`` (``parser`` itself when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            sub: argparse.ArgumentParser = action.choices[name]
+            return sub
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
@@ -58,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if raw[0] not in {m.NAME for m in modules}:  # argparse would list internal ones
             public = ", ".join(m.NAME for m in modules if m.HELP)
             parser.error(f"unknown command '{raw[0]}' (choose from {public})")
-    args = parser.parse_args(raw)
+    args, unknown = parser.parse_known_args(raw)
+    if unknown:  # said by the command's own parser, with its usage, not llmtop's
+        _command_parser(parser, getattr(args, "command", None)).error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     args._argv = raw
     if not getattr(args, "_main", None):
         parser.print_help()

@@ -41,6 +41,21 @@ def test_unknown_command_exits_2() -> None:
     assert "_worker" not in p.stderr
 
 
+def test_an_unknown_option_is_answered_with_the_commands_own_usage() -> None:
+    p = run_cli("run", "--upstream", "http://127.0.0.1:1", "--bogus")
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    # the user sees the options of the command they typed, not llmtop's list of commands
+    assert p.stderr.startswith("usage: llmtop run "), p.stderr
+    assert p.stderr.rstrip().endswith("llmtop run: error: unrecognized arguments: --bogus")
+    p = run_cli("sim", "--listen", "127.0.0.1:0", "stray")
+    assert p.returncode == 2
+    assert p.stderr.rstrip().endswith("llmtop sim: error: unrecognized arguments: stray")
+    p = run_cli("--bogus")
+    assert p.returncode == 2
+    assert p.stderr.rstrip().endswith("llmtop: error: unrecognized arguments: --bogus")
+
+
 def test_demo_refuses_a_duration_that_is_not_positive() -> None:
     for bad in ("-1", "0", "nan"):
         p = run_cli("demo", "--headless", "--duration", bad)
