@@ -64,8 +64,8 @@ anything (llmtop's CPU per chunk is then split into the platform's floor and its
 For the paced engine, each level also says how far apart the engine wrote a decode step's
 chunks (``step_write_gap``, from its ground truth): a proxy that needs more CPU per chunk
 than that falls behind within every step, and its chunk p99 grows with the streams, while
-one that needs less adds almost nothing — a threshold, which is why the p99 ratio to nginx
-can be large where the CPU ratio is under 2.
+one that needs less keeps up — a threshold, which is why the p99 ratio to nginx can be
+large where the CPU ratio is under 2.
 """
 
 from __future__ import annotations
@@ -536,10 +536,11 @@ def step_write_gap(write_times: list[float], gap_s: float = STEP_GAP_S) -> float
 
     A proxy that spends more CPU per chunk than this falls behind within every step, and
     the step's last chunks wait for the rest: its added chunk delay grows with the
-    streams. One that spends less keeps up and adds almost nothing, however many streams
-    there are: at 256 paced streams on a 2-core VM (``--pin --spread 0.5``, 2026-12-03),
-    the engine wrote every ~41 µs, and nginx (26 µs a chunk) added a chunk p99 of 0.4 ms
-    where llmtop (43 µs) added 8."""
+    streams. One that spends less keeps up, and what it adds is the machine's own stalls
+    (which on a shared VM vary from run to run): at 256 paced streams on a 2-core VM
+    (``--pin --spread 0.5``, 2026-12-03), the engine wrote every ~41 µs, and nginx (26 µs
+    a chunk) added a chunk p99 of 0.4 ms where llmtop (43 µs) added 8 — and in the next
+    run nginx added 2.4 ms, llmtop 3.4."""
     ts = sorted(write_times)
     gaps: list[float] = []
     start = prev = ts[0] if ts else 0.0
