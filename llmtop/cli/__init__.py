@@ -46,17 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
             **extra,
         )
         mod.add_arguments(p)
-        p.set_defaults(_main=mod.main)
-    return parser
-
-
-def _command_parser(parser: argparse.ArgumentParser, name: str | None
-                    ) -> argparse.ArgumentParser:
-    """The parser of command ``name`` (``parser`` itself when there is none)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
-            sub: argparse.ArgumentParser = action.choices[name]
-            return sub
+        p.set_defaults(_main=mod.main, _parser=p)
     return parser
 
 
@@ -70,8 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown command '{raw[0]}' (choose from {public})")
     args, unknown = parser.parse_known_args(raw)
     if unknown:  # said by the command's own parser, with its usage, not llmtop's
-        _command_parser(parser, getattr(args, "command", None)).error(
-            f"unrecognized arguments: {' '.join(unknown)}")
+        owner: argparse.ArgumentParser = getattr(args, "_parser", parser)
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
     args._argv = raw
     if not getattr(args, "_main", None):
         parser.print_help()
