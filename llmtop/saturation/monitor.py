@@ -558,7 +558,8 @@ class SaturationMonitor:
                   and f.t_first >= now - win]
         if not events:  # (most ticks: the streams around them are not looked for)
             return None
-        streams = [r for r in sig.finished_in(now, 3 * win) if r.chunk_t.size >= 3]
+        # a stream that spans a first token of the window ended in the window too
+        streams = [r for r in sig.finished_in(now, win) if len(r.offsets) >= 3]
         spikes: list[float] = []
         stalled = 0
         for ev in events[-self.PREFILL_EVENTS:]:
