@@ -119,22 +119,25 @@ class DirectExchange:
         self._waiters: list[asyncio.Future[None]] | None = None
         self.wd = Watchdog(self, server.sweeper)
         self.wd.arm(server.cfg.timeouts.first_byte_s, "first byte")
-        head.add_done_callback(self._on_head)
+        # the head comes from the connection's own read callback, not the future's: the
+        # relay attaches in that callback, and the bytes read with the head go out in it
+        conn.head_ready = self._on_head
 
     # -- the usual course ------------------------------------------------------------
 
-    def _on_head(self, fut: asyncio.Future[ResponseHead]) -> None:
-        if self.finished or fut.cancelled():
-            return
-        if fut.exception() is not None or self.conn is None:
-            self._carry_on()
-            return
-        head = fut.result()
-        if self.inject and head.status in (400, 422):  # maybe a refusal of stream_options
-            self._carry_on()
+    def _on_head(self, head: ResponseHead | None) -> None:
+        """The response head (None: it failed, the head future says why), called by the
+        upstream connection as it reads it."""
+        if self.finished:
             return
         try:
-            self._relay(head)
+            # (a 400 or 422 to an injected stream_options may be its refusal: the task
+            # sends the request again without it)
+            if head is None or self.conn is None or (
+                    self.inject and head.status in (400, 422)):
+                self._carry_on()
+            else:
+                self._relay(head)
         except Exception as exc:  # a bug of ours: end the request, never the proxy
             self._internal_error(exc)
 
@@ -260,6 +263,7 @@ class DirectExchange:
     def _drop_upstream(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
+            conn.head_ready = None
             conn.abort()  # the engine sees the disconnect now and stops generating
         if not self.head.done():
             self.head.cancel()

@@ -21,6 +21,7 @@ import contextlib
 import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -112,6 +113,13 @@ class UpstreamConnection(asyncio.Protocol):
         self._state = _IDLE
         self._buf = b""
         self._head_fut: asyncio.Future[ResponseHead] | None = None
+        self.head_ready: Callable[[ResponseHead | None], None] | None = None
+        """Set after :meth:`send` by a caller that takes the response head from the
+        connection's own callback instead of the future's (:mod:`llmtop.proxy.direct`):
+        called with the head as soon as it is read, with the head's first body bytes
+        already pending (an :meth:`attach` in the call delivers them at once, with no loop
+        turn and no pause of the connection in between), or with None when the head
+        failed (the future holds why). Not called once the future is done (cancelled)."""
         self._is_head_request = False
         self._sink: BodySink | None = None
         self._pending: list[bytes] = []
@@ -174,6 +182,7 @@ class UpstreamConnection(asyncio.Protocol):
         """Write one request; the future resolves with the response head."""
         assert self.transport is not None and self._loop is not None and self._state == _IDLE
         self._head_fut = self._loop.create_future()
+        self.head_ready = None
         self._state = _HEAD
         self._is_head_request = head_request
         self._buf = b""
@@ -276,9 +285,12 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.close()
 
     def _fail_head(self, exc: UpstreamError) -> None:
-        fut = self._head_fut
+        fut, ready = self._head_fut, self.head_ready
+        self.head_ready = None
         if fut is not None and not fut.done():
             fut.set_exception(exc)
+            if ready is not None:
+                ready(None)
 
     # -- parsing ---------------------------------------------------------------------
 
@@ -322,13 +334,20 @@ class UpstreamConnection(asyncio.Protocol):
         # the upstream is out of step, and the rest may come once the connection carries
         # the next request (QA: it went back to the pool)
         self._reusable = head.keep_alive and self._mode != 3 and not (buf and not self._mode)
-        fut = self._head_fut
-        if fut is not None and not fut.done():
-            fut.set_result(head)
         if buf:
             self._pending.append(buf)
         if self._mode == 0 or (self._mode == 1 and self._left == 0):
             self._pending.append(b"")  # nothing to wait for: attach() completes at once
+        fut, ready = self._head_fut, self.head_ready
+        self.head_ready = None
+        if fut is None or fut.done():
+            self.pause_reading()
+            return
+        fut.set_result(head)
+        if ready is not None:
+            ready(head)  # may attach (and even finish the response) before it returns
+            if self._sink is not None or self._state != _BODY:
+                return
         self.pause_reading()  # until the relay has sent the head on and attaches
 
     def _malformed_head(self, why: str) -> None:

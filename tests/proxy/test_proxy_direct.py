@@ -34,6 +34,7 @@ from llmtop.proxy.direct import DirectExchange
 from llmtop.proxy.quickhead import QuickRequest, read_request
 from llmtop.proxy.server import ProxyServer
 from llmtop.proxy.stamping import Direct, StampingRequestHandler, StampingServer
+from llmtop.proxy.upstream import UpstreamConnection
 
 BODY = b'{"model":"m1","user":"u1","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
@@ -610,6 +611,33 @@ async def test_a_direct_request_is_freed_as_it_ends_not_by_the_garbage_collector
             gc.enable()
     assert proxy.direct_starts == 50
     assert left <= 1  # the last one, until its upstream connection carries the next
+
+
+async def test_the_head_is_relayed_from_the_upstreams_own_read_without_a_pause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A direct request takes its response head from the upstream connection's read
+    callback (``head_ready``), not a loop turn later from the head future's: the relay
+    attaches there, so the connection is never paused between the head and the relay
+    (two epoll changes a request, and the body bytes read with the head wait for
+    nothing) — and what the client gets is unchanged."""
+    paused: list[UpstreamConnection] = []
+    pause = UpstreamConnection.pause_reading
+
+    def counting(self: UpstreamConnection) -> None:
+        paused.append(self)
+        pause(self)
+
+    async with _direct(["a", "b", "c"]) as (_, proxy, recs, reader, writer):
+        monkeypatch.setattr(UpstreamConnection, "pause_reading", counting)
+        for _ in range(5):
+            writer.write(_request())
+            body = await _read_response(reader)
+            assert b'"content":"a"' in body and b"data: [DONE]" in body
+        got = await recs.wait(6)
+    assert proxy.direct_starts == 5
+    assert paused == []
+    assert [r.completion_tokens for r in got[1:]] == [3] * 5
+    assert all(r.outcome == "ok" and r.ttft_s is not None for r in got[1:])
 
 
 async def test_half_a_head_sent_behind_a_direct_request_still_times_out() -> None:
