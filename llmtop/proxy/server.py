@@ -715,16 +715,6 @@ class ProxyServer:
         loop, pool = self._loop, self._pool
         assert loop is not None and pool is not None
         protocol = request.protocol
-
-        def complete() -> None:
-            # the end of the body is out: the request is no longer open, the upstream
-            # connection is free, and the client's next request on this connection may
-            # be served directly (the record follows when the relay's owner wakes)
-            self.closed(ex)
-            pool.release(conn)
-            if isinstance(protocol, StampingRequestHandler):
-                protocol.request_done(request)
-
         status = head.status
         ex.status = status
         ctype = head.content_type
@@ -762,7 +752,8 @@ class ProxyServer:
             raise ClientGone("client disconnected")
         wd.arm(self.cfg.timeouts.idle_s, "idle")
         sink = RelaySink(ex, parser, strip, transport, frame.head, frame.chunked,
-                         protocol, request.writer, conn, wd, loop, complete)
+                         protocol, request.writer, conn, wd, loop,
+                         _Completion(self, ex, pool, conn, request))
         ex.headers_sent = True
         if early is not None:
             if early:
@@ -831,6 +822,33 @@ class ProxyServer:
 
 
 _USAGE_OPTION = b'"stream_options":{"include_usage":true},'
+
+
+class _Completion:
+    """What :meth:`ProxyServer.open_relay` does when the end of a body is out (the relay's
+    ``on_complete``): the request is no longer open, the upstream connection is free, and
+    the client's next request on its connection may be served directly (the record
+    follows when the relay's owner wakes). One object a request, where a closure was a
+    function and six cells: fewer objects for the garbage collector to walk while the
+    request is open."""
+
+    __slots__ = ("conn", "ex", "pool", "protocol", "request", "server")
+
+    def __init__(self, server: ProxyServer, ex: Exchange, pool: UpstreamPool,
+                 conn: UpstreamConnection, request: ClientRequest) -> None:
+        self.server = server
+        self.ex = ex
+        self.pool = pool
+        self.conn = conn
+        self.request = request
+        self.protocol = request.protocol
+
+    def __call__(self) -> None:
+        self.server.closed(self.ex)
+        self.pool.release(self.conn)
+        protocol = self.protocol
+        if isinstance(protocol, StampingRequestHandler):
+            protocol.request_done(self.request)
 
 
 def _with_usage(body: bytes) -> bytes | None:
