@@ -340,14 +340,12 @@ class UpstreamConnection(asyncio.Protocol):
             self._pending.append(b"")  # nothing to wait for: attach() completes at once
         fut, ready = self._head_fut, self.head_ready
         self.head_ready = None
-        if fut is None or fut.done():
-            self.pause_reading()
-            return
-        fut.set_result(head)
-        if ready is not None:
-            ready(head)  # may attach (and even finish the response) before it returns
-            if self._sink is not None or self._state != _BODY:
-                return
+        if fut is not None and not fut.done():
+            fut.set_result(head)
+            if ready is not None:
+                ready(head)  # may attach (and even finish the response) before it returns
+                if self._sink is not None or self._state != _BODY:
+                    return
         self.pause_reading()  # until the relay has sent the head on and attaches
 
     def _malformed_head(self, why: str) -> None:
