@@ -5,9 +5,12 @@ For a request that arrives whole in one read, plain, on a connection with nothin
 handler task and the loop turns in between are most of what the proxy spends on the
 request beyond the bytes themselves. :class:`DirectExchange` serves such a request from
 callbacks instead: the request goes upstream from the protocol's ``data_received``; the
-upstream's head arrives on a future's callback, which opens the relay
-(:meth:`llmtop.proxy.server.ProxyServer.open_relay`, the same code as aiohttp's path);
-the end of the relay publishes the record and hands the connection back to its protocol.
+upstream connection hands over the response head from its own read callback
+(``head_ready``), which opens the relay (:meth:`llmtop.proxy.server.ProxyServer.open_relay`,
+the same code as aiohttp's path); the end of the relay (told a loop turn later, see
+:meth:`~llmtop.proxy.relay.RelaySink.listen`) publishes the record and hands the connection
+back to its protocol. An open request keeps few objects: the garbage collector walks them
+all at each collection, with the forwarding loop stopped.
 
 Anything unusual — the upstream failing or closing before its head, a kept-alive
 connection found closed (retried on a fresh one), an upstream refusing the injected
@@ -47,26 +50,13 @@ CLIENT_GONE = 499
 """Status recorded for a request whose client left before any response (nginx's 499)."""
 
 
-class _Drainer:
-    """The client's side of flow control for the relay: wait until the transport has
-    drained (aiohttp's protocol keeps the waiter)."""
-
-    __slots__ = ("_protocol",)
-
-    def __init__(self, protocol: StampingRequestHandler) -> None:
-        self._protocol = protocol
-
-    async def drain(self) -> None:
-        await self._protocol._drain_helper()
-
-
 class DirectClient:
     """A directly served request as the proxy's request path reads it: the part of
     aiohttp's ``BaseRequest`` that :meth:`ProxyServer.forward` and :meth:`open_relay`
-    use."""
+    use. It is its own ``writer`` (the relay's flow control: :meth:`drain`)."""
 
     __slots__ = ("_protocol", "content_length", "keep_alive", "method", "raw_headers",
-                 "raw_path", "version", "writer")
+                 "raw_path", "version")
 
     def __init__(self, quick: QuickRequest, protocol: StampingRequestHandler) -> None:
         self.method = quick.method
@@ -76,7 +66,6 @@ class DirectClient:
         self.raw_path = quick.target
         self.content_length = len(quick.body) if quick.has_length else None
         self._protocol = protocol
-        self.writer = _Drainer(protocol)
 
     @property
     def transport(self) -> asyncio.Transport | None:
@@ -85,6 +74,15 @@ class DirectClient:
     @property
     def protocol(self) -> StampingRequestHandler:
         return self._protocol
+
+    @property
+    def writer(self) -> DirectClient:
+        return self
+
+    async def drain(self) -> None:
+        """Wait until the client's transport has drained (aiohttp's protocol keeps the
+        waiter)."""
+        await self._protocol._drain_helper()
 
 
 class DirectExchange:
@@ -105,11 +103,16 @@ class DirectExchange:
         self.ex = ex
         self.conn: UpstreamConnection | None = conn
         """The upstream connection while this exchange owns it."""
-        self.head = head
+        self.head: asyncio.Future[ResponseHead] | None = head
+        """The response head's future until the head has come (then it and the head are
+        let go: an open request keeps few objects for the garbage collector to walk)."""
         self.raw = raw
+        """The request as sent upstream, ``body`` as the client sent it and ``info``, for
+        the task that carries on an unusual case — until the head has come (a request is
+        never sent again after it: a long prompt is not held for the whole answer)."""
         self.inject = inject
         self.body = body
-        self.info = info
+        self.info: RequestInfo | None = info
         self.sink: RelaySink | None = None
         self.task: asyncio.Task[None] | None = None
         """The task carrying on the unusual cases (None while served from callbacks)."""
@@ -137,6 +140,9 @@ class DirectExchange:
                     self.inject and head.status in (400, 422)):
                 self._carry_on()
             else:
+                self.head = self.info = None
+                self.raw = self.body = b""
+                self.client.raw_headers = ()
                 self._relay(head)
         except Exception as exc:  # a bug of ours: end the request, never the proxy
             self._internal_error(exc)
@@ -147,7 +153,7 @@ class DirectExchange:
         server.upstream_down = False
         try:
             # open_relay's completion frees the request and the upstream connection as the
-            # end of the body goes out; the record follows a loop turn later, in _on_done
+            # end of the body goes out; the record follows a loop turn later, in relay_ended
             sink, self.keep_alive = server.open_relay(self.client, self.ex, self.wd, conn,
                                                       head, self.inject, None)
         except ClientGone:
@@ -156,10 +162,11 @@ class DirectExchange:
             self._finish(False)
             return
         self.sink = sink
-        sink.done.add_done_callback(self._on_done)
+        sink.listen(self)
 
-    def _on_done(self, fut: asyncio.Future[None]) -> None:
-        exc = ClientGone("relay cancelled") if fut.cancelled() else fut.exception()
+    def relay_ended(self, exc: BaseException | None) -> None:
+        """The relay has ended (``exc`` None: the body went out in full), a loop turn
+        before (:meth:`RelaySink.listen`)."""
         if self.finished:
             return
         sink, ex = self.sink, self.ex
@@ -265,8 +272,9 @@ class DirectExchange:
         if conn is not None:
             conn.head_ready = None
             conn.abort()  # the engine sees the disconnect now and stops generating
-        if not self.head.done():
-            self.head.cancel()
+        head = self.head
+        if head is not None and not head.done():
+            head.cancel()
 
     def _close_client(self) -> None:
         transport = self.protocol.transport
@@ -320,6 +328,7 @@ class DirectExchange:
         assert task is not None
         server, ex = self.server, self.ex
         conn, self.conn = self.conn, None
+        assert self.head is not None and self.info is not None  # (before the head came)
         started = Started(conn, self.head, self.raw, self.inject)
         keep_alive = False
         try:

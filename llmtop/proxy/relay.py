@@ -68,6 +68,12 @@ class FlowControlled(Protocol):
     def writing_paused(self) -> bool: ...
 
 
+class SliceBus(Protocol):
+    """Where an open stream's chunks are published (the server's event bus)."""
+
+    def publish(self, event: ChunkSlice) -> None: ...
+
+
 class Drainable(Protocol):
     """The client's stream writer: ``drain()`` waits until its transport wants more."""
 
@@ -206,8 +212,8 @@ class Exchange:
         "outcome",
         "parser",
         "prompt_tokens",
-        "publish",
         "slice_due",
+        "slices",
         "status",
         "stream",
         "tokens",
@@ -234,12 +240,14 @@ class Exchange:
         self.measured = True
         """A generation request: in the live views and published as a record (a GET for
         a model list, a health check or ``/metrics`` is forwarded but not measured)."""
-        self.publish: Callable[[ChunkSlice], None] | None = None
-        """Where :meth:`hold` hands a streamed answer's chunks while it is open (the
-        server's bus); None: nowhere (the record alone carries them)."""
+        self.slices: SliceBus | None = None
+        """Where :meth:`hold` publishes a streamed answer's chunks while it is open (the
+        server's bus, kept rather than its bound ``publish``: one object fewer for the
+        garbage collector per open request); None: nowhere (the record alone carries
+        them)."""
         self.slice_due = _NEVER
         """``perf_counter_ns`` from which the next content chunk makes :meth:`hold` run
-        (set at the first chunk and at each slice when ``publish`` is set)."""
+        (set at the first chunk and at each slice when ``slices`` is set)."""
 
     def hold(self) -> None:
         """Move the chunk lists into packed arrays (called every :data:`HOLD_AT` chunks,
@@ -264,15 +272,15 @@ class Exchange:
         self.held_tokens.extend(toks)
         self.offsets = []
         self.tokens = []
-        publish = self.publish
-        if publish is not None and offs and self.stream and self.measured:
+        bus = self.slices
+        if bus is not None and offs and self.stream and self.measured:
             last = offs[-1]
             self.slice_due = last + SLICE_NS
             a = self.active
             parser = self.parser
             model = (parser.model if parser is not None else None) or self.model or a.model
-            publish(ChunkSlice(a.id, a.user, model, a.t_start + (last - a.t0_ns) / 1e9,
-                               a.t0_ns, first, prev, tuple(offs), tuple(toks)))
+            bus.publish(ChunkSlice(a.id, a.user, model, a.t_start + (last - a.t0_ns) / 1e9,
+                                   a.t0_ns, first, prev, tuple(offs), tuple(toks)))
 
     def fail(self, outcome: Outcome, error: str) -> None:
         """Set the outcome unless an earlier failure already explains the request.
@@ -370,6 +378,19 @@ class ClientGone(ConnectionError):
     """The client's connection closed while its response was being relayed."""
 
 
+class _Open:
+    """The outcome of a relay still open (None is the body in full)."""
+
+
+_OPEN = _Open()
+
+
+class RelayListener(Protocol):
+    """Told how a relay ended, a loop turn after it did (:meth:`RelaySink.listen`)."""
+
+    def relay_ended(self, exc: BaseException | None) -> None: ...
+
+
 class RelaySink:
     """The forwarding path for one response body (see the module docstring).
 
@@ -385,14 +406,20 @@ class RelaySink:
     high-water mark), reading from the upstream pauses until the client has drained:
     nothing piles up in the proxy. :attr:`done` resolves at the end of the body (the
     exchange's ``end_ns`` is then the time its last byte was written), or with
-    :class:`UpstreamBroken` / :class:`ClientGone`. ``on_complete`` is called once, right
-    after the end of the body was written (the upstream connection is then free for the
-    next request, before the handler wakes up); :attr:`completed` says it was.
+    :class:`UpstreamBroken` / :class:`ClientGone`; a listener (:meth:`listen`) is told the
+    same (None or the exception) a loop turn later, as a future's callback would be, without
+    a future. ``on_complete`` is called once, right after the end of the body was written
+    (the upstream connection is then free for the next request, before the handler wakes
+    up); :attr:`completed` says it was.
+
+    A relay keeps few objects for the garbage collector while it is open (its collections
+    stop the forwarding loop and walk every open request's objects): :attr:`done` is made
+    only when asked for, and the parser is kept rather than its bound ``feed``.
     """
 
-    __slots__ = ("_chunked", "_client", "_drainer", "_ex", "_feed", "_head", "_on_complete",
-                 "_parser", "_strip", "_transport", "_upstream", "_wd", "_writer", "completed",
-                 "done", "last_ns")
+    __slots__ = ("_chunked", "_client", "_done", "_drainer", "_ex", "_head", "_listener",
+                 "_loop", "_on_complete", "_outcome", "_parser", "_strip", "_transport",
+                 "_upstream", "_wd", "_writer", "completed", "last_ns")
 
     def __init__(
         self,
@@ -413,7 +440,6 @@ class RelaySink:
         self._on_complete = on_complete
         self.completed = False
         self._parser = parser
-        self._feed = parser.feed
         self._strip = strip
         self._transport = transport
         self._head = head
@@ -423,8 +449,41 @@ class RelaySink:
         self._upstream = upstream
         self._wd = wd
         self._drainer: asyncio.Task[None] | None = None
-        self.done: asyncio.Future[None] = loop.create_future()
+        self._loop = loop
+        self._done: asyncio.Future[None] | None = None
+        self._outcome: BaseException | _Open | None = _OPEN
+        """How the relay ended (None: the body in full), or :data:`_OPEN`."""
+        self._listener: RelayListener | None = None
         self.last_ns = perf_counter_ns()
+
+    @property
+    def done(self) -> asyncio.Future[None]:
+        """Resolves at the end of the body, or with why the relay ended early (made at the
+        first call: a listener needs none)."""
+        fut = self._done
+        if fut is None:
+            fut = self._done = self._loop.create_future()
+            outcome = self._outcome
+            if outcome is None:
+                fut.set_result(None)
+            elif not isinstance(outcome, _Open):
+                fut.set_exception(outcome)
+        return fut
+
+    def listen(self, listener: RelayListener) -> None:
+        """Tell ``listener`` how the relay ends, a loop turn after it does (at once — a loop
+        turn from now — if it has ended already)."""
+        self._listener = listener
+        outcome = self._outcome
+        if not isinstance(outcome, _Open):
+            self._loop.call_soon(listener.relay_ended, outcome)
+
+    @property
+    def settled(self) -> bool:
+        """The relay has ended (the body in full or not), or its :attr:`done` was
+        cancelled (its awaiting handler was): nothing more is written."""
+        fut = self._done
+        return self._outcome is not _OPEN or (fut is not None and fut.done())
 
     def _write(self, data: bytes, end: bool = False) -> bool:
         t = self._transport
@@ -464,14 +523,15 @@ class RelaySink:
 
     def send_head(self) -> None:
         """Write the response head now unless it went out already (with body bytes)."""
-        if self._head and not self.done.done():
+        if self._head and not self.settled:
             self._write(b"")
 
     def on_data(self, data: bytes, frame: bytes | None = None) -> None:
         # the hot path, once per upstream read: _write and _chunk inlined. ``frame``: the
         # upstream's own chunks holding ``data`` (see BodySink.on_data): a chunked client is
         # sent them as they are when nothing was removed from ``data``, not a copy framed anew
-        if self.done.done():
+        fut = self._done
+        if self._outcome is not _OPEN or (fut is not None and fut.done()):
             return
         strip = self._strip
         out = data if strip is None else strip.filter(data)
@@ -495,13 +555,13 @@ class RelaySink:
                 self._pause_upstream()
         self.last_ns = now
         self._wd.last_ns = now
-        events, toks = self._feed(data)
+        events, toks = self._parser.feed(data)
         if events:
             ex = self._ex
             active = ex.active
             if active.first_token_ns is None:
                 active.first_token_ns = now
-                if ex.publish is not None:
+                if ex.slices is not None:
                     ex.slice_due = now + SLICE_NS
             active.last_chunk_ns = now
             active.chunks += 1
@@ -526,7 +586,7 @@ class RelaySink:
 
     def on_last(self, data: bytes) -> None:
         """``on_data(data)`` and ``on_end()`` with one write to the client."""
-        if self.done.done():
+        if self.settled:
             return
         strip = self._strip
         out = data if strip is None else strip.filter(data) + strip.flush()
@@ -537,7 +597,7 @@ class RelaySink:
         self._wd.last_ns = now
         self._ex.end_ns = now
         self._complete()
-        events, toks = self._feed(data)
+        events, toks = self._parser.feed(data)
         if events:
             self._chunk(now, toks)
         self._settle(None)
@@ -548,7 +608,7 @@ class RelaySink:
             self._on_complete()
 
     def on_end(self) -> None:
-        if self.done.done():
+        if self.settled:
             return
         tail = self._strip.flush() if self._strip is not None else b""
         now = perf_counter_ns()
@@ -564,12 +624,18 @@ class RelaySink:
         self._settle(UpstreamBroken(f"upstream stream broke: {exc}"))
 
     def _settle(self, exc: BaseException | None) -> None:
-        if self.done.done():
+        if self.settled:
             return
-        if exc is None:
-            self.done.set_result(None)
-        else:
-            self.done.set_exception(exc)
+        self._outcome = exc
+        fut = self._done
+        if fut is not None:
+            if exc is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(exc)
+        listener = self._listener
+        if listener is not None:
+            self._loop.call_soon(listener.relay_ended, exc)
 
     @property
     def head_sent(self) -> bool:

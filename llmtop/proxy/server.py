@@ -410,7 +410,7 @@ class ProxyServer:
             active.user = ""
         active.model = info.model
         active.stream = ex.stream = info.stream
-        ex.publish = self.bus.publish  # an open stream's chunks, as it goes (relay.hold)
+        ex.slices = self.bus  # an open stream's chunks, as it goes (relay.hold)
         direct = DirectExchange(self, protocol, DirectClient(quick, protocol), ex, conn, head,
                                 raw, inject, body, info)
         self._direct.add(direct)
@@ -496,7 +496,7 @@ class ProxyServer:
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model
         active.stream = ex.stream = info.stream
-        ex.publish = self.bus.publish  # an open stream's chunks, as it goes (relay.hold)
+        ex.slices = self.bus  # an open stream's chunks, as it goes (relay.hold)
         return await self.forward(request, ex, wd, body, info)
 
     def _refuse_http09(self, request: web.BaseRequest, ex: Exchange) -> web.StreamResponse:

@@ -187,12 +187,14 @@ class StampingRequestHandler(web.RequestHandler):
         if self._held_paused:
             self._held_paused = False
             transport.resume_reading()
-        held, self._held, self._held_bytes = self._held, [], 0
         self._await_head()  # what was held may be only part of a head: it is due now
-        for now, data in held:
-            if self.transport is None:
-                break
-            self._received(data, now)
+        held = self._held
+        if held:  # (else the empty list stays: one object less to collect per request)
+            self._held, self._held_bytes = [], 0
+            for now, data in held:
+                if self.transport is None:
+                    break
+                self._received(data, now)
 
     def _process_keepalive(self) -> None:
         # aiohttp closes a connection whose handler has waited for a request for its

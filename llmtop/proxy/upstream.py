@@ -187,7 +187,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._is_head_request = head_request
         self._buf = b""
         self._sink = None
-        self._pending = []
+        if self._pending:  # (the list is kept across requests: one object less to collect)
+            self._pending = []
         self._pending_eof = False
         self._received = False
         self._reusable = False
@@ -197,11 +198,13 @@ class UpstreamConnection(asyncio.Protocol):
     def attach(self, sink: BodySink) -> None:
         """Start delivering the body to ``sink`` (what arrived so far first)."""
         self._sink = sink
-        pending, self._pending = self._pending, []
-        for data in pending:
-            if self._state != _BODY:
-                break
-            self._body(data)
+        pending = self._pending
+        if pending:
+            self._pending = []
+            for data in pending:
+                if self._state != _BODY:
+                    break
+                self._body(data)
         if self._state == _BODY:
             if self._pending_eof:
                 self._eof()
@@ -339,7 +342,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self._mode == 0 or (self._mode == 1 and self._left == 0):
             self._pending.append(b"")  # nothing to wait for: attach() completes at once
         fut, ready = self._head_fut, self.head_ready
-        self.head_ready = None
+        self._head_fut = self.head_ready = None  # the caller's from now on
         if fut is not None and not fut.done():
             fut.set_result(head)
             if ready is not None:
