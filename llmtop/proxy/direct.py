@@ -329,11 +329,14 @@ class DirectExchange:
         server, ex = self.server, self.ex
         conn, self.conn = self.conn, None
         assert self.head is not None and self.info is not None  # (before the head came)
-        started = Started(conn, self.head, self.raw, self.inject)
+        # forward holds the request's bytes until its head has come, and no longer
+        forwarding = server.forward(self.client, ex, Watchdog(task, server.sweeper),
+                                    self.body, self.info,
+                                    Started(conn, self.head, self.raw, self.inject))
+        self.raw = self.body = b""
         keep_alive = False
         try:
-            resp = await server.forward(self.client, ex, Watchdog(task, server.sweeper),
-                                        self.body, self.info, started)
+            resp = await forwarding
             if isinstance(resp, SentResponse):
                 keep_alive = resp.keep_alive
             elif isinstance(resp, web.Response):

@@ -497,7 +497,9 @@ class ProxyServer:
         active.model = info.model
         active.stream = ex.stream = info.stream
         ex.slices = self.bus  # an open stream's chunks, as it goes (relay.hold)
-        return await self.forward(request, ex, wd, body, info)
+        forwarding = self.forward(request, ex, wd, body, info)
+        del body  # forward holds it until the response head has come, and no longer
+        return await forwarding
 
     def _refuse_http09(self, request: web.BaseRequest, ex: Exchange) -> web.StreamResponse:
         """A request line without a version (``GET /path``), which aiohttp reads as
@@ -613,6 +615,11 @@ class ProxyServer:
                 return self.proxy_error(ex, dialect, 504, "timeout",
                                         f"upstream {wd.phase} timed out after "
                                         f"{wd.limit_ns / 1e9:g} s", "upstream_timeout")
+            # the head has come: the request is never sent again, so its bytes are not
+            # held while the answer streams (a long prompt, twice over, per open stream)
+            raw = body = b""
+            if started is not None:
+                started.raw = b""
             return await self._relay(request, ex, wd, pool, conn, head, inject, early)
         finally:
             wd.stop()
