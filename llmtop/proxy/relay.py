@@ -591,18 +591,25 @@ class RelaySink:
         strip = self._strip
         out = data if strip is None else strip.filter(data) + strip.flush()
         now = perf_counter_ns()
-        if not self._write(out, end=True):
+        if self._transport.is_closing():
+            self._settle(ClientGone("client disconnected"))
             return
         self.last_ns = now
         self._wd.last_ns = now
         self._ex.end_ns = now
-        self._complete()
+        self._complete()  # (before the write: see _complete)
+        self._write(out, end=True)
         events, toks = self._parser.feed(data)
         if events:
             self._chunk(now, toks)
         self._settle(None)
 
     def _complete(self) -> None:
+        """The end of the body is being written (the transport is open): the request is
+        over for the proxy. Called just before that write, not after it: the client can
+        read the end and open its next request before this process runs again, and that
+        request's ``concurrency_at_start`` must not count this one (CI saw a probe count
+        one too many, between two worker processes on a busy machine)."""
         self.completed = True
         if self._on_complete is not None:
             self._on_complete()
@@ -612,12 +619,16 @@ class RelaySink:
             return
         tail = self._strip.flush() if self._strip is not None else b""
         now = perf_counter_ns()
-        if (tail or self._chunked or self._head) and not self._write(tail, end=True):
+        write = bool(tail or self._chunked or self._head)
+        if write and self._transport.is_closing():
+            self._settle(ClientGone("client disconnected"))
             return
         if tail:
             self.last_ns = now
         self._ex.end_ns = now
-        self._complete()
+        self._complete()  # (before the write: see _complete)
+        if write:
+            self._write(tail, end=True)
         self._settle(None)
 
     def on_error(self, exc: Exception) -> None:

@@ -34,6 +34,7 @@ from test_proxy_support import (
 from llmtop.events import RequestRecord
 from llmtop.proxy.direct import DirectExchange
 from llmtop.proxy.quickhead import QuickRequest, read_request
+from llmtop.proxy.relay import RelaySink
 from llmtop.proxy.server import ProxyServer
 from llmtop.proxy.stamping import Direct, StampingRequestHandler, StampingServer
 from llmtop.proxy.upstream import UpstreamConnection
@@ -705,3 +706,35 @@ async def test_an_open_direct_request_keeps_few_objects_for_the_garbage_collecto
     held = sum(sys.getsizeof(o) for o in kept)
     assert held < 8192, sorted((sys.getsizeof(o), type(o).__name__) for o in kept)[-5:]
     del old
+
+
+async def test_a_request_is_closed_before_its_last_bytes_go_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of a response is written after the request stopped counting as open: a
+    client that reads the end and at once sends its next request (on another worker, a
+    busy machine) sees a ``concurrency_at_start`` without it. CI caught one too many when
+    the count came just after the write, on the aiohttp path and the direct one alike."""
+    open_at_end: list[bool] = []
+    write = RelaySink._write
+
+    def noting(self: RelaySink, data: bytes, end: bool = False) -> bool:
+        if end:
+            open_at_end.append(self._ex.active.id in proxy.active)
+        return write(self, data, end)
+
+    async with _direct(["a", "b"]) as (_, proxy, recs, reader, writer):
+        monkeypatch.setattr(RelaySink, "_write", noting)
+        for _ in range(3):
+            writer.write(_request())
+            await _read_response(reader)
+        raw = _request()
+        split = raw.index(b"\r\n\r\n") + 4
+        writer.write(raw[:split])  # head and body in two reads: aiohttp's path
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(raw[split:])
+        await _read_response(reader)
+        got = await recs.wait(5)
+    assert proxy.direct_starts == 3
+    assert len(open_at_end) == 4 and not any(open_at_end)
+    assert all(r.outcome == "ok" for r in got)
