@@ -408,9 +408,10 @@ class RelaySink:
     exchange's ``end_ns`` is then the time its last byte was written), or with
     :class:`UpstreamBroken` / :class:`ClientGone`; a listener (:meth:`listen`) is told the
     same (None or the exception) a loop turn later, as a future's callback would be, without
-    a future. ``on_complete`` is called once, right after the end of the body was written
-    (the upstream connection is then free for the next request, before the handler wakes
-    up); :attr:`completed` says it was.
+    a future. ``on_complete`` is called once, just before the end of the body is written to
+    an open transport (the request is then over for the proxy and the upstream connection
+    free for the next request, before the handler wakes up; see :meth:`_complete`);
+    :attr:`completed` says it was.
 
     A relay keeps few objects for the garbage collector while it is open (its collections
     stop the forwarding loop and walk every open request's objects): :attr:`done` is made

@@ -832,12 +832,12 @@ _USAGE_OPTION = b'"stream_options":{"include_usage":true},'
 
 
 class _Completion:
-    """What :meth:`ProxyServer.open_relay` does when the end of a body is out (the relay's
-    ``on_complete``): the request is no longer open, the upstream connection is free, and
-    the client's next request on its connection may be served directly (the record
-    follows when the relay's owner wakes). One object a request, where a closure was a
-    function and six cells: fewer objects for the garbage collector to walk while the
-    request is open."""
+    """What :meth:`ProxyServer.open_relay` does as the end of a body goes out (the relay's
+    ``on_complete``, just before that write): the request is no longer open, the upstream
+    connection is free, and the client's next request on its connection may be served
+    directly (the record follows when the relay's owner wakes). One object a request,
+    where a closure was a function and six cells: fewer objects for the garbage collector
+    to walk while the request is open."""
 
     __slots__ = ("conn", "ex", "pool", "protocol", "request", "server")
 
