@@ -385,6 +385,14 @@ class _Open:
 _OPEN = _Open()
 
 
+def _resolve(fut: asyncio.Future[None], outcome: BaseException | None) -> None:
+    """Resolve a relay's ``done`` with how it ended (None: the body in full)."""
+    if outcome is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(outcome)
+
+
 class RelayListener(Protocol):
     """Told how a relay ended, a loop turn after it did (:meth:`RelaySink.listen`)."""
 
@@ -465,10 +473,8 @@ class RelaySink:
         if fut is None:
             fut = self._done = self._loop.create_future()
             outcome = self._outcome
-            if outcome is None:
-                fut.set_result(None)
-            elif not isinstance(outcome, _Open):
-                fut.set_exception(outcome)
+            if not isinstance(outcome, _Open):
+                _resolve(fut, outcome)
         return fut
 
     def listen(self, listener: RelayListener) -> None:
@@ -639,12 +645,8 @@ class RelaySink:
         if self.settled:
             return
         self._outcome = exc
-        fut = self._done
-        if fut is not None:
-            if exc is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(exc)
+        if self._done is not None:
+            _resolve(self._done, exc)
         listener = self._listener
         if listener is not None:
             self._loop.call_soon(listener.relay_ended, exc)
