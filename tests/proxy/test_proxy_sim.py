@@ -291,7 +291,9 @@ async def test_sim_faults_become_the_right_outcomes() -> None:
         status, data, rec, exc = await _fault(url, "disconnect-after:3", s, recs, 3)
         assert status == 200 and isinstance(exc, aiohttp.ClientPayloadError)
         assert rec.outcome == "error" and "broke" in (rec.error or "")
-        assert len(rec.chunk_offsets_s) == 3
+        # three content events, one token each; on a busy machine two of them can arrive
+        # in one read, which is then one chunk (offsets count reads, not events)
+        assert sum(rec.chunk_tokens) == 3 and 1 <= len(rec.chunk_offsets_s) <= 3
 
         status, data, rec, _ = await _fault(url, "malformed-after:2", s, recs, 4)
         assert status == 200 and data.endswith(b"data: [DONE]\n\n")
