@@ -80,30 +80,37 @@ def synth_prompt(rng: random.Random, tokens: int) -> str:
 
 def load_entries(path: str | Path) -> list[FileEntry]:
     p = Path(path)
+    if p.is_dir():
+        raise WorkloadError(f"workload file {p} is a directory")
     if not p.is_file():
         raise WorkloadError(f"workload file {p} not found")
+    try:
+        lines = p.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise WorkloadError(f"workload file {p} is not UTF-8 text (JSON Lines)") from None
+    except OSError as exc:
+        raise WorkloadError(f"workload file {p}: cannot read: {exc.strerror}") from None
     out: list[FileEntry] = []
-    with p.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                max_tokens = int(obj["max_tokens"])
-                prompt = obj.get("prompt")
-                pt = obj.get("prompt_tokens")
-                if prompt is None and pt is None:
-                    raise KeyError("prompt or prompt_tokens")
-                for n_tokens in (max_tokens, pt):
-                    if n_tokens is not None and not 1 <= int(n_tokens) <= MAX_LENGTH:
-                        raise ValueError(f"token counts must be 1 to {MAX_LENGTH:,}")
-                out.append(FileEntry(
-                    prompt=str(prompt) if prompt is not None else None,
-                    prompt_tokens=int(pt) if pt is not None else None,
-                    max_tokens=max_tokens,
-                ))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise WorkloadError(f"{p}:{n}: not a workload line ({exc})") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            max_tokens = int(obj["max_tokens"])
+            prompt = obj.get("prompt")
+            pt = obj.get("prompt_tokens")
+            if prompt is None and pt is None:
+                raise KeyError("prompt or prompt_tokens")
+            for n_tokens in (max_tokens, pt):
+                if n_tokens is not None and not 1 <= int(n_tokens) <= MAX_LENGTH:
+                    raise ValueError(f"token counts must be 1 to {MAX_LENGTH:,}")
+            out.append(FileEntry(
+                prompt=str(prompt) if prompt is not None else None,
+                prompt_tokens=int(pt) if pt is not None else None,
+                max_tokens=max_tokens,
+            ))
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            raise WorkloadError(f"{p}:{n}: not a workload line ({exc})") from None
     if not out:
         raise WorkloadError(f"workload file {p} has no entries")
     return out

@@ -34,6 +34,24 @@ def test_bad_arguments_exit_2_with_one_line() -> None:
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_a_bad_workload_file_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    # These used to end in a traceback and exit 1 (UnicodeDecodeError, OverflowError),
+    # or call a directory "not found".
+    bad = {"binary.jsonl": b'\xff\xfe{"max_tokens": 4, "prompt_tokens": 5}\n',
+           "huge_max.jsonl": b'{"max_tokens": 1e400, "prompt_tokens": 5}\n',
+           "huge_prompt.jsonl": b'{"max_tokens": 4, "prompt_tokens": -1e400}\n'}
+    for name, data in bad.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "dir.jsonl").mkdir()
+    for name, says in (("binary.jsonl", "not UTF-8"), ("huge_max.jsonl", ":1: not a workload"),
+                       ("huge_prompt.jsonl", ":1: not a workload"),
+                       ("dir.jsonl", "is a directory")):
+        p = bench("http://127.0.0.1:1", "--workload", str(tmp_path / name), "--requests", "1")
+        assert p.returncode == 2, (name, p.stderr)
+        assert "Traceback" not in p.stderr and says in p.stderr, (name, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
 async def test_json_output_and_recording(tmp_path: Path) -> None:
     rec = tmp_path / "bench.jsonl"
     async with running_sim("tiny") as sim:
