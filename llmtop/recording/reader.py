@@ -47,7 +47,9 @@ _SALVAGE = 4096
 """Compressed bytes decoded at a time after a gzip error, to keep the data before it."""
 
 Progress = Callable[[int, int], None]
-"""``progress(bytes_read, total_bytes)`` — bytes of the file on disk (compressed for gz)."""
+"""``progress(bytes_read, total_bytes)`` — bytes of the file on disk (compressed for gz),
+called after each MiB read by default (a gzip MiB can hold seconds of parsing): the callback
+limits itself by time, as :func:`llmtop.recording.progress.stderr_progress` does."""
 
 MAX_BENCH_STEPS: Final = 10_000
 MAX_PROBLEMS: Final = 5
@@ -219,7 +221,7 @@ class RecordingReader:
         path: str | Path,
         *,
         progress: Progress | None = None,
-        progress_every: int = 64 << 20,
+        progress_every: int = _CHUNK,
     ) -> None:
         self.path = Path(path)
         self.footer: dict[str, Any] | None = None

@@ -170,6 +170,26 @@ def test_progress_is_reported(tmp_path: Path) -> None:
     assert seen and seen[-1] == (size, size)
 
 
+def test_progress_is_reported_every_mib_by_default(tmp_path: Path) -> None:
+    # It used to be every 64 MiB of the file on disk: `llmtop report`/`export` of a
+    # .jsonl.gz (5 MB compressed, 25 s to analyse) showed no progress until "100%", and a
+    # plain 147 MB one nothing for its first ~10 s. The callback limits itself by time.
+    path = tmp_path / "p.jsonl.gz"
+    write_recording(path, session(10))
+    lines = gzip.decompress(path.read_bytes()).splitlines(keepends=True)
+    body = b"".join(lines[1:-1])
+    with gzip.open(path, "wb", compresslevel=0) as fh:  # level 0: over 3 MiB on disk
+        fh.write(lines[0])
+        while fh.tell() < (3 << 20):
+            fh.write(body)
+    seen: list[tuple[int, int]] = []
+    with RecordingReader(path, progress=lambda a, b: seen.append((a, b))) as r:
+        list(r)
+    size = path.stat().st_size
+    assert seen[-1] == (size, size)
+    assert len([done for done, _ in seen if done < size]) >= 2, seen
+
+
 # -- writer-side errors and the controller -----------------------------------------------
 
 
