@@ -95,6 +95,7 @@ def write_output(out: Path, text: str) -> None:
 def main(args: argparse.Namespace) -> int:
     from llmtop.recording.errors import RecordingError
     from llmtop.recording.progress import stderr_progress
+    from llmtop.recording.reader import read_header
     from llmtop.recording.report.analyse import analyse
 
     slo = slo_overrides(args)
@@ -111,6 +112,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--format html writes a page: give -o FILE (or redirect stdout)")
     reports = []
     try:
+        for f in files[1:]:  # a bad FILE2 is told before FILE is analysed, not minutes after
+            read_header(f)
         for f in files:
             progress = None if args.quiet else stderr_progress(f"llmtop report: {Path(f).name}")
             reports.append(analyse(f, slo=slo or None, progress=progress))

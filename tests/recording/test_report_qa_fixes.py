@@ -231,3 +231,33 @@ def test_report_leaves_non_streamed_requests_out_of_ttft(
     (row,) = r["by_concurrency"]
     assert row["ttft_p95"] == pytest.approx(0.03, rel=1e-2) and row["slo_attainment"] == 1.0
     assert r["users"][0]["ttft_p95"] == pytest.approx(0.03, rel=1e-2)
+
+
+def test_a_bad_second_file_is_told_before_the_first_is_analysed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # `llmtop report big.jsonl typo.jsonl` used to analyse big.jsonl in full (21 s for a
+    # 147 MB recording) and only then say "typo.jsonl: no such file".
+    import llmtop.recording.report.analyse as analyse_mod
+
+    good = tmp_path / "good.jsonl"
+    write_recording(good, [request(i, 1_000.0 + i) for i in range(3)],
+                    header={"upstream": "u", "slo": SLO})
+    (tmp_path / "garbage.jsonl").write_text("garbage\n")
+    analysed: list[str] = []
+    real = analyse_mod.analyse
+
+    def spy(path: Any, **kw: Any) -> Any:
+        analysed.append(str(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(analyse_mod, "analyse", spy)
+    for second, says in (("missing.jsonl", "no such file"),
+                         ("garbage.jsonl", "not an llmtop recording")):
+        capsys.readouterr()
+        assert main(["report", str(good), str(tmp_path / second), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+        assert analysed == []
+    assert main(["report", str(good), str(good), "-q"]) == 0
+    assert analysed == [str(good), str(good)]
