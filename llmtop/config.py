@@ -548,6 +548,10 @@ TUI_WINDOWS = (10, 60, 300, 0)
 """The TUI's windows in seconds (``tui.window_s``; 0: the whole session)."""
 MAX_REFRESH_HZ = 60.0
 """The most TUI refreshes per second (``tui.refresh_hz`` and every ``--refresh-hz``)."""
+MAX_TOP_USERS = 10_000
+"""The most users tracked one by one (``top_users``): every window holds a row of counters
+for each, and 1e8 of them took gigabytes and left the proxy deaf to its admin API and
+SIGTERM."""
 MAX_DURATION_S = 86_400.0
 """The longest time any duration key accepts (a day): past it a timer overflows (a 1e300 s
 timeout failed every request with an internal error) and no wait that long is meant."""
@@ -622,6 +626,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError("max_body_bytes must be positive")
     if cfg.top_users < 1:
         raise ConfigError("top_users must be at least 1")
+    if cfg.top_users > MAX_TOP_USERS:
+        raise ConfigError(f"top_users must be at most {MAX_TOP_USERS:,} (each is a row of "
+                          f"counters in every window), got {cfg.top_users:,}")
     for key in ("timeouts.connect_s", "timeouts.first_byte_s", "timeouts.idle_s",
                 "gpu.interval_s", "engine.interval_s", "recording.flush_s",
                 "recording.queue_max", "recording.queue_max_chunks", "warnings.window_s"):

@@ -83,3 +83,14 @@ def test_zero_is_fine_where_it_means_at_once() -> None:
                                       "warnings.clear_after_s")}
     cfg = load_config(None, env=env)
     assert cfg.timeouts.shutdown_grace_s == 0 and cfg.warnings.raise_after_s == 0
+
+
+def test_top_users_is_bounded() -> None:
+    # LLMTOP_TOP_USERS=99999999 used to start a proxy that took gigabytes within seconds
+    # (a row of counters per user in every window), stopped answering its admin API and
+    # ignored SIGTERM.
+    line = one_error_line(run_cli(*RUN, env={"LLMTOP_TOP_USERS": "99999999"}))
+    assert "top_users must be at most 10,000" in line
+    with pytest.raises(ConfigError, match="top_users"):
+        load_config(None, env={"LLMTOP_TOP_USERS": "10001"})
+    assert load_config(None, env={"LLMTOP_TOP_USERS": "10000"}).top_users == 10_000
