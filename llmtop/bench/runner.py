@@ -29,6 +29,7 @@ from llmtop.bench.summary import StepSummary, errors_text, summarize
 from llmtop.bench.workload import Workload
 from llmtop.config import Config, slo_dict
 from llmtop.events import RequestRecord
+from llmtop.net_errors import connect_failure
 
 if TYPE_CHECKING:
     from llmtop.gpu.start import GpuSourceHandle
@@ -131,6 +132,28 @@ async def _gpu_readings(session: aiohttp.ClientSession, admin: str) -> list[dict
             return [g for g in gpus if isinstance(g, dict)]
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return []
+
+
+async def admin_problem(admin: str) -> str | None:
+    """Why ``admin`` gives no GPU readings (it does not answer, or not as an llmtop admin
+    API), or ``None`` when it does: ``--admin`` is checked before any load is sent, as
+    :func:`_gpu_readings` later says nothing."""
+    url = admin.rstrip("/") + "/llmtop/v1/snapshot?window=10"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess, \
+                sess.get(url) as r:
+            if r.status != 200:
+                return f"HTTP {r.status} from {url}"
+            snap = await r.json(content_type=None)
+    except aiohttp.ClientConnectorError as exc:
+        return f"{connect_failure(exc)} at {admin}"
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return f"no answer from {admin} ({type(exc).__name__})"
+    except ValueError:
+        snap = None
+    if not isinstance(snap, dict) or "gpus" not in snap:
+        return f"{url} is not an llmtop snapshot"
+    return None
 
 
 class _Stop(Exception):

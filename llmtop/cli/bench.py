@@ -239,6 +239,7 @@ def main(args: argparse.Namespace) -> int:
     if u.username is not None or u.password is not None:
         raise UsageError("URL must not contain user:password@ (it would be written to the "
                          "recording); give the key with LLMTOP_BENCH_API_KEY or --header")
+    admin = _admin(args.admin) if args.admin else None
     if not is_loopback(u.hostname) and not args.allow_remote:
         raise UsageError(
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "
@@ -294,10 +295,27 @@ def main(args: argparse.Namespace) -> int:
         requests=args.requests, warmup_s=warmup, workload=workload, api=args.api,
         model=args.model, ignore_eos=not args.no_ignore_eos, poisson=not args.constant,
         seed=args.seed, max_level=max_level, timeout_s=args.timeout,
-        admin_url=args.admin, record=args.record, as_json=args.json,
+        admin_url=admin, record=args.record, as_json=args.json,
         headers=request_headers(args, os.environ),
     )
     return run_plan(plan, cfg)
+
+
+def _admin(url: str) -> str:
+    """``--admin`` normalised, once an llmtop admin API answered there (else a usage error:
+    a mistyped URL used to give a run without GPU readings, and no word why)."""
+    import asyncio
+
+    from llmtop.bench.runner import admin_problem
+    from llmtop.tui.source import normalize_admin_url
+
+    try:
+        admin = normalize_admin_url(url)
+    except ValueError as exc:
+        raise UsageError(f"--admin: {exc}") from None
+    if (problem := asyncio.run(admin_problem(admin))) is not None:
+        raise UsageError(f"--admin: {problem}")
+    return admin
 
 
 def _open_files(concurrency: int) -> None:

@@ -97,3 +97,21 @@ async def test_gpu_readings_per_level_through_an_llmtop_proxy() -> None:
     assert proc.returncode == 0, err.decode()
     text = out.decode()
     assert "GPU 0 (simulated) at 2: memory" in text and "DRAM bandwidth" in text
+
+
+async def test_an_admin_url_that_gives_no_readings_is_refused_before_any_load() -> None:
+    # `--admin` was never checked: a mistyped or dead admin URL ran the whole bench and
+    # printed no GPU readings, with no word why.
+    async with running_sim("tiny") as sim:
+        for admin, says in (("notaurl", "needs a port"),
+                            ("http://127.0.0.1:1", "connection refused"),
+                            (sim.url, "HTTP 404")):  # the engine, not an llmtop admin API
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "llmtop", "bench", sim.url, "--requests", "2",
+                "--max-tokens", "4", "--admin", admin,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+            text = err.decode()
+            assert proc.returncode == 2, text
+            assert says in text and len(text.strip().splitlines()) == 1, text
+            assert "starting" not in text  # no level began
