@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -179,6 +180,8 @@ class BenchOutcome:
     """Why the run ended early (a runtime failure: exit 1)."""
     nothing_ok: bool = False
     """No request succeeded at all: the one-line error is the whole answer."""
+    terminated: bool = False
+    """SIGTERM, not Ctrl-C, interrupted the run (handled the same; exit 143)."""
     steps: list[StepSummary] = field(default_factory=list)
 
 
@@ -234,6 +237,16 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         _check_alive(run, label, any_ok, client.url())
         return s
 
+    loop, main = asyncio.get_running_loop(), asyncio.current_task()
+
+    def on_term() -> None:  # SIGTERM (timeout(1), a job scheduler) ends the run as Ctrl-C
+        outcome.terminated = True
+        loop.remove_signal_handler(signal.SIGTERM)  # a second one kills
+        if main is not None:
+            main.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGTERM, on_term)
     try:
         if not plan.admin_url:  # local GPUs through NVML, when there are any
             from llmtop.gpu import open_gpu_source
@@ -257,6 +270,8 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         if outcome.interrupted is None:
             outcome.interrupted = "between levels"
     finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGTERM)
         if gpu is not None:
             await gpu.stop()
     fail = [s for s in steps if not passes(s, cfg.slo.target)]
@@ -304,7 +319,8 @@ def _header(plan: BenchPlan, cfg: Config) -> dict[str, Any]:
 
 
 def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
-    """Run the plan, print its results; the exit code (0, 1 failed run, 130 Ctrl-C)."""
+    """Run the plan, print its results; the exit code (0, 1 failed run, 130 Ctrl-C, 143
+    SIGTERM)."""
     out = out or sys.stdout
     progress = Progress()
     records: list[RequestRecord] = []
@@ -331,7 +347,8 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
     if outcome.nothing_ok:
         print(f"llmtop bench: error: {outcome.stopped}", file=sys.stderr)
         return 1
-    code = 130 if outcome.interrupted else 1 if outcome.stopped else 0
+    code = (143 if outcome.terminated else 130) if outcome.interrupted else \
+        1 if outcome.stopped else 0
     try:
         _print_results(plan, cfg, outcome, out)
     except BrokenPipeError:  # `llmtop bench … | head`: the reader has what it wanted

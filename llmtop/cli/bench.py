@@ -37,7 +37,8 @@ A request that finds its kept-alive connection already closed by the server (lla
 server closes idle ones) before any answer is resent once on a new connection, and
 counted and timed as one request from the resend.
 Exit status: 0 done; 1 no request succeeded, or the target stopped answering mid-run;
-2 bad usage; 130 interrupted (the finished levels are still printed and recorded).
+2 bad usage; 130 interrupted by Ctrl-C, 143 by SIGTERM (the finished levels are still printed
+and recorded).
 
 examples:
   llmtop bench http://127.0.0.1:8000 --concurrency 1,2,4,8 --duration 30

@@ -15,8 +15,9 @@ from llmtop.recording.reader import iter_recording, read_header
 from llmtop.sim.server import running_sim
 
 
-async def bench_interrupted(*args: str) -> tuple[int, str, str, float]:
-    """Start bench, send SIGINT half a second into its second level."""
+async def bench_interrupted(*args: str, sig: int = signal.SIGINT
+                            ) -> tuple[int, str, str, float]:
+    """Start bench, send SIGINT (or ``sig``) half a second into its second level."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "llmtop", "bench", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -29,12 +30,33 @@ async def bench_interrupted(*args: str) -> tuple[int, str, str, float]:
         if line.startswith("concurrency 2: starting"):
             break
     await asyncio.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     t0 = time.monotonic()
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     took = time.monotonic() - t0
     assert proc.returncode is not None
     return proc.returncode, out.decode(), "".join(err_lines) + err.decode(), took
+
+
+async def test_sigterm_keeps_the_finished_levels_and_the_recording(tmp_path: Path) -> None:
+    """SIGTERM (timeout(1), a job scheduler) used to kill bench outright: exit 143 with no
+    results printed for the levels that had finished, and a recording without the
+    interrupted level's requests or a footer. It now ends the run as Ctrl-C does."""
+    rec = tmp_path / "b.jsonl"
+    async with running_sim("tiny") as sim:
+        code, out, err, took = await bench_interrupted(
+            sim.url, "--concurrency", "1,2,4", "--duration", "1", "--warmup", "0",
+            "--max-tokens", "64", "--json", "--record", str(rec), sig=signal.SIGTERM)
+    assert code == 143, err
+    assert took < 5
+    data = json.loads(out)
+    assert [s["level"] for s in data["steps"]] == [1.0]
+    assert data["interrupted"] == "concurrency 2"
+    assert "interrupted during concurrency 2" in err and "Traceback" not in err
+    items = list(iter_recording(rec))
+    reqs = [x for x in items if type(x).__name__ == "RequestRecord"]
+    assert len(reqs) >= data["steps"][0]["requests"] + 2
+    assert isinstance(items[-1], dict) and items[-1]["type"] == "footer"
 
 
 async def test_ctrl_c_keeps_the_finished_levels_and_the_recording(tmp_path: Path) -> None:
