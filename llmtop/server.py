@@ -237,6 +237,8 @@ class Observers:
             notes.append(
                 f"llmtop: recording {done.get('path')}: {done.get('requests', 0)} requests"
                 + (f", {done['dropped']} lines dropped" if done.get("dropped") else "")
+                + (f"; it stopped writing: {done['error']} (the file may hold fewer)"
+                   if done.get("error") else "")
             )
         if self._runner is not None:
             await self._runner.cleanup()

@@ -157,3 +157,41 @@ async def test_a_stalled_disk_does_not_delay_streams(tmp_path: Path) -> None:
         n = sum(1 for e in r if type(e).__name__ == "RequestRecord")
         assert r.footer is not None and r.footer["dropped"] == done["dropped"]
     assert n == done["requests"]
+
+
+async def test_a_recording_that_failed_says_so_when_the_proxy_stops(tmp_path: Path) -> None:
+    # `llmtop run --headless --record` on a disk that filled up ended with "recording
+    # x.jsonl: 36 requests, 33 lines dropped" and no word of the failure (the file held 32).
+    class FullDisk:
+        def __init__(self, p: Path) -> None:
+            self._fh = open(p, "wb")  # noqa: SIM115 - closed in close()
+            self.writes = 0
+
+        def write(self, data: bytes) -> int:
+            self.writes += 1
+            if self.writes > 1:  # the header gets through, then the disk is full
+                raise OSError(28, "No space left on device")
+            return self._fh.write(data)
+
+        def flush(self) -> None:
+            self._fh.flush()
+
+        def fileno(self) -> int:
+            return self._fh.fileno()
+
+        def close(self) -> None:
+            self._fh.close()
+
+    async with running_sim("tiny", seed=4) as sim:
+        server = server_for(sim.url)
+        ctl = RecordingController(server.bus, header={"upstream": sim.url}, flush_s=0.05,
+                                  opener=lambda p, o: FullDisk(p))  # type: ignore[arg-type,return-value]
+        server.observers.recording = ctl
+        await server.start()
+        try:
+            ctl.start(str(tmp_path / "full.jsonl"))
+            await traffic(server.proxy_url, 4, 4)
+        finally:
+            summary = await server.stop()
+    note = next(n for n in summary.notes if "full.jsonl" in n)
+    assert "No space left on device" in note, note
