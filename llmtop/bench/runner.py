@@ -331,6 +331,7 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         recorder = Recorder(plan.record, header=_header(plan, cfg))
         recorder.start()
     outcome: BenchOutcome | None = None
+    record_failed = False
     try:
         outcome = asyncio.run(execute(plan, cfg, progress, records, recorder))
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the event loop
@@ -339,8 +340,11 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         progress.end_line()
         if recorder is not None:
             done = recorder.stop()
-            print(f"llmtop bench: recorded {done.get('requests', 0)} requests to {plan.record}",
-                  file=sys.stderr)
+            record_failed = bool(done.get("error"))
+            print(f"llmtop bench: recorded {done.get('requests', 0)} requests to {plan.record}"
+                  + (f"; the recording failed ({done['error']}): the file holds only part "
+                     "of the run"
+                     if record_failed else ""), file=sys.stderr)
     if outcome is None:
         print(f"llmtop bench: interrupted after {len(records)} requests", file=sys.stderr)
         return 130
@@ -348,7 +352,7 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         print(f"llmtop bench: error: {outcome.stopped}", file=sys.stderr)
         return 1
     code = (143 if outcome.terminated else 130) if outcome.interrupted else \
-        1 if outcome.stopped else 0
+        1 if outcome.stopped or record_failed else 0
     try:
         _print_results(plan, cfg, outcome, out)
     except BrokenPipeError:  # `llmtop bench … | head`: the reader has what it wanted

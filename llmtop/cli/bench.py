@@ -36,7 +36,8 @@ whose requests keep failing backs off, and a level where nothing succeeds gives 
 A request that finds its kept-alive connection already closed by the server (llama.cpp's
 server closes idle ones) before any answer is resent once on a new connection, and
 counted and timed as one request from the resend.
-Exit status: 0 done; 1 no request succeeded, or the target stopped answering mid-run;
+Exit status: 0 done; 1 no request succeeded, the target stopped answering mid-run, or
+the --record file could not be written;
 2 bad usage; 130 interrupted by Ctrl-C, 143 by SIGTERM (the finished levels are still printed
 and recorded).
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from llmtop.sim.server import running_sim
 
@@ -115,3 +118,34 @@ async def test_an_admin_url_that_gives_no_readings_is_refused_before_any_load() 
             assert proc.returncode == 2, text
             assert says in text and len(text.strip().splitlines()) == 1, text
             assert "starting" not in text  # no level began
+
+
+def test_a_recording_that_failed_is_said_and_exits_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # `llmtop bench … --record FILE` on a disk that filled up said "recorded 0 requests to
+    # FILE" (the file held 51), no word of the failure, and exited 0.
+    import llmtop.recording.writer as writer
+    from llmtop.cli import main
+
+    class FullDisk(io.BytesIO):
+        def write(self, data: bytes) -> int:  # type: ignore[override]
+            if self.tell():  # the header gets through, then the disk is full
+                raise OSError(28, "No space left on device")
+            return super().write(data)
+
+    monkeypatch.setattr(writer, "_default_opener", lambda p, o: FullDisk())
+    sim = subprocess.Popen([sys.executable, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert sim.stdout is not None
+        url = sim.stdout.readline().split()[-1]
+        assert url.startswith("http://127.0.0.1:"), url
+        code = main(["bench", url, "--requests", "3", "--max-tokens", "4",
+                     "--record", str(tmp_path / "b.jsonl")])
+    finally:
+        sim.terminate()
+        sim.communicate(timeout=10)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "No space left on device" in err and "Traceback" not in err
