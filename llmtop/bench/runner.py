@@ -54,6 +54,8 @@ class BenchPlan:
     max_level: float = 1024
     timeout_s: float = 600.0
     admin_url: str | None = None
+    admin_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    """What ``admin_url`` is asked with: its token (``$LLMTOP_ADMIN_TOKEN``), never shown."""
     record: str | None = None
     as_json: bool = False
     headers: dict[str, str] = field(default_factory=dict, repr=False)
@@ -125,9 +127,11 @@ class Progress:
             pass
 
 
-async def _gpu_readings(session: aiohttp.ClientSession, admin: str) -> list[dict[str, Any]]:
+async def _gpu_readings(session: aiohttp.ClientSession, admin: str,
+                        headers: dict[str, str]) -> list[dict[str, Any]]:
     try:
-        async with session.get(admin.rstrip("/") + "/llmtop/v1/snapshot?window=10") as r:
+        async with session.get(admin.rstrip("/") + "/llmtop/v1/snapshot?window=10",
+                               headers=headers) as r:
             snap = await r.json()
             gpus = snap.get("gpus") or []
             return [g for g in gpus if isinstance(g, dict)]
@@ -135,14 +139,18 @@ async def _gpu_readings(session: aiohttp.ClientSession, admin: str) -> list[dict
         return []
 
 
-async def admin_problem(admin: str) -> str | None:
+async def admin_problem(admin: str, headers: dict[str, str] | None = None) -> str | None:
     """Why ``admin`` gives no GPU readings (it does not answer, or not as an llmtop admin
-    API), or ``None`` when it does: ``--admin`` is checked before any load is sent, as
-    :func:`_gpu_readings` later says nothing."""
+    API, or refuses the token), or ``None`` when it does: ``--admin`` is checked before any
+    load is sent, as :func:`_gpu_readings` later says nothing."""
     url = admin.rstrip("/") + "/llmtop/v1/snapshot?window=10"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess, \
-                sess.get(url) as r:
+                sess.get(url, headers=headers) as r:
+            if r.status in (401, 403):
+                return (f"HTTP {r.status} from {url}: the admin token was refused"
+                        if headers else f"HTTP {r.status} from {url}: it wants a token "
+                        "(set LLMTOP_ADMIN_TOKEN)")
             if r.status != 200:
                 return f"HTTP {r.status} from {url}"
             snap = await r.json(content_type=None)
@@ -226,7 +234,7 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         keep(run.records)
         if plan.admin_url:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess:
-                s.gpus = await _gpu_readings(sess, plan.admin_url)
+                s.gpus = await _gpu_readings(sess, plan.admin_url, plan.admin_headers)
         elif gpu is not None:
             s.gpus = [r.to_json_dict() for r in gpu.latest()]
         if recorder is not None:

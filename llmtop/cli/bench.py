@@ -156,8 +156,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-duration", type=float, default=3600.0, metavar="S",
                    help="refuse plans longer than this in total (default: 3600)")
     p.add_argument("--admin", metavar="URL",
-                   help="an llmtop admin API to read GPU readings from at each level "
-                        "(default: local NVML, if any)")
+                   help="an llmtop admin API to read GPU readings from at each level, "
+                        "with the token in $LLMTOP_ADMIN_TOKEN if it wants one (default: "
+                        "local NVML, if any)")
     p.add_argument("--record", metavar="FILE",
                    help="write a recording, for llmtop report (default: none)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -241,7 +242,9 @@ def main(args: argparse.Namespace) -> int:
     if u.username is not None or u.password is not None:
         raise UsageError("URL must not contain user:password@ (it would be written to the "
                          "recording); give the key with LLMTOP_BENCH_API_KEY or --header")
-    admin = _admin(args.admin) if args.admin else None
+    token = os.environ.get("LLMTOP_ADMIN_TOKEN", "")
+    admin_headers = {"Authorization": f"Bearer {token}"} if token and args.admin else {}
+    admin = _admin(args.admin, admin_headers) if args.admin else None
     if not is_loopback(u.hostname) and not args.allow_remote:
         raise UsageError(
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "
@@ -297,13 +300,13 @@ def main(args: argparse.Namespace) -> int:
         requests=args.requests, warmup_s=warmup, workload=workload, api=args.api,
         model=args.model, ignore_eos=not args.no_ignore_eos, poisson=not args.constant,
         seed=args.seed, max_level=max_level, timeout_s=args.timeout,
-        admin_url=admin, record=args.record, as_json=args.json,
+        admin_url=admin, admin_headers=admin_headers, record=args.record, as_json=args.json,
         headers=request_headers(args, os.environ),
     )
     return run_plan(plan, cfg)
 
 
-def _admin(url: str) -> str:
+def _admin(url: str, headers: dict[str, str]) -> str:
     """``--admin`` normalised, once an llmtop admin API answered there (else a usage error:
     a mistyped URL used to give a run without GPU readings, and no word why)."""
     import asyncio
@@ -315,7 +318,7 @@ def _admin(url: str) -> str:
         admin = normalize_admin_url(url)
     except ValueError as exc:
         raise UsageError(f"--admin: {exc}") from None
-    if (problem := asyncio.run(admin_problem(admin))) is not None:
+    if (problem := asyncio.run(admin_problem(admin, headers))) is not None:
         raise UsageError(f"--admin: {problem}")
     return admin
 

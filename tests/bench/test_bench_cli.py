@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,43 @@ async def test_an_admin_url_that_gives_no_readings_is_refused_before_any_load() 
             assert proc.returncode == 2, text
             assert says in text and len(text.strip().splitlines()) == 1, text
             assert "starting" not in text  # no level began
+
+
+async def test_an_admin_api_with_a_token_is_asked_with_llmtop_admin_token() -> None:
+    """A token-protected admin API gives its readings to a bench that has the token in
+    $LLMTOP_ADMIN_TOKEN (as `llmtop attach` takes it); without it, the bench is refused
+    before any load with a line that says what to set, and a wrong one is said to be."""
+    from llmtop.config import load_config
+    from llmtop.server import LlmtopServer
+
+    token = "s3cret-admin-token"
+    async with running_sim("tiny") as sim:
+        cfg = load_config(None, env={}, overrides={
+            "upstream": sim.url, "listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
+            "admin_token": token, "gpu.source": "sim", "gpu.interval_s": 0.2})
+        server = LlmtopServer(cfg)
+        await server.start()
+        try:
+            runs = []
+            for env_token in (token, None, "wrong"):
+                env = {k: v for k, v in os.environ.items() if k != "LLMTOP_ADMIN_TOKEN"}
+                if env_token is not None:
+                    env["LLMTOP_ADMIN_TOKEN"] = env_token
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "llmtop", "bench", server.proxy_url,
+                    "--concurrency", "1", "--requests", "2", "--max-tokens", "4",
+                    "--admin", server.admin_url, env=env,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                out, err = await asyncio.wait_for(proc.communicate(), 90)
+                runs.append((proc.returncode, out.decode(), err.decode()))
+        finally:
+            await server.stop(1.0)
+    (ok, out, err), (no, _, no_err), (bad, _, bad_err) = runs
+    assert ok == 0, err
+    assert "GPU 0 (simulated) at 1: memory" in out
+    assert no == 2 and "LLMTOP_ADMIN_TOKEN" in no_err and "HTTP 401" in no_err, no_err
+    assert bad == 2 and "token was refused" in bad_err, bad_err
+    assert token not in out + err + no_err + bad_err
 
 
 def test_a_recording_that_failed_is_said_and_exits_1(
