@@ -16,7 +16,7 @@ from llmtop.cli.common import (
     interrupt_on_sigterm,
     llmtop_cmd,
 )
-from llmtop.config import MAX_REFRESH_HZ, given, unknown_env
+from llmtop.config import MAX_REFRESH_HZ, given, unknown_env, upstream_v1_note
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -61,7 +61,8 @@ def main(args: argparse.Namespace) -> int:
             "--upstream URL is required (or set upstream in --config / LLMTOP_UPSTREAM)"
         )
     if not os.environ.get("LLMTOP_PARENT_PID"):  # (a TUI's own proxy: its parent said so)
-        for line in unknown_env(os.environ):
+        note = upstream_v1_note(cfg.upstream)
+        for line in [*unknown_env(os.environ), *([note] if note else [])]:
             print(f"llmtop run: warning: {line}", file=sys.stderr, flush=True)
     if args.headless:
         return _headless(args)

@@ -60,3 +60,25 @@ def test_polling_intervals_have_a_floor() -> None:
         with pytest.raises(ConfigError, match=f"{key} must be at least"):
             load_config(None, env={}, overrides={key: bad})
         assert load_config(None, env={}, overrides={key: good}) is not None
+
+
+def test_an_upstream_ending_in_v1_is_pointed_out() -> None:
+    """``--upstream http://host:8000/v1`` with clients that send ``/v1/...`` (the OpenAI
+    SDK's ``base_url``) sent every request to ``/v1/v1/...``: the engine's 404s, no word
+    from llmtop. It still starts as asked (a client that leaves /v1 out is right), but says
+    so once; an upstream without /v1 at its end gets no such line."""
+    def warnings(upstream: str) -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "llmtop", "run", "--headless", "--upstream", upstream,
+             "--listen", "no-such-host.invalid:0", "--admin", "127.0.0.1:0",
+             "--gpu-source", "none"],
+            capture_output=True, text=True, timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("LLMTOP_")})
+        assert proc.returncode == 2, proc.stderr  # (the listen host: it stops there)
+        return [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+
+    (line,) = warnings("http://127.0.0.1:9/v1/")
+    assert line.startswith("llmtop run: warning: --upstream ends in /v1")
+    assert "/v1/v1/chat/completions" in line
+    assert warnings("http://127.0.0.1:9/gateway/v1beta") == []
+    assert warnings("http://127.0.0.1:9") == []
