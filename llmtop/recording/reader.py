@@ -31,6 +31,7 @@ from llmtop.events import Event, RequestRecord
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.validate import (
     MAX_GAP_S,
+    MAX_TIME_S,
     InvalidLine,
     clean_slo,
     engine_from,
@@ -365,7 +366,7 @@ class RecordingReader:
         started = h.get("started_at")
         if started is not None:
             try:
-                number(started, "started_at", lo=1.0)
+                number(started, "started_at", lo=1.0, hi=MAX_TIME_S)
             except InvalidLine as exc:
                 h["started_at"] = None
                 self._problem(f"header {exc}; ignored")

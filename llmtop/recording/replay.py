@@ -144,7 +144,9 @@ class ReplayEngine:
         started = self.header.get("started_at")
         begin = float(started) if isinstance(started, int | float) else None
         first = self._heap[0][0] if self._heap else None
-        if begin is None or (first is not None and first < begin):
+        if begin is None or (first is not None and not begin <= first <= begin + MAX_GAP_S):
+            # no start, a first event before it, or none for a day after it (a clock step
+            # or a damaged header: a report spanned a year of empty seconds, 830 MB)
             begin = first if first is not None else time.time()
         self.begin: float = begin
         self.now: float = begin

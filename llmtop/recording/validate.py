@@ -28,6 +28,10 @@ MAX_DURATION_S: Final = 7 * 86400.0
 MAX_GAP_S: Final = 86400.0
 """How far an event's time may lie before the recording's start, or past every event read
 so far without the next event confirming the jump (one day)."""
+MAX_TIME_S: Final = 1e10
+"""Largest magnitude of a time (unix seconds: about the year 2286). Past ~1e16 a float no
+longer holds half-seconds, and a replay stepping its clock by a tick stood still (QA: a
+header's ``started_at`` of 1e300 hung ``llmtop report``)."""
 MAX_COUNT: Final = 1 << 40
 """Largest token count, concurrency or byte count taken as real (2^40)."""
 MAX_BYTES: Final = 1 << 60
@@ -162,7 +166,7 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
                                         g("completion_tokens"), g("model"), g("error"),
                                         g("status"))
     if (
-        type(t0) in _REAL and t0 - t0 == 0 and -_BIG < t0 < _BIG
+        type(t0) in _REAL and t0 - t0 == 0 and -MAX_TIME_S <= t0 <= MAX_TIME_S
         and type(e2e) in _REAL and 0 <= e2e <= MAX_DURATION_S
         and (ttft is None or (type(ttft) in _REAL and 0 <= ttft <= MAX_DURATION_S))
         and type(offs) is list and type(toks) is list
@@ -205,7 +209,7 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
         stream=stream,
         status=_integer(g("status", 0), "status", hi=999),
         outcome=outcome,
-        t_start=number(d["t_start"], "t_start"),
+        t_start=number(d["t_start"], "t_start", lo=-MAX_TIME_S, hi=MAX_TIME_S),
         ttft_s=_opt_number(g("ttft_s"), "ttft_s", lo=0.0, hi=MAX_DURATION_S),
         e2e_s=e2e,
         prompt_tokens=_opt_integer(g("prompt_tokens"), "prompt_tokens"),
@@ -239,7 +243,8 @@ def gpu_from(d: dict[str, Any]) -> GpuReading:
     mem = {k: _opt_number(g(k), k, lo=0.0, hi=MAX_BYTES)
            for k in ("mem_used_bytes", "mem_total_bytes")}
     return GpuReading(
-        t=number(d["t"], "t"), index=_integer(d["index"], "index", hi=1 << 16),
+        t=number(d["t"], "t", lo=-MAX_TIME_S, hi=MAX_TIME_S),
+        index=_integer(d["index"], "index", hi=1 << 16),
         name=_string(d["name"], "name"),
         mem_used_bytes=mem["mem_used_bytes"],  # type: ignore[arg-type]
         mem_total_bytes=mem["mem_total_bytes"],  # type: ignore[arg-type]
@@ -274,7 +279,7 @@ def engine_from(d: dict[str, Any]) -> EngineReading:
     if not math.isfinite(sum(v for v in vals if v is not None)):
         raise InvalidLine("raw holds a value that is not finite")
     return EngineReading(
-        t=number(d["t"], "t"), kind=_string(d["kind"], "kind"),
+        t=number(d["t"], "t", lo=-MAX_TIME_S, hi=MAX_TIME_S), kind=_string(d["kind"], "kind"),
         running=_opt_number(g("running"), "running"),
         waiting=_opt_number(g("waiting"), "waiting"),
         kv_cache_usage=_opt_number(g("kv_cache_usage"), "kv_cache_usage"),
@@ -294,7 +299,7 @@ def warning_from(d: dict[str, Any]) -> WarningEvent:
     if state not in _STATES:
         raise InvalidLine(f"state is {_what(state)}, not raised or cleared")
     return WarningEvent(
-        t=number(d["t"], "t"), code=_string(d["code"], "code"),
+        t=number(d["t"], "t", lo=-MAX_TIME_S, hi=MAX_TIME_S), code=_string(d["code"], "code"),
         severity=_string(g("severity", "warning"), "severity"),  # type: ignore[arg-type]
         message=_string(g("message", ""), "message"), state=state,
     )

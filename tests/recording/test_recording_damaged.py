@@ -61,7 +61,8 @@ REQUEST_DAMAGE = [
     ("e2e_s", math.inf, "e2e_s is inf, not a finite number"),
     ("e2e_s", 1e12, "e2e_s is 1e+12, above 604800"),
     ("e2e_s", -0.5, "e2e_s is -0.5, below 0"),
-    ("t_start", 1e15, "more than a day after the events around it"),
+    ("t_start", 1e15, "t_start is 1e+15, above 1e+10"),  # past any clock
+    ("t_start", 5e9, "more than a day after the events around it"),  # the year 2128
     ("t_start", math.nan, "t_start is nan"),
     ("t_start", None, "t_start is null, not a number"),
     ("t_start", 1000.0, "more than a day before the recording started"),
@@ -103,7 +104,8 @@ READING_DAMAGE = [
     ("engine", "ttft_buckets", [[0.1]], "not an [le, count] pair"),
     ("engine", "running", "3", "running is a string"),
     ("warning", "state", "maybe", "state is a string ('maybe'), not raised or cleared"),
-    ("warning", "t", 1e15, "more than a day after"),
+    ("warning", "t", 1e15, "t is 1e+15, above 1e+10"),  # past any clock
+    ("warning", "t", 5e9, "more than a day after"),  # the year 2128
 ]
 
 
