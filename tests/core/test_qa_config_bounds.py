@@ -94,3 +94,26 @@ def test_top_users_is_bounded() -> None:
     with pytest.raises(ConfigError, match="top_users"):
         load_config(None, env={"LLMTOP_TOP_USERS": "10001"})
     assert load_config(None, env={"LLMTOP_TOP_USERS": "10000"}).top_users == 10_000
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"LLMTOP_USER_HEADER": "Bad Header"}, "user_header 'Bad Header' is not a header name"),
+    ({"LLMTOP_USER_HEADER": "X-User\n"}, "is not a header name"),
+    ({"LLMTOP_GPU_DEVICES": "0,-1"}, "gpu.devices holds -1: GPU indices are 0 to"),
+])
+def test_a_setting_that_could_never_work_is_refused(env: dict[str, str], says: str) -> None:
+    """A user header no client can send (every request then counted as anonymous) and a
+    GPU index no GPU has were accepted without a word."""
+    line = one_error_line(run_cli(*RUN, env=env))
+    assert says in line, line
+
+
+def test_gpus_minus_one_on_the_command_line_is_refused() -> None:
+    line = one_error_line(run_cli(*RUN, "--gpus", "-1"))
+    assert "-1" in line and "GPU indices are 0 to" in line, line
+
+
+def test_a_plain_user_header_and_gpu_list_still_load() -> None:
+    cfg = load_config(None, env={"LLMTOP_USER_HEADER": "X-Team_ID.v2",
+                                 "LLMTOP_GPU_DEVICES": "0, 3"})
+    assert cfg.user_header == "X-Team_ID.v2" and cfg.gpu.devices == [0, 3]
