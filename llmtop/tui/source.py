@@ -110,7 +110,10 @@ def normalize_admin_url(url: str) -> str:
     Raises ``ValueError`` with a one-line message for anything else."""
     raw = url.strip()
     candidate = raw if "://" in raw else f"http://{raw}"
-    parts = urlsplit(candidate)
+    try:
+        parts = urlsplit(candidate)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL", which named no URL
+        raise ValueError(f"'{url}' is not an admin URL ({exc})") from None
     try:
         port = parts.port
     except ValueError:

@@ -43,13 +43,15 @@ def test_normalize_admin_url(given: str, normal: str) -> None:
 
 
 @pytest.mark.parametrize("bad", ["ftp://h:1", "localhost", "h:99999", "http://", ":8081",
-                                 "http://:s3cret@h:1", "u:s3cret@h:1"])
+                                 "http://:s3cret@h:1", "u:s3cret@h:1", "http://[::1"])
 def test_bad_admin_urls_raise_one_line(bad: str) -> None:
     """A bad admin URL is a ValueError with a one-line message naming it."""
     with pytest.raises(ValueError, match="admin URL") as info:
         normalize_admin_url(bad)
     assert "\n" not in str(info.value)
     assert "s3cret" not in str(info.value)  # credentials are refused without being shown
+    if "s3cret" not in bad:
+        assert bad.strip() in str(info.value)  # ("Invalid IPv6 URL" alone named none)
 
 
 def test_protocols_are_runtime_checkable() -> None:
