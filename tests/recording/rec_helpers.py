@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.writer import Recorder
@@ -103,3 +103,34 @@ def write_recording(path: Path, events: list[Event], *, header: dict[str, Any] |
 def chunked(xs: list[Event], n: int) -> Iterator[list[Event]]:
     for i in range(0, len(xs), n):
         yield xs[i:i + n]
+
+
+class FakeDisk:
+    """A file the recorder writes through (its ``opener``): every call goes to a real file;
+    subclasses change ``write`` to make a disk slow, stalled or full."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh: IO[bytes] = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:
+        self.writes += 1
+        return self._fh.write(data)
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def fileno(self) -> int:
+        return self._fh.fileno()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class FullDisk(FakeDisk):
+    """The header gets through, then the disk is full."""
+
+    def write(self, data: bytes) -> int:
+        if self.writes >= 1:
+            raise OSError(28, "No space left on device")
+        return super().write(data)

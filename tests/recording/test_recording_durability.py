@@ -11,10 +11,9 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import IO
 
 import pytest
-from rec_helpers import T0, request
+from rec_helpers import T0, FakeDisk, FullDisk, request
 
 from llmtop.events import RequestRecord
 from llmtop.recording.reader import RecordingReader
@@ -82,27 +81,16 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path: Path, suffix: str) -> No
     assert not missing, f"{len(missing)} requests finished >1 s before the kill are missing"
 
 
-class SlowFile:
+class SlowFile(FakeDisk):
     """A file whose every write takes `delay` seconds: a disk slower than the traffic."""
 
     def __init__(self, path: Path, delay: float) -> None:
-        self._fh: IO[bytes] = open(path, "wb")  # noqa: SIM115
+        super().__init__(path)
         self.delay = delay
-        self.writes = 0
 
     def write(self, data: bytes) -> int:
         time.sleep(self.delay)
-        self.writes += 1
-        return self._fh.write(data)
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def fileno(self) -> int:
-        return self._fh.fileno()
-
-    def close(self) -> None:
-        self._fh.close()
+        return super().write(data)
 
 
 def test_slow_disk_never_blocks_publishing_and_counts_drops(tmp_path: Path) -> None:
@@ -146,15 +134,8 @@ def test_write_error_is_reported_not_raised(tmp_path: Path) -> None:
     """A disk that fails (full, unplugged): the error shows in status, events are counted as
     dropped, the writer thread survives and stop() still returns."""
 
-    class FailingFile(SlowFile):
-        def write(self, data: bytes) -> int:
-            self.writes += 1
-            if self.writes > 1:  # the header gets through, then the disk fills
-                raise OSError(28, "No space left on device")
-            return self._fh.write(data)
-
-    def opener(p: Path, overwrite: bool) -> FailingFile:
-        return FailingFile(p, 0.0)
+    def opener(p: Path, overwrite: bool) -> FullDisk:
+        return FullDisk(p)
 
     rec = Recorder(tmp_path / "full.jsonl", header={}, flush_s=0.1,
                    opener=opener)  # type: ignore[arg-type]

@@ -14,10 +14,11 @@ import itertools
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import aiohttp
 import openai
+from rec_helpers import FakeDisk, FullDisk
 
 from llmtop.config import load_config
 from llmtop.recording.reader import RecordingReader
@@ -92,30 +93,19 @@ async def test_round_trip_gives_the_live_snapshots_percentiles(tmp_path: Path) -
         assert r.footer is not None and r.footer["requests"] == 36 and r.footer["dropped"] == 0
 
 
-class StuckDisk:
+class StuckDisk(FakeDisk):
     """A file whose writes after the header block until released (a stalled disk)."""
 
     def __init__(self, path: Path) -> None:
-        self._fh: IO[bytes] = open(path, "wb")  # noqa: SIM115
-        self.writes = 0
+        super().__init__(path)
         self.stuck = threading.Event()
         self.release = threading.Event()
 
     def write(self, data: bytes) -> int:
-        self.writes += 1
-        if self.writes > 1:
+        if self.writes >= 1:
             self.stuck.set()
             self.release.wait(30)
-        return self._fh.write(data)
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def fileno(self) -> int:
-        return self._fh.fileno()
-
-    def close(self) -> None:
-        self._fh.close()
+        return super().write(data)
 
 
 async def test_a_stalled_disk_does_not_delay_streams(tmp_path: Path) -> None:
@@ -162,26 +152,6 @@ async def test_a_stalled_disk_does_not_delay_streams(tmp_path: Path) -> None:
 async def test_a_recording_that_failed_says_so_when_the_proxy_stops(tmp_path: Path) -> None:
     # `llmtop run --headless --record` on a disk that filled up ended with "recording
     # x.jsonl: 36 requests, 33 lines dropped" and no word of the failure (the file held 32).
-    class FullDisk:
-        def __init__(self, p: Path) -> None:
-            self._fh = open(p, "wb")  # noqa: SIM115 - closed in close()
-            self.writes = 0
-
-        def write(self, data: bytes) -> int:
-            self.writes += 1
-            if self.writes > 1:  # the header gets through, then the disk is full
-                raise OSError(28, "No space left on device")
-            return self._fh.write(data)
-
-        def flush(self) -> None:
-            self._fh.flush()
-
-        def fileno(self) -> int:
-            return self._fh.fileno()
-
-        def close(self) -> None:
-            self._fh.close()
-
     async with running_sim("tiny", seed=4) as sim:
         server = server_for(sim.url)
         ctl = RecordingController(server.bus, header={"upstream": sim.url}, flush_s=0.05,
