@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from sim_support import chat_body, get_json, metric_values
 
-from llmtop.sim.engine import EngineClosed, SimEngine, SimRequestError
+from llmtop.sim.engine import GPU_WINDOW_S, EngineClosed, SimEngine, SimRequestError
 from llmtop.sim.profiles import get_profile
 from llmtop.sim.server import running_sim
 
@@ -67,7 +67,10 @@ async def test_sim_gpu_state_and_requests_endpoints() -> None:
         idle = (await get_json(sim.url + "/sim/gpu"))["gpus"][0]
         url = sim.url + "/v1/chat/completions"
         tasks = [asyncio.create_task(s.post(url, json=chat_body(400))) for _ in range(3)]
-        await asyncio.sleep(0.6)
+        # busy for more than the whole utilisation window (the three run ~3 s): util is
+        # near 100 %, not the ~60 % of a window only 0.6 s busy, which a busy machine's
+        # late requests and late steps pushed under 50 (49.27)
+        await asyncio.sleep(GPU_WINDOW_S + 0.2)
         busy = (await get_json(sim.url + "/sim/gpu"))["gpus"][0]
         state = await get_json(sim.url + "/sim/state")
         # in-process, without an await in between, the two agree exactly
