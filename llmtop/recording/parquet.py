@@ -173,9 +173,12 @@ def export_parquet(
         schemas = {"requests": REQUESTS_SCHEMA, "gpu": GPU_SCHEMA, "engine": ENGINE_SCHEMA,
                    "warnings": WARNINGS_SCHEMA}
         tables: dict[str, _Table] = {}
+        opening: Path | None = None  # a table's .part made but the table not yet held
         try:
             for name in TABLES:
+                opening = part_path(out / f"{name}.parquet")
                 tables[name] = _Table(out / f"{name}.parquet", schemas[name], batch_rows)
+            opening = None
             rows: dict[type, tuple[_Table, Callable[[Any], dict[str, Any]]]] = {
                 RequestRecord: (tables["requests"], _request_row),
                 GpuReading: (tables["gpu"], _gpu_row),
@@ -194,5 +197,7 @@ def export_parquet(
             for t in tables.values():
                 if t.tmp.exists():
                     t.abort()
+            if opening is not None:  # Ctrl-C or SIGTERM while a table was being opened
+                opening.unlink(missing_ok=True)
             raise
     return {name: t.count for name, t in tables.items()}

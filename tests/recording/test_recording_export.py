@@ -12,6 +12,7 @@ from rec_helpers import session, write_recording
 
 from llmtop.cli import main
 from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
+from llmtop.recording import parquet
 from llmtop.recording.parquet import export_parquet
 
 
@@ -64,6 +65,29 @@ def test_parquet_of_a_recording_without_readings_still_has_all_tables(tmp_path: 
                                                     "warnings": 0}
     t = pq.read_table(tmp_path / "o" / "gpu.parquet")
     assert t.num_rows == 0 and "mem_used_bytes" in t.schema.names
+
+
+@pytest.mark.parametrize("at", ["requests", "warnings"])
+def test_an_interrupt_while_a_table_is_opened_leaves_no_part_file(
+        tmp_path: Path, recording: tuple, monkeypatch: pytest.MonkeyPatch,  # type: ignore[type-arg]
+        at: str) -> None:
+    """Ctrl-C or SIGTERM (``SystemExit`` in ``llmtop export``) just after a table's
+    ``.part`` file was made, before the export held the table: the file went too (the
+    signal mid-export test left ``.requests.parquet.part`` behind on a busy machine)."""
+    path, _ = recording
+    made = parquet._Table
+
+    class Interrupted(made):  # type: ignore[misc, valid-type]
+        def __init__(self, table: Path, *args: object) -> None:
+            super().__init__(table, *args)
+            if table.name == f"{at}.parquet":
+                assert self.tmp.exists()
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(parquet, "_Table", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_parquet(path, tmp_path / "pq")
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == []
 
 
 def test_export_cli(tmp_path: Path, recording: tuple) -> None:  # type: ignore[type-arg]
