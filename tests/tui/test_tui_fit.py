@@ -101,7 +101,11 @@ async def test_users_columns_that_do_not_fit_are_dropped_whole(size: tuple[int, 
     src.snapshot["users"][2]["output_tps"] = 26.5
     app = make_app(src)
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.dashboard.users.row_count == 3)
+        # the three rows on screen, not only in the table: on a busy machine the screen
+        # read after one pause still showed them blank
+        await until(pilot, lambda: app.dashboard.users.row_count == 3
+                    and all(ln.strip() for ln in users_lines(app)[1:4]),
+                    what="the three users' rows on screen")
         await pilot.pause()
         table = app.dashboard.users
         header, *rows = users_lines(app)
