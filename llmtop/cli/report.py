@@ -90,6 +90,9 @@ def write_output(out: Path, text: str) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UsageError(f"{out}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:  # Ctrl-C mid-write: no half-written page left beside the output
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def main(args: argparse.Namespace) -> int:
@@ -119,6 +122,9 @@ def main(args: argparse.Namespace) -> int:
             reports.append(analyse(f, slo=slo or None, progress=progress))
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:  # (exit 130 as before, now with a word, as export says)
+        print("llmtop report: interrupted; no report written", file=sys.stderr, flush=True)
+        raise
 
     if args.format == "json":
         from llmtop.recording.report.compare import comparison

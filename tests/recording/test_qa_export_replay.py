@@ -185,3 +185,29 @@ def test_parquet_refuses_a_missing_parent_as_hlog_does(tmp_path: Path) -> None:
                         str(tmp_path / "pq")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "pq" / "requests.parquet").is_file()
+
+
+def test_ctrl_c_mid_report_says_so(tmp_path: Path) -> None:
+    """``llmtop report`` on a recording still being written (a FIFO) waits for more lines;
+    Ctrl-C then exited 130 without a word (export says "interrupted")."""
+    full = tmp_path / "s.jsonl"
+    write_recording(full, session(40, duration_s=10))
+    head = full.read_bytes().splitlines(keepends=True)[:20]
+    fifo = tmp_path / "live.jsonl"
+    os.mkfifo(fifo)
+    out = tmp_path / "r.md"
+    # SIGINT as a terminal sends it, even when the test runner was started with it ignored
+    p = subprocess.Popen([sys.executable, "-m", "llmtop", "report", str(fifo), "-o", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    with open(fifo, "wb") as w:  # (returns once the report has opened it to read)
+        w.write(b"".join(head))
+        w.flush()
+        time.sleep(0.5)  # the report reads what there is and waits for the rest
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        with p:
+            _, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "llmtop report: interrupted; no report written" in err and "Traceback" not in err
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["live.jsonl", "s.jsonl"]
