@@ -325,7 +325,10 @@ class Recorder:
                 "name or remove the old file"
             ) from None
         except FileNotFoundError:
-            raise RecordingError(f"{self.path}: directory does not exist") from None
+            # (a directory that exists but takes no new files, such as /proc, says ENOENT)
+            why = ("cannot create a file there" if self.path.parent.is_dir()
+                   else "directory does not exist")
+            raise RecordingError(f"{self.path}: {why}") from None
         except IsADirectoryError:
             raise RecordingError(f"{self.path}: is a directory") from None
         except PermissionError:

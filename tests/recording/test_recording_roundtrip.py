@@ -7,6 +7,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 from rec_helpers import T0, request, session, write_recording
@@ -205,6 +206,17 @@ def test_recorder_refuses_to_overwrite_and_missing_directory(tmp_path: Path) -> 
     rec.start()
     rec.stop()
     assert read_header(path)["format"] == "llmtop-recording"
+
+
+def test_a_directory_that_takes_no_new_file_is_not_called_missing(tmp_path: Path) -> None:
+    """``--record /proc/x.jsonl`` (as root): the directory exists but the open says ENOENT,
+    which read "directory does not exist"."""
+    def opener(p: Path, overwrite: bool) -> IO[bytes]:
+        raise FileNotFoundError(2, "No such file or directory", str(p))
+
+    with pytest.raises(RecordingError) as info:
+        Recorder(tmp_path / "x.jsonl", header={}, opener=opener).start()
+    assert str(info.value).endswith("x.jsonl: cannot create a file there")
 
 
 def test_controller_subscribes_and_unsubscribes(tmp_path: Path) -> None:
