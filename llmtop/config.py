@@ -565,8 +565,8 @@ TUI_WINDOWS = (10, 60, 300, 0)
 """The TUI's windows in seconds (``tui.window_s``; 0: the whole session)."""
 MAX_REFRESH_HZ = 60.0
 """The most TUI refreshes per second (``tui.refresh_hz`` and every ``--refresh-hz``)."""
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-"""An HTTP field name (RFC 9110 token)."""
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name (an RFC 9110 token), for ``fullmatch``."""
 MAX_GPU_INDEX = 1 << 16
 MAX_TOP_USERS = 10_000
 """The most users tracked one by one (``top_users``): every window holds a row of counters
@@ -642,7 +642,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"slo.{key} must be positive, got {v}")
     if cfg.gpu.source not in ("auto", "nvml", "sim", "none"):
         raise ConfigError(f"gpu.source '{cfg.gpu.source}' is not one of auto, nvml, sim, none")
-    if cfg.user_header and not _TOKEN.fullmatch(cfg.user_header):
+    if cfg.user_header and not HEADER_NAME.fullmatch(cfg.user_header):
         # no client can send such a header: every request would count as "anonymous"
         raise ConfigError(f"user_header {printable(cfg.user_header)!r} is not a header name "
                           "(letters, digits and !#$%&'*+-.^_`|~ only)")

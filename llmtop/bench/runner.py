@@ -253,6 +253,8 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         if main is not None:
             main.cancel()
 
+    # (no handler where the loop cannot have one: Windows, or a thread other than main;
+    # SIGTERM then does what it did before: end the process)
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.add_signal_handler(signal.SIGTERM, on_term)
     try:

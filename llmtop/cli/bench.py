@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
 from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args
+from llmtop.config import HEADER_NAME
 from llmtop.textsafe import printable
 
 NAME = "bench"
@@ -172,8 +172,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 API_KEY_ENV = "LLMTOP_BENCH_API_KEY"
 """The variable ``--api-key`` defaults to."""
 
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-"""An HTTP field name (RFC 9110 token)."""
 _SET_BY_BENCH = frozenset(["host", "content-length", "transfer-encoding", "connection",
                            "keep-alive", "upgrade", "te", "trailer", "proxy-connection"])
 
@@ -185,7 +183,7 @@ def request_headers(args: argparse.Namespace, env: Mapping[str, str]) -> dict[st
     for line in args.header:
         name, sep, value = line.partition(":")
         name, value = name.strip(), value.strip()
-        if not sep or not _TOKEN.fullmatch(name):
+        if not sep or not HEADER_NAME.fullmatch(name):
             raise UsageError(f"--header '{printable(line)}' must be 'NAME: VALUE', e.g. "
                              "'X-Tenant: a'")
         if any(c in value for c in "\r\n\0"):
