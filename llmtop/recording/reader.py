@@ -129,8 +129,10 @@ class _Chunks:
     A gzip stream that ends early (a killed writer) simply ends: ``gz_incomplete`` says so."""
 
     def __init__(self, fh: IO[bytes], progress: Progress | None, total: int,
-                 progress_every: int) -> None:
+                 progress_every: int, name: str = "") -> None:
         self.fh = fh
+        self.name = name
+        """The file's name, for the error a failed read raises."""
         self.progress = progress
         self.total = total
         self.progress_every = progress_every
@@ -140,7 +142,12 @@ class _Chunks:
 
     def _raw(self) -> Iterator[bytes]:
         while True:
-            b = self.fh.read(_CHUNK)
+            try:
+                b = self.fh.read(_CHUNK)
+            except OSError as exc:  # EIO (a failing disk, a lost NFS server): one line, not a
+                # traceback (RecordingError: the CLI exits 2, as for a file it cannot open)
+                raise RecordingError(f"{self.name}: cannot read: {exc.strerror or exc}") \
+                    from None
             if not b:
                 if self.progress is not None:
                     self.progress(self.read_bytes, self.total)
@@ -248,7 +255,8 @@ class RecordingReader:
             raise RecordingError(f"{self.path}: cannot read: {exc.strerror}") from None
         try:
             total = os.fstat(self._fh.fileno()).st_size
-            self._chunks = _Chunks(self._fh, progress, total, progress_every)
+            self._chunks = _Chunks(self._fh, progress, total, progress_every,
+                                   str(self.path))
             self._lines = self._iter_lines()
             self.header = self._read_header()
         except BaseException:

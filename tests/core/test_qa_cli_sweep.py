@@ -1,0 +1,17 @@
+"""A sweep of hostile values through the real command line: each mistake is one line on
+stderr and exit status 2, never a traceback, a hang or a value taken silently."""
+
+from __future__ import annotations
+
+import pytest
+from test_qa_config_bounds import one_error_line, run_cli
+
+UNREADABLE = "/proc/self/mem"
+"""A file that opens and then fails every read with EIO (as a failing disk or a lost NFS
+server does); as root, a mode-000 file would still be read."""
+
+
+@pytest.mark.parametrize("command", [("report",), ("export", "--hlog", "-"), ("replay",)])
+def test_a_recording_that_fails_to_read_is_one_line(command: tuple[str, ...]) -> None:
+    line = one_error_line(run_cli(*command, UNREADABLE))
+    assert line == f"llmtop {command[0]}: error: {UNREADABLE}: cannot read: Input/output error"
