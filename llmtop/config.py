@@ -333,6 +333,8 @@ def load_config(
             raise ConfigError(f"{source}: not valid TOML: not UTF-8 text") from None
         except PermissionError:
             raise ConfigError(f"{source}: permission denied") from None
+        except OSError as exc:  # EIO and the like: one line, not a traceback
+            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
         for key, value in _flatten_toml(data, source).items():
             _set(cfg, key, _coerce(keys[key], value, key, source))
     environ = os.environ if env is None else env

@@ -4,7 +4,7 @@ stderr and exit status 2, never a traceback, a hang or a value taken silently.""
 from __future__ import annotations
 
 import pytest
-from test_qa_config_bounds import one_error_line, run_cli
+from test_qa_config_bounds import RUN, one_error_line, run_cli
 
 UNREADABLE = "/proc/self/mem"
 """A file that opens and then fails every read with EIO (as a failing disk or a lost NFS
@@ -15,3 +15,10 @@ server does); as root, a mode-000 file would still be read."""
 def test_a_recording_that_fails_to_read_is_one_line(command: tuple[str, ...]) -> None:
     line = one_error_line(run_cli(*command, UNREADABLE))
     assert line == f"llmtop {command[0]}: error: {UNREADABLE}: cannot read: Input/output error"
+
+
+@pytest.mark.parametrize("command", [RUN, ("bench", "http://127.0.0.1:9", "--requests", "1")])
+def test_a_config_file_that_fails_to_read_is_one_line(command: tuple[str, ...]) -> None:
+    line = one_error_line(run_cli(*command, "--config", UNREADABLE))
+    assert line == (f"llmtop {command[0]}: error: {UNREADABLE}: cannot read: "
+                    "Input/output error")
