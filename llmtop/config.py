@@ -224,6 +224,9 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
                 raise ConfigError(f"{source}: '{key}' must be a finite number, got {value!r}")
     elif tp is str:
         ok = isinstance(value, str)
+        if ok and "\0" in value:  # (TOML's "\u0000"): no path, URL or name holds one, and
+            # a path with one failed with a ValueError traceback where it was opened
+            raise ConfigError(f"{source}: '{key}' holds a NUL character (\\u0000)")
     elif origin is list:
         ok = isinstance(value, list) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value

@@ -3,6 +3,8 @@ stderr and exit status 2, never a traceback, a hang or a value taken silently.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_qa_config_bounds import RUN, one_error_line, run_cli
 
@@ -22,3 +24,13 @@ def test_a_config_file_that_fails_to_read_is_one_line(command: tuple[str, ...]) 
     line = one_error_line(run_cli(*command, "--config", UNREADABLE))
     assert line == (f"llmtop {command[0]}: error: {UNREADABLE}: cannot read: "
                     "Input/output error")
+
+
+@pytest.mark.parametrize("toml", ['upstream_ca = "ca\\u0000.pem"\n',
+                                  '[recording]\npath = "r\\u0000.jsonl"\n'])
+def test_a_nul_in_a_config_path_is_one_line(tmp_path: Path, toml: str) -> None:
+    cfg = tmp_path / "llmtop.toml"
+    cfg.write_text(toml)
+    key = "upstream_ca" if "upstream_ca" in toml else "recording.path"
+    line = one_error_line(run_cli(*RUN, "--config", str(cfg)))
+    assert line == f"llmtop run: error: {cfg}: '{key}' holds a NUL character (\\u0000)"
