@@ -79,6 +79,8 @@ def synth_prompt(rng: random.Random, tokens: int) -> str:
 
 
 def load_entries(path: str | Path) -> list[FileEntry]:
+    if not str(path).strip():  # (Path("") is the current directory)
+        raise WorkloadError("workload file path is empty")
     p = Path(path)
     if p.is_dir():
         raise WorkloadError(f"workload file {p} is a directory")

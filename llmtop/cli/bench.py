@@ -242,7 +242,7 @@ def main(args: argparse.Namespace) -> int:
                          "recording); give the key with LLMTOP_BENCH_API_KEY or --header")
     token = os.environ.get("LLMTOP_ADMIN_TOKEN", "")
     admin_headers = {"Authorization": f"Bearer {token}"} if token and args.admin else {}
-    admin = _admin(args.admin, admin_headers) if args.admin else None
+    admin = _admin(args.admin, admin_headers) if args.admin is not None else None
     if not is_loopback(u.hostname) and not args.allow_remote:
         raise UsageError(
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "
@@ -280,7 +280,7 @@ def main(args: argparse.Namespace) -> int:
         workload = Workload(
             prompt_tokens=parse_length(args.prompt_tokens, "--prompt-tokens"),
             max_tokens=parse_length(args.max_tokens, "--max-tokens"),
-            entries=load_entries(args.workload) if args.workload else None,
+            entries=load_entries(args.workload) if args.workload is not None else None,
             seed=args.seed,
         )
     except WorkloadError as exc:

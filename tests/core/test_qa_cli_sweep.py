@@ -34,3 +34,17 @@ def test_a_nul_in_a_config_path_is_one_line(tmp_path: Path, toml: str) -> None:
     key = "upstream_ca" if "upstream_ca" in toml else "recording.path"
     line = one_error_line(run_cli(*RUN, "--config", str(cfg)))
     assert line == f"llmtop run: error: {cfg}: '{key}' holds a NUL character (\\u0000)"
+
+
+BENCH = ("bench", "http://127.0.0.1:9", "--requests", "1")
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    ("--workload", "workload file path is empty"),
+    ("--admin", "--admin: '' is not an admin URL (expected http://HOST:PORT)"),
+])
+def test_bench_refuses_an_empty_path_or_url(flag: str, said: str) -> None:
+    """``--workload ''`` (an unset variable) ran synthetic prompts, and ``--admin ''`` ran
+    without GPU readings, both without a word."""
+    line = one_error_line(run_cli(*BENCH, flag, ""))
+    assert line == f"llmtop bench: error: {said}"
