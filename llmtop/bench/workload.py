@@ -84,8 +84,10 @@ def load_entries(path: str | Path) -> list[FileEntry]:
     p = Path(path)
     if p.is_dir():
         raise WorkloadError(f"workload file {p} is a directory")
-    if not p.is_file():
+    if not p.exists():
         raise WorkloadError(f"workload file {p} not found")
+    if not p.is_file():  # /dev/null, a FIFO, a device: it exists, so not "not found"
+        raise WorkloadError(f"workload file {p} is not a regular file")
     try:
         lines = p.read_text(encoding="utf-8").split("\n")
     except UnicodeDecodeError:

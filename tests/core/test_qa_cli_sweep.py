@@ -48,3 +48,8 @@ def test_bench_refuses_an_empty_path_or_url(flag: str, said: str) -> None:
     without GPU readings, both without a word."""
     line = one_error_line(run_cli(*BENCH, flag, ""))
     assert line == f"llmtop bench: error: {said}"
+
+
+def test_bench_workload_that_is_not_a_regular_file_is_not_called_missing() -> None:
+    line = one_error_line(run_cli(*BENCH, "--workload", "/dev/null"))
+    assert line == "llmtop bench: error: workload file /dev/null is not a regular file"
