@@ -122,6 +122,9 @@ def normalize_admin_url(url: str) -> str:
         raise ValueError(f"'{url}' is not an admin URL (expected http://HOST:PORT)")
     if port is None and "://" not in raw:
         raise ValueError(f"admin URL '{url}' needs a port (HOST:PORT)")
+    if port == 0:  # (--admin HOST:0 binds a free port; the one chosen is what to attach to)
+        raise ValueError(f"admin URL '{url}': port 0 is not a port to connect to; give the "
+                         "port the proxy printed ('admin listening on …')")
     if "@" in parts.netloc:
         # the admin API takes a bearer token, not user:password (with --token as well,
         # aiohttp refused the request and the screen read "reply is not JSON"); the URL

@@ -53,3 +53,11 @@ def test_bench_refuses_an_empty_path_or_url(flag: str, said: str) -> None:
 def test_bench_workload_that_is_not_a_regular_file_is_not_called_missing() -> None:
     line = one_error_line(run_cli(*BENCH, "--workload", "/dev/null"))
     assert line == "llmtop bench: error: workload file /dev/null is not a regular file"
+
+
+@pytest.mark.parametrize("command", [("attach",), (*BENCH, "--admin")])
+def test_an_admin_url_with_port_0_is_refused(command: tuple[str, ...]) -> None:
+    """Port 0 is where a proxy asked for a free port, not one it listens on: attach showed
+    DISCONNECTED for ever (bench: 'connection refused' after a wait)."""
+    line = one_error_line(run_cli(*command, "127.0.0.1:0"))
+    assert "admin URL '127.0.0.1:0': port 0 is not a port to connect to" in line
