@@ -602,6 +602,12 @@ def _validate_scrape_url(key: str, url: str) -> None:
                           "e.g. http://127.0.0.1:8000/metrics (empty: the upstream's)")
 
 
+def has_control_char(text: str) -> bool:
+    """True when ``text`` holds a C0 control character or DEL (a line end from a token
+    file, say): no HTTP client sends such a header value."""
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
 def validate(cfg: Config) -> None:
     if cfg.upstream:
         validate_upstream(cfg.upstream)
@@ -615,7 +621,7 @@ def validate(cfg: Config) -> None:
         ssl_context(cfg.upstream_ca)
     parse_hostport(cfg.listen, "listen")
     tok = cfg.admin_token
-    if tok != tok.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in tok):
+    if tok != tok.strip() or has_control_char(tok):
         # the admin API strips what a client sends: such a token could never match
         raise ConfigError("admin_token has whitespace at its ends or a control character "
                           "(a line end from a token file?): no client could send it; "

@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from llmtop.admin import AGE_HEADER
+from llmtop.config import has_control_char
 from llmtop.net_errors import connect_failure
 
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
@@ -239,6 +240,9 @@ class AdminSource:
         if len(tokens) not in (1, len(self.urls)):
             raise ValueError(f"{len(tokens)} admin tokens for {len(self.urls)} admin URLs: "
                              "give one for all, or one per URL in the same order")
+        if any(has_control_char(tok) for tok in tokens):  # the request would never be sent
+            raise ValueError("an admin token has a control character (a line end from a "
+                             "token file?): no proxy could receive it; remove it")
         self._auth: dict[str, dict[str, str]] = {
             url: {"Authorization": f"Bearer {tok}"} if tok else {}
             for url, tok in zip(self.urls, tokens * len(self.urls) if len(tokens) == 1

@@ -61,3 +61,15 @@ def test_an_admin_url_with_port_0_is_refused(command: tuple[str, ...]) -> None:
     DISCONNECTED for ever (bench: 'connection refused' after a wait)."""
     line = one_error_line(run_cli(*command, "127.0.0.1:0"))
     assert "admin URL '127.0.0.1:0': port 0 is not a port to connect to" in line
+
+
+@pytest.mark.parametrize(("token", "via_env"), [("s3cret\r", True), ("s3\ncret", False),
+                                                ("s3cret\x1b", False)])
+def test_attach_refuses_a_token_with_a_control_character(token: str, via_env: bool) -> None:
+    """Such a token cannot go in a header (a CR from a CRLF token file, say): the request
+    was never sent and the screen read 'reply is not JSON' for ever."""
+    p = (run_cli("attach", "127.0.0.1:8081", env={"LLMTOP_ADMIN_TOKEN": token}) if via_env
+         else run_cli("attach", "127.0.0.1:8081", "--token", token))
+    line = one_error_line(p)
+    assert line == ("llmtop attach: error: an admin token has a control character (a line "
+                    "end from a token file?): no proxy could receive it; remove it")
