@@ -19,6 +19,7 @@ from llmtop import __version__
 from llmtop.cli.common import UsageError
 from llmtop.config import ConfigError
 from llmtop.parent_watch import watch_parent
+from llmtop.textsafe import printable
 
 ORDER = ("run", "attach", "replay", "report", "export", "bench", "sim", "demo")
 
@@ -70,7 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._main(args))
     except (ConfigError, UsageError) as exc:
-        print(f"llmtop {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        # printable: a value the user typed with a newline or ESC in it (quoted back in the
+        # message) neither splits the one line nor drives the terminal
+        print(f"llmtop {args.command}: error: {printable(str(exc))}", file=sys.stderr,
+              flush=True)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -73,3 +73,17 @@ def test_attach_refuses_a_token_with_a_control_character(token: str, via_env: bo
     line = one_error_line(p)
     assert line == ("llmtop attach: error: an admin token has a control character (a line "
                     "end from a token file?): no proxy could receive it; remove it")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("run", "--headless", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1\n:0"),
+     "llmtop run: error: listen '127.0.0.1\\x0a:0' must be HOST:PORT"),
+    (("report", "rec\x1b[2J.jsonl"), "llmtop report: error: rec\\x1b[2J.jsonl: no such file"),
+])
+def test_a_control_character_in_a_value_stays_on_the_one_line(args: tuple[str, ...],
+                                                               said: str) -> None:
+    """The value is quoted back with its newline or ESC shown as an escape: it split the
+    error in two lines, or reached the terminal as a control sequence."""
+    line = one_error_line(run_cli(*args))
+    assert line.startswith(said)
+    assert "\x1b" not in line
