@@ -92,6 +92,10 @@ def main(args: argparse.Namespace) -> int:
     if args.interval < 0.001:
         raise UsageError(f"--interval must be at least 0.001 (seconds; the log has millisecond "
                          f"resolution), got {args.interval:g}")
+    for flag, value in (("--parquet", args.parquet), ("--hlog", args.hlog)):
+        if value is not None and not value.strip():  # (an unset shell variable)
+            raise UsageError(f"{flag} '{value}' is empty: give a "
+                             f"{'directory' if flag == '--parquet' else 'file name, or -'}")
     if args.parquet == "-":
         raise UsageError("--parquet writes four files into a directory, not to standard "
                          "output: give a directory")

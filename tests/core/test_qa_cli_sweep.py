@@ -87,3 +87,12 @@ def test_a_control_character_in_a_value_stays_on_the_one_line(args: tuple[str, .
     line = one_error_line(run_cli(*args))
     assert line.startswith(said)
     assert "\x1b" not in line
+
+
+@pytest.mark.parametrize(("flag", "what"), [("--parquet", "directory"),
+                                             ("--hlog", "file name, or -")])
+def test_export_refuses_an_empty_output(tmp_path: Path, flag: str, what: str) -> None:
+    rec = tmp_path / "s.jsonl"
+    rec.write_text('{"type": "header", "format": "llmtop-recording", "version": 1}\n')
+    line = one_error_line(run_cli("export", str(rec), flag, ""))
+    assert line == f"llmtop export: error: {flag} '' is empty: give a {what}"
