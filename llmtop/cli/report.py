@@ -102,6 +102,9 @@ def main(args: argparse.Namespace) -> int:
     from llmtop.recording.report.analyse import analyse
 
     slo = slo_overrides(args)
+    if args.output is not None and not args.output.strip():  # (an unset shell variable)
+        raise UsageError(f"-o '{args.output}' is empty: give a file name, or leave -o out "
+                         "for standard output")
     out = check_output(args.output) if args.output else None
     files = [args.file] + ([args.file2] if args.file2 else [])
     if out is not None:

@@ -96,3 +96,12 @@ def test_export_refuses_an_empty_output(tmp_path: Path, flag: str, what: str) ->
     rec.write_text('{"type": "header", "format": "llmtop-recording", "version": 1}\n')
     line = one_error_line(run_cli("export", str(rec), flag, ""))
     assert line == f"llmtop export: error: {flag} '' is empty: give a {what}"
+
+
+def test_report_refuses_an_empty_output(tmp_path: Path) -> None:
+    """``-o ''`` printed the report to stdout, as if -o had not been given."""
+    rec = tmp_path / "s.jsonl"
+    rec.write_text('{"type": "header", "format": "llmtop-recording", "version": 1}\n')
+    line = one_error_line(run_cli("report", str(rec), "-o", ""))
+    assert line == ("llmtop report: error: -o '' is empty: give a file name, or leave -o out "
+                    "for standard output")
