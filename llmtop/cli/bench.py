@@ -228,7 +228,7 @@ def _levels(args: argparse.Namespace) -> tuple[Literal["concurrency", "rate"], l
 def main(args: argparse.Namespace) -> int:
     from llmtop.bench.runner import BenchPlan, run_plan
     from llmtop.bench.workload import Workload, WorkloadError, load_entries, parse_length
-    from llmtop.config import is_loopback, load_config
+    from llmtop.config import has_control_char, is_loopback, load_config
 
     try:
         u = urlsplit(args.url)
@@ -241,6 +241,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("URL must not contain user:password@ (it would be written to the "
                          "recording); give the key with LLMTOP_BENCH_API_KEY or --header")
     token = os.environ.get("LLMTOP_ADMIN_TOKEN", "")
+    if args.admin is not None and has_control_char(token):  # (as attach): never sent
+        raise UsageError("LLMTOP_ADMIN_TOKEN has a control character (a line end from a "
+                         "token file?): no proxy could receive it; remove it")
     admin_headers = {"Authorization": f"Bearer {token}"} if token and args.admin else {}
     admin = _admin(args.admin, admin_headers) if args.admin is not None else None
     if not is_loopback(u.hostname) and not args.allow_remote:

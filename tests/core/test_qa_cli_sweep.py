@@ -75,6 +75,16 @@ def test_attach_refuses_a_token_with_a_control_character(token: str, via_env: bo
                     "end from a token file?): no proxy could receive it; remove it")
 
 
+def test_bench_refuses_an_admin_token_with_a_control_character() -> None:
+    """bench sends the token to --admin as attach does: a CR from a CRLF token file made
+    every admin request fail to be sent."""
+    p = run_cli("bench", "http://127.0.0.1:9", "--requests", "1", "--admin", "127.0.0.1:8081",
+                env={"LLMTOP_ADMIN_TOKEN": "s3cret\r"})
+    assert one_error_line(p) == ("llmtop bench: error: LLMTOP_ADMIN_TOKEN has a control "
+                                 "character (a line end from a token file?): no proxy could "
+                                 "receive it; remove it")
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (("run", "--headless", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1\n:0"),
      "llmtop run: error: listen '127.0.0.1\\x0a:0' must be HOST:PORT"),
