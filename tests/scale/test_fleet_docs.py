@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -254,6 +255,29 @@ def test_docs_have_the_promised_queries() -> None:
     assert "histogram_quantile(0.95, sum by (le) (rate(llmtop_ttft_seconds_bucket" in joined
     assert any(e.startswith("max by (instance, code) (llmtop_warning_active) > 0")
                for e in exprs)
+
+
+def test_docs_state_the_real_bucket_bounds() -> None:
+    """"Histogram bucket bounds (seconds): TTFT 0.005 … 300 (23 bounds; …)": the first and
+    last bound and the count of each family are the ones /metrics exports, and the E2E
+    bounds step by at most 1.5× from 0.5 s on, as the page says."""
+    from llmtop.metrics.prometheus import BUCKETS
+
+    text = " ".join(FLEET_MD.read_text(encoding="utf-8").split())
+    para = text[text.index("Histogram bucket bounds (seconds):"):]
+    families = {"TTFT": ("ttft",), "ITL, chunk gap and TPOT": ("itl", "chunk_gap", "tpot"),
+                "E2E": ("e2e",)}
+    for head, names in families.items():
+        m = re.search(rf"{head} ([\d.]+) … ([\d.]+) \((\d+) bounds", para[:600])
+        assert m, f"fleet.md states no bounds for {head}"
+        for name in names:
+            bounds = BUCKETS[name]
+            assert (float(m[1]), float(m[2]), int(m[3])) == (bounds[0], bounds[-1],
+                                                             len(bounds)), head
+    e2e = [b for b in BUCKETS["e2e"] if b >= 0.5]
+    assert all(b <= 1.5 * a for a, b in itertools.pairwise(e2e))
+    assert "1, 1.5, 2, 2.5, 3, 4, 5, 6, 7.5, 10 s" in para
+    assert [b for b in BUCKETS["e2e"] if 1 <= b <= 10] == [1, 1.5, 2, 2.5, 3, 4, 5, 6, 7.5, 10]
 
 
 # -- against a real proxy --------------------------------------------------------------------
