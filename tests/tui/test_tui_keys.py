@@ -326,3 +326,25 @@ async def test_r_twice_while_the_proxy_answers_sends_one_stop() -> None:
         # for every one to be done
         await until(pilot, lambda: not busy_workers(app, "recording"), what="workers done")
     assert src.recording_calls == [("stop", None)]
+
+
+def test_the_readmes_keys_are_the_bound_ones() -> None:
+    """README.md's "Keys" line names every key the TUI shows in its footer (the app's, the
+    dashboard's tab, the users table's enter), and nothing else."""
+    from textual.binding import Binding
+
+    from llmtop.tui.screens.dashboard import Dashboard
+    from llmtop.tui.widgets.users import UsersTable
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Keys", 1)[1].split("\n## ", 1)[0]
+    section = re.sub(r"`llmtop[^`]*`|`[^`]*\.jsonl[^`]*`", "", section)  # not keys
+    names = {"/": "slash", "?": "question_mark", "←": "left", "→": "right", "+": "plus",
+             "-": "minus"}
+    documented = {names.get(k, k) for k in re.findall(r"`([^`]+)`", section)}
+    bound = set()
+    for cls in (LlmtopApp, Dashboard, UsersTable):
+        for b in cls.BINDINGS:
+            if isinstance(b, Binding) and b.show:
+                bound.add(b.key.split(",")[0])
+    assert documented == bound
