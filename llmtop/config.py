@@ -396,26 +396,6 @@ def upstream_v1_note(upstream: str) -> str | None:
             "your clients send /v1 themselves (as the OpenAI SDK does)")
 
 
-def given(key: str, path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> bool:
-    """Whether the config file at ``path`` or the environment sets ``key`` (a dotted key),
-    whatever the value: for defaults that depend on how a command runs. The file is read
-    again: call after :func:`load_config` accepted it."""
-    if env_name(key) in env:
-        return True
-    if path is None:
-        return False
-    try:
-        with open(path, "rb") as fh:
-            data: Any = tomllib.load(fh)
-    except (OSError, ValueError):
-        return False
-    for part in key.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return False
-        data = data[part]
-    return True
-
-
 DEFAULT_HOST = "127.0.0.1"
 """The host of ``:PORT`` (the default listen and admin addresses' host)."""
 

@@ -29,8 +29,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                         "picks a free one)")
     p.add_argument(
         "--admin", metavar="HOST:PORT",
-        help="admin API address (default 127.0.0.1:8081, or a free loopback port behind the "
-             "TUI; admin in --config or LLMTOP_ADMIN sets it too)"
+        help="admin API address (default 127.0.0.1:8081, with or without the TUI; admin in "
+             "--config or LLMTOP_ADMIN sets it too)"
     )
     p.add_argument("--admin-token", metavar="TOKEN", help="required when --admin is not loopback")
     p.add_argument("--upstream-ca", metavar="PEM",

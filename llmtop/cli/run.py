@@ -16,7 +16,7 @@ from llmtop.cli.common import (
     interrupt_on_sigterm,
     llmtop_cmd,
 )
-from llmtop.config import MAX_REFRESH_HZ, given, unknown_env, upstream_v1_note
+from llmtop.config import MAX_REFRESH_HZ, unknown_env, upstream_v1_note
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -103,16 +103,12 @@ def install_uvloop() -> None:
     uvloop.install()
 
 
-def child_command(argv: Sequence[str], admin_configured: bool = False) -> list[str]:
-    """The same ``run`` arguments for a headless child, admin on a free loopback port
-    unless one was given (``--admin``, or ``admin_configured``: by the config file or
-    ``LLMTOP_ADMIN``)."""
-    cmd = llmtop_cmd("run", *argv, "--headless")
-    if admin_configured:
-        return cmd
-    if "--admin" not in argv and not any(a.startswith("--admin=") for a in argv):
-        cmd += ["--admin", "127.0.0.1:0"]
-    return cmd
+def child_command(argv: Sequence[str]) -> list[str]:
+    """The same ``run`` arguments for a headless child. Its admin API is where headless
+    ``run`` would put it (``--admin``, the config's ``admin``, ``LLMTOP_ADMIN``, else the
+    default 127.0.0.1:8081, as ``shared/docs/interfaces.md`` gives): Prometheus, ``attach``
+    and ``curl`` find a proxy behind the TUI where they find a headless one."""
+    return llmtop_cmd("run", *argv, "--headless")
 
 
 def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None = 60, *,
@@ -127,7 +123,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
     raw: list[str] = list(getattr(args, "_argv", []))
     argv = [a for a in raw[raw.index(NAME) + 1 :] if a != "--headless"] if NAME in raw else []
     interrupt_on_sigterm()
-    child = Child(child_command(argv, given("admin", args.config, os.environ)),
+    child = Child(child_command(argv),
                   (LISTEN_PREFIX, ADMIN_PREFIX))
     if not child.ready:
         child.stop(5)
