@@ -619,7 +619,7 @@ def validate(cfg: Config) -> None:
     if cfg.workers > (most := max_workers()):
         raise ConfigError(
             f"workers {cfg.workers} is more than this machine can use: at most {most} "
-            f"(2 per CPU; it has {usable_cpus()}); each worker is a whole proxy process "
+            f"(2 per CPU, 4 on one; it has {usable_cpus()}); each worker is a whole proxy process "
             "that wants a core of its own — past that, more only adds switching")
     if cfg.dialect not in ("auto", "openai", "anthropic", "ollama", "tgi", "other"):
         raise ConfigError(

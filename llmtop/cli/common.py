@@ -38,7 +38,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                         "self-signed certificate; default: the system's store)")
     p.add_argument("--record", metavar="FILE", help="record the session (.jsonl or .jsonl.gz)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="proxy processes sharing the port (default 1; at most 2 per CPU)")
+                   help="proxy processes sharing the port (default 1; at most 2 per CPU; 4 "
+                        "on one CPU)")
     p.add_argument("--split-observers", action="store_true", default=None,
                    help="metrics, warnings, recording and the admin API in a process of "
                         "their own, even with one worker (as --workers N > 1 always does): "

@@ -437,7 +437,7 @@ class ProxyServer:
             # answer was relayed without framing, leaving the client waiting)
             resp = self.proxy_error(
                 ex, dialect, 501, "error",
-                "llmtop is a reverse proxy and does not open CONNECT tunnels",
+                "a reverse proxy: CONNECT tunnels are not opened",
                 "connect_not_supported")
             resp.force_close()
             return resp
@@ -445,7 +445,7 @@ class ProxyServer:
         if upgrade is not None and not _h2c_only(upgrade):  # a WebSocket upgrade: not relayed
             resp = self.proxy_error(
                 ex, dialect, 501, "error",
-                f"llmtop does not relay protocol upgrades ({request.headers['Upgrade'][:40]}):"
+                f"protocol upgrades are not relayed ({request.headers['Upgrade'][:40]}):"
                 " connect to the upstream directly for this endpoint", "upgrade_not_supported")
             resp.force_close()
             return resp

@@ -375,7 +375,7 @@ async def test_a_websocket_upgrade_is_a_clear_501_not_a_502() -> None:
             got = await asyncio.wait_for(reader.read(), 5)
             writer.close()
             assert got.startswith(b"HTTP/1.1 501"), got[:80]
-            assert b"does not relay protocol upgrades (websocket)" in got
+            assert b'"llmtop: protocol upgrades are not relayed (websocket): connect' in got
             assert b"upgrade_not_supported" in got
         assert proxy.direct_starts == 0
     assert [x.path_qs for x in up.seen] == ["/warm"] and len(recs.items) == 1
