@@ -130,3 +130,25 @@ def test_a_made_up_flag_or_argument_is_reported() -> None:
     assert "unrecognized arguments ['c.jsonl']" in (parse_problem(lines[0]) or "")
     assert parse_problem(lines[1]) is None
     assert "argparse refused it" in (parse_problem(lines[2]) or "")
+
+
+def _admin_routes() -> set[tuple[str, str]]:
+    from llmtop.admin.routes import AdminContext, make_admin_app
+    from llmtop.config import Config
+    from llmtop.metrics.aggregator import Aggregator
+
+    app = make_admin_app(AdminContext(aggregator=Aggregator(Config(), {}), active={}))
+    return {(r.method, r.resource.canonical) for r in app.router.routes()
+            if r.method != "HEAD" and r.resource is not None}
+
+
+def test_the_readme_names_every_admin_route() -> None:
+    """Each route the admin API serves appears in the README's Admin API section as
+    ``METHOD /path`` (GET /recording and /health were served and not named)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Admin API"):]
+    section = section[:section.index("\n## ", 1)]
+    routes = _admin_routes()
+    assert ("GET", "/llmtop/v1/health") in routes and len(routes) >= 6  # the lookup works
+    missing = sorted(f"{m} {p}" for m, p in routes if f"`{m} {p}" not in section)
+    assert not missing, f"served but not in the README's Admin API section: {missing}"
