@@ -342,7 +342,28 @@ class ProxyServer:
         that is not a generation has none)."""
         self.closed(ex)
         if ex.measured:
+            self.failed_before_cancel(ex)
             self.bus.publish(ex.to_record(self.token_rates))
+
+    def failed_before_cancel(self, ex: Exchange) -> None:
+        """A request recorded ``cancelled`` whose stream had already failed (an error event
+        or line from the upstream, or data the parser found malformed) failed first: its
+        outcome is ``error``, with the error ``relay_outcome`` gives a body that ends
+        after the failure. The parser reads a read only after it went out to an open client
+        connection, so the client had the failure before it left — and the SDKs leave on
+        it: ollama's client raises on a mid-stream ``{"error": ...}``, text-generation on a
+        TGI error event, all of them on malformed JSON, closing the stream while the
+        upstream still holds it open (QA: recorded ``cancelled``, ``client disconnected``,
+        and not counted among the errors)."""
+        parser = ex.parser
+        if ex.outcome != "cancelled" or parser is None or parser.error is None:
+            return
+        ex.outcome = "ok"
+        if ex.status >= 400:
+            ex.fail("error", self._upstream_error(f"upstream answered HTTP {ex.status}",
+                                                  parser.error, parser.error_kind))
+        else:
+            ex.fail("error", self._stream_error(parser.error, parser.error_kind))
 
     def closed(self, ex: Exchange) -> None:
         """``ex``'s request is no longer open."""

@@ -189,3 +189,41 @@ async def test_another_apis_root_route_stays_other_through_the_proxy() -> None:
     for rec in recs:
         assert rec.dialect == "other" and rec.outcome == "ok"
         assert rec.completion_tokens is None and rec.token_source != "usage"
+
+
+_OLLAMA_LINE = nd({"model": "llama3", "message": {"role": "assistant", "content": "Hi"},
+                   "done": False})
+
+
+@pytest.mark.parametrize(("path", "headers", "chunks", "error"), [
+    # ollama's client raises ResponseError on the error line, text-generation's
+    # GenerationError on the error event; every SDK raises on malformed JSON
+    ("/api/chat", NDJSON, [_OLLAMA_LINE, nd({"error": "unexpected EOF"})],
+     "upstream error event"),
+    ("/generate_stream", SSE, [e + b"\n\n" for e in
+                               (FIX / "tgi_error.sse").read_bytes().split(b"\n\n")[1:3]],
+     "upstream error event (generation)"),
+    ("/api/generate", NDJSON, [nd({"model": "m", "response": "Hi", "done": False}),
+                               b'{"model":"m","response":"bro\n'],
+     "malformed stream: malformed JSON line in stream"),
+], ids=["ollama-error-line", "tgi-error-event", "ollama-malformed-line"])
+async def test_a_client_that_leaves_on_the_streams_error_records_the_error(
+        path: str, headers: dict[str, str], chunks: list[bytes], error: str) -> None:
+    # the upstream keeps the stream open after its error (as the sim does after malformed
+    # data): the client, which raises on the error and closes, leaves first
+    async with scripted_upstream() as up:
+        up.script = Script(chunks=[*chunks, b""], headers=headers, gap_s=GAP,
+                           hang_after=len(chunks))
+        async with running_proxy(up.url) as (_p, url, records), \
+                aiohttp.ClientSession() as s:
+            async with s.post(url + path, json={"model": "m", "inputs": "x"}) as r:
+                got = b""
+                async for piece in r.content.iter_any():
+                    got += piece
+                    if got.endswith(chunks[-1]):
+                        break  # what the SDKs do: raise, and close the response
+            rec = (await records.wait(1))[0]
+    assert got == b"".join(chunks)
+    assert rec.status == 200
+    assert (rec.outcome, rec.error) == ("error", error)
+    assert rec.ttft_s is not None and len(rec.chunk_offsets_s) == 1
