@@ -28,6 +28,11 @@ class Parsed:
     include_usage: bool = False
     continuous_usage: bool = False
     details: bool = True
+    prefill: bool = False
+    """TGI's ``parameters.decoder_input_details``: the non-streamed ``details`` list the
+    prompt's tokens under ``prefill``."""
+    listed: bool = False
+    """The non-streamed answer is a one-element list (TGI's ``POST /``)."""
 
 
 def _opt_int(body: dict[str, Any], *keys: str) -> int | None:
@@ -132,7 +137,7 @@ def parse_ollama_generate(body: dict[str, Any]) -> Parsed:
     return Parsed(tokens, _num_predict(body), _stream(body, True), _model(body))
 
 
-def _parse_tgi(body: dict[str, Any], stream: bool) -> Parsed:
+def _parse_tgi(body: dict[str, Any], stream: bool, listed: bool = False) -> Parsed:
     inputs = body.get("inputs")
     if not isinstance(inputs, str):
         raise BadRequest("'inputs' must be a string")
@@ -141,7 +146,8 @@ def _parse_tgi(body: dict[str, Any], stream: bool) -> Parsed:
         raise BadRequest("'parameters' must be an object")
     details = params.get("details")
     return Parsed(prompt_tokens(inputs), _opt_int(params, "max_new_tokens"), stream,
-                  _model(body), details=details is not False)
+                  _model(body), details=details is not False,
+                  prefill=params.get("decoder_input_details") is True, listed=listed)
 
 
 def parse_tgi_stream(body: dict[str, Any]) -> Parsed:
@@ -153,3 +159,10 @@ def parse_tgi_stream(body: dict[str, Any]) -> Parsed:
 def parse_tgi(body: dict[str, Any]) -> Parsed:
     """TGI ``/generate`` (not streamed)."""
     return _parse_tgi(body, False)
+
+
+def parse_tgi_compat(body: dict[str, Any]) -> Parsed:
+    """TGI ``POST /``: ``/generate_stream`` when ``stream`` is true, else ``/generate``
+    with its answer in a one-element list (as TGI's ``compat_generate`` answers)."""
+    stream = _stream(body, False)
+    return _parse_tgi(body, stream, listed=not stream)

@@ -16,7 +16,9 @@ of ``k`` tokens starting at token index ``start``, ``malformed()`` for the fault
 * Ollama ``/api/chat`` and ``/api/generate``: NDJSON, last object ``done: true`` with
   ``done_reason``, ``prompt_eval_count``, ``eval_count`` and durations in nanoseconds.
 * TGI ``/generate_stream``: ``data:{"index":…,"token":{…},"generated_text":null,…}`` per
-  token; the last token's event carries ``generated_text`` and ``details``.
+  token; the last token's event carries ``generated_text`` and ``details`` (TGI's
+  ``StreamDetails``, with ``input_length``). ``/generate``: ``generated_text`` and TGI's
+  ``Details`` (``finish_reason``, ``generated_tokens``, ``seed``, ``prefill``, ``tokens``).
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ class Encoder(ABC):
     content_type = SSE
 
     def __init__(self, req: SimRequest, model: str, *, include_usage: bool = False,
-                 continuous_usage: bool = False, details: bool = True) -> None:
+                 continuous_usage: bool = False, details: bool = True,
+                 prefill: bool = False) -> None:
         self.req = req
         self.model = model
         self.created = int(time.time())
         self.include_usage = include_usage or continuous_usage
         self.continuous_usage = continuous_usage
         self.details = details
+        self.prefill = prefill
 
     def first(self) -> bytes:
         return b""
@@ -314,5 +318,17 @@ class TgiEncoder(Encoder):
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {"generated_text": self.full_text()}
         if self.details:
-            out["details"] = self._details(self.req.generated)
+            # TGI's ``Details`` (not the stream's ``StreamDetails``: no input_length); the
+            # prompt's tokens under ``prefill`` only when decoder_input_details asked
+            r = self.req
+            n = len(VOCAB)
+            out["details"] = {
+                "finish_reason": self._reason(), "generated_tokens": r.generated,
+                "seed": None,
+                "prefill": [{"id": 1 + i, "text": "x", "logprob": None if i == 0 else -1.5}
+                            for i in range(r.prompt_tokens)] if self.prefill else [],
+                "tokens": [{"id": 1000 + (r.text_offset + i) % n,
+                            "text": text_of(r.text_offset, i, 1), "logprob": -0.25,
+                            "special": False} for i in range(r.generated)],
+            }
         return out

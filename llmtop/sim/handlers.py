@@ -29,6 +29,7 @@ from llmtop.sim.bodies import (
     parse_ollama_chat,
     parse_ollama_generate,
     parse_tgi,
+    parse_tgi_compat,
     parse_tgi_stream,
 )
 from llmtop.sim.engine import FINISHED, EngineClosed, SimEngine, SimRequest, SimRequestError
@@ -108,6 +109,7 @@ OLLAMA_GENERATE = Dialect("ollama", "ollama-", parse_ollama_generate, OllamaGene
                           _plain_error)
 TGI_STREAM = Dialect("tgi", "tgi-", parse_tgi_stream, TgiEncoder, _tgi_error)
 TGI = Dialect("tgi", "tgi-", parse_tgi, TgiEncoder, _tgi_error)
+TGI_COMPAT = Dialect("tgi", "tgi-", parse_tgi_compat, TgiEncoder, _tgi_error)
 
 
 def error_response(dialect: Dialect, status: int, message: str,
@@ -203,7 +205,7 @@ async def _fault(request: web.Request, resp: web.StreamResponse, enc: Encoder,
 
 
 async def _whole(request: web.Request, req: SimRequest, enc: Encoder,
-                 faults: Faults) -> web.StreamResponse:
+                 faults: Faults, listed: bool = False) -> web.StreamResponse:
     while not req.done:
         req.out.clear()
         if faults.disconnect_after is not None and req.generated >= faults.disconnect_after:
@@ -219,7 +221,7 @@ async def _whole(request: web.Request, req: SimRequest, enc: Encoder,
     if faults.disconnect_after is not None:
         _abort(request)
         return web.Response()
-    body = json.dumps(enc.body()).encode()
+    body = json.dumps([enc.body()] if listed else enc.body()).encode()
     if faults.malformed_after is not None:
         body = body[: len(body) // 2]
     return web.Response(body=body, content_type="application/json",
@@ -260,13 +262,14 @@ async def serve(request: web.Request, dialect: Dialect) -> web.StreamResponse:
         return error_response(dialect, 503, str(exc))
     enc = dialect.encoder(req, parsed.model or engine.profile.model,
                           include_usage=parsed.include_usage,
-                          continuous_usage=parsed.continuous_usage, details=parsed.details)
+                          continuous_usage=parsed.continuous_usage, details=parsed.details,
+                          prefill=parsed.prefill)
     try:
         if faults.slow_headers_s:
             await asyncio.sleep(faults.slow_headers_s)
         if parsed.stream:
             return await _stream(request, req, enc, faults)
-        return await _whole(request, req, enc, faults)
+        return await _whole(request, req, enc, faults, listed=parsed.listed)
     finally:
         # client gone (task cancelled, write failed) or a fault dropped the connection
         engine.cancel(req)

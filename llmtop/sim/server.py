@@ -3,7 +3,8 @@
 Routes:
 
 * generation: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/messages``,
-  ``/api/chat``, ``/api/generate``, ``/generate_stream``, ``/generate``;
+  ``/api/chat``, ``/api/generate``, ``/generate_stream``, ``/generate`` and TGI's ``/``
+  (``stream`` true: as ``/generate_stream``; else as ``/generate``, in a one-element list);
 * ``GET /v1/models``, ``/api/tags``, ``/health``, ``/metrics`` (vLLM names);
 * ground truth: ``GET /sim/state``, ``/sim/requests``, ``/sim/gpu``.
 
@@ -84,6 +85,7 @@ GENERATION_ROUTES: tuple[tuple[str, handlers.Dialect], ...] = (
     ("/api/generate", handlers.OLLAMA_GENERATE),
     ("/generate_stream", handlers.TGI_STREAM),
     ("/generate", handlers.TGI),
+    ("/", handlers.TGI_COMPAT),
 )
 _DIALECT_BY_PATH = dict(GENERATION_ROUTES)
 _DROPPED_HEADERS = frozenset({hdrs.CONTENT_TYPE.lower(), hdrs.CONTENT_LENGTH.lower()})

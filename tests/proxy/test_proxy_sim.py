@@ -164,6 +164,8 @@ async def test_timestamps_agree_with_the_client_and_tokens_with_the_engine() -> 
         ("/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": 9}}),
         ("/generate_stream", {"inputs": "hi", "parameters": {"max_new_tokens": 9}}),
         ("/generate", {"inputs": "hi", "parameters": {"max_new_tokens": 9}}),
+        ("/", {"inputs": "hi", "parameters": {"max_new_tokens": 9}, "stream": True}),
+        ("/", {"inputs": "hi", "parameters": {"max_new_tokens": 9}}),
         (CHAT, {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]}),
     ],
 )
@@ -184,6 +186,25 @@ async def test_every_dialect_counts_the_engines_tokens(path: str, body: dict[str
         # the client together too, and are one chunk carrying both tokens)
         assert 0 < len(rec.chunk_offsets_s) <= len(truth["chunks"])
         assert sum(rec.chunk_tokens) == 9
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_tgi_prompt_tokens_from_either_details(stream: bool) -> None:
+    """A TGI stream's last event says ``input_length``; ``/generate``'s ``details`` do not,
+    but list the prompt's tokens under ``prefill`` when ``decoder_input_details`` asks (an
+    empty list otherwise): both give the record its prompt_tokens."""
+    body = {"inputs": "abcdefgh", "stream": stream,
+            "parameters": {"max_new_tokens": 5, "decoder_input_details": True}}
+    async with running_sim("tiny", seed=2, time_scale=0.3) as sim, \
+            running_proxy(sim.url) as (_, url, recs), aiohttp.ClientSession() as s:
+        async with s.post(url + "/", json=body) as r:
+            assert r.status == 200
+            await r.read()
+        (rec,) = await recs.wait(1)
+        (truth,) = await _ground_truth(s, sim.url)
+    assert rec.dialect == "tgi" and rec.stream is stream
+    assert rec.completion_tokens == 5 and rec.token_source == "usage"
+    assert rec.prompt_tokens == truth["prompt_tokens"] > 0
 
 
 async def test_multi_token_chunks_give_itl_mean_close_to_tpot() -> None:

@@ -8,6 +8,7 @@ import aiohttp
 from sim_support import post_raw, sse_events
 
 from llmtop.sim.server import running_sim
+from llmtop.sim.tokens import prompt_tokens
 
 FAST = {"time_scale": 0.3}
 MSG = [{"role": "user", "content": "abcdefgh"}]  # 3 + 4 + 2 = 9 prompt tokens
@@ -133,3 +134,33 @@ async def test_tgi_generate_stream() -> None:
     body = json.loads(whole)
     assert body["details"]["generated_tokens"] == 3
     assert body["generated_text"].strip()
+
+
+async def test_tgi_root_route_as_tgi_answers_it() -> None:
+    """TGI's ``POST /`` (``compat_generate``, where its Python clients post by default):
+    ``stream`` true is ``/generate_stream``; else ``/generate``'s answer in a one-element
+    list. ``/generate``'s ``details`` are TGI's ``Details``: ``prefill`` (the prompt's
+    tokens with ``decoder_input_details``, else empty) and one ``tokens`` entry per token,
+    no ``input_length`` (that is the stream's ``StreamDetails``)."""
+    async with running_sim("tiny", **FAST) as sim:
+        status, headers, raw = await post_raw(
+            sim.url + "/", {"inputs": "abc", "stream": True,
+                            "parameters": {"max_new_tokens": 4}})
+        _, _, whole = await post_raw(sim.url + "/", {"inputs": "abc",
+                                                     "parameters": {"max_new_tokens": 3}})
+        _, _, prefilled = await post_raw(
+            sim.url + "/generate", {"inputs": "abcdefgh", "parameters": {
+                "max_new_tokens": 2, "decoder_input_details": True}})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = [json.loads(line[5:]) for line in raw.split(b"\n") if line.startswith(b"data:")]
+    assert [e["index"] for e in events] == [1, 2, 3, 4]
+    assert events[-1]["details"]["generated_tokens"] == 4
+    (answer,) = json.loads(whole)
+    details = answer["details"]
+    assert details["generated_tokens"] == 3 and details["prefill"] == []
+    assert "input_length" not in details
+    assert "".join(t["text"] for t in details["tokens"]) == answer["generated_text"]
+    assert [t["special"] for t in details["tokens"]] == [False] * 3
+    prefill = json.loads(prefilled)["details"]["prefill"]
+    assert len(prefill) == prompt_tokens("abcdefgh") > 1  # as the engine counted the prompt
+    assert prefill[0]["logprob"] is None and prefill[1]["logprob"] < 0

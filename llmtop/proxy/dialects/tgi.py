@@ -8,7 +8,9 @@ newer TGI, the prompt size). ``data: {"error": "...", "error_type": ...}`` sets 
 (and ``error_kind``, the ``error_type``: ``validation``, ``generation``, ``overloaded``,
 ``incomplete_generation``).
 ``/generate`` answers ``{"generated_text": ..., "details": {...}}`` (or a one-element
-list of it, as the hosted Inference API does).
+list of it, as the hosted Inference API and TGI's ``/`` do); its ``details`` has no
+``input_length``, but with ``decoder_input_details`` a ``prefill`` list of the prompt's
+tokens.
 TGI's ``/`` route takes ``{"inputs": "...", "parameters": {...}, "stream": true|false}``
 and answers as ``/generate_stream`` when ``stream`` is true, else as ``/generate``; a
 request there is told from other APIs' ``/`` by its body (``is_tgi_compat_request``).
@@ -36,7 +38,11 @@ def _read_details(state: ParserState, obj: dict[str, Any]) -> None:
     details = obj.get("details")
     if isinstance(details, dict):
         state._set_completion(details.get("generated_tokens"))
-        state._set_prompt(details.get("input_length"))
+        prompt = details.get("input_length")  # a stream's StreamDetails
+        if prompt is None and isinstance(prefill := details.get("prefill"), list) and prefill:
+            prompt = len(prefill)  # /generate's Details: the prompt's tokens, when
+            # decoder_input_details asked for them (an empty list otherwise)
+        state._set_prompt(prompt)
 
 
 class TGIStreamParser(SSEStreamParser):
