@@ -123,8 +123,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
     raw: list[str] = list(getattr(args, "_argv", []))
     argv = [a for a in raw[raw.index(NAME) + 1 :] if a != "--headless"] if NAME in raw else []
     interrupt_on_sigterm()
-    child = Child(child_command(argv),
-                  (LISTEN_PREFIX, ADMIN_PREFIX))
+    child = Child(child_command(argv), (LISTEN_PREFIX, ADMIN_PREFIX))
     if not child.ready:
         child.stop(5)
         print(f"llmtop run: the proxy did not start: {child.failure()}", file=sys.stderr)
