@@ -341,7 +341,7 @@ async def test_endless_line_without_newline_is_relayed_until_the_client_leaves()
         await up.wait_closed(5.0)
         (rec,) = await px.records.wait(1)
         # the stream had failed (a line past the parser's bound) before the client left:
-        # that failure explains the request, not the client's leaving (5cac706)
+        # that failure explains the request, not the client's leaving (401532f)
         assert rec.outcome == "error" and rec.status == 200
         assert rec.error == "malformed stream: line longer than 16777216 bytes discarded"
         await px.assert_healthy()
