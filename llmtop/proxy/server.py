@@ -358,12 +358,8 @@ class ProxyServer:
         parser = ex.parser
         if ex.outcome != "cancelled" or parser is None or parser.error is None:
             return
-        ex.outcome = "ok"
-        if ex.status >= 400:
-            ex.fail("error", self._upstream_error(f"upstream answered HTTP {ex.status}",
-                                                  parser.error, parser.error_kind))
-        else:
-            ex.fail("error", self._stream_error(parser.error, parser.error_kind))
+        ex.outcome = "ok"  # (``fail`` keeps the first outcome: the failure replaces it)
+        self._failed(ex, parser.error)
 
     def closed(self, ex: Exchange) -> None:
         """``ex``'s request is no longer open."""
@@ -809,12 +805,17 @@ class ProxyServer:
         see ``_upstream_error``)."""
         if sink.usage_extra_fields:
             self.usage_rejected = True
+        self._failed(ex, sink.parser_error)
+
+    def _failed(self, ex: Exchange, parser_error: str | None) -> None:
+        """``ex``'s outcome ``error`` when its status is an error or its parser found the
+        stream wrong (``parser_error``), with the record's ``error`` for it."""
         kind = ex.parser.error_kind if ex.parser is not None else None
         if ex.status >= 400:
             ex.fail("error", self._upstream_error(f"upstream answered HTTP {ex.status}",
-                                                  sink.parser_error, kind))
-        elif sink.parser_error:
-            ex.fail("error", self._stream_error(sink.parser_error, kind))
+                                                  parser_error, kind))
+        elif parser_error:
+            ex.fail("error", self._stream_error(parser_error, kind))
 
     def _stream_error(self, error: str, kind: str | None = None) -> str:
         """The record's ``error`` for a stream the parser found wrong. llmtop's own findings
