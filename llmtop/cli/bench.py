@@ -251,10 +251,6 @@ def main(args: argparse.Namespace) -> int:
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "
             "send load there"
         )
-    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-itl-p95", args.slo_itl_p95),
-                        ("--slo-tpot", args.slo_tpot), ("--slo-e2e", args.slo_e2e)):
-        _number(value, flag, low=0, high=MAX_SECONDS)
-    _number(args.slo_target, "--slo-target", low=0, high=1)
     slo = slo_from_args(args)
     cfg = load_config(args.config, os.environ, {f"slo.{k}": v for k, v in slo.items()})
     mode, levels, max_level = _levels(args)

@@ -124,9 +124,28 @@ def parse_slo_specs(specs: Sequence[str] | None) -> dict[str, float]:
     return out
 
 
+def check_slo_flag(field: str, value: float) -> None:
+    """A :class:`UsageError` naming the flag (``--slo-ttft``) unless ``value`` is a number
+    of seconds above 0 and at most a day (the target: a share in (0, 1]), the bounds
+    ``--slo`` and the config take; NaN fails both."""
+    name = SLO_FLAGS[field]
+    if field == "target":
+        if not 0 < value <= 1:
+            raise UsageError(f"{name} must be in (0, 1], got {value}")
+        return
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} must be a finite number above 0, got {value}")
+    if value > MAX_SLO_S:
+        raise UsageError(f"{name} must be at most {MAX_SLO_S:,.0f} (seconds: a day), "
+                         f"got {value:g}")
+
+
 def merge_slo(flags: Mapping[str, float], specs: Sequence[str] | None) -> dict[str, float]:
     """``--slo`` specs merged with the single-SLO flags' values (``{SloConfig field:
-    value}``, None left out); a :class:`UsageError` when both give a key differently."""
+    value}``, None left out, each checked by :func:`check_slo_flag`); a
+    :class:`UsageError` when both give a key differently."""
+    for field, value in flags.items():
+        check_slo_flag(field, value)
     out = parse_slo_specs(specs)
     for field, value in flags.items():
         if field in out and out[field] != value:
@@ -137,8 +156,8 @@ def merge_slo(flags: Mapping[str, float], specs: Sequence[str] | None) -> dict[s
 
 
 def slo_from_args(args: argparse.Namespace) -> dict[str, float]:
-    """The SLOs the command line gives (``--slo`` and ``--slo-*``), as ``{SloConfig field:
-    value}``; the ``--slo-*`` values are not range-checked here."""
+    """The SLOs the command line gives (``--slo`` and ``--slo-*``), checked, as
+    ``{SloConfig field: value}``."""
     flags = {field: v for field, flag in SLO_FLAGS.items()
              if (v := getattr(args, flag[2:].replace("-", "_"), None)) is not None}
     return merge_slo(flags, getattr(args, "slo", None))

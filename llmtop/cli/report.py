@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from llmtop.cli.common import UsageError, add_slo_spec_argument, merge_slo
-from llmtop.config import MAX_DURATION_S
+from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args
 
 NAME = "report"
 HELP = "offline analysis of a recording (text, JSON or an HTML page with plots)"
@@ -48,25 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
 
-def slo_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for flag, key in (("slo_ttft", "ttft_s"), ("slo_itl_p95", "itl_p95_s"),
-                      ("slo_tpot", "tpot_s"), ("slo_e2e", "e2e_s"), ("slo_target", "target")):
-        v = getattr(args, flag, None)
-        if v is None:
-            continue
-        name = "--" + flag.replace("_", "-")
-        if key == "target" and not 0 < v <= 1:  # NaN fails this too
-            raise UsageError(f"{name} must be in (0, 1], got {v}")
-        if key != "target" and not (math.isfinite(v) and v > 0):
-            raise UsageError(f"{name} must be a finite number above 0, got {v}")
-        if key != "target" and v > MAX_DURATION_S:  # as --slo and the config take them
-            raise UsageError(f"{name} must be at most {MAX_DURATION_S:,.0f} (seconds: a "
-                             f"day), got {v:g}")
-        out[key] = v
-    return merge_slo(out, getattr(args, "slo", None))
-
-
 def check_output(path: str) -> Path:
     """Fail early (before a long analysis) when OUT cannot be written."""
     out = Path(path)
@@ -101,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
     from llmtop.recording.reader import read_header
     from llmtop.recording.report.analyse import analyse
 
-    slo = slo_overrides(args)
+    slo = slo_from_args(args)
     if args.output is not None and not args.output.strip():  # (an unset shell variable)
         raise UsageError(f"-o '{args.output}' is empty: give a file name, or leave -o out "
                          "for standard output")

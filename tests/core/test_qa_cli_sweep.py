@@ -115,3 +115,19 @@ def test_report_refuses_an_empty_output(tmp_path: Path) -> None:
     line = one_error_line(run_cli("report", str(rec), "-o", ""))
     assert line == ("llmtop report: error: -o '' is empty: give a file name, or leave -o out "
                     "for standard output")
+
+
+@pytest.mark.parametrize("command", [RUN, BENCH])
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--slo-ttft", "nan", "--slo-ttft must be a finite number above 0, got nan"),
+    ("--slo-itl-p95", "-1", "--slo-itl-p95 must be a finite number above 0, got -1.0"),
+    ("--slo-e2e", "1e9", "--slo-e2e must be at most 86,400 (seconds: a day), got 1e+09"),
+    ("--slo-target", "1.5", "--slo-target must be in (0, 1], got 1.5"),
+])
+def test_a_bad_single_slo_flag_is_named(command: tuple[str, ...], flag: str, value: str,
+                                        said: str) -> None:
+    """``run --slo-ttft nan`` named the config key ('slo.ttft_s'), which the user never
+    typed, and ``run``, ``bench`` and ``report`` each worded the bound their own way; all
+    three now share one check that names the flag."""
+    line = one_error_line(run_cli(*command, flag, value))
+    assert line == f"llmtop {command[0]}: error: {said}"
