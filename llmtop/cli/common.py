@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -10,7 +11,8 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import FrameType
 from typing import IO, Any
 
 from llmtop.config import MAX_DURATION_S, Config, load_config
@@ -267,3 +269,22 @@ def interrupt_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, raise_interrupt)
+
+
+@contextlib.contextmanager
+def term_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM (``timeout``, systemd, kill) unwinds like Ctrl-C (as
+    ``SystemExit(143)``), so temporary files and directories go (in the main thread only:
+    elsewhere signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

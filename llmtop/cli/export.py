@@ -6,14 +6,11 @@ import argparse
 import contextlib
 import math
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from llmtop.cli.common import UsageError
+from llmtop.cli.common import UsageError, term_as_exit
 
 NAME = "export"
 HELP = "a recording as Parquet tables or HdrHistogram interval logs"
@@ -43,7 +40,8 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="a recording (.jsonl or .jsonl.gz)")
+    p.add_argument("file", metavar="FILE",
+                   help="a recording (.jsonl or .jsonl.gz); - reads standard input")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--parquet", metavar="DIR", help="write Parquet tables into DIR")
     out.add_argument("--hlog", metavar="FILE",
@@ -81,11 +79,6 @@ def _notes(name: str, summary: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _term_as_exit(signum: int, _frame: FrameType | None) -> None:
-    """SIGTERM (``timeout``, systemd, kill) unwinds like Ctrl-C, so temporary files go."""
-    raise SystemExit(128 + signum)
-
-
 def main(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.interval) and args.interval > 0):
         raise UsageError(f"--interval must be a finite number above 0, got {args.interval}")
@@ -102,12 +95,9 @@ def main(args: argparse.Namespace) -> int:
     created = None
     if args.parquet and not Path(args.parquet).exists():
         created = Path(args.parquet)  # removed again if the export fails
-    previous = signal.getsignal(signal.SIGTERM)
-    in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
-        signal.signal(signal.SIGTERM, _term_as_exit)
     try:
-        return _export(args)
+        with term_as_exit():
+            return _export(args)
     except BaseException as exc:
         if created is not None:
             with contextlib.suppress(OSError):
@@ -115,21 +105,31 @@ def main(args: argparse.Namespace) -> int:
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             print("llmtop export: interrupted; no output written", file=sys.stderr, flush=True)
         raise
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _export(args: argparse.Namespace) -> int:
+    from llmtop.recording.errors import RecordingError
+    from llmtop.recording.spool import STDIN, rereadable
+
+    if args.file != STDIN:  # (a pipe is read once: export needs no copy of it)
+        return _export_file(args, args.file)
+    try:
+        with rereadable(STDIN) as path:
+            return _export_file(args, path)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _export_file(args: argparse.Namespace, file: str) -> int:
     from llmtop.recording.errors import RecordingError
     from llmtop.recording.paths import refuse_input_as_output
     from llmtop.recording.progress import stderr_progress
 
     progress = None if args.quiet else stderr_progress("llmtop export: read")
     summary: dict[str, Any] = {}
-    name = Path(args.file).name
+    name = Path(file).name
     try:
-        refuse_input_as_output(_outputs(args), [args.file])
+        refuse_input_as_output(_outputs(args), [file])
         if args.parquet:
             try:
                 from llmtop.recording.parquet import export_parquet
@@ -137,7 +137,7 @@ def _export(args: argparse.Namespace) -> int:
                 raise UsageError(
                     "--parquet needs pyarrow: pip install 'llmtop[report]'"
                 ) from None
-            rows = export_parquet(args.file, args.parquet, progress=progress, summary=summary)
+            rows = export_parquet(file, args.parquet, progress=progress, summary=summary)
             for note in [] if args.quiet else _notes(name, summary):
                 print(f"llmtop export: note: {note}", file=sys.stderr, flush=True)
             if not args.quiet:
@@ -146,7 +146,7 @@ def _export(args: argparse.Namespace) -> int:
         else:
             from llmtop.recording.hlog import export_hlog
 
-            counts = export_hlog(args.file, args.hlog, interval_s=args.interval,
+            counts = export_hlog(file, args.hlog, interval_s=args.interval,
                                  progress=progress, summary=summary)
             for note in [] if args.quiet else _notes(name, summary):
                 print(f"llmtop export: note: {note}", file=sys.stderr, flush=True)

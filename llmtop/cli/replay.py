@@ -28,7 +28,8 @@ WINDOW_CHOICES = {"10": 10, "60": 60, "300": 300, "all": None}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="a recording (.jsonl or .jsonl.gz)")
+    p.add_argument("file", metavar="FILE",
+                   help="a recording (.jsonl or .jsonl.gz), or a pipe: <(command)")
     p.add_argument("--speed", type=float, default=1.0, metavar="X",
                    help="playback speed (default 1 = real time; 10 = ten times faster)")
     p.add_argument("--start", type=float, default=0.0, metavar="S",
@@ -64,9 +65,23 @@ def main(args: argparse.Namespace) -> int:
     if not 0 < args.refresh_hz <= 60:
         raise UsageError(f"--refresh-hz {args.refresh_hz:g} must be in (0, 60]")
     from llmtop.recording.errors import RecordingError
+    from llmtop.recording.spool import STDIN, rereadable
+
+    if args.file == STDIN:
+        raise UsageError("replay reads its keys from standard input: give the recording as a "
+                         "file (or as <(command))")
+    try:
+        with rereadable(args.file, "llmtop replay") as path:  # a pipe: from a copy (it seeks)
+            return _replay(args, path)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _replay(args: argparse.Namespace, path: str) -> int:
+    from llmtop.recording.errors import RecordingError
 
     try:
-        source = tui_source(args.file, speed=args.speed)
+        source = tui_source(path, speed=args.speed)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
     if args.start:

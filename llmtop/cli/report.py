@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
-from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args
+from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args, term_as_exit
 
 NAME = "report"
 HELP = "offline analysis of a recording (text, JSON or an HTML page with plots)"
@@ -30,7 +31,8 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="a recording (.jsonl or .jsonl.gz)")
+    p.add_argument("file", metavar="FILE",
+                   help="a recording (.jsonl or .jsonl.gz); - reads standard input")
     p.add_argument("file2", metavar="FILE2", nargs="?", help="a second recording to compare")
     p.add_argument("--format", choices=("text", "json", "html"), default="text",
                    help="output format (default text)")
@@ -74,10 +76,16 @@ def write_output(out: Path, text: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    with term_as_exit():  # (SIGTERM, as Ctrl-C: no copy of a pipe, no .part file left)
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
     from llmtop.recording.errors import RecordingError
     from llmtop.recording.progress import stderr_progress
     from llmtop.recording.reader import read_header
     from llmtop.recording.report.analyse import analyse
+    from llmtop.recording.spool import display_name, rereadable
 
     slo = slo_from_args(args)
     if args.output is not None and not args.output.strip():  # (an unset shell variable)
@@ -96,14 +104,21 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--format html writes a page: give -o FILE (or redirect stdout)")
     reports = []
     try:
-        for f in files[1:]:  # a bad FILE2 is told before FILE is analysed, not minutes after
-            read_header(f)
-        for f in files:
-            progress = None if args.quiet else stderr_progress(f"llmtop report: {Path(f).name}")
-            reports.append(analyse(f, slo=slo or None, progress=progress))
+        with contextlib.ExitStack() as stack:  # `-`, a pipe: read from a copy (spool.py)
+            paths = [stack.enter_context(rereadable(f, None if args.quiet else "llmtop report"))
+                     for f in files]
+            for p in paths[1:]:  # a bad FILE2 is told before FILE is analysed, not minutes after
+                read_header(p)
+            for f, p in zip(files, paths, strict=True):
+                name = Path(display_name(f)).name
+                progress = None if args.quiet else stderr_progress(f"llmtop report: {name}")
+                report = analyse(p, slo=slo or None, progress=progress)
+                if p != f:
+                    report["source"].update(file=name, path=display_name(f))
+                reports.append(report)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
-    except KeyboardInterrupt:  # (exit 130 as before, now with a word, as export says)
+    except (KeyboardInterrupt, SystemExit):  # (exit 130/143, with a word, as export says)
         print("llmtop report: interrupted; no report written", file=sys.stderr, flush=True)
         raise
 
