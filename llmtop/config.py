@@ -640,6 +640,9 @@ def validate(cfg: Config) -> None:
     if bad := [d for d in cfg.gpu.devices if not 0 <= d < MAX_GPU_INDEX]:
         raise ConfigError(f"gpu.devices holds {bad[0]}: GPU indices are 0 to "
                           f"{MAX_GPU_INDEX - 1}, as nvidia-smi lists them")
+    if twice := sorted({d for d in cfg.gpu.devices if cfg.gpu.devices.count(d) > 1}):
+        # (each listed GPU would be read as many times a round, its panel rows repeated)
+        raise ConfigError(f"gpu.devices lists GPU {twice[0]} more than once")
     if cfg.max_body_bytes < 1:
         raise ConfigError("max_body_bytes must be positive")
     if cfg.top_users < 1:

@@ -168,11 +168,14 @@ def slo_from_args(args: argparse.Namespace) -> dict[str, float]:
 def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     gpus = getattr(args, "gpus", None)
     devices: list[int] | None = None
-    if gpus:
+    if gpus is not None:
         try:
             devices = [int(x) for x in gpus.split(",") if x.strip()]
         except ValueError:
             raise UsageError(f"--gpus '{gpus}' must be a comma-separated list of indices") from None
+        if not devices:  # ("--gpus ," read as every GPU, which it does not say)
+            raise UsageError(f"--gpus '{gpus}' names no GPU: give indices, e.g. 0,1 (leave it "
+                             "out for every GPU)")
     overrides: dict[str, Any] = {
         "upstream": getattr(args, "upstream", None),
         "listen": getattr(args, "listen", None),

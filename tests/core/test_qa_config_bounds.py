@@ -117,3 +117,18 @@ def test_a_plain_user_header_and_gpu_list_still_load() -> None:
     cfg = load_config(None, env={"LLMTOP_USER_HEADER": "X-Team_ID.v2",
                                  "LLMTOP_GPU_DEVICES": "0, 3"})
     assert cfg.user_header == "X-Team_ID.v2" and cfg.gpu.devices == [0, 3]
+
+
+@pytest.mark.parametrize("value", [",", "", " , "])
+def test_a_gpu_list_naming_no_gpu_is_refused(value: str) -> None:
+    """``--gpus ,`` (or an unset variable) was read as "every GPU", which it does not say."""
+    line = one_error_line(run_cli(*RUN, "--gpus", value))
+    assert line == (f"llmtop run: error: --gpus '{value}' names no GPU: give indices, e.g. "
+                    "0,1 (leave it out for every GPU)")
+
+
+def test_a_gpu_listed_twice_is_refused() -> None:
+    line = one_error_line(run_cli(*RUN, "--gpus", "0,1,0"))
+    assert line == "llmtop run: error: gpu.devices lists GPU 0 more than once"
+    with pytest.raises(ConfigError, match="lists GPU 3 more than once"):
+        load_config(None, env={"LLMTOP_GPU_DEVICES": "3,3"})
