@@ -15,7 +15,7 @@ import math
 import operator
 from dataclasses import dataclass, field, fields
 from itertools import repeat
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, Protocol, TypeAlias
 
 import numpy as np
 
@@ -166,12 +166,30 @@ class RequestRecord:
         return cls(**kw)
 
 
+class PromptCount(Protocol):
+    """Where an open request's prompt size appears while it streams (the proxy's dialect
+    parser: Anthropic's ``message_start``, OpenAI's continuous usage, ...)."""
+
+    @property
+    def usage_prompt_tokens(self) -> int | None: ...
+
+
+LOCAL: Final = {"wire": False}
+"""Metadata of an :class:`ActiveRequest` field that only the process serving the request
+has (not shipped to the coordinator of ``--workers N``: :mod:`llmtop.workers_wire`)."""
+
+
 @dataclass(slots=True)
 class ActiveRequest:
     """A request the proxy has open. Mutated only by the proxy's relay; read by snapshots.
 
     ``t0_ns`` and ``first_token_ns`` are ``time.perf_counter_ns()`` readings; ``t_start`` is
     the matching wall-clock anchor (unix seconds) taken once per request.
+
+    Nothing here is written per chunk but the chunk counters: ``status`` is set once, when
+    the response head has gone to the client, and the prompt's size is read from the
+    stream's parser (``usage``) when a row is built (:attr:`prompt_so_far`), not copied as
+    each read is parsed.
     """
 
     id: str
@@ -187,6 +205,25 @@ class ActiveRequest:
     last_chunk_ns: int | None = None
     chunks: int = 0
     tokens: int = 0
+    status: int | None = None
+    """The HTTP status sent to the client, once the response head has gone out."""
+    prompt_tokens: int | None = None
+    """The prompt's size when it came with the request's row (a worker's report to the
+    coordinator of ``--workers N``); the process serving the request reads its ``usage``."""
+    usage: PromptCount | None = field(default=None, repr=False, compare=False,
+                                      metadata=LOCAL)
+    """The stream's parser, in the process serving the request (last: the fields before it
+    are the wire's, in order)."""
+
+    @property
+    def prompt_so_far(self) -> int | None:
+        """The prompt's size as far as the stream has said (None: not yet)."""
+        usage = self.usage
+        if usage is not None:
+            n = usage.usage_prompt_tokens
+            if n is not None:
+                return n
+        return self.prompt_tokens
 
     @property
     def state(self) -> Literal["waiting", "streaming"]:
@@ -195,23 +232,28 @@ class ActiveRequest:
     def lost(self, now_ns: int, error: str) -> RequestRecord:
         """The record of this request when the process serving it died with it open: what
         is known of it (start, first token, tokens so far), outcome ``error`` — the client
-        saw its stream cut, or no answer (status 502 then)."""
+        saw its stream cut after the head it had (its ``status``; without one, 200 once a
+        first token had come), or no answer (status 502 then)."""
         started = self.first_token_ns is not None
+        status = self.status if self.status is not None else 200 if started else 502
         return RequestRecord(
             id=self.id, user=self.user, model=self.model, dialect=self.dialect,
-            path=self.path, stream=self.stream, status=200 if started else 502,
+            path=self.path, stream=self.stream, status=status,
             outcome="error", t_start=self.t_start,
             ttft_s=None if self.first_token_ns is None
             else (self.first_token_ns - self.t0_ns) / 1e9,
-            e2e_s=max(0.0, (now_ns - self.t0_ns) / 1e9), prompt_tokens=None,
+            e2e_s=max(0.0, (now_ns - self.t0_ns) / 1e9), prompt_tokens=self.prompt_so_far,
             completion_tokens=self.tokens, token_source="chunks",
             concurrency_at_start=self.concurrency_at_start, error=error)
 
     def to_json_dict(self, now_ns: int) -> dict[str, Any]:
         """The ``request`` shape with fields so far (for ``/llmtop/v1/requests?state=active``):
-        every scalar field of a record, ``null`` where not known yet (``status``,
-        ``outcome``, ``e2e_s``, ``prompt_tokens``, ``error``); ``completion_tokens`` counted
-        from the stream so far (``token_source`` ``chunks``); and, beyond the record,
+        every scalar field of a record, ``null`` where not known yet (``outcome``,
+        ``e2e_s`` and ``error`` always; ``status`` until the response head has gone to the
+        client; ``prompt_tokens`` until the stream has given the prompt's size, which
+        Anthropic's ``message_start`` and OpenAI's continuous usage do early, others only
+        at the end); ``completion_tokens`` counted from the stream so far
+        (``token_source`` ``chunks``); and, beyond the record,
         ``state`` (waiting/streaming), ``age_s``, ``chunks`` (how many so far, instead of
         the per-chunk lists) and ``tps``.
 
@@ -222,6 +264,9 @@ class ActiveRequest:
         # the relay (another thread) writes these while a row is built: each is read once,
         # so that one row never says both "waiting" and a TTFT, or counts tokens twice
         ft, tokens, chunks = self.first_token_ns, self.tokens, self.chunks
+        # (after them: the parser has the prompt's size before the relay counts the chunk
+        # that gave it, so a row counting that chunk has it too)
+        prompt = self.prompt_so_far
         age = (now_ns - self.t0_ns) / 1e9
         ttft = None if ft is None else (ft - self.t0_ns) / 1e9
         tps = None
@@ -238,14 +283,14 @@ class ActiveRequest:
             "dialect": self.dialect,
             "path": self.path,
             "stream": self.stream,
-            "status": None,
+            "status": self.status,
             "outcome": None,
             "state": "waiting" if ft is None else "streaming",
             "t_start": self.t_start,
             "age_s": age,
             "ttft_s": ttft,
             "e2e_s": None,
-            "prompt_tokens": None,
+            "prompt_tokens": prompt,
             "chunks": chunks,
             "completion_tokens": tokens,
             "token_source": "chunks",

@@ -36,12 +36,18 @@ from llmtop.events import (
 )
 
 INGEST_PATH = "/llmtop/v1/_ingest"
-WIRE_VERSION = "llmtop-ingest/2"
+WIRE_VERSION = "llmtop-ingest/3"
 """First item of every ingest payload: a worker of another llmtop version gets 400."""
-ACTIVE_FIELDS = tuple(f.name for f in dataclasses.fields(ActiveRequest))
-ACTIVE_ROW = operator.attrgetter(*ACTIVE_FIELDS)
+ACTIVE_FIELDS = tuple(f.name for f in dataclasses.fields(ActiveRequest)
+                      if f.metadata.get("wire", True))
+"""The fields of an open request that travel (not those only its own process has, such as
+its stream's parser)."""
+_ACTIVE_READ = {"prompt_tokens": "prompt_so_far"}
+"""What a worker ships for a field: the prompt's size as its stream's parser has it now
+(read here, twice a second, rather than copied from the parser as each read is parsed)."""
+ACTIVE_ROW = operator.attrgetter(*(_ACTIVE_READ.get(n, n) for n in ACTIVE_FIELDS))
 """An open request as a tuple of its fields (a fifth of ``dataclasses.asdict``'s cost,
-which recursed and deep-copied; a worker ships every open request five times a second)."""
+which recursed and deep-copied; a worker ships every open request twice a second)."""
 RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
 RECORD_ROW = operator.attrgetter(*RECORD_FIELDS)
 """A finished request as a tuple of its fields (its tuples of chunk offsets and counts are
@@ -73,7 +79,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "tokens": _INT,
 }
 RECORD_TYPES = tuple(_TYPES[n] for n in RECORD_FIELDS)
-ACTIVE_TYPES = tuple(_TYPES[n] for n in ACTIVE_FIELDS)
+ACTIVE_TYPES = tuple(_OPT_INT if n == "status" else _TYPES[n] for n in ACTIVE_FIELDS)
+"""(An open request's ``status`` is None until its response head has gone out.)"""
 TOKEN_SOURCES = frozenset(("usage", "chunks", "estimate"))
 _I_DIALECT = RECORD_FIELDS.index("dialect")
 _I_OUTCOME = RECORD_FIELDS.index("outcome")

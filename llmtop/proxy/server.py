@@ -770,7 +770,7 @@ class ProxyServer:
             parser = (InflatingParser(make_parser(ex.active.dialect, is_stream, ctype or None),
                                       encoding) if encoding in INFLATABLE
                       else PlainParser(status < 400))
-        ex.parser = parser
+        ex.parser = ex.active.usage = parser  # (the live row reads the prompt's size there)
         transport = request.transport
         if transport is None:
             raise ClientGone("client disconnected")
@@ -787,6 +787,8 @@ class ProxyServer:
         else:
             conn.attach(sink)  # body bytes that came with the head go out with it
             sink.send_head()
+        if sink.head_sent:  # the live row's status from now on (once, not per chunk)
+            ex.active.status = status
         return sink, frame.keep_alive
 
     def upstream_broke_early(self, ex: Exchange, exc: Exception) -> web.Response:

@@ -86,3 +86,17 @@ def test_a_request_lost_with_its_process_is_an_error_with_what_was_known() -> No
     waiting = ActiveRequest("r2", "bob", None, "openai", "/v1", True, 0.0, 0)
     assert waiting.lost(10, "x").status == 502 and waiting.lost(10, "x").ttft_s is None
     assert RequestRecord.from_json_dict(rec.to_json_dict()) == rec
+    assert rec.prompt_tokens is None  # the last report did not know it
+
+
+def test_a_request_lost_after_its_head_keeps_its_status_and_prompt_size() -> None:
+    """The worker's last report had the head sent (200) and the prompt's size: the record
+    says what the client got (a 200 cut short, not a 502) and how long the prompt was."""
+    from llmtop.events import ActiveRequest
+
+    a = ActiveRequest("r3", "carol", "m", "anthropic", "/v1/messages", True, 0.0, 0,
+                      status=200, prompt_tokens=12)
+    rec = a.lost(10, "llmtop worker 1 exited (exit code 3)")
+    assert (rec.status, rec.prompt_tokens, rec.ttft_s, rec.outcome) == (200, 12, None, "error")
+    row = a.to_json_dict(10)
+    assert (row["status"], row["prompt_tokens"], row["state"]) == (200, 12, "waiting")

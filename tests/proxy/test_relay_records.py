@@ -150,6 +150,55 @@ async def test_active_request_visible_while_streaming() -> None:
     assert rec.id == a.id and rec.user == "carol"
 
 
+def anthropic_event(obj: dict[str, object]) -> bytes:
+    return f"event: {obj['type']}\n".encode() + sse(obj)
+
+
+async def test_active_row_has_the_status_once_the_head_is_out_and_the_prompt_once_told(
+) -> None:
+    """An open request's row says ``status`` from when its response head went to the
+    client (not before: it could still be the proxy's own 502 or 504), and
+    ``prompt_tokens`` from when the stream gave the prompt's size (Anthropic's
+    ``message_start``), as the record will. Before, both stayed null until the end."""
+    start = anthropic_event({"type": "message_start", "message": {
+        "id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 21, "output_tokens": 1}}})
+    delta = anthropic_event({"type": "content_block_delta", "index": 0,
+                             "delta": {"type": "text_delta", "text": "hi"}})
+    body = {"model": "claude-x", "max_tokens": 8, "stream": True,
+            "messages": [{"role": "user", "content": "hello"}]}
+    async with scripted_upstream() as up, running_proxy(up.url) as (proxy, url, recs), \
+            aiohttp.ClientSession() as s:
+
+        async def post() -> None:
+            """Until the proxy has counted a content chunk (then the client leaves)."""
+            async with s.post(url + "/v1/messages", json=body) as r:
+                async for _ in r.content.iter_any():
+                    if any(x.chunks for x in proxy.active.values()):
+                        return
+
+        up.script = Script(chunks=[start], headers=SSE, first_delay_s=60)
+        waiting = asyncio.create_task(post())
+        await up.received.wait()
+        (a,) = proxy.active.values()
+        row = a.to_json_dict(time.perf_counter_ns())
+        assert (row["state"], row["status"], row["prompt_tokens"]) == ("waiting", None, None)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        (gone,) = await recs.wait(1)
+
+        up.script = Script(chunks=[start, delta], headers=SSE, hang_after=2)
+        up.received.clear()
+        streaming = asyncio.create_task(post())
+        await up.received.wait()
+        (a,) = proxy.active.values()
+        await streaming  # returns once the proxy counted the content chunk
+        row = a.to_json_dict(time.perf_counter_ns())
+        assert (row["state"], row["status"], row["prompt_tokens"]) == ("streaming", 200, 21)
+        rec = (await recs.wait(2))[-1]
+    assert gone.outcome == "cancelled" and rec.id == a.id
+    assert (rec.status, rec.prompt_tokens) == (200, 21)
+
+
 async def test_concurrency_at_start_counts_requests_open_including_itself() -> None:
     async with scripted_upstream() as up:
         up.script = Script(chunks=openai_chunks(["a", "b"]), headers=SSE, gap_s=0.1)

@@ -21,8 +21,10 @@ from aiohttp import web
 from llmtop import workers
 from llmtop.bus import EventBus
 from llmtop.events import ActiveRequest, Event, RequestRecord, WarningEvent
+from llmtop.proxy.dialects.registry import make_parser
 from llmtop.workers import EventForwarder, FleetActive, IngestClient, ingest_route
 from llmtop.workers_wire import (
+    ACTIVE_FIELDS,
     INGEST_PATH,
     RECORD_FIELDS,
     RECORD_ROW,
@@ -54,7 +56,8 @@ def active(i: int) -> ActiveRequest:
         id=f"w1-a{i}", user="u-x", model=None if i % 2 else "m", dialect="tgi", path="/generate",
         stream=True, t_start=1.7e9 + 1 / 3, t0_ns=123456789 + i, concurrency_at_start=i,
         first_token_ns=None if i % 2 else 123999999, last_chunk_ns=124000000 + i,
-        chunks=i, tokens=2 * i,
+        chunks=i, tokens=2 * i, status=None if i % 2 else 200 + i,
+        prompt_tokens=None if i % 2 else 40 + i,
     )
 
 
@@ -78,7 +81,28 @@ def test_every_field_survives_the_round_trip_exactly() -> None:
         assert type(got.chunk_offsets_s) is tuple and type(got.chunk_tokens) is tuple
         assert [x.hex() for x in got.chunk_offsets_s] == [x.hex() for x in sent.chunk_offsets_s]
     assert batch.active == opened
+    # every field travels but the stream's parser; the status and prompt size too (known
+    # in one, not yet in the other)
+    wire = tuple(f.name for f in dataclasses.fields(ActiveRequest) if f.name != "usage")
+    assert wire == ACTIVE_FIELDS
+    assert [(a.status, a.prompt_tokens) for a in batch.active] == [(200, 40), (None, None)]
 
+
+
+def test_an_open_request_ships_what_its_stream_has_said_when_the_post_goes() -> None:
+    """The prompt's size is read from the request's stream parser when a POST is encoded
+    (the relay copies nothing as it parses); the parser stays in the worker. Before, no
+    open request carried it: the coordinator's rows said null mid-stream."""
+    parser = make_parser("anthropic", True, "text/event-stream")
+    a = dataclasses.replace(active(1), status=200, usage=parser)
+    before = decode_batch(encode_batch(0, 0, [], [a])).active[0]
+    assert (before.status, before.prompt_tokens, before.usage) == (200, None, None)
+    parser.feed(b'event: message_start\ndata: {"type": "message_start", "message": '
+                b'{"model": "claude", "usage": {"input_tokens": 37}}}\n\n')
+    after = decode_batch(encode_batch(0, 0, [], [a])).active[0]
+    assert (after.prompt_tokens, after.usage) == (37, None)
+    assert after.to_json_dict(a.t0_ns) == a.to_json_dict(a.t0_ns)  # the same row there
+    assert a.to_json_dict(a.t0_ns)["prompt_tokens"] == 37
 
 def _pickled(obj: object) -> bytes:
     return pickle.dumps(obj, protocol=5)
