@@ -141,7 +141,7 @@ class Config:
     a burst of chunks short (one engine step at 256 streams) on a machine with a core to
     spare, for a few % more CPU in all (the records reach the observers every 0.5 s)."""
     dialect: str = "auto"
-    """auto, openai, anthropic, ollama, tgi, other."""
+    """auto, openai, anthropic, ollama, tgi, sglang, other."""
     user_header: str = "X-LLMTOP-User"
     user_salt: str = ""
     """Salt for API-key pseudonyms; empty = the stored salt of this machine user
@@ -621,10 +621,9 @@ def validate(cfg: Config) -> None:
             f"workers {cfg.workers} is more than this machine can use: at most {most} "
             f"(2 per CPU, 4 on one; it has {usable_cpus()}); each worker is a whole proxy process "
             "that wants a core of its own — past that, more only adds switching")
-    if cfg.dialect not in ("auto", "openai", "anthropic", "ollama", "tgi", "other"):
-        raise ConfigError(
-            f"dialect '{cfg.dialect}' is not one of auto, openai, anthropic, ollama, tgi, other"
-        )
+    if cfg.dialect not in ("auto", "openai", "anthropic", "ollama", "tgi", "sglang", "other"):
+        raise ConfigError(f"dialect '{cfg.dialect}' is not one of auto, openai, anthropic, "
+                          "ollama, tgi, sglang, other")
     if not 0 < cfg.slo.target <= 1:
         raise ConfigError(f"slo.target must be in (0, 1], got {cfg.slo.target}")
     for key in ("ttft_s", "itl_p95_s", "tpot_s", "e2e_s"):

@@ -19,13 +19,13 @@ from typing import Any, Final, Literal, Protocol, TypeAlias
 
 import numpy as np
 
-Dialect: TypeAlias = Literal["openai", "anthropic", "ollama", "tgi", "other"]
+Dialect: TypeAlias = Literal["openai", "anthropic", "ollama", "tgi", "sglang", "other"]
 Outcome: TypeAlias = Literal["ok", "error", "cancelled", "timeout"]
 TokenSource: TypeAlias = Literal["usage", "chunks", "estimate"]
 Severity: TypeAlias = Literal["info", "warning", "critical"]
 WarningState: TypeAlias = Literal["raised", "cleared"]
 
-DIALECTS: Final = ("openai", "anthropic", "ollama", "tgi", "other")
+DIALECTS: Final = ("openai", "anthropic", "ollama", "tgi", "sglang", "other")
 OUTCOMES: Final = ("ok", "error", "cancelled", "timeout")
 WARNING_CODES: Final = (
     "QUEUEING", "SLO_TTFT", "SLO_ITL", "SLO_E2E", "KV_CACHE", "GPU_MEMORY", "BANDWIDTH",

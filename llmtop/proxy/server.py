@@ -62,7 +62,12 @@ from llmtop.proxy.dialects.openai import (
     is_usage_rejection,
 )
 from llmtop.proxy.dialects.plain import PlainParser
-from llmtop.proxy.dialects.registry import detect_dialect, inspect_request, make_parser
+from llmtop.proxy.dialects.registry import (
+    BODY_DECIDES,
+    detect_dialect,
+    inspect_request,
+    make_parser,
+)
 from llmtop.proxy.direct import CLIENT_GONE, DirectClient, DirectExchange, Started
 from llmtop.proxy.errors import error_response
 from llmtop.proxy.headers import upstream_field_lines
@@ -506,7 +511,7 @@ class ProxyServer:
             resp.force_close()
             ex.end_ns = perf_counter_ns()
             return resp
-        if dialect == "other":  # TGI's POST / is told by its body (detect_dialect)
+        if dialect in BODY_DECIDES:  # TGI's POST /, SGLang's /generate: by the body
             dialect = active.dialect = detect_dialect(request.method, active.path, None,
                                                       self.cfg.dialect, body)
         info = inspect_request(dialect, active.path, body)

@@ -77,11 +77,24 @@ CASES: dict[str, Expect] = {
     "tgi_generate_stream.sse": Expect("tgi", True, SSE, (1, 1, 1), 7, 4, None),
     "tgi_error.sse": Expect("tgi", True, SSE, (1, 1), None, None, None,
                             "Request failed during generation: Server error: CUDA out of memory"),
+    # SGLang /generate: completion_tokens 1, 2, 5, 6, then 6 again with the finish_reason
+    # (no new token: not content); prompt 7; no model named
+    "sglang_generate_stream.sse": Expect("sglang", True, SSE, (1, 1, 3, 1), 7, 6, None),
+    # incremental text: counts 1, 3, 4 (the last event has no line end, completed at EOF)
+    "sglang_incremental_crlf.sse": Expect("sglang", True, SSE, (1, 2, 1), 7, 4, None),
+    # batch: index 0 counts 1, 2, 3 (prompt 5) and index 1 counts 1, 3 (prompt 6),
+    # interleaved 0, 1, 0, 1, 0
+    "sglang_batch_stream.sse": Expect("sglang", True, SSE, (1, 1, 1, 2, 1), 11, 6, None),
+    "sglang_error_midstream.sse": Expect("sglang", True, SSE, (1, 1), 7, 2, None,
+                                         "The server is not ready to handle requests."),
     # whole bodies: one content event at finish() carrying the usage's completion tokens
     "llamacpp_chat_nonstream.json": Expect("openai", False, JSON, (12,), 36, 12, SMOL),
     "anthropic_message.json": Expect("anthropic", False, JSON, (9,), 10, 9, "claude-haiku-4-5"),
     "ollama_chat.json": Expect("ollama", False, JSON, (3,), 26, 3, "llama3.2"),
     "tgi_generate.json": Expect("tgi", False, JSON, (3,), None, 3, None),
+    "sglang_generate.json": Expect("sglang", False, JSON, (6,), 7, 6, None),
+    # a batch answer: a list of two outputs, 3 + 4 tokens, prompts 5 + 6
+    "sglang_batch.json": Expect("sglang", False, JSON, (7,), 11, 7, None),
 }
 
 
@@ -190,7 +203,8 @@ def test_stream_reports_content_as_it_completes(name: str) -> None:
     fed = parser.feed(raw)
     usage_before_eof = parser.usage_seen
     at_eof = parser.finish()
-    if name == "openai_multiline_no_final_blank.sse":  # last event has no blank line
+    if name in ("openai_multiline_no_final_blank.sse",  # last event has no blank line
+                "sglang_incremental_crlf.sse"):
         assert at_eof == (1, 1)
     else:
         assert at_eof == (0, 0)

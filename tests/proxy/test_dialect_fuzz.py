@@ -26,6 +26,7 @@ from llmtop.proxy.dialects.ollama import OllamaBodyParser, OllamaStreamParser
 from llmtop.proxy.dialects.openai import OpenAIBodyParser, OpenAIStreamParser
 from llmtop.proxy.dialects.openai_usage import UsageChunkStripper
 from llmtop.proxy.dialects.plain import PlainParser
+from llmtop.proxy.dialects.sglang import SGLangBodyParser, SGLangStreamParser
 from llmtop.proxy.dialects.sse import SSEFramer
 from llmtop.proxy.dialects.tgi import TGIBodyParser, TGIStreamParser
 
@@ -40,6 +41,8 @@ FACTORIES: dict[str, Callable[[], Any]] = {
     "ollama_body": lambda: OllamaBodyParser(SMALL),
     "tgi": lambda: TGIStreamParser(SMALL),
     "tgi_body": lambda: TGIBodyParser(SMALL),
+    "sglang": lambda: SGLangStreamParser(SMALL),
+    "sglang_body": lambda: SGLangBodyParser(SMALL),
     "plain": PlainParser,
 }
 
@@ -54,6 +57,9 @@ TOKENS = [
     b'"text":"t"', b'"type":"message_delta"', b'"output_tokens":7', b"\xff", b"\x00", b" ",
     b"x" * 300, b"\xef\xbb\xbf", b'{"choices":[{"delta":{"content":"x"}}],"model":"m"}',
     b'{"choices":[],"usage":{"completion_tokens":1}}', b'"details":{"generated_tokens":2}',
+    b'"meta_info":{"completion_tokens":3,"prompt_tokens":2}', b'"index":1',
+    b'{"text":"a","meta_info":{"completion_tokens":2,"finish_reason":null}}',
+    b'"finish_reason":{"type":"abort","message":"m","status_code":400}',
 ]
 sse_ish = st.lists(st.sampled_from(TOKENS), max_size=120).map(b"".join)
 any_bytes = st.one_of(st.binary(max_size=3000), sse_ish)
@@ -226,6 +232,7 @@ def test_fifty_megabytes_without_newline_stay_bounded(kind: str) -> None:
         "anthropic": AnthropicStreamParser, "anthropic_body": AnthropicBodyParser,
         "ollama": OllamaStreamParser, "ollama_body": OllamaBodyParser,
         "tgi": TGIStreamParser, "tgi_body": TGIBodyParser, "plain": PlainParser,
+        "sglang": SGLangStreamParser, "sglang_body": SGLangBodyParser,
     }[kind]
     p = factory()
     block = b"data: " + b"A" * (1 << 20)  # 1 MiB reads, 50 of them
@@ -236,7 +243,7 @@ def test_fifty_megabytes_without_newline_stay_bounded(kind: str) -> None:
     assert peak <= 32 * 1024 * 1024
     p.finish()
     assert getattr(p, "buffered_bytes", 0) == 0
-    if kind in ("openai", "anthropic", "ollama", "tgi"):
+    if kind in ("openai", "anthropic", "ollama", "tgi", "sglang"):
         assert p.error is not None and "discarded" in p.error
         assert p.feed(b"\n\n") == (0, 0)  # recovers: the next events parse
 

@@ -21,6 +21,7 @@ from llmtop.proxy.dialects.anthropic import AnthropicBodyParser, AnthropicStream
 from llmtop.proxy.dialects.ollama import OllamaBodyParser, OllamaStreamParser
 from llmtop.proxy.dialects.openai import OpenAIBodyParser, OpenAIStreamParser
 from llmtop.proxy.dialects.plain import PlainParser
+from llmtop.proxy.dialects.sglang import SGLangBodyParser, SGLangStreamParser
 from llmtop.proxy.dialects.tgi import TGIBodyParser, TGIStreamParser
 
 
@@ -57,7 +58,7 @@ def test_only_post_is_a_generation_request_unless_configured() -> None:
 
 
 def test_configured_dialect_wins() -> None:
-    for name in ("openai", "anthropic", "ollama", "tgi", "other"):
+    for name in ("openai", "anthropic", "ollama", "tgi", "sglang", "other"):
         assert detect_dialect("POST", "/v1/messages", None, configured=name) == name
     with pytest.raises(ValueError, match="unknown dialect 'vllm'"):
         detect_dialect("POST", "/", None, configured="vllm")
@@ -89,6 +90,9 @@ def test_registry_names_agree_with_config_and_recording() -> None:
     ("ollama", True, None, OllamaStreamParser),
     ("tgi", True, "text/event-stream", TGIStreamParser),
     ("tgi", False, "application/json", TGIBodyParser),
+    ("sglang", True, "text/event-stream; charset=utf-8", SGLangStreamParser),
+    ("sglang", True, "application/json", SGLangBodyParser),  # e.g. its 400 error
+    ("sglang", False, None, SGLangBodyParser),
     ("other", True, "text/event-stream", PlainParser),
     ("other", False, "application/json", PlainParser),
 ])
@@ -127,7 +131,7 @@ def test_inspect_request_per_dialect() -> None:
     assert inspect_request("other", "/upload", b"\x89PNG...") == RequestInfo()
 
 
-@pytest.mark.parametrize("dialect", ["openai", "anthropic", "ollama", "tgi", "other"])
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "ollama", "tgi", "sglang", "other"])
 def test_inspect_request_never_raises(dialect: str) -> None:
     for body in (b"", b"{", b"\xff" * 10, b"[" * 200000, b'{"model": {"a": 1}}', b"1e999999",
                  b'{"stream": true, "metadata": "x"}', b"\x00{}"):

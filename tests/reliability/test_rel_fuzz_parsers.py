@@ -33,6 +33,7 @@ from llmtop.proxy.dialects.openai import (
     UsageChunkStripper,
 )
 from llmtop.proxy.dialects.plain import PlainParser
+from llmtop.proxy.dialects.sglang import SGLangBodyParser, SGLangStreamParser
 from llmtop.proxy.dialects.sse import SSEFramer
 from llmtop.proxy.dialects.tgi import TGIBodyParser, TGIStreamParser
 
@@ -51,6 +52,8 @@ PARSERS: dict[str, Callable[[], Any]] = {
     "ollama-body": lambda: OllamaBodyParser(MAX),
     "tgi-stream": lambda: TGIStreamParser(MAX),
     "tgi-body": lambda: TGIBodyParser(MAX),
+    "sglang-stream": lambda: SGLangStreamParser(MAX),
+    "sglang-body": lambda: SGLangBodyParser(MAX),
     "plain": PlainParser,
 }
 
@@ -72,6 +75,9 @@ FRAGMENTS = [
     b'{"token":{"id":1,"text":"hi","special":false},"generated_text":null}',
     b'{"token":{"id":2,"text":"","special":true},"generated_text":"hi",'
     b'"details":{"generated_tokens":2}}',
+    b'{"text":"hi","output_ids":[1],"meta_info":{"prompt_tokens":3,"completion_tokens":1}}',
+    b'{"text":"hi","meta_info":{"completion_tokens":4,"finish_reason":{"type":"length"}},'
+    b'"index":1}',
     b'"content"', b'"usage"', b'"choices"', b"null", b"true", b"1e999", b"-1", b"9" * 30,
     b"A" * 700,
 ]
@@ -91,7 +97,8 @@ def splits(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def held_max(p: Any) -> int:
-    sse = isinstance(p, OpenAIStreamParser | AnthropicStreamParser | TGIStreamParser | SSEFramer)
+    sse = isinstance(p, OpenAIStreamParser | AnthropicStreamParser | TGIStreamParser
+                     | SGLangStreamParser | SSEFramer)
     return SSE_HELD if sse else MAX
 
 

@@ -2,9 +2,11 @@
 
 ``DIALECTS`` maps every name the ``dialect`` setting accepts to its implementation, in the
 shape of uvicorn's ``HTTP_PROTOCOLS``; ``auto`` (None) means "choose per request by path"
-(``detect_dialect``). The relay calls, once per request::
+(``detect_dialect``; for ``/`` and ``/generate``, with the request's body). The relay
+calls, once per request::
 
-    dialect = detect_dialect(request.method, request.path, request.content_type, cfg.dialect)
+    dialect = detect_dialect(request.method, request.path, request.content_type, cfg.dialect,
+                             body)
     info = inspect_request(dialect, request.path, body)          # model, user, stream
     ...                                                          # upstream answers
     parser = make_parser(dialect, info.stream, resp.content_type)
@@ -39,6 +41,12 @@ from llmtop.proxy.dialects.openai import (
     inspect_openai_request,
 )
 from llmtop.proxy.dialects.plain import PlainParser
+from llmtop.proxy.dialects.sglang import (
+    SGLangBodyParser,
+    SGLangStreamParser,
+    inspect_sglang_request,
+    is_sglang_request,
+)
 from llmtop.proxy.dialects.tgi import (
     TGIBodyParser,
     TGIStreamParser,
@@ -46,7 +54,8 @@ from llmtop.proxy.dialects.tgi import (
     is_tgi_compat_request,
 )
 
-__all__ = ["DIALECTS", "DialectImpl", "detect_dialect", "inspect_request", "make_parser"]
+__all__ = ["BODY_DECIDES", "DIALECTS", "DialectImpl", "detect_dialect", "inspect_request",
+           "make_parser"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,8 @@ DIALECTS: Final[Mapping[str, DialectImpl | None]] = MappingProxyType({
     "ollama": DialectImpl("ollama", OllamaStreamParser, OllamaBodyParser,
                           lambda _path, body: inspect_ollama_request(body)),
     "tgi": DialectImpl("tgi", TGIStreamParser, TGIBodyParser, inspect_tgi_request),
+    "sglang": DialectImpl("sglang", SGLangStreamParser, SGLangBodyParser,
+                          inspect_sglang_request),
     "other": DialectImpl("other", PlainParser, PlainParser, _inspect_generic),
 })
 """Every accepted ``dialect`` setting; ``auto`` (None) = ``detect_dialect`` by path."""
@@ -99,6 +110,10 @@ _SUFFIXES: Final[tuple[tuple[str, Dialect], ...]] = (
     ("/generate_stream", "tgi"),
     ("/generate", "tgi"),
 )
+
+BODY_DECIDES: Final[frozenset[Dialect]] = frozenset({"other", "tgi"})
+"""The answers of ``detect_dialect`` without a body that the body may change: ``other``
+(TGI's ``POST /``) and ``tgi`` (SGLang's ``/generate``)."""
 
 _SSE = "text/event-stream"
 _NDJSON = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl",
@@ -118,12 +133,18 @@ def detect_dialect(
     and any method but POST, → other. ``content_type`` (the request's) is accepted for
     callers' convenience; the path is what decides.
 
+    SGLang serves its native API at ``/generate`` too: given the request's ``body``, a
+    ``…/generate`` request is sglang when the body is SGLang's
+    (``sglang.is_sglang_request``: ``text``, ``input_ids``, ``input_embeds`` or
+    ``sampling_params``, and no ``inputs``), else tgi as before.
+
     The path ``/`` alone (query and trailing slashes aside) says nothing: TGI serves
     generation there, and so do other servers their own APIs. With the request's ``body``
     it is tgi when the body is a TGI request (``tgi.is_tgi_compat_request``: ``inputs`` a
     string, with ``parameters`` or ``stream``); without the body, or with any other body,
-    it is other. A caller that decides before the body is read gets other for ``/`` and
-    may ask again with the body (only an ``other`` answer can change).
+    it is other. A caller that decides before the body is read gets other for ``/`` (and
+    tgi for ``/generate``) and may ask again with the body: only an answer in
+    ``BODY_DECIDES`` can change.
 
     Raises ``ValueError`` only for an unknown ``configured`` name (config validation
     rejects those first).
@@ -138,6 +159,8 @@ def detect_dialect(
     p = path.split("?", 1)[0].rstrip("/").lower()
     for suffix, dialect in _SUFFIXES:
         if p.endswith(suffix):
+            if suffix == "/generate" and body and is_sglang_request(body):
+                return "sglang"  # SGLang's /generate, not TGI's
             return dialect
     if not p and body and is_tgi_compat_request(body):
         return "tgi"  # TGI's POST / (CompatGenerateRequest)
