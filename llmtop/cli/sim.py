@@ -12,8 +12,9 @@ NAME = "sim"
 HELP = "the built-in simulated inference engine (OpenAI-compatible)"
 DESCRIPTION = (
     "Run a simulated continuous-batching inference engine (vLLM-like: queueing, prefill "
-    "stalls, memory-bound decode, KV-cache preemption) behind OpenAI, Anthropic, Ollama "
-    "and TGI endpoints, with /metrics in vLLM's names and a simulated GPU at /sim/gpu.\n\n"
+    "stalls, memory-bound decode, KV-cache preemption) behind OpenAI, Anthropic, Ollama, "
+    "TGI and SGLang (native /generate) endpoints, with /metrics in vLLM's names and a "
+    "simulated GPU at /sim/gpu.\n\n"
     "profiles:\n"
     + "\n".join(f"  {p.name:<14} {p.model} on {p.gpu_name}, max_num_seqs={p.max_num_seqs}, "
                 f"KV {p.kv_cache_tokens:,} tokens" for p in PROFILES.values())

@@ -1,5 +1,5 @@
 """``llmtop sim``: a simulated continuous-batching inference engine behind an
-OpenAI-compatible (and Anthropic, Ollama, TGI) HTTP server, for demos and tests.
+OpenAI-compatible (and Anthropic, Ollama, TGI, SGLang) HTTP server, for demos and tests.
 
 * :mod:`llmtop.sim.profiles` — :class:`~llmtop.sim.profiles.SimProfile`, ``PROFILES``,
   ``get_profile(name, **overrides)``;

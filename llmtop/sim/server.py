@@ -5,6 +5,7 @@ Routes:
 * generation: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/messages``,
   ``/api/chat``, ``/api/generate``, ``/generate_stream``, ``/generate`` and TGI's ``/``
   (``stream`` true: as ``/generate_stream``; else as ``/generate``, in a one-element list);
+  ``/generate`` with an SGLang body answers as SGLang (:mod:`llmtop.sim.sglang_format`);
 * ``GET /v1/models``, ``/api/tags``, ``/health``, ``/metrics`` (vLLM names);
 * ground truth: ``GET /sim/state``, ``/sim/requests``, ``/sim/gpu``.
 
@@ -28,7 +29,7 @@ from typing import Any
 from aiohttp import hdrs, web
 from prometheus_client.registry import CollectorRegistry
 
-from llmtop.sim import handlers
+from llmtop.sim import handlers, sglang_format
 from llmtop.sim.engine import SimEngine
 from llmtop.sim.handlers import ENGINE
 from llmtop.sim.metrics import CONTENT_TYPE, registry_for, render
@@ -141,7 +142,8 @@ def make_sim_app(profile: SimProfile, *, firehose: bool = False, seed: int = 0
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     for path, dialect in GENERATION_ROUTES:
-        app.router.add_post(path, handlers.endpoint(dialect))
+        app.router.add_post(path, sglang_format.generate_endpoint() if path == "/generate"
+                            else handlers.endpoint(dialect))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/api/tags", _tags)
     app.router.add_get("/health", _health)
