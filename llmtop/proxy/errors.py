@@ -4,7 +4,8 @@ A client library should be able to parse what the proxy says when the upstream c
 be reached (502), is too slow (504) or the body is too big (413), exactly as if the
 engine had said it:
 
-- OpenAI (and ``other``): ``{"error": {"message", "type", "param", "code"}}``
+- OpenAI (and ``other``, and ``sglang``, whose own ``/generate`` errors are
+  ``{"error": {"message"}}``): ``{"error": {"message", "type", "param", "code"}}``
 - Anthropic: ``{"type": "error", "error": {"type", "message"}}``
 - Ollama: ``{"error": "..."}``
 - TGI: ``{"error": "...", "error_type": "..."}``

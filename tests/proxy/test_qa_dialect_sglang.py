@@ -6,6 +6,7 @@ HTTP chunks; the record reads it as SGLang, not as TGI (which also serves ``/gen
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import aiohttp
@@ -84,3 +85,18 @@ async def test_both_serving_paths_tell_sglang_from_tgi_by_the_body() -> None:
     assert [(r.completion_tokens, r.prompt_tokens) for r in recs] == [(1, 7), (1, 3), (1, 7)]
     assert all(r.outcome == "ok" and r.token_source == "usage" for r in recs)
     assert direct >= 1, "the direct path was not exercised"
+
+
+async def test_proxy_error_for_an_sglang_request_is_read_by_sglang_clients() -> None:
+    """The upstream cannot be reached: the 502 is in the shape SGLang's own errors have
+    (``error.message``, where sglang.bench_serving and SGLang's clients look), and the
+    record says sglang (the body was read before the answer was made)."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    async with running_proxy(dead) as (_p, url, records), aiohttp.ClientSession() as s, \
+            s.post(url + "/generate", json=SGLANG_REQUEST) as r:
+        status, answer = r.status, await r.json()
+    (rec,) = await records.wait(1)
+    assert status == 502 and answer["error"]["message"].startswith("llmtop: ")
+    assert rec.dialect == "sglang" and rec.outcome == "error" and rec.status == 502
