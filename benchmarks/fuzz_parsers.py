@@ -41,6 +41,7 @@ with atheris.instrument_imports(include=["llmtop"]):
         UsageChunkStripper,
     )
     from llmtop.proxy.dialects.plain import PlainParser
+    from llmtop.proxy.dialects.sglang import SGLangBodyParser, SGLangStreamParser
     from llmtop.proxy.dialects.sse import SSEFramer
     from llmtop.proxy.dialects.tgi import TGIBodyParser, TGIStreamParser
 
@@ -49,9 +50,10 @@ PARSERS: list[tuple[str, Callable[[int], Any]]] = [
     ("anthropic-stream", AnthropicStreamParser), ("anthropic-body", AnthropicBodyParser),
     ("ollama-stream", OllamaStreamParser), ("ollama-body", OllamaBodyParser),
     ("tgi-stream", TGIStreamParser), ("tgi-body", TGIBodyParser),
+    ("sglang-stream", SGLangStreamParser), ("sglang-body", SGLangBodyParser),
     ("plain", lambda _max: PlainParser()),
 ]
-SSE_PARSERS = (OpenAIStreamParser, AnthropicStreamParser, TGIStreamParser)
+SSE_PARSERS = (OpenAIStreamParser, AnthropicStreamParser, TGIStreamParser, SGLangStreamParser)
 N_KINDS = len(PARSERS) + 3  # + SSE framer, line splitter, usage stripper
 iterations = 0
 failed = False
