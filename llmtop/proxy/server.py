@@ -555,7 +555,7 @@ class ProxyServer:
         with_length = bool(body) or method in _BODY_METHODS or length_declared
         inject = (
             dialect == "openai" and self.cfg.inject_usage and info.stream
-            and not info.wants_usage and not self.usage_rejected
+            and not info.wants_usage and not info.sends_usage and not self.usage_rejected
         )
         sent = _with_usage(body) if inject else None
         if sent is None:
@@ -766,15 +766,15 @@ class ProxyServer:
         encoding = head.content_encoding.lower()
         parser: StreamParser
         if encoding in ("", "identity"):
-            parser = (make_parser(ex.active.dialect, is_stream, ctype or None)
+            parser = (make_parser(ex.active.dialect, is_stream, ctype or None, ex.active.path)
                       if status < 400 or ex.active.dialect != "other" else PlainParser(False))
         else:  # compressed bytes pass through; the parser reads an inflated copy if it can
             # (a compressed body cannot be edited: the usage event is not removed — llmtop
             # asks for an uncompressed answer whenever it would have to, see _upstream_request)
             strip = None
-            parser = (InflatingParser(make_parser(ex.active.dialect, is_stream, ctype or None),
-                                      encoding) if encoding in INFLATABLE
-                      else PlainParser(status < 400))
+            parser = (InflatingParser(make_parser(ex.active.dialect, is_stream, ctype or None,
+                                                  ex.active.path), encoding)
+                      if encoding in INFLATABLE else PlainParser(status < 400))
         ex.parser = ex.active.usage = parser  # (the live row reads the prompt's size there)
         transport = request.transport
         if transport is None:

@@ -33,10 +33,13 @@ class Expect:
     completion: int | None
     model: str | None
     error: str | None = None
+    path: str = ""
+    """The request's path (an ``openai`` request to ``…/responses`` is the Responses API)."""
 
 
 SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
 SMOL = "smollm2-135m-instruct"
+RESP, RM = "/v1/responses", "gpt-5-mini-2025-08-07"
 
 CASES: dict[str, Expect] = {
     # real llama.cpp: 11 non-empty content deltas; the role chunk (content null) and the
@@ -87,7 +90,28 @@ CASES: dict[str, Expect] = {
     "sglang_batch_stream.sse": Expect("sglang", True, SSE, (1, 1, 1, 2, 1), 11, 6, None),
     "sglang_error_midstream.sse": Expect("sglang", True, SSE, (1, 1), 7, 2, None,
                                          "The server is not ready to handle requests."),
+    # real llama.cpp Responses API: 22 non-empty output_text deltas (the message's
+    # output_item.added and content_part.added are not content); response.completed's
+    # usage 37/23 (23 includes the end-of-sequence token, in no delta)
+    "llamacpp_responses_stream.sse": Expect("openai", True, SSE, (1,) * 22, 37, 23, SMOL,
+                                            path=RESP),
+    # summary deltas ×2, (reasoning_text "": no), text ×2 ("" between: no), the function
+    # call's output_item.added (its name), arguments ×2 ("": no); usage 50 (20 cached, in
+    # input_tokens) / 40
+    "openai_responses_stream.sse": Expect("openai", True, SSE, (1,) * 7, 50, 40, RM,
+                                          path=RESP),
+    # refusal ×2, then response.failed (no blank line after it) with its error and usage
+    "openai_responses_failed_crlf.sse": Expect(
+        "openai", True, SSE, (1, 1), 50, 3, RM, "The model failed to generate a response.",
+        path=RESP),
+    # data-only events: two deltas, then an error event (flat code/message)
+    "openai_responses_error_midstream.sse": Expect(
+        "openai", True, SSE, (1, 1), None, None, RM, "Rate limit reached for requests",
+        path=RESP),
     # whole bodies: one content event at finish() carrying the usage's completion tokens
+    "llamacpp_responses.json": Expect("openai", False, JSON, (23,), 37, 23, SMOL, path=RESP),
+    # a reasoning summary and a function call; usage 50/33
+    "openai_responses.json": Expect("openai", False, JSON, (33,), 50, 33, RM, path=RESP),
     "llamacpp_chat_nonstream.json": Expect("openai", False, JSON, (12,), 36, 12, SMOL),
     "anthropic_message.json": Expect("anthropic", False, JSON, (9,), 10, 9, "claude-haiku-4-5"),
     "ollama_chat.json": Expect("ollama", False, JSON, (3,), 26, 3, "llama3.2"),
@@ -110,7 +134,7 @@ class Result:
 
 
 def run(exp: Expect, pieces: list[bytes]) -> tuple[Result, list[tuple[int, int]]]:
-    parser: StreamParser = make_parser(exp.dialect, exp.stream, exp.content_type)
+    parser: StreamParser = make_parser(exp.dialect, exp.stream, exp.content_type, exp.path)
     per_read = [parser.feed(p) for p in pieces]
     per_read.append(parser.finish())
     events = sum(n for n, _ in per_read)
@@ -144,6 +168,11 @@ LLAMACPP_SHA256 = {
         "3efcf892aa9aedc3e2f0023a9e0e3a23ebc203eab8e382813cda9e462dc64958",
     "llamacpp_chat_nonstream.json":
         "ae97644efdc6b988c6f90d5191012ca2b9a3ae1f20409c76ae6ac8097e9b1c47",
+    # captured here on 2026-12-06 (see this folder's README)
+    "llamacpp_responses_stream.sse":
+        "841458f7e7c83a7bf05f6a546da7d5be0bdef5ba052e54647e97ac6acd07a221",
+    "llamacpp_responses.json":
+        "7538ca690a615488cb1f662c3cbc148823b3add039fb617601079a724d49c282",
 }
 
 
@@ -199,7 +228,7 @@ def test_stream_reports_content_as_it_completes(name: str) -> None:
     completes a last event that had no final blank line/newline."""
     exp = CASES[name]
     raw = load(name)
-    parser = make_parser(exp.dialect, exp.stream, exp.content_type)
+    parser = make_parser(exp.dialect, exp.stream, exp.content_type, exp.path)
     fed = parser.feed(raw)
     usage_before_eof = parser.usage_seen
     at_eof = parser.finish()
@@ -209,14 +238,17 @@ def test_stream_reports_content_as_it_completes(name: str) -> None:
     else:
         assert at_eof == (0, 0)
     assert (fed[0] + at_eof[0], fed[1] + at_eof[1]) == (len(exp.chunks), sum(exp.chunks))
-    # ollama_generate's last line (the one with the counts) has no newline
-    assert usage_before_eof == (exp.completion is not None and name != "ollama_generate.ndjson")
+    # ollama_generate's last line (the one with the counts) has no newline, nor has
+    # openai_responses_failed_crlf's last event (response.failed, with the usage) its blank
+    # line
+    unended = ("ollama_generate.ndjson", "openai_responses_failed_crlf.sse")
+    assert usage_before_eof == (exp.completion is not None and name not in unended)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, e in CASES.items() if not e.stream))
 def test_whole_body_is_read_at_finish(name: str) -> None:
     exp = CASES[name]
-    parser = make_parser(exp.dialect, exp.stream, exp.content_type)
+    parser = make_parser(exp.dialect, exp.stream, exp.content_type, exp.path)
     assert parser.feed(load(name)) == (0, 0)
     assert parser.finish() == (1, exp.chunks[0])
     assert parser.finish() == (0, 0), "finish() twice does not count twice"

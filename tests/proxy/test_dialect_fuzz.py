@@ -24,6 +24,7 @@ from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.dialects.lines import LineSplitter
 from llmtop.proxy.dialects.ollama import OllamaBodyParser, OllamaStreamParser
 from llmtop.proxy.dialects.openai import OpenAIBodyParser, OpenAIStreamParser
+from llmtop.proxy.dialects.openai_responses import ResponsesBodyParser, ResponsesStreamParser
 from llmtop.proxy.dialects.openai_usage import UsageChunkStripper
 from llmtop.proxy.dialects.plain import PlainParser
 from llmtop.proxy.dialects.sglang import SGLangBodyParser, SGLangStreamParser
@@ -35,6 +36,8 @@ SMALL = 512  # a small limit so that random input reaches the overflow paths
 FACTORIES: dict[str, Callable[[], Any]] = {
     "openai": lambda: OpenAIStreamParser(SMALL),
     "openai_body": lambda: OpenAIBodyParser(SMALL),
+    "responses": lambda: ResponsesStreamParser(SMALL),
+    "responses_body": lambda: ResponsesBodyParser(SMALL),
     "anthropic": lambda: AnthropicStreamParser(SMALL),
     "anthropic_body": lambda: AnthropicBodyParser(SMALL),
     "ollama": lambda: OllamaStreamParser(SMALL),
@@ -60,6 +63,9 @@ TOKENS = [
     b'"meta_info":{"completion_tokens":3,"prompt_tokens":2}', b'"index":1',
     b'{"text":"a","meta_info":{"completion_tokens":2,"finish_reason":null}}',
     b'"finish_reason":{"type":"abort","message":"m","status_code":400}',
+    b"event: response.output_text.delta\n", b'"type":"response.output_text.delta"',
+    b'"delta":"d"', b'"type":"response.completed"', b'"response":{"usage":{"output_tokens":4}}',
+    b'{"type":"response.failed","response":{"error":{"code":"c","message":"m"}}}',
 ]
 sse_ish = st.lists(st.sampled_from(TOKENS), max_size=120).map(b"".join)
 any_bytes = st.one_of(st.binary(max_size=3000), sse_ish)
@@ -233,6 +239,7 @@ def test_fifty_megabytes_without_newline_stay_bounded(kind: str) -> None:
         "ollama": OllamaStreamParser, "ollama_body": OllamaBodyParser,
         "tgi": TGIStreamParser, "tgi_body": TGIBodyParser, "plain": PlainParser,
         "sglang": SGLangStreamParser, "sglang_body": SGLangBodyParser,
+        "responses": ResponsesStreamParser, "responses_body": ResponsesBodyParser,
     }[kind]
     p = factory()
     block = b"data: " + b"A" * (1 << 20)  # 1 MiB reads, 50 of them
@@ -243,7 +250,7 @@ def test_fifty_megabytes_without_newline_stay_bounded(kind: str) -> None:
     assert peak <= 32 * 1024 * 1024
     p.finish()
     assert getattr(p, "buffered_bytes", 0) == 0
-    if kind in ("openai", "anthropic", "ollama", "tgi", "sglang"):
+    if kind in ("openai", "anthropic", "ollama", "tgi", "sglang", "responses"):
         assert p.error is not None and "discarded" in p.error
         assert p.feed(b"\n\n") == (0, 0)  # recovers: the next events parse
 

@@ -1,9 +1,9 @@
 """Stream dialects: what the relay learns from a copy of each upstream read.
 
 Plain synchronous parsers (``feed(bytes) -> (content_events, tokens)``, ``finish()``) for
-OpenAI-style SSE, Anthropic SSE, Ollama NDJSON, TGI SSE, SGLang's native SSE and anything
-else; a registry that picks one per request; and the OpenAI usage-injection helpers. No
-I/O, no asyncio.
+OpenAI-style SSE (chat/completions, and the Responses API's typed events), Anthropic SSE,
+Ollama NDJSON, TGI SSE, SGLang's native SSE and anything else; a registry that picks one per
+request; and the OpenAI usage-injection helpers. No I/O, no asyncio.
 """
 
 from __future__ import annotations

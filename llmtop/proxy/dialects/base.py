@@ -54,7 +54,8 @@ class StreamParser(Protocol):
     ended: bool
     """The stream's own end marker has been read (OpenAI ``data: [DONE]``, Anthropic
     ``message_stop``, Ollama ``"done": true``, TGI's final event with ``details`` or
-    ``generated_text``): a client that leaves after it has the whole answer."""
+    ``generated_text``, the Responses API's ``response.completed``/``incomplete``/
+    ``failed``): a client that leaves after it has the whole answer."""
 
     def feed(self, data: bytes) -> tuple[int, int]: ...
 
@@ -72,3 +73,7 @@ class RequestInfo:
     stream: bool = False
     wants_usage: bool = False
     """The client itself asked for usage in the stream (OpenAI ``stream_options``)."""
+    sends_usage: bool = False
+    """The API always sends usage with its answer (the Responses API's
+    ``response.completed``): there is nothing to ask for, and the proxy leaves the body
+    as it is (``inject_usage`` does not apply)."""

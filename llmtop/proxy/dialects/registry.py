@@ -9,7 +9,7 @@ calls, once per request::
                              body)
     info = inspect_request(dialect, request.path, body)          # model, user, stream
     ...                                                          # upstream answers
-    parser = make_parser(dialect, info.stream, resp.content_type)
+    parser = make_parser(dialect, info.stream, resp.content_type, request.path)
     for each read:  n, tokens = parser.feed(data)
     at EOF:         n, tokens = parser.finish()
 """
@@ -39,6 +39,12 @@ from llmtop.proxy.dialects.openai import (
     OpenAIBodyParser,
     OpenAIStreamParser,
     inspect_openai_request,
+)
+from llmtop.proxy.dialects.openai_responses import (
+    ResponsesBodyParser,
+    ResponsesStreamParser,
+    inspect_responses_request,
+    is_responses_path,
 )
 from llmtop.proxy.dialects.plain import PlainParser
 from llmtop.proxy.dialects.sglang import (
@@ -100,10 +106,24 @@ DIALECTS: Final[Mapping[str, DialectImpl | None]] = MappingProxyType({
 })
 """Every accepted ``dialect`` setting; ``auto`` (None) = ``detect_dialect`` by path."""
 
+OPENAI_RESPONSES: Final = DialectImpl(
+    "openai", ResponsesStreamParser, ResponsesBodyParser,
+    lambda _path, body: inspect_responses_request(body))
+"""The ``openai`` dialect on the Responses API's create route (``…/responses``, see
+``openai_responses``): recorded as ``openai``, read with its own parsers."""
+
+
+def _impl(dialect: Dialect, path: str) -> DialectImpl | None:
+    """``dialect``'s implementation for a request to ``path``."""
+    if dialect == "openai" and is_responses_path(path):
+        return OPENAI_RESPONSES
+    return DIALECTS.get(dialect)
+
 # path suffix → dialect, checked in order (``/api/generate`` before TGI's ``/generate``)
 _SUFFIXES: Final[tuple[tuple[str, Dialect], ...]] = (
     ("/chat/completions", "openai"),
     ("/completions", "openai"),
+    ("/responses", "openai"),
     ("/v1/messages", "anthropic"),
     ("/api/generate", "ollama"),
     ("/api/chat", "ollama"),
@@ -127,10 +147,12 @@ def detect_dialect(
     """The dialect of a request.
 
     A configured dialect other than ``auto`` wins. Otherwise the path decides, with any
-    prefix (``/openai/v1/chat/completions`` is openai): ``…/chat/completions`` and
-    ``…/completions`` → openai; ``…/v1/messages`` → anthropic; ``…/api/generate`` and
-    ``…/api/chat`` → ollama; ``…/generate_stream`` and ``…/generate`` → tgi; anything else,
-    and any method but POST, → other. ``content_type`` (the request's) is accepted for
+    prefix (``/openai/v1/chat/completions`` is openai): ``…/chat/completions``,
+    ``…/completions`` and ``…/responses`` (the Responses API's create route; not its
+    ``…/responses/input_tokens`` or ``…/responses/{id}…`` routes) → openai;
+    ``…/v1/messages`` → anthropic; ``…/api/generate`` and ``…/api/chat`` → ollama;
+    ``…/generate_stream`` and ``…/generate`` → tgi; anything else, and any method but
+    POST, → other. ``content_type`` (the request's) is accepted for
     callers' convenience; the path is what decides.
 
     SGLang serves its native API at ``/generate`` too: given the request's ``body``, a
@@ -174,9 +196,13 @@ def _media_type(content_type: str | None) -> str:
 
 
 def make_parser(
-    dialect: Dialect, stream: bool, response_content_type: str | None = None
+    dialect: Dialect, stream: bool, response_content_type: str | None = None,
+    path: str = "",
 ) -> StreamParser:
-    """A fresh parser for one response body.
+    """A fresh parser for one response body to a request for ``path``.
+
+    ``path`` chooses among a dialect's APIs: an ``openai`` request to ``…/responses`` gets
+    the Responses API's parsers (``openai_responses``), any other the chat/completions ones.
 
     The response's content type decides when it says: ``text/event-stream`` or NDJSON →
     the dialect's stream parser; ``application/json`` (or ``…+json``) → its whole-body
@@ -184,7 +210,7 @@ def make_parser(
     answer). Without a telling content type, ``stream`` (from ``inspect_request``) decides.
     ``other`` always gets the plain parser.
     """
-    impl = DIALECTS.get(dialect)
+    impl = _impl(dialect, path)
     if impl is None:
         return PlainParser()
     media = _media_type(response_content_type)
@@ -198,9 +224,10 @@ def make_parser(
 
 
 def inspect_request(dialect: Dialect, path: str, body: bytes) -> RequestInfo:
-    """Model, user, stream and whether the client asked for usage. Never raises; the
+    """Model, user, stream and whether the client asked for usage (or the API always
+    sends it: ``sends_usage``). Never raises; the
     model is valid text (see ``as_text``), at most ``MAX_MODEL_CHARS`` long."""
-    impl = DIALECTS.get(dialect)
+    impl = _impl(dialect, path)
     if impl is None:
         return RequestInfo()
     try:
