@@ -19,6 +19,7 @@ of ``k`` tokens starting at token index ``start``, ``malformed()`` for the fault
   token; the last token's event carries ``generated_text`` and ``details`` (TGI's
   ``StreamDetails``, with ``input_length``). ``/generate``: ``generated_text`` and TGI's
   ``Details`` (``finish_reason``, ``generated_tokens``, ``seed``, ``prefill``, ``tokens``).
+* OpenAI ``/v1/responses``: in :mod:`llmtop.sim.responses_format`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class Encoder(ABC):
         self.continuous_usage = continuous_usage
         self.details = details
         self.prefill = prefill
+
+    def head(self) -> bytes:
+        """Events sent with the headers, before any token (the Responses API's)."""
+        return b""
 
     def first(self) -> bytes:
         return b""

@@ -43,6 +43,7 @@ from llmtop.sim.formats import (
     OllamaGenerateEncoder,
     TgiEncoder,
 )
+from llmtop.sim.responses_format import ResponsesEncoder, parse_responses
 
 ENGINE: web.AppKey[SimEngine] = web.AppKey("sim_engine", SimEngine)
 
@@ -110,6 +111,7 @@ OLLAMA_GENERATE = Dialect("ollama", "ollama-", parse_ollama_generate, OllamaGene
 TGI_STREAM = Dialect("tgi", "tgi-", parse_tgi_stream, TgiEncoder, _tgi_error)
 TGI = Dialect("tgi", "tgi-", parse_tgi, TgiEncoder, _tgi_error)
 TGI_COMPAT = Dialect("tgi", "tgi-", parse_tgi_compat, TgiEncoder, _tgi_error)
+RESPONSES = Dialect("openai", "resp_", parse_responses, ResponsesEncoder, _openai_error)
 
 
 def error_response(dialect: Dialect, status: int, message: str,
@@ -143,6 +145,9 @@ async def _stream(request: web.Request, req: SimRequest, enc: Encoder,
     })
     await resp.prepare(request)
     try:
+        head = enc.head()
+        if head:
+            await resp.write(head)
         await _pump(request, resp, req, enc, faults)
     except ConnectionError:  # the client went away mid-write; aiohttp copes with the rest
         pass

@@ -2,7 +2,8 @@
 
 Routes:
 
-* generation: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/messages``,
+* generation: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
+  ``/v1/messages``,
   ``/api/chat``, ``/api/generate``, ``/generate_stream``, ``/generate`` and TGI's ``/``
   (``stream`` true: as ``/generate_stream``; else as ``/generate``, in a one-element list);
   ``/generate`` with an SGLang body answers as SGLang (:mod:`llmtop.sim.sglang_format`);
@@ -81,6 +82,7 @@ async def _gpu(request: web.Request) -> web.Response:
 GENERATION_ROUTES: tuple[tuple[str, handlers.Dialect], ...] = (
     ("/v1/chat/completions", handlers.CHAT),
     ("/v1/completions", handlers.COMPLETIONS),
+    ("/v1/responses", handlers.RESPONSES),
     ("/v1/messages", handlers.MESSAGES),
     ("/api/chat", handlers.OLLAMA_CHAT),
     ("/api/generate", handlers.OLLAMA_GENERATE),

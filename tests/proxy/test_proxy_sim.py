@@ -157,6 +157,9 @@ async def test_timestamps_agree_with_the_client_and_tokens_with_the_engine() -> 
     ("path", "body"),
     [
         ("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 9, "stream": True}),
+        ("/v1/responses", {"model": "m", "input": "hi", "max_output_tokens": 9,
+                           "stream": True}),
+        ("/v1/responses", {"model": "m", "input": "hi", "max_output_tokens": 9}),
         ("/v1/messages", {"model": "m", "max_tokens": 9, "stream": True,
                           "messages": [{"role": "user", "content": "hi"}]}),
         ("/api/chat", {"model": "m", "options": {"num_predict": 9},
