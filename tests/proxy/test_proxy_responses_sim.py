@@ -103,7 +103,7 @@ async def test_timings_agree_with_the_engine_and_the_client() -> None:
     after; tokens are the engine's."""
     async with running_sim("tiny", seed=12, max_num_seqs=1, **FAST) as sim, \
             running_proxy(sim.url) as (_, url, recs), _client(url) as c:
-        blocker = await c.responses.create(model="m", input="x", max_output_tokens=30,
+        blocker = await c.responses.create(model="m", input="x", max_output_tokens=100,
                                            stream=True)
         it = blocker.__aiter__()
         while (await it.__anext__()).type != "response.output_text.delta":

@@ -84,9 +84,9 @@ async def test_sdk_stream_helper_and_create() -> None:
 async def test_created_goes_out_before_the_first_token() -> None:
     """``response.created`` is sent with the headers, while the request still waits for a
     slot: it is never what a client would take for the first token."""
-    async with running_sim("tiny", max_num_seqs=1, **FAST) as sim, \
-            aiohttp.ClientSession() as s:
-        body = {"model": "m", "input": "x", "max_output_tokens": 200, "stream": True}
+    async with running_sim("tiny", max_num_seqs=1) as sim, aiohttp.ClientSession() as s:
+        # the first request holds the only slot for ~12 s (1000 tokens at ~12 ms)
+        body = {"model": "m", "input": "x", "max_output_tokens": 1000, "stream": True}
         first = await s.post(sim.url + RESP, json=body)
         await first.content.readuntil(b"response.output_text.delta")
         queued = await s.post(sim.url + RESP, json=body)
