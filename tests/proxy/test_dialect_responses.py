@@ -148,6 +148,11 @@ def test_events_not_read_are_not_decoded() -> None:
                      ev("response.output_text.done", text="whole text"),
                      ev("response.output_text.done", name="", text="whole text"))
     assert n == 0 and p.error is None
+    # a generic name (``event: message``, as a gateway may write) is no type: the data's is
+    n, _, p = stream(ev("response.output_text.delta", name="message", delta="a"),
+                     ev("response.completed", name="message",
+                        response={"usage": {"output_tokens": 1}}))
+    assert n == 1 and p.usage_completion_tokens == 1 and p.ended
 
 
 def test_tool_calls_start_at_their_name_other_items_do_not() -> None:

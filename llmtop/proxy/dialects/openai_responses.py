@@ -8,9 +8,10 @@ dialect ``openai`` (the record's ``path`` tells the API apart from chat completi
 
 Each event is ``event: <type>`` then ``data: {"type": <type>, "sequence_number": n, …}``.
 The type is the data's ``type``, else the ``event:`` name. An event whose ``event:`` name
-is one llmtop does not read (``response.output_text.done`` and the other ``*.done`` events
-repeat the whole text) is skipped without decoding its JSON; every server checked writes
-the name equal to the data's ``type``.
+is a ``response.*`` type llmtop does not read (``response.output_text.done`` and the other
+``*.done`` events repeat the whole text) is skipped without decoding its JSON; every server
+checked writes the name equal to the data's ``type``. Any other name (none, or a generic
+``message``) leaves the decision to the data's ``type``.
 
 * content: a non-empty ``delta`` in ``response.output_text.delta``,
   ``response.reasoning_text.delta``, ``response.reasoning_summary_text.delta``,
@@ -147,8 +148,8 @@ class ResponsesStreamParser(SSEStreamParser):
         n = 0
         for ev in events:
             name = ev.event
-            if name and name not in _READ:
-                continue
+            if name not in _READ and name.startswith("response."):
+                continue  # a type not read, by its name: not decoded
             obj = loads(ev.data)
             if not isinstance(obj, dict):
                 if ev.data == _DONE:
