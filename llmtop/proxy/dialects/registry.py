@@ -119,6 +119,7 @@ def _impl(dialect: Dialect, path: str) -> DialectImpl | None:
         return OPENAI_RESPONSES
     return DIALECTS.get(dialect)
 
+
 # path suffix → dialect, checked in order (``/api/generate`` before TGI's ``/generate``)
 _SUFFIXES: Final[tuple[tuple[str, Dialect], ...]] = (
     ("/chat/completions", "openai"),
