@@ -279,3 +279,9 @@ class JSONBodyParser(ParserState, ABC):
     @abstractmethod
     def _interpret(self, obj: Any) -> bool:
         """Read usage, model and errors from the decoded body; True if it has output content."""
+
+
+def text_or_none(value: object) -> str | None:
+    """``value`` when it is a non-empty string, else None (a request's ``model`` or ``user``
+    as a client wrote it: anything else names nothing)."""
+    return value if isinstance(value, str) and value else None

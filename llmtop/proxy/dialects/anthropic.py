@@ -32,6 +32,7 @@ from llmtop.proxy.dialects._common import (
     error_kind_of,
     error_text,
     loads,
+    text_or_none,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.sse import SSEEvent, SSEStreamParser
@@ -173,8 +174,8 @@ def inspect_anthropic_request(body: bytes) -> RequestInfo:
     meta = obj.get("metadata")
     user = meta.get("user_id") if isinstance(meta, dict) else None
     return RequestInfo(
-        model=model if isinstance(model, str) and model else None,
-        user=user if isinstance(user, str) and user else None,
+        model=text_or_none(model),
+        user=text_or_none(user),
         stream=obj.get("stream") is True,
         wants_usage=False,
     )

@@ -23,6 +23,7 @@ from llmtop.proxy.dialects._common import (
     error_kind_of,
     error_text,
     loads,
+    text_or_none,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.lines import LineSplitter
@@ -102,6 +103,6 @@ def inspect_ollama_request(body: bytes) -> RequestInfo:
         return RequestInfo()  # Ollama answers a body it cannot read with a JSON error
     model = obj.get("model")
     return RequestInfo(
-        model=model if isinstance(model, str) and model else None,
+        model=text_or_none(model),
         stream=obj.get("stream") is not False,
     )

@@ -55,6 +55,7 @@ from llmtop.proxy.dialects._common import (
     error_text,
     loads,
     loads_event,
+    text_or_none,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.openai_usage import (
@@ -453,8 +454,8 @@ def inspect_openai_request(body: bytes) -> RequestInfo:
     user = obj.get("user")
     opts = obj.get("stream_options")
     return RequestInfo(
-        model=model if isinstance(model, str) and model else None,
-        user=user if isinstance(user, str) and user else None,
+        model=text_or_none(model),
+        user=text_or_none(user),
         stream=obj.get("stream") is True,
         wants_usage=isinstance(opts, dict) and opts.get("include_usage") is True,
     )

@@ -75,6 +75,7 @@ from llmtop.proxy.dialects._common import (
     error_kind_of,
     error_text,
     loads,
+    text_or_none,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.sse import SSEEvent, SSEStreamParser
@@ -228,8 +229,8 @@ def inspect_responses_request(body: bytes) -> RequestInfo:
     model = obj.get("model")
     user = obj.get("user")
     return RequestInfo(
-        model=model if isinstance(model, str) and model else None,
-        user=user if isinstance(user, str) and user else None,
+        model=text_or_none(model),
+        user=text_or_none(user),
         stream=obj.get("stream") is True,
         sends_usage=True,
     )

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Final
 
 from llmtop.events import Dialect
-from llmtop.proxy.dialects._common import BAD, MAX_MODEL_CHARS, as_text, loads
+from llmtop.proxy.dialects._common import BAD, MAX_MODEL_CHARS, as_text, loads, text_or_none
 from llmtop.proxy.dialects.anthropic import (
     AnthropicBodyParser,
     AnthropicStreamParser,
@@ -83,12 +83,8 @@ def _inspect_generic(path: str, body: bytes) -> RequestInfo:
     obj = loads(body)
     if obj is BAD or not isinstance(obj, dict):
         return RequestInfo()
-    model, user = obj.get("model"), obj.get("user")
-    return RequestInfo(
-        model=model if isinstance(model, str) and model else None,
-        user=user if isinstance(user, str) and user else None,
-        stream=obj.get("stream") is True,
-    )
+    return RequestInfo(model=text_or_none(obj.get("model")), user=text_or_none(obj.get("user")),
+                       stream=obj.get("stream") is True)
 
 
 DIALECTS: Final[Mapping[str, DialectImpl | None]] = MappingProxyType({

@@ -64,6 +64,7 @@ from llmtop.proxy.dialects._common import (
     error_kind_of,
     error_text,
     loads,
+    text_or_none,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.sse import SSEEvent, SSEStreamParser
@@ -270,5 +271,5 @@ def inspect_sglang_request(path: str, body: bytes) -> RequestInfo:
     if not isinstance(obj, dict):
         return RequestInfo()
     model = obj.get("model")
-    return RequestInfo(model=model if isinstance(model, str) and model else None,
+    return RequestInfo(model=text_or_none(model),
                        stream=obj.get("stream") is True)

@@ -27,6 +27,7 @@ from llmtop.proxy.dialects._common import (
     error_kind_of,
     error_text,
     loads,
+    text_or_none,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.sse import SSEEvent, SSEStreamParser
@@ -98,7 +99,7 @@ def inspect_tgi_request(path: str, body: bytes) -> RequestInfo:
     obj = loads(body) if body else BAD
     stream = streaming_path or (isinstance(obj, dict) and obj.get("stream") is True)
     model = obj.get("model") if isinstance(obj, dict) else None
-    return RequestInfo(model=model if isinstance(model, str) and model else None, stream=stream)
+    return RequestInfo(model=text_or_none(model), stream=stream)
 
 
 def is_tgi_compat_request(body: bytes) -> bool:
