@@ -3,7 +3,9 @@
 Times run from the request's **scheduled** send time (open loop: no coordinated omission)
 with ``time.perf_counter_ns``; the stream is read with the proxy's own dialect parsers, so
 TTFT, chunk times and token counts (``usage`` first, asked for with
-``stream_options.include_usage``) mean exactly what they mean for proxied traffic. The
+``stream_options.include_usage``) mean exactly what they mean for proxied traffic: prompt
+tokens are the engine's count from its usage or unknown (``None``), as in the proxy's
+record of the same request. The
 result is a :class:`~llmtop.events.RequestRecord`, the same event the proxy produces.
 
 A failed request's ``error`` reads ``"<kind>: <detail>"`` (``connection refused: …``,
@@ -236,7 +238,9 @@ class BenchClient:
             t_start=wall,
             ttft_s=(offsets[0] - t0) / 1e9 if offsets else None,
             e2e_s=(end - t0) / 1e9,
-            prompt_tokens=prompt if prompt is not None else req.prompt_tokens_target or None,
+            # the engine's count or none: the workload's target is not what the engine read
+            # (a chat template adds to it), and a refused request read nothing
+            prompt_tokens=prompt,
             completion_tokens=completion,
             token_source=source,
             chunk_offsets_s=seconds_since(t0, offsets),

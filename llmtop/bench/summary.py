@@ -2,8 +2,9 @@
 
 Records of one step are fed to a fresh :class:`llmtop.metrics.aggregator.Aggregator` (the
 live path's histograms and SLO logic) on a clock pinned to the step's end; rates are over
-the step's measured duration. Input tokens count only requests the server answered (ok, or
-streaming when they failed): a refused or rejected request's prompt was never processed.
+the step's measured duration. Input tokens are the engine's own prompt counts (usage), as
+the proxy counts them: a request whose answer carried no usage — refused, rejected, broken
+off before its usage — counts none.
 Failures are counted by kind (``error_kinds``), and each configured SLO's own share of
 met requests is kept (``slo_detail``) so a verdict can say which objective failed.
 """
@@ -70,8 +71,7 @@ def summarize(run: StepRun, cfg: Config) -> StepSummary:
     system = snap.get("system", {})
     att = system.get("slo_attainment")
     out_tokens = sum(r.completion_tokens or 0 for r in recs)
-    in_tokens = sum(r.prompt_tokens or 0 for r in recs
-                    if r.outcome == "ok" or r.ttft_s is not None)
+    in_tokens = sum(r.prompt_tokens or 0 for r in recs)
     good_frac_rps = float(system.get("goodput_rps") or 0.0) / max(
         float(system.get("rps") or 0), 1e-12
     )

@@ -113,7 +113,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt length in tokens (default: 128), approximate: the text is "
                         "made to be about this many tokens, and with --api chat the engine "
                         "adds its chat template (e.g. 64 arrived as 94 at llama.cpp); the "
-                        "input tok/s figures use the engine's own counts from its usage")
+                        "input tok/s figures and the recording use the engine's own counts "
+                        "from its usage (a request answered without usage — refused, or "
+                        "broken off before it — counts none, as at an llmtop proxy)")
     p.add_argument("--max-tokens", default="128", metavar="N|LO-HI",
                    help="output length in tokens (default: 128)")
     p.add_argument("--workload", metavar="FILE",
