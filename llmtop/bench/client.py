@@ -5,7 +5,11 @@ with ``time.perf_counter_ns``; the stream is read with the proxy's own dialect p
 TTFT, chunk times and token counts (``usage`` first, asked for with
 ``stream_options.include_usage``) mean exactly what they mean for proxied traffic: prompt
 tokens are the engine's count from its usage or unknown (``None``), as in the proxy's
-record of the same request. The
+record of the same request. A stream that ends before its usage (broken off, stopped) is
+counted as the proxy counts it: one token per content event, or — once this client has
+learned from complete streams that the model packs several tokens into an event —
+estimated at that rate (``token_source`` ``estimate``), so a broken stream from an engine
+that packs three tokens an event is not read as a third of its tokens. The
 result is a :class:`~llmtop.events.RequestRecord`, the same event the proxy produces.
 
 A failed request's ``error`` reads ``"<kind>: <detail>"`` (``connection refused: …``,
@@ -42,6 +46,7 @@ from llmtop.net_errors import connect_failure_kind
 from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.dialects.registry import make_parser
+from llmtop.proxy.token_rate import TokenRates
 
 Api = Literal["chat", "completions"]
 _ids = itertools.count(1)
@@ -109,6 +114,9 @@ class BenchClient:
     retries: int = 0
     """Requests resent because their kept-alive connection was found dead (each is still
     one request)."""
+    rates: TokenRates = field(default_factory=TokenRates)
+    """Tokens per stream event, learned per model from this client's streams that carried
+    usage, for those that ended without it (see :mod:`llmtop.proxy.token_rate`)."""
 
     def url(self) -> str:
         root = self.base_url.rstrip("/")
@@ -219,17 +227,21 @@ class BenchClient:
         counts = ChunkCounts(at.counts)
         usage = getattr(parser, "usage_completion_tokens", None)
         prompt = getattr(parser, "usage_prompt_tokens", None)
+        model = getattr(parser, "model", None) or self.model
         source: TokenSource
+        completion: int | None
         if usage is not None:
-            completion: int | None = usage
-            source = "usage"
+            self.rates.learn(model, usage, counts.counted)
+            completion, source = usage, "usage"
+        elif (estimate := self.rates.estimate(model, counts.counted)) is not None:
+            # broken off (or stopped) before the engine's usage: the proxy's rule
+            completion, source = estimate, "estimate"
         else:
-            completion = counts.counted or None
-            source = "chunks"
+            completion, source = counts.counted or None, "chunks"
         return RequestRecord(
             id=f"bench-{next(_ids)}",
             user=self.user,
-            model=getattr(parser, "model", None) or self.model,
+            model=model,
             dialect="openai",
             path=urlsplit(self.url()).path,
             stream=True,
@@ -244,7 +256,7 @@ class BenchClient:
             completion_tokens=completion,
             token_source=source,
             chunk_offsets_s=seconds_since(t0, offsets),
-            chunk_tokens=counts.scaled(usage),
+            chunk_tokens=counts.scaled(None if source == "chunks" else completion),
             concurrency_at_start=concurrency,
             error=error,
         )

@@ -21,7 +21,8 @@ first stream sets the rate, later ones move it by :data:`RATE_ALPHA`, samples ar
 to [:data:`RATE_MIN`, :data:`RATE_MAX`], and a rate within :data:`UNIT_BAND` of 1 is 1
 (then there is nothing to estimate). The proxy keeps its own copy because the aggregator
 runs in another layer, thread, and with ``--workers`` in another process; each proxy
-process learns on its own.
+process learns on its own. ``llmtop bench``'s client keeps one too, learned from its own
+streams, so a broken stream counts the same at the client as at a proxy in front.
 
 It runs once per finished request (from ``Exchange.to_record``), never per chunk; it is
 used from the proxy's event loop only (no lock).

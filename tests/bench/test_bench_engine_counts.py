@@ -36,3 +36,27 @@ async def test_prompt_tokens_are_the_engines_count_or_none() -> None:
     assert truth == [SIM_PROMPT, SIM_PROMPT]  # the refused one never reached the engine
     assert [r.prompt_tokens for r in recs] == [SIM_PROMPT, None, None]
 
+
+async def test_a_broken_stream_is_counted_at_the_learned_tokens_per_event() -> None:
+    """An engine that packs 3 tokens an event (speculative decoding, a stream interval):
+    a stream broken after 10 events carried 1 + 9 × 3 = 28 tokens. bench counted 10 (one
+    per event) where the proxy in front, which learns the rate from complete streams,
+    recorded 28 (``estimate``) — output tokens/s a third of the truth for broken streams.
+    Now bench learns the rate from its own complete streams by the proxy's rule."""
+    async with running_sim("tiny", seed=1, tokens_per_chunk=3) as sim:
+        client = BenchClient(sim.url, headers={"X-Sim-Fault": "disconnect-after:10"})
+        async with bench_session(1) as s:
+            first = await client.send(s, request(4))  # 2 events: too few to learn from
+            early = await client.send(s, request(40))
+            whole = await client.send(s, request(22))  # 8 events: 1 + 7 × 3
+            late = await client.send(s, request(40))
+        delivered = [len(t["chunks"]) for t in sim.engine.records()]
+    assert [r.outcome for r in (first, whole)] == ["ok", "ok"]
+    assert (whole.completion_tokens, whole.token_source) == (22, "usage")
+    assert delivered[1] == delivered[3] == 10  # events written before the disconnect
+    # nothing learned yet: one token per event, as the proxy does before it has a rate
+    assert (early.outcome, early.completion_tokens, early.token_source) == (
+        "error", 10, "chunks")
+    assert (late.outcome, late.completion_tokens, late.token_source) == (
+        "error", 28, "estimate")
+    assert late.chunk_tokens == (1, *[3] * 9)
