@@ -28,8 +28,19 @@ bisects to the largest level whose SLO attainment holds the target. The SLOs com
 the same; their defaults are the config's (--config, LLMTOP_SLO_*).
 
 Token counts come from the engine's usage (requested with stream_options), not from
-counting chunks. Only loopback targets are allowed unless --allow-remote: a load
+counting chunks; a stream that breaks before its usage is estimated as an llmtop proxy
+estimates it. Only loopback targets are allowed unless --allow-remote: a load
 generator pointed at someone's production by mistake is an incident.
+
+Through an llmtop proxy, bench and the proxy (its snapshot, /metrics, recording) count the
+same requests, errors and tokens, and judge SLOs by the same rules, but measure at
+different sockets: bench's TTFT and E2E include the hop to the proxy and back (ms on
+loopback), so they are a little above the proxy's and a request near the TTFT objective may
+meet it at the proxy only. A request bench's --timeout ends is a timeout to bench (judged,
+failed) and a client cancellation to the proxy (judged only if it had already missed an
+objective). bench leaves out its warm-up requests (--warmup) and, with --duration in
+closed loop, those that end after the level's deadline; the proxy counts them. bench's
+rates are over each level's measured duration, the proxy's over its window: compare counts.
 
 Failed requests are counted by kind (connection refused, HTTP 500, timeout …); a worker
 whose requests keep failing backs off, and a level where nothing succeeds gives up early.
