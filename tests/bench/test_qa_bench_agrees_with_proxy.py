@@ -204,6 +204,10 @@ def test_request_and_error_counts_agree_per_level_and_overall(views: Views) -> N
     assert m['llmtop_requests_total{outcome="ok"}'] == ok
     assert m['llmtop_requests_total{outcome="error"}'] == errors
     assert m['llmtop_requests_total{outcome="timeout"}'] == 0
+    assert m['llmtop_user_requests_total{outcome="ok",user="bench"}'] == ok
+    assert m['llmtop_user_requests_total{outcome="error",user="bench"}'] == errors
+    (user,) = [u for u in views.snapshot["users"] if u["user"] == "bench"]
+    assert user["requests"] == REQUESTS
     out = views.report["outcomes"]
     assert (out["requests"], out["ok"], out["errors"]) == (REQUESTS, ok, errors)
     # the engine saw every request but the three refused before it (status: "nothing
