@@ -77,8 +77,9 @@ class BenchStepLine:
 class Progress:
     """One status line on stderr, rewritten in place on a terminal."""
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
-        self.out = out
+    def __init__(self, out: TextIO | None = None) -> None:
+        # (stderr as it is now, not as it was at import: pytest's capture swaps it per test)
+        self.out = out = sys.stderr if out is None else out
         self.tty = out.isatty()
         self.label = ""
         self._last = 0.0
