@@ -360,6 +360,9 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         print(f"llmtop bench: interrupted after {len(records)} requests", file=sys.stderr)
         return 130
     if outcome.nothing_ok:
+        if plan.as_json:  # a script still gets its document: what failed, and how often
+            with contextlib.suppress(BrokenPipeError):
+                _print_results(plan, cfg, outcome, out)
         print(f"llmtop bench: error: {outcome.stopped}", file=sys.stderr)
         return 1
     code = (143 if outcome.terminated else 130) if outcome.interrupted else \

@@ -174,7 +174,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "local NVML, if any)")
     p.add_argument("--record", metavar="FILE",
                    help="write a recording, for llmtop report (default: none)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the results as JSON (also when nothing succeeded: the levels "
+                        "run, their failures by kind and why bench stopped; exit status 1)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a target that is not on this machine (loopback)")
     p.add_argument("--config", metavar="FILE",

@@ -131,11 +131,15 @@ async def test_a_level_with_some_errors_runs_to_the_end_and_counts_them() -> Non
 
 async def test_cli_unreachable_target_is_one_error_line_and_exit_1() -> None:
     """A dead port with the default 30 s levels: ends in seconds with one line that says
-    what happened and how often, nothing on stdout, exit 1."""
+    what happened and how often, exit 1; on stdout only --json's document (a script reading
+    it learns what failed), nothing in text mode."""
     code, out, err, took = await bench(f"http://127.0.0.1:{closed_port()}",
                                        "--concurrency", "1,2", "--json")
     assert code == 1, err
-    assert out == ""
+    assert [s["level"] for s in json.loads(out)["steps"]] == [1]
+    code, text_out, _, _ = await bench(f"http://127.0.0.1:{closed_port()}",
+                                       "--concurrency", "1", "--requests", "2")
+    assert code == 1 and text_out == ""
     last = err.strip().splitlines()[-1]
     assert last.startswith("llmtop bench: error: no request to ") and "succeeded" in last
     assert "connection refused" in last and "concurrency 1" in last
