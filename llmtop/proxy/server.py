@@ -103,6 +103,8 @@ _STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "applica
                            "application/jsonl", "application/x-jsonlines",
                            "application/jsonlines"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_HTTP1 = frozenset({(1, 0), (1, 1)})
+"""The versions served (aiohttp reads a request line without one as 0.9, and takes 2.0)."""
 
 _OWN_PARSER_ERROR = re.compile(
     r"malformed JSON( body| in stream event| line in stream)?"
@@ -452,8 +454,8 @@ class ProxyServer:
     ) -> web.StreamResponse:
         active = ex.active
         dialect = active.dialect
-        if request.version < (1, 0):
-            return self._refuse_http09(request, ex)
+        if request.version not in _HTTP1:
+            return self._refuse_version(request, ex)
         if request.method == "CONNECT":  # a tunnel: llmtop is a reverse proxy
             # (QA: it went upstream as "CONNECT  HTTP/1.1", the target lost, and a 2xx
             # answer was relayed without framing, leaving the client waiting)
@@ -523,13 +525,17 @@ class ProxyServer:
         del body  # forward holds it until the response head has come, and no longer
         return await forwarding
 
-    def _refuse_http09(self, request: web.BaseRequest, ex: Exchange) -> web.StreamResponse:
-        """A request line without a version (``GET /path``), which aiohttp reads as
-        HTTP/0.9: answered 505 in HTTP/1.0 and closed (QA: it was relayed with the status
-        line ``HTTP/0.9 200 OK``, which no client reads; aiohttp's own responses would
-        say ``HTTP/0.9`` too, so the proxy writes this one itself)."""
+    def _refuse_version(self, request: web.BaseRequest, ex: Exchange) -> web.StreamResponse:
+        """A request in a version other than HTTP/1.0 or 1.1: a line without a version
+        (``GET /path``), which aiohttp reads as HTTP/0.9, or ``HTTP/2.0`` in an HTTP/1
+        request line, which aiohttp's parser accepts. Answered 505 in HTTP/1.0 and closed
+        (QA: the first was relayed with the status line ``HTTP/0.9 200 OK``, which no
+        client reads; desync checks: the second was relayed upstream and answered
+        ``HTTP/2.0 200 OK`` with HTTP/1 framing. aiohttp's own responses would say the
+        client's version too, so the proxy writes this one itself)."""
+        major, minor = request.version
         resp = self.proxy_error(ex, ex.active.dialect, 505, "error",
-                                "HTTP/0.9 is not served: send HTTP/1.0 or HTTP/1.1",
+                                f"HTTP/{major}.{minor} is not served: send HTTP/1.0 or HTTP/1.1",
                                 "http_version_not_supported")
         body = resp.body if isinstance(resp.body, bytes) else b""
         frame = response_head((1, 0), request.method, 505, b"",
