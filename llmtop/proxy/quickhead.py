@@ -16,7 +16,13 @@ read bypass aiohttp):
   ``/``) without spaces, control bytes, percent-escapes or dot segments (so the path is
   the target up to ``?`` with nothing to decode or normalise);
 * ``HTTP/1.1`` or ``HTTP/1.0``; at most one ``Content-Length``, all digits; no
-  ``Transfer-Encoding``, ``Expect`` or ``Upgrade``.
+  ``Transfer-Encoding``, ``Expect`` or ``Upgrade``;
+* a method of the usual few (aiohttp's parser refuses methods it does not know, ``G&T``
+  or ``FOO``, which are tokens all the same), each field aiohttp takes only once
+  (``Host``, ``Content-Type``, ``User-Agent``, … its ``SINGLETON_HEADERS``) at most once,
+  and ``Host`` in an HTTP/1.1 request (desync checks: this reading forwarded such requests
+  that aiohttp's path answered 400 — the same bytes read two ways, by which path they
+  happened to take).
 """
 
 from __future__ import annotations
@@ -24,17 +30,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from aiohttp.http_parser import SINGLETON_HEADERS
 from multidict import CIMultiDict
 
 _T = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _HEAD = re.compile(
-    _T + rb" /[!-~]* HTTP/1\.[01]"  # request line: origin-form target, no blanks or controls
+    rb"(?:GET|POST|PUT|PATCH|DELETE|OPTIONS|HEAD)"  # methods any parser knows
+    rb" /[!-~]* HTTP/1\.[01]"  # request line: origin-form target, no blanks or controls
     rb"(?:\r\n" + _T + rb":[\t\x20-\x7e\x80-\xff]*)*"  # fields: token, values w/o controls
 )
 """A whole request head (less its blank line) of the plain kind: CRLF line ends only (a
 bare CR or LF is a control byte, allowed nowhere), no line folding (a field line starts
 with a token)."""
 _NOT_HERE = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
+_ONCE = frozenset(h.encode() for h in SINGLETON_HEADERS)
+"""Fields that aiohttp's parser refuses to see twice in a request (lower-case)."""
 MAX_HEAD = 16384
 """A longer head is left to aiohttp (its own limit is 8190 bytes per line)."""
 
@@ -81,12 +91,17 @@ def read_request(data: bytes) -> QuickRequest | None:
     raw: list[tuple[bytes, bytes]] = []
     length: int | None = None
     connection = b""
-    not_here = _NOT_HERE
+    not_here, once = _NOT_HERE, _ONCE
+    seen: set[bytes] = set()
     for line in lines[1:]:
         name, _, value = line.partition(b":")
         low = name.lower()
         if low in not_here:
             return None
+        if low in once:
+            if low in seen:
+                return None
+            seen.add(low)
         value = value.strip(b" \t")
         if low == b"content-length":
             if length is not None or not value.isdigit():
@@ -98,9 +113,11 @@ def read_request(data: bytes) -> QuickRequest | None:
     start = end + 4
     if len(data) != start + (length or 0):
         return None  # a body still to come, or a second request behind this one
+    http11 = version == b"HTTP/1.1"
+    if http11 and b"host" not in seen:
+        return None  # (aiohttp answers 400)
     text_target = target.decode("utf-8", "surrogateescape")
     tokens = {t.strip(b" \t") for t in connection.split(b",")}
-    http11 = version == b"HTTP/1.1"
     return QuickRequest(
         method=method.decode("ascii"),
         target=text_target,

@@ -137,8 +137,17 @@ CASES: dict[str, Case] = {
     "space in the target": Case(post(target=b"/v1/a b"), REFUSED),
     "HTTP/1.2": Case(post(version=b"HTTP/1.2"), REFUSED),
     "HTTP/2.0 request line": Case(post(version=b"HTTP/2.0"), (505,)),
+    # (read alike on both paths: aiohttp's parser refuses these)
+    "two Host fields": Case(post(b"Host: y\r\n"), REFUSED),
+    "no Host": Case(post().replace(b"Host: x\r\n", b""), REFUSED),
     "no Host in HTTP/1.0": Case(post(version=b"HTTP/1.0").replace(b"Host: x\r\n", b""),
                                 (200,), (BODY,)),
+    "two Host fields in HTTP/1.0": Case(post(b"Host: y\r\n", version=b"HTTP/1.0"),
+                                        REFUSED),
+    "two Content-Type fields": Case(post(b"Content-Type: text/plain\r\n"), REFUSED),
+    "two User-Agent fields": Case(post(b"User-Agent: a\r\nUser-Agent: b\r\n"), REFUSED),
+    "unknown method token": Case(post(method=b"G&T"), REFUSED),
+    "lower-case method": Case(post(method=b"post"), REFUSED),
     "fragment in the target": Case(post(target=b"/v1/x?a=1#frag"), (200,), (BODY,)),
     "empty field value": Case(post(b"X-A:\r\nX-B:   \r\n"), (200,), (BODY,)),
     # hop-by-hop lists naming framing fields
@@ -201,7 +210,10 @@ async def test_desync_shapes_are_refused_or_forwarded_unambiguously(mode: str) -
                 await _check(proxy, up, case, mode)
             except AssertionError as exc:
                 failures.append(f"{name}: {exc}".split("\n")[0][:300])
+        direct = proxy.server.direct_starts
     assert not failures, "\n".join(failures)
+    if mode != "split":  # the plain cases did take the direct path
+        assert direct > len(CASES) // 4, direct
 
 
 async def _check(proxy: Proxy, up: RecordingUpstream, case: Case, mode: str) -> None:
