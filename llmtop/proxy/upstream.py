@@ -229,11 +229,13 @@ class UpstreamConnection(asyncio.Protocol):
                                 size = 0
                             end = nl + 2 + size
                             if size and end + 2 == len(data) and data[end:] == b"\r\n":
-                                # (int() also reads "0x1f": only plain hex is a frame the
-                                # client may be sent as it is)
-                                sink.on_data(data[nl + 2:end],
-                                             None if 0x78 in size_text or 0x58 in size_text
-                                             else data)
+                                if 0x78 in size_text or 0x58 in size_text:
+                                    # int() also reads "0x1f", HTTP does not: framed anew
+                                    # for the client, and not pooled again (_dechunk)
+                                    self._reusable = False
+                                    sink.on_data(data[nl + 2:end], None)
+                                else:
+                                    sink.on_data(data[nl + 2:end], data)
                                 return
                 self._body(data)
             else:
@@ -421,8 +423,9 @@ class UpstreamConnection(asyncio.Protocol):
                         if size > 0 and end + 2 <= n and data[end:end + 2] == b"\r\n":
                             out.append(data[nl + 2:end])
                             pos = end + 2
-                            if whole and (0x78 in size_text or 0x58 in size_text):
-                                whole = False  # "0x1f": int() reads it, HTTP does not
+                            if 0x78 in size_text or 0x58 in size_text:
+                                # "0x1f": int() reads it, HTTP does not (see below)
+                                whole = self._reusable = False
                             continue
                         if size == 0 and nl + 4 == n and data.endswith(b"\r\n\r\n"):
                             # the last chunk, no trailers, ends this read: "0\r\n\r\n"
@@ -448,16 +451,21 @@ class UpstreamConnection(asyncio.Protocol):
                     if len(self._line) > MAX_CHUNK_LINE:
                         raise MalformedResponse("bad chunked encoding (line too long)")
                     break
-                line = (self._line + data[pos:nl]).rstrip(b"\r")
+                line = self._line + data[pos:nl]
                 self._line = b""
                 pos = nl + 1
+                if line[-1:] == b"\r":
+                    line = line[:-1]
+                else:  # a bare LF: read as a line end, but not pooled again (see below)
+                    self._reusable = False
                 if self._trailers:
                     if not line:  # the blank line after the trailers: done
                         if pos < n:
                             self._reusable = False  # bytes after the response
                         return b"".join(out), True, False
                     continue
-                size_text = line.split(b";", 1)[0].strip()
+                raw_size = line.split(b";", 1)[0]
+                size_text = raw_size.strip()
                 try:
                     size = int(size_text, 16)
                 except ValueError:
@@ -465,6 +473,15 @@ class UpstreamConnection(asyncio.Protocol):
                         f"bad chunked encoding (chunk size {size_text[:20]!r})") from None
                 if size < 0:
                     raise MalformedResponse("bad chunked encoding (negative size)")
+                if (not size_text.isalnum() or 0x78 in size_text or 0x58 in size_text
+                        or raw_size[:1] in (b" ", b"\t")):
+                    # chunk-size is 1*HEXDIG, and int() also reads "+5", " 5", "0_5" and
+                    # "0x5": the client gets the body framed anew, but a server that
+                    # writes such sizes (or bare LF line ends) may mean another framing
+                    # than the one read here, so the connection is not pooled again —
+                    # its next bytes could become another client's response (desync
+                    # checks: such responses were relayed and their connection reused)
+                    self._reusable = False
                 if size == 0:
                     self._trailers = True
                 else:

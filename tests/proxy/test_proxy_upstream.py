@@ -123,6 +123,39 @@ async def test_malformed_chunked_is_an_error(body: bytes, why: str) -> None:
         peer.close()
 
 
+@pytest.mark.parametrize(
+    ("reads", "pooled"),
+    [((b"5\r\nhello\r\n", b"0\r\n\r\n"), True),
+     ((b"005;x=1\r\nhello\r\n0\r\n\r\n",), True),
+     ((b"0x5\r\nhello\r\n", b"0\r\n\r\n"), False),  # a read of one whole chunk
+     ((b"0x5\r\nhello\r\n0\r\n\r\n",), False),  # whole chunks and the end
+     ((b"0x5\r\nhel", b"lo\r\n0\r\n\r\n"), False),  # a size line read alone
+     ((b"+5\r\nhello\r\n0\r\n\r\n",), False),
+     ((b"0_5\r\nhello\r\n0\r\n\r\n",), False),
+     ((b" 5\r\nhello\r\n0\r\n\r\n",), False),
+     ((b"5\nhello\r\n0\r\n\r\n",), False),
+     ((b"5\r\nhello\r\n0\r\nX-T: 1\n\r\n",), False)],
+)
+async def test_chunk_framing_only_a_lenient_reader_reads_is_not_pooled_again(
+        reads: tuple[bytes, ...], pooled: bool) -> None:
+    """A chunk size that is not plain hex digits, or a chunk line ending in a bare LF: the
+    body is relayed, but the connection is not reused (its server may frame otherwise)."""
+    conn, peer, _ = await _conn_pair()
+    try:
+        fut = conn.send(b"GET / HTTP/1.1\r\n\r\n", False)
+        conn.data_received(CHUNKED_HEAD)
+        await fut
+        sink = BufferSink(asyncio.get_running_loop())
+        conn.attach(sink)
+        for data in reads:
+            conn.data_received(data)
+        assert await asyncio.wait_for(sink.done, 1) == b"hello"
+        assert conn.reusable is pooled
+    finally:
+        conn.close()
+        peer.close()
+
+
 async def test_bad_status_line_fails_the_head() -> None:
     conn, peer, _ = await _conn_pair()
     try:

@@ -10,8 +10,11 @@ which upstream request its answer belongs to. A framing it cannot read exactly i
 in ``UpConn.errors`` (a desync: the proxy sent something another server may read
 differently) and the connection is closed.
 
-A request whose target starts with ``/hostile/NAME`` is answered by ``RESPONSES[NAME]``
-instead: the response-side checks (a hostile upstream's framing).
+A request whose target starts with ``/hostile/NAME`` is answered by ``responses[NAME]``
+instead — ``(answer, late)``: ``answer`` now, and ``late`` before the answer to the next
+request on the same connection (bytes the upstream meant as part of this response, which
+the proxy did not read as such): the response-side checks. A proxy that pools such a
+connection again hands ``late`` to another client as the start of its response.
 
 Imported by test_rel_desync*.py (pytest puts this directory on ``sys.path``).
 """
@@ -51,6 +54,8 @@ class UpConn:
     """One proxy→upstream connection as the upstream saw it."""
 
     index: int
+    late: bytes = b""
+    """Bytes to send before the next answer (see the module docstring)."""
     raw: bytearray = field(default_factory=bytearray)
     requests: list[Framed] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -136,14 +141,11 @@ def frame_request(buf: bytes) -> tuple[tuple[bytes, bytes, list[tuple[bytes, byt
     return (method, target, headers, b"", "none"), pos
 
 
-RESPONSES: dict[str, bytes] = {}
-"""Hostile answers by name (``/hostile/NAME``); ``{n}`` in them is the request number."""
-
-
 class RecordingUpstream:
     """The upstream (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, responses: dict[str, tuple[bytes, bytes]] | None = None) -> None:
+        self.responses = responses or {}
         self.conns: list[UpConn] = []
         self.count = 0
         self.url = ""
@@ -226,23 +228,25 @@ class RecordingUpstream:
 
     async def _answer(self, writer: asyncio.StreamWriter, req: Framed, conn: UpConn
                       ) -> bool:
+        late, conn.late = conn.late, b""
         if req.target.startswith(b"/hostile/"):
-            name = req.target.split(b"/")[2].decode()
-            writer.write(RESPONSES[name].replace(b"{n}", str(req.n).encode()))
+            answer, conn.late = self.responses[req.target.split(b"/")[2].decode()]
+            writer.write(late + answer)
             await writer.drain()
-            return not name.startswith("close")
+            return True
         body = json.dumps({"up": req.n, "conn": conn.index, "len": len(req.body),
                            "method": req.method.decode("latin-1"),
                            "target": req.target.decode("latin-1")}).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        writer.write(late + b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
         return True
 
 
 @contextlib.asynccontextmanager
-async def recording_upstream() -> AsyncIterator[RecordingUpstream]:
-    up = RecordingUpstream()
+async def recording_upstream(responses: dict[str, tuple[bytes, bytes]] | None = None
+                             ) -> AsyncIterator[RecordingUpstream]:
+    up = RecordingUpstream(responses)
     await up.start()
     try:
         yield up
