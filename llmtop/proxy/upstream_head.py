@@ -158,6 +158,13 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
             elif low == b"content-encoding" and encoding is None:
                 encoding = value.decode("latin-1")
     no_body = head_request or status in _NO_BODY_STATUS or 100 <= status < 200
+    if status == 204 and (te_seen or length):
+        # a 204 announcing a body (RFC 9110 15.3.5: it has none, and RFC 9112 6.1/6.2: it
+        # sends neither field): the upstream may send that body after the head, where
+        # the next request's response would be read — the connection is not used again
+        # (desync checks: "204 ... Content-Length: 6" with its 6 bytes written late
+        # reached the next client, another tenant, as the start of its response)
+        conn_close = True
     if te_seen:
         chunked = codings == [b"chunked"]
         if not chunked and not no_body:

@@ -54,6 +54,12 @@ CASES: dict[str, Hostile] = {
         H + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", POISON, 502, None),
     "Content-Length 5, 5": Hostile(H + b"Content-Length: 5, 5\r\n\r\nhello", POISON, 502, None),
     "204 with a body": Hostile(b"HTTP/1.1 204 No Content\r\n\r\n" + POISON, b"", 204),
+    "204 announcing a body that comes late": Hostile(
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 6\r\n\r\n", POISON, 204),
+    "204 announcing a chunked body": Hostile(
+        b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n", POISON, 204),
+    "204 with Content-Length: 0": Hostile(
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", b"", 204, reuse=True),
     "304 with its Content-Length": Hostile(
         b"HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\n\r\n", b"", 304, reuse=True),
     "304 with a body": Hostile(b"HTTP/1.1 304 Not Modified\r\n\r\n" + POISON, b"", 304),
