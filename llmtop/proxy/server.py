@@ -473,6 +473,11 @@ class ProxyServer:
                 " connect to the upstream directly for this endpoint", "upgrade_not_supported")
             resp.force_close()
             return resp
+        coding = request.headers.get("Transfer-Encoding")
+        if coding is not None:  # (never on the direct path: read_request leaves it here)
+            refused = self._refuse_coding(request, ex, coding)
+            if refused is not None:
+                return refused
         limit = self.cfg.max_body_bytes
         declared = request.content_length
         # the request's timeouts: a client that stops sending its body, then the upstream
@@ -546,6 +551,32 @@ class ProxyServer:
             transport.write(frame.head + body)
             transport.close()
         return sent_response(keep_alive=False)
+
+    def _refuse_coding(self, request: web.BaseRequest, ex: Exchange, coding: str
+                       ) -> web.StreamResponse | None:
+        """A request body's transfer coding that is not exactly ``chunked`` in HTTP/1.1,
+        answered and closed (None: served). aiohttp's parser de-chunks a body whose last
+        coding is chunked and leaves any coding before it on the bytes
+        (``Transfer-Encoding: gzip, chunked``): the proxy would send them upstream under a
+        ``Content-Length`` with no word of the coding, a body the upstream reads as
+        something else — 501, as RFC 9112 6.1 asks of a coding the server does not
+        implement. In an HTTP/1.0 request ``Transfer-Encoding`` means faulty framing
+        (RFC 9112 6.1: an HTTP/1.0 peer frames that body otherwise) — 400."""
+        dialect = ex.active.dialect
+        if request.version < (1, 1):
+            resp = self.proxy_error(ex, dialect, 400, "error",
+                                    "Transfer-Encoding in an HTTP/1.0 request",
+                                    "bad_request")
+        elif coding.strip(" \t").lower() != "chunked":
+            resp = self.proxy_error(ex, dialect, 501, "error",
+                                    f"transfer coding not implemented ({coding[:40]}): "
+                                    "only chunked", "transfer_coding_not_supported")
+        else:
+            return None
+        active = ex.active
+        active.user = self._identity.resolve(request.headers, None, request.remote)
+        resp.force_close()
+        return resp
 
     def cancel_reason(self) -> str:
         return SHUTDOWN_REASON if self._closing else "client disconnected"

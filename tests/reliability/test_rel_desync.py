@@ -94,6 +94,11 @@ CASES: dict[str, Case] = {
     "TE empty": Case(chunked(te=b""), REFUSED),
     "TE folded": Case(chunked(te=b"\r\n chunked"), REFUSED),
     "TE name with a space": Case(chunked().replace(b"Encoding:", b"Encoding :"), REFUSED),
+    "TE gzip, chunked": Case(chunked(te=b"gzip, chunked"), (501,)),
+    "TE identity, chunked": Case(chunked(te=b"identity, chunked"), (501,)),
+    "TE in HTTP/1.0": Case(chunked(version=b"HTTP/1.0"), REFUSED),
+    "TE in HTTP/1.0, keep-alive": Case(
+        chunked(extra=b"Connection: keep-alive\r\n", version=b"HTTP/1.0"), REFUSED),
     "TE Chunked": Case(chunked(te=b"Chunked"), (200,), (b"hello",)),
     "TE with leading blanks": Case(chunked(te=b"  chunked"), (200,), (b"hello",)),
     "TE after a tab": Case(chunked().replace(b": chunked", b":\tchunked"), (200,),
