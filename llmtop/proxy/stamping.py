@@ -145,13 +145,24 @@ class StampingRequestHandler(web.RequestHandler):
                     self.direct = direct
                     self._head_since = None
                     return
-        before = len(queue)
+        before, aligned = len(queue), self._aligned
         super().data_received(data)
         added = len(queue) - before
         if added > 0:
             self._head_since = None
             for _ in range(added):
                 self.rx_stamps.append(now)
+            message, payload = queue[-1]
+            if (isinstance(message, RawRequestMessage) and message.upgrade
+                    and not getattr(self, "_upgraded", True)
+                    and _bytes_after(data, message, aligned and added == 1)):
+                # an Upgrade that aiohttp's parser declines (h2c; it takes only
+                # websocket): the parser drops whatever followed that request in the read
+                # (desync checks: a request pipelined behind an h2c offer was never
+                # answered, and the client would read the answer to its next request as
+                # the answer to that one). So the connection closes after this response,
+                # and the client sends again what went unanswered, as HTTP/1.1 clients do
+                queue[-1] = (message._replace(should_close=True), payload)
         if quick is None:
             self._aligned = False
         else:
@@ -259,6 +270,17 @@ class StampingRequestHandler(web.RequestHandler):
             self._head_timer = loop.call_later(left, self._check_head)
         elif self.transport is not None:
             self.transport.close()
+
+
+def _bytes_after(data: bytes, message: RawRequestMessage, whole: bool) -> bool:
+    """Whether ``data``, the read that completed ``message``, may hold bytes after it;
+    ``whole``: the read began with ``message`` and held no other (else, or with a chunked
+    body, it may, as far as this can tell)."""
+    if not whole or message.chunked:
+        return True
+    end = data.find(b"\r\n\r\n")
+    length = message.headers.get("Content-Length", "0")
+    return end < 0 or not length.isdigit() or len(data) > end + 4 + int(length)
 
 
 class StampingServer(web.Server):

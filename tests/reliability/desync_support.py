@@ -6,7 +6,8 @@ gets back with a strict framing of its own.
 
 The upstream answers each request it frames with a small JSON body naming the request
 (``{"up": N, ...}``, N counting requests across all connections), so a client can tell
-which upstream request its answer belongs to. A framing it cannot read exactly is noted
+which upstream request its answer belongs to (a target starting with ``/slow``: after
+0.3 s). A framing it cannot read exactly is noted
 in ``UpConn.errors`` (a desync: the proxy sent something another server may read
 differently) and the connection is closed.
 
@@ -229,6 +230,8 @@ class RecordingUpstream:
     async def _answer(self, writer: asyncio.StreamWriter, req: Framed, conn: UpConn
                       ) -> bool:
         late, conn.late = conn.late, b""
+        if req.target.startswith(b"/slow"):  # an answer that takes a while
+            await asyncio.sleep(0.3)
         if req.target.startswith(b"/hostile/"):
             answer, conn.late = self.responses[req.target.split(b"/")[2].decode()]
             writer.write(late + answer)
