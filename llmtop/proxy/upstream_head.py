@@ -166,6 +166,12 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
         # reached the next client, another tenant, as the start of its response)
         conn_close = True
     if te_seen:
+        if version == b"HTTP/1.0":
+            # RFC 9112 6.1: framing faulty, close after it — an HTTP/1.0 server knows no
+            # transfer codings, and may mean a body that ends when the connection does
+            # (desync checks: "HTTP/1.0 ... Connection: keep-alive ... chunked" was
+            # pooled again, its late bytes reaching the next client)
+            conn_close = True
         chunked = codings == [b"chunked"]
         if not chunked and not no_body:
             # a transfer coding other than chunked (gzip, compress, deflate, or chunked

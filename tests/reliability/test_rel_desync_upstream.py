@@ -88,6 +88,9 @@ CASES: dict[str, Hostile] = {
                                              b"hello"),
     "last chunk line ending in bare LF": Hostile(
         CHUNKED + b"5\r\nhello\r\n0\n\r\n", POISON, 200, b"hello"),
+    "HTTP/1.0 keep-alive, chunked": Hostile(
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n", POISON, 200, b"hello"),
     # sound responses: the connection goes on serving
     "Chunked": Hostile(H + b"Transfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
                        b"", 200, b"hello", reuse=True),
