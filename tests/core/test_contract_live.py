@@ -575,3 +575,69 @@ def test_the_pseudonym_is_stable_across_a_restart(session: Session, tmp_path: Pa
         assert users == [pseudonym]
     finally:
         run.stop()
+
+
+def test_warnings_in_the_snapshot_and_the_recording(tmp_path: Path) -> None:
+    """An upstream nobody answers: UPSTREAM_DOWN is raised at once — in the snapshot with
+    the example's keys, in the recording as a ``warning`` line with the page's fields."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    rec = tmp_path / "down.jsonl"
+    run = _Proc(tmp_path, "down", "run", "--headless", "--upstream", dead, "--listen",
+                "127.0.0.1:0", "--admin", "127.0.0.1:0", "--gpu-source", "none",
+                "--record", str(rec), wait_for=("proxy", "admin"))
+    try:
+        status, _ = _post(run.urls["proxy"] + "/v1/chat/completions",
+                          {"model": "m", "messages": [{"role": "user", "content": PROMPT}]})
+        assert status == 502
+        snap = _wait_for("a warning", lambda: (
+            d if (d := _get(run.urls["admin"] + "/llmtop/v1/snapshot"))["warnings"] else None))
+        problems = _shape_problems({"warnings": EXAMPLE["warnings"]}, snap, "snapshot")
+        assert not problems, "\n".join(problems)
+        assert "UPSTREAM_DOWN" in {w["code"] for w in snap["warnings"]}
+        assert all(w["severity"] in ("info", "warning", "critical") for w in snap["warnings"])
+        assert run.stop() == 0
+    finally:
+        run.stop(signal.SIGKILL)
+    lines = [json.loads(ln) for ln in rec.read_text().splitlines()]
+    warnings = [ln for ln in lines if ln["type"] == "warning"]
+    assert warnings and warnings[0]["code"] == "UPSTREAM_DOWN"
+    for w in warnings:
+        for k, types in WARNING_FIELDS.items():
+            assert k in w and isinstance(w[k], types), (k, w)
+        assert w["state"] in ("raised", "cleared")
+        assert w["severity"] in ("info", "warning", "critical")
+    assert lines[-1]["type"] == "footer"
+
+
+def _fetch(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_the_admin_api_is_not_on_the_proxy_address(session: Session, tmp_path: Path) -> None:
+    """The proxy address forwards the admin paths to the upstream like any other: what
+    answers there is the engine (the simulator's /metrics, in vLLM's names; its 404 for
+    the snapshot), never llmtop's admin API."""
+    assert b"vllm:" in _fetch(session.sim_url + "/metrics")[1]
+    run = _Proc(tmp_path, "noadmin", "run", "--headless", "--upstream", session.sim_url,
+                "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--gpu-source", "none",
+                wait_for=("proxy", "admin"))
+    try:
+        proxy, admin = run.urls["proxy"], run.urls["admin"]
+        own = {f.name for f in text_string_to_metric_families(
+            _fetch(admin + "/metrics")[1].decode())}
+        assert own
+        status, body = _fetch(proxy + "/metrics")
+        assert status == 200 and b"vllm:" in body
+        assert not own & {f.name for f in text_string_to_metric_families(body.decode())}
+        assert _fetch(admin + "/llmtop/v1/snapshot")[0] == 200
+        status, body = _fetch(proxy + "/llmtop/v1/snapshot")
+        assert status == 404 and b'"histograms"' not in body
+        assert _fetch(proxy + "/llmtop/v1/requests?state=recent")[0] == 404
+    finally:
+        run.stop()
