@@ -26,6 +26,17 @@ Severity: TypeAlias = Literal["info", "warning", "critical"]
 WarningState: TypeAlias = Literal["raised", "cleared"]
 
 DIALECTS: Final = ("openai", "anthropic", "ollama", "tgi", "sglang", "other")
+OUTSIDE_DIALECTS: Final = ("openai", "anthropic", "ollama", "tgi", "other")
+"""The ``dialect`` values the recording and the admin API may carry: the outside contract
+(shared/docs/interfaces.md) lists these and no others, and tools written against it may
+treat the list as closed. A dialect the proxy tells apart beyond them (``sglang``: SGLang's
+native ``/generate``) is written as ``other`` — what the page calls an API it does not
+list; its ``path`` still says which."""
+
+
+def outside_dialect(dialect: str) -> str:
+    """``dialect`` as the recording and the admin API write it (:data:`OUTSIDE_DIALECTS`)."""
+    return "other" if dialect == "sglang" else dialect
 OUTCOMES: Final = ("ok", "error", "cancelled", "timeout")
 WARNING_CODES: Final = (
     "QUEUEING", "SLO_TTFT", "SLO_ITL", "SLO_E2E", "KV_CACHE", "GPU_MEMORY", "BANDWIDTH",
@@ -153,6 +164,7 @@ class RequestRecord:
         d: dict[str, Any] = {"type": "request"}
         for n in _RECORD_FIELDS:
             d[n] = getattr(self, n)
+        d["dialect"] = outside_dialect(self.dialect)
         d["chunk_offsets_s"] = list(self.chunk_offsets_s)
         d["chunk_tokens"] = list(self.chunk_tokens)
         return d
@@ -280,7 +292,7 @@ class ActiveRequest:
             "id": self.id,
             "user": self.user,
             "model": self.model,
-            "dialect": self.dialect,
+            "dialect": outside_dialect(self.dialect),
             "path": self.path,
             "stream": self.stream,
             "status": self.status,

@@ -47,7 +47,14 @@ import orjson
 from llmtop import __version__
 from llmtop.bus import EventBus
 from llmtop.clock import unix_now
-from llmtop.events import ChunkSlice, Event, RequestRecord, Severity, WarningEvent
+from llmtop.events import (
+    ChunkSlice,
+    Event,
+    RequestRecord,
+    Severity,
+    WarningEvent,
+    outside_dialect,
+)
 from llmtop.recording.errors import RecordingError
 
 FORMAT = "llmtop-recording"
@@ -81,6 +88,7 @@ def event_dict(ev: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "request"}
         for n in _REQUEST_FIELDS:
             out[n] = getattr(ev, n)
+        out["dialect"] = outside_dialect(ev.dialect)
         return out
     d: dict[str, Any] = ev.to_json_dict()
     return d

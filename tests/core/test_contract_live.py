@@ -208,7 +208,10 @@ def _traffic(s: Session) -> int:
                                          "options": {"num_predict": 4}})[0] == 200
     assert _post(s.proxy + "/generate", {"inputs": PROMPT,
                                          "parameters": {"max_new_tokens": 4}})[0] == 200
-    n += 2
+    # SGLang's native /generate: an API the page does not list, so "other"
+    assert _post(s.proxy + "/generate", {"text": PROMPT,
+                                         "sampling_params": {"max_new_tokens": 4}})[0] == 200
+    n += 3
     # other: a POST nobody's dialect knows (the sim answers 404; it is still recorded)
     _post(s.proxy + "/v1/not-a-generation-route", {"x": 1})
     n += 1
@@ -491,6 +494,8 @@ def test_recording_request_fields_and_their_values(session: Session) -> None:
     assert by_user["hangs-up"]["outcome"] == "cancelled"
     assert {r["dialect"] for r in requests} == {"openai", "anthropic", "ollama", "tgi",
                                                 "other"}
+    # TGI's /generate and SGLang's: tgi, and other (an API the page does not list)
+    assert [r["dialect"] for r in requests if r["path"] == "/generate"] == ["tgi", "other"]
     assert {r["stream"] for r in requests} == {True, False}
     assert {r["outcome"] for r in requests} >= {"ok", "error", "cancelled"}
 
@@ -554,7 +559,8 @@ def test_who_is_the_user(session: Session) -> None:
     assert by_path["/v1/messages"] == [pseudonym]  # x-api-key
     assert "header-user" in chat and "body-user" not in chat
     assert by_path["/v1/completions"] == ["body-user"]
-    assert by_path["/api/chat"] == ["127.0.0.1"] and by_path["/generate"] == ["127.0.0.1"]
+    assert by_path["/api/chat"] == ["127.0.0.1"]
+    assert by_path["/generate"] == ["127.0.0.1", "127.0.0.1"]
 
 
 def test_the_pseudonym_is_stable_across_a_restart(session: Session, tmp_path: Path) -> None:
