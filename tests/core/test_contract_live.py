@@ -170,6 +170,7 @@ class Session:
     start_answer: Any = None
     stop_answer: Any = None
     rc: int | None = None
+    summary: list[str] = field(default_factory=list)
     everything: str = ""  # every byte llmtop wrote or served, for the privacy checks
 
 
@@ -281,6 +282,8 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
         with gzip.open(second, "rt", encoding="utf-8") as fh:
             s.admin_recording = [json.loads(ln) for ln in fh]
         s.rc = run.stop(signal.SIGINT)
+        s.summary = [ln for ln in run.out.read_text().splitlines()
+                     if ln.startswith("llmtop: served")]
         text = (tmp / "rec.jsonl").read_text(encoding="utf-8")
         s.recording = [json.loads(ln) for ln in text.splitlines()]
         s.everything = "".join([text, json.dumps([s.snaps, s.recent, s.active]), s.metrics,
@@ -515,9 +518,12 @@ def test_recording_gpu_engine_footer_fields(session: Session) -> None:
             assert r["severity"] in ("info", "warning", "critical")
     footer = session.recording[-1]
     assert footer["type"] == "footer"
+    # SIGINT: a graceful shutdown, exit 0, and a summary
     assert type(footer["ended_at"]) is float
     assert footer["requests"] == sum(1 for r in session.recording if r["type"] == "request")
     assert session.rc == 0
+    assert len(session.summary) == 1 and re.match(r"llmtop: served [0-9]+ requests",
+                                                  session.summary[0]), session.summary
 
 
 def test_a_cut_off_last_line_is_accepted(session: Session, tmp_path: Path) -> None:
@@ -579,6 +585,8 @@ def test_the_pseudonym_is_stable_across_a_restart(session: Session, tmp_path: Pa
         users = _wait_for("the request listed", lambda: [
             r["user"] for r in _get(run.urls["admin"] + "/llmtop/v1/requests?state=recent")])
         assert users == [pseudonym]
+        assert run.stop(signal.SIGTERM) == 0  # SIGTERM: graceful as SIGINT, with a summary
+        assert "llmtop: served 1 request" in run.out.read_text()
     finally:
         run.stop()
 
