@@ -172,6 +172,7 @@ class Session:
     rc: int | None = None
     summary: list[str] = field(default_factory=list)
     everything: str = ""  # every byte llmtop wrote or served, for the privacy checks
+    completion: str = ""  # the text of one streamed answer
 
 
 def _wait_for(what: str, check: Any, within_s: float = 60) -> Any:
@@ -193,8 +194,7 @@ def _traffic(s: Session) -> int:
     # the API key: a Bearer token (the SDK), then x-api-key with the same key
     stream = sdk.chat.completions.create(model="m", messages=msgs, max_tokens=8, stream=True,
                                          stream_options={"include_usage": True})
-    for _ in stream:
-        pass
+    s.completion = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     n += 1
     assert _post(s.proxy + "/v1/messages", {"model": "m", "max_tokens": 6, "messages": msgs},
                  {"x-api-key": SECRET, "anthropic-version": "2023-06-01"})[0] == 200
@@ -513,6 +513,8 @@ def test_recording_gpu_engine_footer_fields(session: Session) -> None:
             assert k in r and isinstance(r[k], types), (k, r)
         if r["type"] == "gpu":
             assert r["simulated"] is True
+        if r["type"] == "engine":  # the raw scraped values: the sim's vLLM names
+            assert r["raw"] and any(k.startswith("vllm:") for k in r["raw"]), r["raw"]
         if r["type"] == "warning":
             assert r["state"] in ("raised", "cleared")
             assert r["severity"] in ("info", "warning", "critical")
@@ -546,7 +548,10 @@ def test_a_cut_off_last_line_is_accepted(session: Session, tmp_path: Path) -> No
 # -- privacy and "the user" -----------------------------------------------------------------
 
 def test_no_prompt_text_and_no_raw_key_anywhere(session: Session) -> None:
+    """Neither the prompt, nor an answer's text, nor the API key, in the recording, the
+    snapshot, the request lists, /metrics or the process's output."""
     assert PROMPT not in session.everything
+    assert len(session.completion) > 20 and session.completion not in session.everything
     assert SECRET not in session.everything
     assert SECRET[3:] not in session.everything
 
