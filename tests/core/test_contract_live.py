@@ -227,8 +227,12 @@ def _traffic(s: Session) -> int:
     return n
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+@pytest.fixture(scope="module", params=[[], ["--workers", "2"]],
+                ids=["1 process", "2 workers"])
+def session(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """The contract holds the same for ``--workers 2`` (records shipped to a coordinator
+    through their own codec) as for one process."""
     tmp = tmp_path_factory.mktemp("contract")
     s = Session(tmp)
     sim = _Proc(tmp, "sim", "sim", "--listen", "127.0.0.1:0", wait_for=("sim",))
@@ -238,7 +242,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
         run = _Proc(tmp, "run", "run", "--headless", "--upstream", s.sim_url, "--listen",
                     "127.0.0.1:0", "--admin", "127.0.0.1:0", "--record",
                     str(tmp / "rec.jsonl"), "--gpu-source", "sim", "--slo-ttft", "0.5",
-                    wait_for=("proxy", "admin"))
+                    *request.param, wait_for=("proxy", "admin"))
         s.proxy, s.admin = run.urls["proxy"], run.urls["admin"]
         snap = s.admin + "/llmtop/v1/snapshot"
         for w in WINDOWS:
