@@ -232,9 +232,10 @@ def test_port_0_lines_are_flushed_to_a_pipe(extra: list[str]) -> None:
                 pass
 
 
-def test_port_0_lines_under_the_tui() -> None:
+@pytest.mark.parametrize("extra", [[], ["--workers", "2"]], ids=["1 process", "2 workers"])
+def test_port_0_lines_under_the_tui(extra: list[str]) -> None:
     """``run`` without --headless, on a terminal: the lines come before the TUI starts."""
-    with _started(RUN, tty=True) as (proc, fd):
+    with _started([*RUN, *extra], tty=True) as (proc, fd):
         got = _two_lines(ANSI.sub("", _read_until(fd, proc, BOTH)))
         with socket.create_connection(("127.0.0.1", got["admin"]), timeout=10):
             pass
