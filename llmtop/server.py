@@ -42,12 +42,13 @@ from llmtop.metrics.aggregator import Aggregator
 from llmtop.proxy.relay import SHUTDOWN_REASON
 from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
-from llmtop.recording.writer import RecordingController
+from llmtop.recording.writer import ORDER_HOLD_S, RecordingController
 from llmtop.saturation import SaturationMonitor
 from llmtop.ticks import grid_delay
 from llmtop.tls import upstream_ssl
 from llmtop.worker_procs import StartupErrorProxy, Supervisor, spawn_workers
 from llmtop.workers import (
+    FORWARD_INTERVAL_S,
     INGEST_PATH,
     EventForwarder,
     FleetActive,
@@ -58,6 +59,11 @@ T = TypeVar("T")
 
 TICK_S = 0.5
 """How often the metrics rotate their intervals; the detectors run every second tick."""
+
+COORDINATOR_ORDER_HOLD_S = FORWARD_INTERVAL_S
+"""How long the coordinator's recorder holds a line to write it in time order: a worker's
+records reach it up to one forwarding interval after the requests ended (the recorder
+caps the hold at half its ``flush_s``, for what a kill -9 may lose)."""
 
 
 class StartupError(RuntimeError):
@@ -100,7 +106,8 @@ class Observers:
     samplers. Used by the single process and by the coordinator."""
 
     def __init__(self, cfg: Config, bus: EventBus, active: Mapping[str, ActiveRequest],
-                 *, upstream_down: Any = None, out: TextIO | None = None) -> None:
+                 *, upstream_down: Any = None, out: TextIO | None = None,
+                 order_hold_s: float = ORDER_HOLD_S) -> None:
         self.cfg = cfg
         self.bus = bus
         self.active = active
@@ -117,6 +124,7 @@ class Observers:
         self.recording = RecordingController(
             bus, header=self._recording_header, queue_max=cfg.recording.queue_max,
             queue_max_chunks=cfg.recording.queue_max_chunks, flush_s=cfg.recording.flush_s,
+            order_hold_s=order_hold_s,
         )
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -455,7 +463,9 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     stop = _stop_event()
     bus = EventBus()
     fleet = FleetActive()
-    obs = Observers(cfg, bus, fleet, out=out)
+    # the workers' records come every FORWARD_INTERVAL_S: held that much longer, the
+    # recording's lines are written in time order (writer.ORDER_HOLD_S)
+    obs = Observers(cfg, bus, fleet, out=out, order_hold_s=COORDINATOR_ORDER_HOLD_S)
     token = secrets.token_hex(16)
     obs.check_recording()
     obs.open_gpu()

@@ -17,6 +17,17 @@ file. ``os.fsync`` (surviving a power cut) is done once, when the recording is s
 fsync per flush would cost a disk round trip several times a second for no gain against a
 killed process.
 
+Order: the interface promises the lines after the header in time order — a reading or a
+warning at its ``t``, a request when it ended (``t_start + e2e_s``,
+:func:`llmtop.recording.reader.event_time`). They reach the recorder a moment out of that
+order: a GPU or engine reading is stamped when taken and published once read (an engine
+scrape is a round trip), and with ``--workers N`` the workers' records come every 0.5 s.
+So the writer holds each line ``order_hold_s`` (:data:`ORDER_HOLD_S`; the coordinator of
+workers longer) and writes what it holds by time. The hold is at most ``flush_s / 2``, so a
+line is still written within ``flush_s`` of being queued (the durability above); with
+workers that can fall short of their forwarding interval, and a record that comes later
+than the hold is written when it comes.
+
 Warnings: the saturation monitor publishes a raised warning again (state ``raised``) when
 its figures change, for the live view. The recording keeps only the transitions — a code's
 first ``raised``, a ``raised`` whose severity changed (``warning`` → ``critical`` and back)
@@ -33,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
+import heapq
 import json
 import math
 import os
@@ -64,6 +76,9 @@ Opener = Callable[[Path, bool], IO[bytes]]
 """``opener(path, overwrite)`` → a binary file object to write to (tests inject slow ones)."""
 
 _BATCH_LINES = 4096  # lines serialised per write() call
+ORDER_HOLD_S: Final = 0.25
+"""How long a line waits in the writer, so that lines published a moment out of time
+order are written in it (module docstring); at most half of ``flush_s``."""
 QUEUE_MAX_CHUNKS: Final = 4_000_000
 """Default bound on the chunks of the request records queued (~40 B a chunk: ~160 MB)."""
 
@@ -92,6 +107,15 @@ def event_dict(ev: Any) -> dict[str, Any]:
         return out
     d: dict[str, Any] = ev.to_json_dict()
     return d
+
+
+def line_time(ev: Any) -> float | None:
+    """When a line happened as far as the file's order goes (the reader's ``event_time``):
+    a request when it ended, anything else at its ``t``; None for what has neither."""
+    if type(ev) is RequestRecord:
+        return ev.t_start + ev.e2e_s
+    t = getattr(ev, "t", None)
+    return float(t) if isinstance(t, float | int) and not isinstance(t, bool) else None
 
 
 def _finite(obj: Any) -> Any:
@@ -251,6 +275,7 @@ class Recorder:
         overwrite: bool = False,
         opener: Opener | None = None,
         queue_max_chunks: int = QUEUE_MAX_CHUNKS,
+        order_hold_s: float = ORDER_HOLD_S,
     ) -> None:
         if queue_max < 1:
             raise ValueError("queue_max must be at least 1")
@@ -266,6 +291,10 @@ class Recorder:
         self.overwrite = overwrite
         self._opener: Opener = opener or _default_opener
         self._queue: deque[_Serialisable] = deque()
+        self.order_hold_s = max(0.0, min(order_hold_s, flush_s / 2))
+        self._held: list[tuple[float, int, _Serialisable]] = []
+        """The writer thread's lines not yet written: a heap by (time, arrival)."""
+        self._arrivals = 0
         # chunks of the request records queued = in - out; each counter is written by one
         # thread only (in: the event loop's on_events; out: the writer thread)
         self._chunks_in = 0
@@ -373,7 +402,7 @@ class Recorder:
         if not self._running:
             return
         q = self._queue
-        room = self.queue_max - len(q)
+        room = self.queue_max - len(q) - len(self._held)
         chunks = 0
         live = False
         for e in batch:
@@ -454,7 +483,7 @@ class Recorder:
             "lines": self.lines,
             "dropped": self.dropped,
             "dropped_requests": self.dropped_requests,
-            "queued": len(self._queue),
+            "queued": len(self._queue) + len(self._held),
             "bytes": nbytes,
             "error": self.error,
         }
@@ -465,18 +494,30 @@ class Recorder:
         period = self.flush_s / 4
         while True:
             stopping = self._stop.wait(period)
-            self._write_queued()
+            self._write_queued(final=stopping)
             if stopping:
                 return
 
-    def _write_queued(self) -> None:
+    def _write_queued(self, *, final: bool = False) -> None:
+        """Take what is queued into the held lines; write, by time, those held
+        ``order_hold_s`` (all of them when ``final``)."""
         q = self._queue
+        held = self._held
+        now = unix_now()
         while q:
+            ev = q.popleft()
+            t = line_time(ev)
+            if t is None or not t <= now:  # none, NaN, or ahead of this clock: as it came
+                t = now
+            self._arrivals += 1
+            heapq.heappush(held, (t, self._arrivals, ev))
+        cutoff = math.inf if final else now - self.order_hold_s
+        pop = heapq.heappop
+        while held and held[0][0] <= cutoff:
             chunk: list[bytes] = []
             requests = 0
-            pop = q.popleft
-            while q and len(chunk) < _BATCH_LINES:
-                ev = pop()
+            while held and held[0][0] <= cutoff and len(chunk) < _BATCH_LINES:
+                ev = pop(held)[2]
                 if type(ev) is RequestRecord:
                     self._chunks_out += len(ev.chunk_offsets_s)
                 if isinstance(ev, WarningEvent) and not self._is_transition(ev):
@@ -584,8 +625,10 @@ class RecordingController:
         overwrite: bool = False,
         opener: Opener | None = None,
         queue_max_chunks: int = QUEUE_MAX_CHUNKS,
+        order_hold_s: float = ORDER_HOLD_S,
     ) -> None:
         self.bus = bus
+        self.order_hold_s = order_hold_s
         self._header = header
         self.queue_max = queue_max
         self.queue_max_chunks = queue_max_chunks
@@ -612,6 +655,7 @@ class RecordingController:
             flush_s=self.flush_s,
             overwrite=self.overwrite if overwrite is None else overwrite,
             opener=self._opener,
+            order_hold_s=self.order_hold_s,
         )
         rec.start()
         self.bus.subscribe(rec.on_events)

@@ -1,0 +1,88 @@
+"""The recording's lines after the header come in time order, as interfaces.md promises: a
+reading or a warning at its ``t``, a request when it ended.
+
+They reach the recorder a moment out of that order — a GPU or engine reading is stamped
+when taken and published once read (an engine scrape is a round trip); with ``--workers N``
+the records come every 0.5 s — and the recorder wrote them as they came: a recording of
+``--workers 2`` under steady load stepped back in time 140 times in 6 s, by up to 0.29 s,
+and one process's a few times by milliseconds. The writer now holds each line
+``order_hold_s`` and writes what it holds by time."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from llmtop.clock import unix_now
+from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
+from llmtop.recording.writer import ORDER_HOLD_S, Recorder, line_time
+
+
+def _request(i: int, ended: float) -> RequestRecord:
+    return RequestRecord(
+        id=f"r{i}", user="u", model="m", dialect="openai", path="/v1/chat/completions",
+        stream=True, status=200, outcome="ok", t_start=ended - 0.2, ttft_s=0.05, e2e_s=0.2,
+        prompt_tokens=3, completion_tokens=4, token_source="usage",
+        chunk_offsets_s=(0.05, 0.2), chunk_tokens=(1, 3))
+
+
+def _times(path: Path) -> list[tuple[str, float]]:
+    out = []
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        if d["type"] == "request":
+            out.append((d["id"], d["t_start"] + d["e2e_s"]))
+        elif "t" in d:
+            out.append((d["type"], d["t"]))
+    return out
+
+
+def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, header={"upstream": "u"}, flush_s=0.4)
+    rec.start()
+    now = unix_now()
+    # as they come: a GPU reading, then a request that ended before it was taken, an engine
+    # reading stamped when its scrape began (before both), a warning in between
+    rec.on_events([GpuReading(t=now - 0.01, index=0, name="g", mem_used_bytes=1,
+                              mem_total_bytes=2)])
+    rec.on_events([_request(1, now - 0.05)])
+    rec.on_events([EngineReading(t=now - 0.08, kind="vllm")])
+    rec.on_events([WarningEvent(t=now - 0.03, code="QUEUEING", severity="warning",
+                                message="m", state="raised")])
+    deadline = time.monotonic() + 10
+    while rec.status()["lines"] < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the hold (at most flush_s / 2) passes: written, not at stop
+    assert rec.status()["lines"] == 5
+    rec.on_events([_request(2, unix_now())])
+    rec.stop()
+    got = _times(path)
+    assert [k for k, _ in got] == ["engine", "r1", "warning", "gpu", "r2"], got
+    assert [t for _, t in got] == sorted(t for _, t in got)
+
+
+def test_the_hold_is_bounded_by_what_a_kill_may_lose() -> None:
+    """Held at most half of flush_s: a line queued more than flush_s before a kill -9 is
+    still in the file (tests/recording/test_recording_durability.py)."""
+    assert Recorder("x.jsonl", header={}, flush_s=1.0).order_hold_s == ORDER_HOLD_S <= 0.5
+    assert Recorder("x.jsonl", header={}, flush_s=0.1).order_hold_s == 0.05
+    assert Recorder("x.jsonl", header={}, flush_s=1.0, order_hold_s=0.9).order_hold_s == 0.5
+
+
+def test_a_line_without_a_time_or_ahead_of_the_clock_is_not_held_for_ever(
+        tmp_path: Path) -> None:
+    """A reading stamped an hour ahead (a worker's clock gone wrong) is written as it came,
+    not held until its time."""
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, header={"upstream": "u"}, flush_s=0.2)
+    rec.start()
+    ahead = unix_now() + 3600
+    rec.on_events([GpuReading(t=ahead, index=0, name="g", mem_used_bytes=1,
+                              mem_total_bytes=2)])
+    deadline = time.monotonic() + 10
+    while rec.status()["lines"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rec.status()["lines"] == 2  # the header and the reading, before stop
+    rec.stop()
+    assert line_time(object()) is None
