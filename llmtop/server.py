@@ -60,10 +60,10 @@ T = TypeVar("T")
 TICK_S = 0.5
 """How often the metrics rotate their intervals; the detectors run every second tick."""
 
-COORDINATOR_ORDER_HOLD_S = FORWARD_INTERVAL_S
+COORDINATOR_ORDER_HOLD_S = FORWARD_INTERVAL_S + 0.1
 """How long the coordinator's recorder holds a line to write it in time order: a worker's
-records reach it up to one forwarding interval after the requests ended (the recorder
-caps the hold at half its ``flush_s``, for what a kill -9 may lose)."""
+records reach it up to one forwarding interval (and their trip) after the requests ended.
+(The recorder caps the hold at ``0.6 * flush_s``, for what a kill -9 may lose.)"""
 
 
 class StartupError(RuntimeError):

@@ -23,10 +23,10 @@ warning at its ``t``, a request when it ended (``t_start + e2e_s``,
 order: a GPU or engine reading is stamped when taken and published once read (an engine
 scrape is a round trip), and with ``--workers N`` the workers' records come every 0.5 s.
 So the writer holds each line ``order_hold_s`` (:data:`ORDER_HOLD_S`; the coordinator of
-workers longer) and writes what it holds by time. The hold is at most ``flush_s / 2``, so a
-line is still written within ``flush_s`` of being queued (the durability above); with
-workers that can fall short of their forwarding interval, and a record that comes later
-than the hold is written when it comes.
+workers longer) and writes what it holds by time. The hold is at most ``0.6 * flush_s``, so
+a line is still written within ``0.85 * flush_s`` of being queued (the hold, then the next
+pass of the writer: the durability above). A line that comes later than the hold (an engine
+scrape slower than it; a coordinator that fell behind) is written when it comes.
 
 Warnings: the saturation monitor publishes a raised warning again (state ``raised``) when
 its figures change, for the live view. The recording keeps only the transitions — a code's
@@ -78,7 +78,7 @@ Opener = Callable[[Path, bool], IO[bytes]]
 _BATCH_LINES = 4096  # lines serialised per write() call
 ORDER_HOLD_S: Final = 0.25
 """How long a line waits in the writer, so that lines published a moment out of time
-order are written in it (module docstring); at most half of ``flush_s``."""
+order are written in it (module docstring); at most ``0.6 * flush_s``."""
 QUEUE_MAX_CHUNKS: Final = 4_000_000
 """Default bound on the chunks of the request records queued (~40 B a chunk: ~160 MB)."""
 
@@ -291,7 +291,7 @@ class Recorder:
         self.overwrite = overwrite
         self._opener: Opener = opener or _default_opener
         self._queue: deque[_Serialisable] = deque()
-        self.order_hold_s = max(0.0, min(order_hold_s, flush_s / 2))
+        self.order_hold_s = max(0.0, min(order_hold_s, 0.6 * flush_s))
         self._held: list[tuple[float, int, _Serialisable]] = []
         """The writer thread's lines not yet written: a heap by (time, arrival)."""
         self._arrivals = 0

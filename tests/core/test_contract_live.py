@@ -537,10 +537,9 @@ def test_recording_lines_come_in_time_order(session: Session) -> None:
     """After the header, in time order: a reading or warning at its ``t``, a request when it
     ended. The writer holds lines to write them so (tests/recording/test_recording_order.py
     pins that exactly); live, a line that reaches it later than the hold — an engine scrape
-    slower than 0.25 s on a starved machine, a worker's record with --workers 2, whose
-    forwarding interval the capped hold can fall short of — may still be written after a
-    later one: tolerated here up to 0.4 s (without the hold, --workers 2 stepped back 0.3 s
-    within a few seconds of load)."""
+    slower than 0.25 s on a starved machine, a worker's record the coordinator took late —
+    may still be written after a later one: tolerated here up to 0.4 s (without the hold,
+    --workers 2 stepped back 0.3 s within a few seconds of load)."""
     times = []
     for r in session.recording[1:-1]:
         times.append(r["t_start"] + r["e2e_s"] if r["type"] == "request" else r["t"])
