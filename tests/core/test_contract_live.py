@@ -13,6 +13,7 @@ with ``--record`` and one started and stopped through the admin API.
 from __future__ import annotations
 
 import base64
+import copy
 import gzip
 import itertools
 import json
@@ -34,33 +35,13 @@ from typing import Any
 import openai
 import pytest
 from hdrh.histogram import HdrHistogram
+from interfaces_example import SNAPSHOT_EXAMPLE
 from prometheus_client.parser import text_string_to_metric_families
 
 SECRET = "sk-contract-5ecret-k3y"
 PROMPT = "PROMPT-TEXT-ZEBRA-QUOKKA"
-# the snapshot example of the page, as written there ("itl": {} and the like: the same
-# keys as "ttft")
-EXAMPLE: dict[str, Any] = json.loads("""{
-  "version": 1,
-  "time": 1796000000.123,
-  "window_s": 60,
-  "system": {"rps": 0.0, "output_tps": 0.0, "input_tps": 0.0,
-             "in_flight": 0, "waiting": 0, "streaming": 0,
-             "requests": 0, "errors": 0, "cancelled": 0,
-             "goodput_rps": 0.0, "goodput_tps": 0.0, "slo_attainment": null},
-  "latency": {"ttft": {"count": 0, "p50": null, "p90": null, "p95": null, "p99": null, "max": null},
-              "itl": {}, "chunk_gap": {}, "tpot": {}, "e2e": {}},
-  "users": [{"user": "alice", "requests": 0, "in_flight": 0, "output_tps": 0.0,
-             "ttft_p95": null, "itl_p95": null, "slo_attainment": null}],
-  "gpus": [{"index": 0, "name": "...", "mem_used_bytes": 0, "mem_total_bytes": 0,
-            "util_gpu": null, "mem_busy": null, "dram_bw_util": null, "power_w": null}],
-  "engine": {"kind": "vllm", "running": null, "waiting": null, "kv_cache_usage": null},
-  "capacity": {"max_concurrency_at_slo": null, "goodput_tps_at_slo": null},
-  "warnings": [{"code": "QUEUEING", "severity": "warning", "since": 1796000000.0,
-                "message": "..."}],
-  "histograms": {"ttft": "<b64>", "itl": "...", "chunk_gap": "...", "tpot": "...",
-                 "e2e": "..."}
-}""")
+# the snapshot example of the page ("itl": {} and the like: the same keys as "ttft")
+EXAMPLE: dict[str, Any] = copy.deepcopy(SNAPSHOT_EXAMPLE)
 for _k in ("itl", "chunk_gap", "tpot", "e2e"):
     EXAMPLE["latency"][_k] = EXAMPLE["latency"]["ttft"]
 LATENCIES = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
