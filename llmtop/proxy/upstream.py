@@ -307,6 +307,12 @@ class UpstreamConnection(asyncio.Protocol):
                 if len(buf) > MAX_HEAD_BYTES:
                     self._malformed_head("response head too large")
                     return
+                if b"\n\n" in buf:
+                    # (no CRLF head holds LF LF before its end: the head ended in bare LFs,
+                    # which this reader does not take; desync checks: the client waited
+                    # first_byte_s for a 504, for a head that had come)
+                    self._malformed_head("response head with bare LF line ends")
+                    return
                 self._buf = buf
                 return
             try:

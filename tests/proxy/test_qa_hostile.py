@@ -365,3 +365,22 @@ async def test_transfer_encoding_on_a_bodiless_response_is_harmless() -> None:
     async with raw_upstream(respond) as (url, _, _c), running_proxy(url) as (_, purl, _r):
         (resp,) = await exchange(purl, [get("/x")])
     assert resp[0] == 204
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\n\nok",  # CRLF lines, then a bare LF end
+])
+async def test_upstream_head_with_bare_lf_line_ends_is_502_at_once(head: bytes) -> None:
+    """A head whose lines end in bare LF was never found (this reader takes CRLF only):
+    the client waited first_byte_s for a 504, for a head that had come whole."""
+
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return head  # and the connection stays open
+
+    async with raw_upstream(respond) as (url, _, _c), \
+            running_proxy(url, timeouts__first_byte_s=30) as (_, purl, _r):
+        (resp,) = await exchange(purl, [get("/x")], wait_s=5)
+        assert (await exchange(purl, [get("/y")], wait_s=5))[0][0] == 502  # still serving
+    assert resp[0] == 502
+    assert "bare LF line ends" in proxy_error(resp)
