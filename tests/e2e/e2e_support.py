@@ -11,10 +11,7 @@ import asyncio
 import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +23,7 @@ import aiohttp
 from aiohttp import web
 from e2e_clock import TimedTransport, WireLog, wire_content_events
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+from views_agree import ADMIN_PREFIX, LISTEN_PREFIX, Announced
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
@@ -33,8 +31,6 @@ USER_HEADER = "X-LLMTOP-User"
 ENGINE_INTERVAL_S = 0.25
 """How often llmtop scrapes the engine's /metrics in these tests."""
 
-LISTEN_PREFIX = "llmtop: proxy listening on "
-ADMIN_PREFIX = "llmtop: admin listening on "
 
 
 def load_real_engine() -> ModuleType:
@@ -53,7 +49,7 @@ def load_real_engine() -> ModuleType:
 # -- llmtop run --headless -----------------------------------------------------------------
 
 
-class LlmtopProcess:
+class LlmtopProcess(Announced):
     """``llmtop run --headless`` in front of ``upstream``, recording to ``record``."""
 
     def __init__(self, upstream: str, record: Path, extra_env: dict[str, str] | None = None):
@@ -76,55 +72,9 @@ class LlmtopProcess:
             "--record", str(record),
             "--headless",
         ]  # fmt: skip
-        self.lines: list[str] = []
-        self.found: dict[str, str] = {}
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            cwd=ROOT,
-        )
-        self._thread = threading.Thread(target=self._pump, daemon=True)
-        self._thread.start()
-        self._ready.wait(60)
-        if not {LISTEN_PREFIX, ADMIN_PREFIX} <= self.found.keys():
-            self.stop()
-            raise RuntimeError(
-                "llmtop run --headless did not announce its addresses; output:\n"
-                + "\n".join(self.lines[-30:])
-            )
+        super().__init__(self.cmd, (LISTEN_PREFIX, ADMIN_PREFIX), env)
         self.proxy_url = self.found[LISTEN_PREFIX]
         self.admin_url = self.found[ADMIN_PREFIX]
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, ""):
-            line = raw.rstrip("\n")
-            self.lines.append(line)
-            for prefix in (LISTEN_PREFIX, ADMIN_PREFIX):
-                if line.startswith(prefix) and prefix not in self.found:
-                    self.found[prefix] = line[len(prefix) :].strip()
-            if {LISTEN_PREFIX, ADMIN_PREFIX} <= self.found.keys():
-                self._ready.set()
-        self._ready.set()
-
-    def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGINT (what a user's Ctrl-C sends); SIGKILL if it does not exit in time."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._thread.join(5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return int(self.proc.returncode)
 
     def records(self) -> list[dict[str, Any]]:
         """The ``request`` lines recorded so far (a last line still being written is skipped)."""
