@@ -26,6 +26,11 @@ from urllib.parse import urlsplit
 
 from llmtop.textsafe import printable
 
+DIALECT_SETTINGS: Final = ("auto", "openai", "anthropic", "ollama", "tgi", "sglang", "other")
+"""What the ``dialect`` setting accepts: the names of ``llmtop.proxy.dialects.registry.
+DIALECTS``, written out so that reading a config does not import the parsers (a test holds
+the two equal)."""
+
 
 class ConfigError(ValueError):
     """Bad configuration: the message names the key and its source."""
@@ -141,7 +146,7 @@ class Config:
     a burst of chunks short (one engine step at 256 streams) on a machine with a core to
     spare, for a few % more CPU in all (the records reach the observers every 0.5 s)."""
     dialect: str = "auto"
-    """auto, openai, anthropic, ollama, tgi, sglang, other."""
+    """One of :data:`DIALECT_SETTINGS`."""
     user_header: str = "X-LLMTOP-User"
     user_salt: str = ""
     """Salt for API-key pseudonyms; empty = the stored salt of this machine user
@@ -621,9 +626,8 @@ def validate(cfg: Config) -> None:
             f"workers {cfg.workers} is more than this machine can use: at most {most} "
             f"(2 per CPU, 4 on one; it has {usable_cpus()}); each worker is a whole proxy process "
             "that wants a core of its own — past that, more only adds switching")
-    if cfg.dialect not in ("auto", "openai", "anthropic", "ollama", "tgi", "sglang", "other"):
-        raise ConfigError(f"dialect '{cfg.dialect}' is not one of auto, openai, anthropic, "
-                          "ollama, tgi, sglang, other")
+    if cfg.dialect not in DIALECT_SETTINGS:
+        raise ConfigError(f"dialect '{cfg.dialect}' is not one of {', '.join(DIALECT_SETTINGS)}")
     if not 0 < cfg.slo.target <= 1:
         raise ConfigError(f"slo.target must be in (0, 1], got {cfg.slo.target}")
     for key in ("ttft_s", "itl_p95_s", "tpot_s", "e2e_s"):
