@@ -86,12 +86,15 @@ def config_for(header: Mapping[str, Any], slo: Mapping[str, Any] | None = None,
 @dataclass(slots=True)
 class _Live:
     """A request in flight in the replay: when it started, its chunk offsets, its tokens
-    up to each chunk (None: one a chunk) and where its stream has got to."""
+    up to each chunk (None: one a chunk), where its stream has got to, and the status and
+    prompt size its row shows once its first chunk has gone out."""
 
     t_start: float
     offsets: Sequence[float]
     cum_tokens: array[int] | list[int] | None
     active: ActiveRequest
+    status: int
+    prompt_tokens: int | None
 
 
 class ReplayEngine:
@@ -224,7 +227,7 @@ class ReplayEngine:
             stream=rec.stream, t_start=rec.t_start, t0_ns=base_ns,
             concurrency_at_start=rec.concurrency_at_start,
         )
-        self._live[rec.id] = _Live(rec.t_start, offsets, cum, a)
+        self._live[rec.id] = _Live(rec.t_start, offsets, cum, a, rec.status, rec.prompt_tokens)
         self.active[rec.id] = a
 
     def _progress_streams(self) -> None:
@@ -236,6 +239,12 @@ class ReplayEngine:
                 continue
             a.chunks = k
             if k:
+                # the head went out before the first chunk: the row has its status from
+                # there, as a live one does; the recording does not say when the engine
+                # told the prompt's size (at the start or with the last chunk), so the row
+                # shows it from the first chunk too
+                a.status = lv.status
+                a.prompt_tokens = lv.prompt_tokens
                 a.first_token_ns = a.t0_ns + round(offs[0] * 1e9)
                 a.last_chunk_ns = a.t0_ns + round(offs[k - 1] * 1e9)
                 a.tokens = cum[k - 1] if cum is not None and k <= len(cum) else k

@@ -60,11 +60,16 @@ def test_in_flight_is_rebuilt_from_the_records(tmp_path: Path) -> None:
     eng = ReplayEngine(path, tick_s=0.25)
     eng.advance_to(t0 + 0.3)  # only r0 started, waiting for its first token (at +0.5)
     assert [a["state"] for a in eng.active_requests()] == ["waiting"]
+    # no head has gone out yet: no status, and no prompt size (a live row's too)
+    assert [(a["status"], a["prompt_tokens"]) for a in eng.active_requests()] == [(None, None)]
     eng.advance_to(t0 + 2.3)  # all three started; r0 and r1 streaming (last tick at +2.25)
     acts = {a["id"]: a for a in eng.active_requests()}
     assert set(acts) == {"r0", "r1", "r2"}
     assert acts["r0"]["state"] == "streaming" and acts["r1"]["state"] == "streaming"
     assert acts["r2"]["state"] == "waiting"  # its first token comes at +2.5
+    # streaming rows show their status and prompt size, as live rows do (they were null)
+    assert [(acts[r]["status"], acts[r]["prompt_tokens"]) for r in ("r0", "r1", "r2")] == [
+        (200, 100), (200, 100), (None, None)]
     assert acts["r0"]["completion_tokens"] == 2  # chunks at +0.5, +1.5
     assert acts["r0"]["age_s"] == pytest.approx(2.3, abs=0.01)
     snap = eng.snapshot(10)
