@@ -24,6 +24,7 @@ import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from aiohttp import web
@@ -96,6 +97,15 @@ class RunSummary:
         return out
 
 
+def _recording_failed(path: Path, error: str) -> None:
+    """The moment a recording stops writing (the recorder's writer thread): one line on
+    stderr, so that a headless proxy's log says when the recording broke, not only its
+    summary at exit (and the admin API's recording status, ``error``)."""
+    print(f"llmtop: warning: recording {path} stopped writing: {error}; the proxy goes on "
+          "forwarding, the lines from now on are dropped (counted in the summary)",
+          file=sys.stderr, flush=True)
+
+
 def _n(n: int, noun: str) -> str:
     """``1 request``, ``2 requests``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -124,7 +134,7 @@ class Observers:
         self.recording = RecordingController(
             bus, header=self._recording_header, queue_max=cfg.recording.queue_max,
             queue_max_chunks=cfg.recording.queue_max_chunks, flush_s=cfg.recording.flush_s,
-            order_hold_s=order_hold_s,
+            order_hold_s=order_hold_s, on_error=_recording_failed,
         )
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []

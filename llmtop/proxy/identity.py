@@ -63,8 +63,15 @@ def stored_salt() -> bytes | None:
             continue  # made meanwhile by another proxy or worker: read theirs
         except OSError:
             return None
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(secrets.token_hex(32) + "\n")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(secrets.token_hex(32) + "\n")
+        except OSError:  # a full disk, a file size limit: no half salt left to read later
+            try:
+                path.unlink()  # (an empty one reads as damaged, for good)
+            except OSError:
+                pass
+            return None
     return None
 
 

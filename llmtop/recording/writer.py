@@ -48,6 +48,7 @@ import heapq
 import json
 import math
 import os
+import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +75,10 @@ VERSION = 1
 
 Opener = Callable[[Path, bool], IO[bytes]]
 """``opener(path, overwrite)`` → a binary file object to write to (tests inject slow ones)."""
+OnError = Callable[[Path, str], None]
+"""``on_error(path, error)``: called once, from the writer thread, when a recording stops
+writing (a failed write, the file gone from its path) — the process says so at once, not
+only in its summary at exit."""
 
 _BATCH_LINES = 4096  # lines serialised per write() call
 ORDER_HOLD_S: Final = 0.25
@@ -223,6 +228,13 @@ class _Sink:
     def __init__(self, raw: IO[bytes], gz: bool) -> None:
         self.raw = raw
         self._out = _Counting(raw)
+        self.identity: tuple[int, int] | None = None
+        """(device, inode) of a regular file opened (None for what has none: a test's
+        file object), to notice the file deleted, moved or replaced under the recorder."""
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            st = os.fstat(raw.fileno())
+            if stat.S_ISREG(st.st_mode):
+                self.identity = (st.st_dev, st.st_ino)
         self._gz = (
             gzip.GzipFile(filename="", mode="wb", fileobj=self._out, mtime=0)
             if gz
@@ -276,6 +288,7 @@ class Recorder:
         opener: Opener | None = None,
         queue_max_chunks: int = QUEUE_MAX_CHUNKS,
         order_hold_s: float = ORDER_HOLD_S,
+        on_error: OnError | None = None,
     ) -> None:
         if queue_max < 1:
             raise ValueError("queue_max must be at least 1")
@@ -314,6 +327,8 @@ class Recorder:
         self.requests = 0
         self.lines = 0
         self.error: str | None = None
+        self.on_error = on_error
+        self._untold = False
         self._footer: dict[str, Any] | None = None
         self._raised: dict[str, Severity] = {}
         """Warning codes whose raise this recording holds and whose clear it does not yet,
@@ -357,10 +372,7 @@ class Recorder:
         try:
             raw = self._opener(self.path, self.overwrite)
         except FileExistsError:
-            raise RecordingError(
-                f"{self.path}: file exists (a recording is never overwritten); choose another "
-                "name or remove the old file"
-            ) from None
+            raise RecordingError(exists_message(self.path)) from None
         except FileNotFoundError:
             # (a directory that exists but takes no new files, such as /proc, says ENOENT)
             why = ("cannot create a file there" if self.path.parent.is_dir()
@@ -378,8 +390,13 @@ class Recorder:
             self._sink.write_lines(dumps_line(self.header()))
             self._sink.flush()
         except OSError as exc:
-            self._sink.close()
-            self._sink = None
+            sink, self._sink = self._sink, None
+            with contextlib.suppress(OSError):  # (its flush fails again: a full disk)
+                sink.close()
+            if sink.identity is not None and not self.overwrite:  # the file start made: no
+                with contextlib.suppress(OSError):  # empty or half-header file is left
+                    if os.stat(self.path).st_ino == sink.identity[1]:
+                        self.path.unlink()
             raise RecordingError(f"{self.path}: cannot write: {exc.strerror}") from None
         self.lines = 1
         self._running = True
@@ -539,7 +556,7 @@ class Recorder:
                 try:
                     sink.write_lines(b"".join(chunk))
                 except OSError as exc:
-                    self.error = f"write failed: {exc.strerror or exc}"
+                    self._fail(f"write failed: {exc.strerror or exc}")
                     self._count_lost(chunk, requests)
                     continue
             self.lines += len(chunk)
@@ -551,7 +568,41 @@ class Recorder:
                     try:
                         sink.flush()
                     except OSError as exc:
-                        self.error = f"flush failed: {exc.strerror or exc}"
+                        self._fail(f"flush failed: {exc.strerror or exc}")
+                    else:
+                        self._check_still_there(sink)
+        if self._untold:
+            self._tell_error()
+
+    def _check_still_there(self, sink: _Sink) -> None:
+        """Stop (as a failed write does) when the file is no longer at its path: deleted,
+        its directory removed, moved or replaced. The writes would still succeed — into a
+        file no one can open by that name, lost at close for a deleted one — while the
+        status and the summary counted them as recorded. One ``stat`` a pass."""
+        if sink.identity is None:
+            return
+        try:
+            st = os.stat(self.path)
+            here = (st.st_dev, st.st_ino) == sink.identity
+        except OSError:
+            here = False
+        if not here:
+            self._fail("the file is no longer at its path (deleted, moved or replaced, or "
+                       "its directory removed)")
+
+    def _fail(self, error: str) -> None:
+        """The recording stops writing (the writer thread's): what is queued from now on is
+        counted as dropped; ``on_error`` is told once, after the pass (not under the lock
+        that ``stop()`` waits on)."""
+        if self.error is None:
+            self.error = error
+            self._untold = True
+
+    def _tell_error(self) -> None:
+        self._untold = False
+        if self.on_error is not None and self.error is not None:
+            with contextlib.suppress(Exception):  # (a closed stderr must not end the thread)
+                self.on_error(self.path, self.error)
 
     def _is_transition(self, ev: WarningEvent) -> bool:
         """Whether ``ev`` raises a code not raised in this recording, changes a raised
@@ -572,6 +623,21 @@ class Recorder:
 
 _OTHER_COMPRESSION: Final = {".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2", ".xz": "xz",
                               ".lz4": "lz4", ".zip": "zip", ".7z": "7-zip"}
+
+
+def exists_message(path: Path) -> str:
+    """Why an existing ``path`` is refused: a recording is a new regular file. A device,
+    FIFO or socket (``/dev/full``, ``/dev/null``, a symbolic link to one) is named as
+    such — "remove the old file" is no advice for ``/dev/null``."""
+    try:
+        regular = path.is_file()
+    except OSError:
+        regular = True
+    if not regular:
+        return (f"{path}: not a regular file (a device, pipe or socket): a recording is "
+                "written to a new file; give the name of one")
+    return (f"{path}: file exists (a recording is never overwritten); choose another "
+            "name or remove the old file")
 
 
 def refuse_other_compression(path: Path) -> None:
@@ -595,10 +661,8 @@ def check_recording_path(path: str, *, overwrite: bool = False) -> None:
     refuse_other_compression(p)
     if p.is_dir():
         raise RecordingError(f"{p}: is a directory")
-    if p.exists() and not overwrite:
-        raise RecordingError(
-            f"{p}: file exists (a recording is never overwritten); choose another "
-            "name or remove the old file")
+    if p.exists() and not (overwrite and p.is_file()):
+        raise RecordingError(exists_message(p))
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise RecordingError(f"{p}: directory does not exist")
@@ -626,8 +690,10 @@ class RecordingController:
         opener: Opener | None = None,
         queue_max_chunks: int = QUEUE_MAX_CHUNKS,
         order_hold_s: float = ORDER_HOLD_S,
+        on_error: OnError | None = None,
     ) -> None:
         self.bus = bus
+        self.on_error = on_error
         self.order_hold_s = order_hold_s
         self._header = header
         self.queue_max = queue_max
@@ -656,6 +722,7 @@ class RecordingController:
             overwrite=self.overwrite if overwrite is None else overwrite,
             opener=self._opener,
             order_hold_s=self.order_hold_s,
+            on_error=self.on_error,
         )
         rec.start()
         self.bus.subscribe(rec.on_events)
