@@ -49,9 +49,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_output(path: str) -> Path:
     """Fail early (before a long analysis) when OUT cannot be written."""
+    from llmtop.recording.paths import is_special
+
     out = Path(path)
     if out.is_dir():
         raise UsageError(f"{out}: is a directory")
+    if is_special(out):  # written in place (write_output): its directory does not matter
+        if not os.access(out, os.W_OK):
+            raise UsageError(f"{out}: permission denied")
+        return out
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"{out}: directory {parent} does not exist")
@@ -61,8 +67,18 @@ def check_output(path: str) -> Path:
 
 
 def write_output(out: Path, text: str) -> None:
-    from llmtop.recording.paths import part_path
+    """``text`` to ``out``: a regular file under a temporary name renamed into place when
+    complete (no half page); a device or FIFO (``/dev/stdout``, ``/dev/null``) in place
+    (:func:`~llmtop.recording.paths.is_special`). A failed write is a one-line error."""
+    from llmtop.recording.paths import is_special, part_path
 
+    if is_special(out):
+        try:
+            with open(out, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UsageError(f"{out}: cannot write: {exc.strerror or exc}") from None
+        return
     tmp = part_path(out)
     try:
         tmp.write_text(text, encoding="utf-8")

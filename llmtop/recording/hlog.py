@@ -17,6 +17,7 @@ live snapshots counted, encoded as they are in ``/llmtop/v1/snapshot``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import sys
@@ -28,7 +29,7 @@ from llmtop.metrics.hdr import HIGHEST_EQ, encode_sparse
 from llmtop.metrics.ingest import COUNTERS, METRICS, ingest
 from llmtop.metrics.slo import Slo
 from llmtop.recording.errors import RecordingError
-from llmtop.recording.paths import part_path
+from llmtop.recording.paths import is_special, part_path
 from llmtop.recording.reader import Progress, RecordingReader
 
 TAGS: Final = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
@@ -104,7 +105,9 @@ def export_hlog(
         raise ValueError(f"interval_s must be at least {MIN_INTERVAL_S}")
     to_stdout = str(out_file) == "-"
     out = Path(out_file)
-    tmp = part_path(out)
+    # a device or FIFO (/dev/stdout, /dev/full) is written in place: a rename over it would
+    # replace it with a regular file (paths.is_special)
+    tmp = out if is_special(out) else part_path(out)
     if not to_stdout:
         if out.is_dir():
             raise RecordingError(f"{out}: is a directory; give a file name for the log")
@@ -148,11 +151,14 @@ def export_hlog(
                 fh.flush()
             else:
                 fh.close()
-                os.replace(tmp, out)
+                if tmp != out:
+                    os.replace(tmp, out)
         except BaseException:
             if not to_stdout:
-                fh.close()
-                tmp.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # (the write that failed, again)
+                    fh.close()
+                if tmp != out:
+                    tmp.unlink(missing_ok=True)
             raise
         if summary is not None:
             summary.update(reader.summary())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
@@ -38,3 +39,17 @@ def refuse_input_as_output(outputs: Iterable[str | Path], inputs: Iterable[str |
             for src in ins:
                 if same_file(cand, src):
                     raise RecordingError(f"{out}: output is the input file {src}")
+
+
+def is_special(out: str | Path) -> bool:
+    """Whether ``out`` names an existing file that is not a regular file (a device such as
+    ``/dev/null``, ``/dev/stdout`` or ``/dev/full``, a FIFO, a socket; through symbolic
+    links). Such an output is written in place: renaming a finished ``.part`` file over it
+    would replace the device with a regular file (as root, ``report -o /dev/null`` did) or
+    fail on a directory the user cannot write, and a write error there must be an error,
+    not a "wrote" line."""
+    try:
+        mode = os.stat(out).st_mode
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)

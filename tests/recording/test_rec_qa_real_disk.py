@@ -39,6 +39,7 @@ from disk_support import (
     running_tap,
     workdir,
 )
+from rec_helpers import session, write_recording
 from views_agree import start_sim
 
 from llmtop.events import RequestRecord
@@ -274,3 +275,51 @@ def test_directory_not_writable_at_start(work: Path) -> None:
     (line,) = p.stderr.strip().splitlines()
     assert line == f"llmtop run: error: {ro / 'r.jsonl'}: permission denied", line
     assert not (ro / "r.jsonl").exists()
+
+
+# -- report -o and export to a failing output ---------------------------------------------------
+
+
+@pytest.fixture
+def recording(work: Path) -> Path:
+    path = work / "in.jsonl"
+    write_recording(path, session(200, duration_s=30))
+    path.chmod(0o644)
+    return path
+
+
+def _failed_output(p: subprocess.CompletedProcess[str], out: Path, why: str) -> None:
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    errors = [ln for ln in p.stderr.splitlines() if "error" in ln]
+    assert errors == [ln for ln in p.stderr.splitlines() if not ln.startswith(
+        ("llmtop export: note", "llmtop report: note"))], p.stderr
+    (line,) = errors
+    assert f"{out}: cannot write: {why}" in line, line
+    assert "wrote" not in p.stdout + p.stderr
+    no_traceback(p.stderr)
+
+
+@pytest.mark.parametrize("args", [["report", "--format", "text", "-o"],
+                                  ["report", "--format", "json", "-o"],
+                                  ["export", "--hlog"]])
+def test_output_to_dev_full_is_an_error(work: Path, recording: Path, args: list[str]) -> None:
+    """``-o``/``--hlog`` naming /dev/full (through a link): one error line, exit 2 — and
+    the link still names the device. Before: "wrote", exit 0, and the finished ``.part``
+    renamed over the link (over /dev/full itself, for root)."""
+    out = work / "full.out"
+    out.symlink_to("/dev/full")
+    cmd, *flags = args
+    p = llmtop(cmd, str(recording), *flags, str(out), work=work)
+    _failed_output(p, out, "No space left on device")
+    assert out.is_symlink() and os.readlink(out) == "/dev/full"
+    assert not list(work.glob(".*.part"))
+
+
+def test_report_to_a_device_is_written_in_place(work: Path, recording: Path) -> None:
+    """``-o`` a link to /dev/stdout: the report goes to standard output; the link is left."""
+    out = work / "stdout.txt"
+    out.symlink_to("/dev/stdout")
+    p = llmtop("report", str(recording), "-o", str(out), work=work)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("llmtop report — in.jsonl")
+    assert out.is_symlink()
