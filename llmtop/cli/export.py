@@ -162,6 +162,11 @@ def _export_file(args: argparse.Namespace, file: str) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:
-        raise UsageError(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")) from None
+        # a write that failed (disk full, file size limit) names no file: the output it was
+        where = exc.filename or args.hlog or args.parquet
+        why = exc.strerror or str(exc)
+        if exc.filename is None and exc.errno is not None:
+            why = f"cannot write: {os.strerror(exc.errno)}"  # (pyarrow's words carry its own)
+        raise UsageError(f"{where}: {why}") from None
     sys.stdout.flush()
     return 0

@@ -136,8 +136,14 @@ class _Table:
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
+        """Close and remove the ``.part`` file. A close that fails (the disk full or the
+        file size limit reached: its footer cannot be written either) is let go and
+        marked closed, so that no other table's ``.part`` is left behind and pyarrow's
+        ``__del__`` does not try again (it printed a traceback at exit)."""
         try:
             self.writer.close()
+        except OSError:
+            self.writer.is_open = False
         finally:
             self.tmp.unlink(missing_ok=True)
 

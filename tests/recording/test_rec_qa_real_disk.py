@@ -323,3 +323,22 @@ def test_report_to_a_device_is_written_in_place(work: Path, recording: Path) -> 
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("llmtop report — in.jsonl")
     assert out.is_symlink()
+
+
+@pytest.mark.parametrize("args", [["report", "-o", "out.txt"],
+                                  ["report", "--format", "json", "-o", "out.json"],
+                                  ["export", "--hlog", "out.hlog", "--interval", "1"],
+                                  ["export", "--parquet", "pq"]])
+def test_output_past_the_file_size_limit(work: Path, recording: Path, args: list[str]) -> None:
+    """``RLIMIT_FSIZE`` below the output's size: one line naming the output and EFBIG,
+    exit 2, nothing left — no output, no ``.part`` (a half file is never presented as
+    good), no traceback (pyarrow's writer printed one at exit for ``--parquet``)."""
+    cmd, *rest = args
+    out = work / rest[-1] if cmd == "report" else work / rest[1]
+    rest = [str(work / a) if a == out.name else a for a in rest]
+    p = llmtop(cmd, str(recording), *rest, work=work, fsize=700)
+    _failed_output(p, out, "File too large")
+    assert not out.exists()
+    leftovers = sorted(str(q.relative_to(work)) for q in work.rglob("*")
+                       if q.name not in ("in.jsonl", "salt"))
+    assert leftovers == [], leftovers
