@@ -235,6 +235,22 @@ async def test_file_gone_while_recording(work: Path, tap: Tap, how: str) -> None
         _readable(moved, work, at_least=4)
 
 
+async def test_file_deleted_under_workers(work: Path, tap: Tap) -> None:
+    """``--workers 2``: the coordinator's recorder notices and says so the same way (its
+    Observers are the single process's)."""
+    path = work / "w.jsonl.gz"
+    proxy = Proxy(tap.url, path, work, extra=("--workers", "2"))
+    try:
+        await proxy.until(lambda s: s["requests"] >= 4, tap)
+        path.unlink()
+        st = await proxy.until(lambda s: bool(s["error"]), tap, max_rounds=20)
+        assert "no longer at its path" in st["error"], st
+        await tap.round(proxy.url)
+        assert proxy.proc.poll() is None
+    finally:
+        _stopped(proxy, "no longer at its path")
+
+
 async def test_file_made_read_only_while_recording(work: Path, tap: Tap) -> None:
     """chmod a-w on the file (and its directory) mid-recording: the recorder's descriptor
     was opened for writing, so writing goes on, the footer included — nothing lost, nothing
