@@ -181,6 +181,14 @@ class SnapView:
             return printable(as_str(rec.get("path")) or "")
         return None
 
+    @property
+    def recording_failed(self) -> bool:
+        """Whether the recording being made stopped writing (its status's ``error``: a
+        full disk, a file size limit, the file deleted or moved). The proxy goes on and
+        the admin API still says recording; the TUI must not show a plain REC."""
+        rec = self.raw.get("recording")
+        return isinstance(rec, Mapping) and bool(rec.get("error"))
+
     def user(self, name: str) -> Mapping[str, Any] | None:
         """The row of user ``name``; :data:`FOLD_KEY` names the row of every user past the
         top N (``tracked`` false, named "other" in the snapshot), so that a real user

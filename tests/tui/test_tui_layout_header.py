@@ -101,6 +101,25 @@ async def test_a_long_recording_path_is_cut_with_an_ellipsis_not_the_window() ->
     assert "/var/lib" not in line1, line1
 
 
+@pytest.mark.parametrize("size", [(160, 30), (80, 24), (40, 20)])
+async def test_a_recording_that_stopped_writing_shows_rec_failed(size: tuple[int, int]) -> None:
+    """The recorder stopped writing (its status's ``error``: a full disk, the file
+    deleted): the proxy forwards on and still reports a recording, but the header says REC
+    FAILED at any width — under the TUI the proxy's stderr line and exit summary are not
+    seen until it quits (tests/recording/test_rec_qa_real_disk.py). It showed a plain REC."""
+    src = demo_source()
+    src.snapshot["recording"] = {"path": "demo.jsonl", "recording": True,
+                                 "error": "write failed: File too large"}
+    app = make_app(src, proxy=PROXY, admin=ADMIN)
+    line1 = (await first_lines(app, size))[0]
+    assert "● REC FAILED" in line1, line1
+    assert "window 60 s" in line1, line1
+    ok = demo_source()
+    ok.snapshot["recording"] = {"path": "demo.jsonl", "recording": True, "error": None}
+    line1 = (await first_lines(make_app(ok, proxy=PROXY, admin=ADMIN), size))[0]
+    assert "● REC" in line1 and "FAILED" not in line1, line1
+
+
 async def test_disconnected_and_paused_beat_the_addresses_at_40_columns() -> None:
     """The state is the most important thing line 1 says: at 40 columns a down proxy
     still reads DISCONNECTED, and PAUSED shows too."""

@@ -89,8 +89,8 @@ def fit_parts(parts: dict[str, Text | None], steps: list[tuple[str, Step]],
     return line
 
 
-def _rec(path: str, style: str) -> Text:
-    t = Text.assemble(("● REC", f"bold {style}"))
+def _rec(path: str, style: str, label: str = "● REC") -> Text:
+    t = Text.assemble((label, f"bold {style}"))
     if path:
         t.append(" ")
         t.append(path)
@@ -153,8 +153,11 @@ class HeaderBar(ViewPanel):
         if st.replay:
             parts["replay"] = Text(st.replay, pal.accent)
         rec = v.recording_path
+        # a recording that stopped writing (disk full, file gone): the proxy's stderr and
+        # summary say so, but under the TUI neither is seen until it exits
+        label = "● REC FAILED" if v.recording_failed else "● REC"
         if rec is not None:
-            parts["rec"] = _rec(rec, pal.bad)
+            parts["rec"] = _rec(rec, pal.bad, label)
         upstream = v.text("upstream")
         parts["upstream"] = Text.assemble(("upstream ", pal.dim) if wide else "",
                                           upstream or fmt.NA)
@@ -169,13 +172,14 @@ class HeaderBar(ViewPanel):
         base = rec.replace("\\", "/").rpartition("/")[2] if rec else ""
         steps: list[tuple[str, Step]] = [
             ("via", None),
-            ("rec", _rec(base, pal.bad) if base != rec else _KEEP),
+            ("rec", _rec(base, pal.bad, label) if base != rec else _KEEP),
             ("title", None),
             ("up", None),
             ("upstream", Text(upstream or fmt.NA) if wide else _KEEP),
             ("upstream", None),
-            ("rec", lambda room: _rec(fmt.clip(base, max(0, room - len("● REC "))), pal.bad)
-             if room - len("● REC ") >= MIN_PATH else _rec("", pal.bad)),
+            ("rec", lambda room: _rec(fmt.clip(base, max(0, room - len(label) - 1)), pal.bad,
+                                      label)
+             if room - len(label) - 1 >= MIN_PATH else _rec("", pal.bad, label)),
             ("admin", Text.assemble(("admin ", pal.dim), _beside(st.admin, st.proxy))
              if st.admin and wide else _KEEP),
             ("replay", None),
