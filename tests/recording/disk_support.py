@@ -85,15 +85,16 @@ def llmtop(*args: str, work: Path, fsize: int | None = None,
 
 
 class Proxy:
-    """``llmtop run --headless --record FILE`` as a child: stdout and stderr kept apart."""
+    """``llmtop run --headless [--record FILE]`` as a child: stdout and stderr kept apart."""
 
-    def __init__(self, upstream: str, record: Path, work: Path, *,
+    def __init__(self, upstream: str, record: Path | None, work: Path, *,
                  fsize: int | None = None, extra: tuple[str, ...] = ()) -> None:
         self.out: list[str] = []
         self.err: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llmtop", "run", "--headless", "--upstream", upstream,
-             "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--record", str(record), *extra],
+             "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+             *(["--record", str(record)] if record is not None else []), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             text=True, cwd=ROOT, env=child_env(work), preexec_fn=child_setup(fsize))
         self._listening = threading.Event()

@@ -27,6 +27,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from disk_support import (
     ROOT,
@@ -157,6 +158,32 @@ def test_no_room_for_the_header_at_start(work: Path, suffix: str) -> None:
     assert line == f"llmtop run: error: {path}: cannot write: File too large", line
     assert not path.exists()
     no_traceback(p.stdout, p.stderr)
+
+
+async def test_admin_start_on_a_full_disk_or_a_device(work: Path, tap: Tap) -> None:
+    """``POST /llmtop/v1/recording`` start: no room for the header is a 400 that says so
+    and leaves no file (it left the empty file); a link to /dev/full named like a
+    recording is a 400 "not a regular file" (it said "file exists … remove the old
+    file"). The proxy forwards on, recording nothing."""
+    (work / "salt").write_text("5a" * 32 + "\n")
+    (work / "dev.jsonl").symlink_to("/dev/full")
+    proxy = Proxy(tap.url, None, work, fsize=20)
+    try:
+        for name, status, why in (("r.jsonl.gz", 400, "cannot write: File too large"),
+                                  ("dev.jsonl", 400, "not a regular file")):
+            async with aiohttp.ClientSession() as s, s.post(
+                    proxy.admin + "/llmtop/v1/recording",
+                    json={"action": "start", "path": str(work / name)}) as r:
+                body = await r.json()
+            assert r.status == status and why in body["error"], (name, r.status, body)
+            assert await proxy.recording() is None
+        assert not (work / "r.jsonl.gz").exists()
+        assert os.readlink(work / "dev.jsonl") == "/dev/full"
+        await tap.round(proxy.url)
+    finally:
+        code = proxy.stop()
+    assert code == 0
+    no_traceback("\n".join(proxy.out), "\n".join(proxy.err))
 
 
 def test_the_pseudonym_salt_on_a_full_disk(work: Path) -> None:
