@@ -438,6 +438,14 @@ def parse_hostport(value: str, what: str = "address") -> tuple[str, int]:
     port = int(port_s)
     if not 0 <= port <= 65535:
         raise ConfigError(f"{what} '{value}': port must be 0..65535")
+    if ":" in host:  # brackets hold an IPv6 address (RFC 3986), not a name to look up
+        try:
+            ip6 = ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigError(f"{what} '{value}': {host} is not an IPv6 address") from None
+        if ip6.ipv4_mapped is not None:  # llmtop's IPv6 sockets take no IPv4 (v6only)
+            raise ConfigError(f"{what} '{value}': {host} is an IPv4-mapped address; give "
+                              f"the IPv4 address, e.g. {ip6.ipv4_mapped}:{port}")
     return host, port
 
 

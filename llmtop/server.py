@@ -38,6 +38,7 @@ from llmtop.engines.scraper import EngineScraper, metrics_url_for
 from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.fleet_counts import FleetCounts
 from llmtop.gpu import open_gpu_source
+from llmtop.listen import start_tcp
 from llmtop.loopthread import LoopThread
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.proxy.relay import SHUTDOWN_REASON
@@ -176,15 +177,10 @@ class Observers:
         await self._runner.setup()
         host, port = parse_hostport(self.cfg.admin, "admin")
         http_errors_log.install()  # a malformed request: one line, not a traceback
-        site = web.TCPSite(self._runner, host, port)
         try:
-            await site.start()
+            bound = await start_tcp(self._runner, host, port)
         except OSError as exc:
             raise StartupError(f"admin address {self.cfg.admin}: {_why(exc)}") from exc
-        bound = port
-        for addr in self._runner.addresses:
-            bound = int(addr[1])
-            break
         shown = f"[{host}]" if ":" in host else host
         self.admin_url = f"http://{shown}:{bound}"
         return self.admin_url

@@ -54,6 +54,7 @@ from llmtop.clock import unix_at_ns
 from llmtop.config import Config, ConfigError, parse_hostport
 from llmtop.events import CONNECT_TIMEOUT_PREFIX, UNREACHABLE_PREFIX, ActiveRequest, Dialect
 from llmtop.fleet_counts import FleetCounts
+from llmtop.listen import start_tcp
 from llmtop.proxy.dialects.base import RequestInfo, StreamParser
 from llmtop.proxy.dialects.compressed import INFLATABLE, InflatingParser
 from llmtop.proxy.dialects.openai import (
@@ -234,19 +235,14 @@ class ProxyServer:
         http_errors_log.install()  # a client's malformed request: one line, not a traceback
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None,
-                           backlog=4096)
         try:
-            await site.start()
+            bound = await start_tcp(self._runner, host, port, reuse_port=reuse_port or None,
+                                    backlog=4096)
         except OSError:
             await self._runner.cleanup()
             self._pool.close()
             await self._sweeper.stop()
             raise
-        bound = port
-        for addr in self._runner.addresses:
-            bound = int(addr[1])
-            break
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{bound}"
 

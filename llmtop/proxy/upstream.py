@@ -515,10 +515,16 @@ class UpstreamPool:
                  ssl_context: ssl.SSLContext | None = None) -> None:
         u = urlsplit(base_url)
         self.https = u.scheme == "https"
-        self.host = u.hostname or "localhost"
+        host = u.hostname or "localhost"
+        if ":" in host:  # a zone is written %25 in a URL (RFC 6874): fe80::1%25eth0
+            host = host.replace("%25", "%", 1)
+        self.host = host
         self.port = u.port or (443 if self.https else 80)
         default = 443 if self.https else 80
-        shown = f"[{self.host}]" if ":" in self.host else self.host
+        # an IPv6 literal in brackets, without its zone (fe80::1%eth0): a zone means
+        # something on this host only, and a Host field has no room for it (RFC 6874 §4,
+        # RFC 9110 §7.2)
+        shown = f"[{host.partition('%')[0]}]" if ":" in host else host
         self.host_header = shown if self.port == default else f"{shown}:{self.port}"
         self.prefix = u.path.rstrip("/")
         self.connect_timeout_s = connect_timeout_s

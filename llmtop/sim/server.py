@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import hdrs, web
 from prometheus_client.registry import CollectorRegistry
 
+from llmtop.listen import start_tcp
 from llmtop.sim import handlers, sglang_format
 from llmtop.sim.engine import SimEngine
 from llmtop.sim.handlers import ENGINE
@@ -184,17 +185,11 @@ async def start_sim(app: web.Application, host: str, port: int, *, reuse_port: b
                            shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG,
-                           reuse_port=reuse_port or None)
-        await site.start()
+        bound = await start_tcp(runner, host, port, backlog=LISTEN_BACKLOG,
+                                reuse_port=reuse_port or None)
     except BaseException:
         await runner.cleanup()
         raise
-    bound = port
-    for addr in runner.addresses:
-        if isinstance(addr, tuple) and len(addr) >= 2:
-            bound = int(addr[1])
-            break
     return runner, bound
 
 

@@ -1,0 +1,510 @@
+"""IPv6 literals and host names, end to end, as users give them: every command on ``[::1]``
+with real processes and real traffic (the openai SDK, aiohttp, ``llmtop bench``), what the
+views show for an IPv6 client, the ``Host`` sent to an IPv6 upstream, ``localhost`` that
+names both ::1 and 127.0.0.1, the wildcard addresses, and bad IPv6 input.
+
+Found and fixed here: ``--listen localhost:0`` (and ``--admin``, ``llmtop sim --listen``)
+bound ::1 and 127.0.0.1 on two different free ports and printed one, so a client whose
+``localhost`` was the other family was refused; a zone id (``fe80::1%eth0``) went
+upstream in the ``Host`` field; ``[1:2:3]:0`` said "host not found" and
+``[::ffff:127.0.0.1]:0`` "Invalid argument". The rest already behaved: those tests are
+coverage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+from views_agree import (
+    ADMIN_PREFIX,
+    LISTEN_PREFIX,
+    ROOT,
+    SIM_PREFIX,
+    Announced,
+    llmtop_cmd,
+    quiet_env,
+    read_lines,
+)
+
+from llmtop.config import ConfigError, parse_hostport
+from llmtop.proxy.upstream import UpstreamPool
+
+V6_URL = re.compile(r"http://\[::1\]:([1-9][0-9]*)")
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+        "max_tokens": 4}
+
+
+def _loopback_v6() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _loopback_v6(), reason="no ::1 on this machine")
+
+
+def sim_on(listen: str) -> tuple[Announced, str]:
+    sim = Announced(llmtop_cmd("sim", "--listen", listen), (SIM_PREFIX,), quiet_env())
+    return sim, sim.found[SIM_PREFIX]
+
+
+def run_on(*args: str, **env: str) -> tuple[Announced, str, str]:
+    proxy = Announced(llmtop_cmd("run", "--headless", *args), (LISTEN_PREFIX, ADMIN_PREFIX),
+                      quiet_env(**env))
+    return proxy, proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
+
+
+async def get(url: str, token: str = "") -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as s, s.get(url, headers=headers) as r:
+        assert r.status == 200, (url, r.status, await r.text())
+        return await r.json() if "json" in r.content_type else await r.text()
+
+
+async def post_chat(base: str, body: dict[str, Any] | None = None) -> bytes:
+    """A streamed chat request with nothing that names a user (no key, no header, no
+    body ``user``): the user is the client address."""
+    async with aiohttp.ClientSession() as s, \
+            s.post(f"{base}/v1/chat/completions", json=body or CHAT) as r:
+        assert r.status == 200, await r.text()
+        return await r.read()
+
+
+async def until_recent(admin: str, n: int, token: str = "", user: str | None = None
+                       ) -> list[dict[str, Any]]:
+    """The admin API's recent requests once ``n`` are there (of ``user``, when given):
+    records reach it within a forwarding interval or two."""
+    recent: list[dict[str, Any]] = []
+    for _ in range(200):
+        recent = await get(f"{admin}/llmtop/v1/requests?state=recent", token)
+        if sum(user is None or r["user"] == user for r in recent) >= n:
+            return recent
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{len(recent)} recent requests, wanted {n}")
+
+
+@pytest.fixture(scope="module")
+def v6_sim() -> Iterator[str]:
+    sim, url = sim_on("[::1]:0")
+    try:
+        yield url
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="module")
+def v6_proxy(v6_sim: str, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[tuple[str, str, Path]]:
+    """``llmtop run`` on ``[::1]:0`` for both addresses, in front of the simulator on
+    ``[::1]``, recording."""
+    record = tmp_path_factory.mktemp("v6") / "v6.jsonl"
+    proxy, url, admin = run_on("--upstream", v6_sim, "--listen", "[::1]:0", "--admin",
+                               "[::1]:0", "--record", str(record))
+    try:
+        yield url, admin, record
+    finally:
+        assert proxy.stop() == 0, "\n".join(proxy.lines)
+
+
+# -- every command on [::1], its start-up lines usable as printed ---------------------
+
+
+def test_sim_and_run_print_bracketed_urls(v6_sim: str, v6_proxy: tuple[str, str, Path]
+                                          ) -> None:
+    """``http://[::1]:PORT``, a port picked (not 0), for the simulator, proxy and admin."""
+    for url in (v6_sim, *v6_proxy[:2]):
+        assert V6_URL.fullmatch(url), url
+
+
+async def test_openai_sdk_through_a_v6_proxy_to_a_v6_engine(
+        v6_proxy: tuple[str, str, Path]) -> None:
+    """The openai SDK at the printed URL: a stream and a plain answer, with usage."""
+    url, _, _ = v6_proxy
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-v6", max_retries=0)
+    try:
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=5)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        plain = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    finally:
+        await client.close()
+    assert text
+    assert plain.usage is not None and plain.usage.completion_tokens == 5
+
+
+async def test_the_views_name_an_ipv6_client_by_its_address(
+        v6_proxy: tuple[str, str, Path]) -> None:
+    """Nothing else names the user: the admin API's requests, the snapshot's users and the
+    Prometheus labels say ``::1`` (unbracketed: an address, not a URL host), and the
+    exposition still parses."""
+    url, admin, _ = v6_proxy
+    await post_chat(url)
+    await until_recent(admin, 1, user="::1")
+    snap = await get(f"{admin}/llmtop/v1/snapshot?window=all")
+    assert "::1" in {u["user"] for u in snap["users"]}, snap["users"]
+    prom = await get(f"{admin}/metrics")
+    labelled = {s.labels.get("user") for fam in text_string_to_metric_families(prom)
+                for s in fam.samples}
+    assert "::1" in labelled, prom
+
+
+async def test_an_open_request_of_an_ipv6_client_is_listed_active(
+        v6_proxy: tuple[str, str, Path]) -> None:
+    url, admin, _ = v6_proxy
+    task = asyncio.create_task(post_chat(url, {**CHAT, "max_tokens": 200}))
+    try:
+        for _ in range(200):
+            active = await get(f"{admin}/llmtop/v1/requests?state=active")
+            if active:
+                break
+            await asyncio.sleep(0.02)
+        assert active and active[0]["user"] == "::1", active
+    finally:
+        await task
+
+
+async def test_the_engine_is_scraped_over_ipv6(v6_sim: str,
+                                               v6_proxy: tuple[str, str, Path]) -> None:
+    """``--upstream http://[::1]:PORT``: the engine's /metrics (the simulator's) is read
+    at ``http://[::1]:PORT/metrics`` and its readings shown."""
+    engine: dict[str, Any] = {}
+    for _ in range(100):
+        engine = (await get(f"{v6_proxy[1]}/llmtop/v1/snapshot"))["engine"] or {}
+        if engine.get("running") is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert engine.get("kind") == "sim" and engine.get("running") is not None, engine
+    assert f"{v6_sim}/metrics" in engine.get("status", ""), engine
+
+
+def test_bench_at_a_v6_url_through_the_proxy(v6_proxy: tuple[str, str, Path],
+                                             tmp_path: Path) -> None:
+    """``llmtop bench http://[::1]:PORT/v1``: a loopback target (no --allow-remote), its
+    requests answered, and counted by the proxy's admin API it is given."""
+    url, admin, _ = v6_proxy
+    p = subprocess.run(
+        llmtop_cmd("bench", f"{url}/v1", "--concurrency", "2", "--requests", "4",
+                   "--max-tokens", "4", "--admin", admin, "--json"),
+        capture_output=True, text=True, cwd=ROOT, env=quiet_env(), timeout=90, check=False)
+    assert p.returncode == 0, p.stderr
+    levels = json.loads(p.stdout)["steps"]
+    assert levels[0]["requests"] == 4 and levels[0]["errors"] == 0, levels
+
+
+def test_recording_and_reports_keep_the_v6_client(v6_proxy: tuple[str, str, Path],
+                                                  tmp_path: Path) -> None:
+    """The recording's requests name ``::1``; ``llmtop report`` (text and JSON) lists it
+    among the users, and the header keeps the bracketed upstream."""
+    record = v6_proxy[2]
+    lines: list[dict[str, Any]] = []
+    for _ in range(100):  # flushed every 0.1 s (quiet_env)
+        lines = read_lines(record) if record.exists() else []
+        if any(r.get("user") == "::1" for r in lines):
+            break
+        time.sleep(0.1)
+    assert lines[0]["type"] == "header" and lines[0]["upstream"].startswith("http://[::1]:")
+    assert any(r.get("type") == "request" and r["user"] == "::1" for r in lines)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_text(record.read_text("utf-8"), "utf-8")  # the live file is still written
+    js = subprocess.run(llmtop_cmd("report", str(copy), "--format", "json"),
+                        capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
+    assert "::1" in {u["user"] for u in json.loads(js.stdout)["users"]}
+    text = subprocess.run(llmtop_cmd("report", str(copy)), capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, check=True).stdout
+    assert re.search(r"^\s+::1\s+\d", text, re.M), text
+
+
+# -- Host to an IPv6 upstream ---------------------------------------------------------
+
+
+class EchoUpstream:
+    """An upstream on ``host`` that answers each request with the Host and path it got."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        return web.json_response({"host": request.headers.get("Host"),
+                                  "path": request.path_qs})
+
+    async def __aenter__(self) -> EchoUpstream:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._echo)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+async def echoed(url: str, path: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{url}{path}", json={"model": "m", "messages": []}) as r:
+            first: dict[str, Any] = await r.json()
+        async with s.get(f"{url}{path}?x=1") as r:  # another request on the connection
+            second: dict[str, Any] = await r.json()
+    assert second["host"] == first["host"], (first, second)
+    assert second["path"] == first["path"] + "?x=1", (first, second)
+    return first
+
+
+async def test_host_to_a_v6_upstream_is_bracketed_and_its_prefix_kept() -> None:
+    """RFC 9110/3986: ``Host: [::1]:PORT``; the upstream's path prefix is kept over IPv6."""
+    async with EchoUpstream("::1") as up:
+        proxy, url, _ = await asyncio.to_thread(
+            run_on, "--upstream", f"http://[::1]:{up.port}/gw/llama", "--listen", "[::1]:0",
+            "--admin", "[::1]:0", LLMTOP_ENGINE_ENABLED="false")
+        try:
+            got = await echoed(url, "/v1/chat/completions")
+        finally:
+            await asyncio.to_thread(proxy.stop)
+    assert got == {"host": f"[::1]:{up.port}", "path": "/gw/llama/v1/chat/completions"}
+
+
+@pytest.mark.parametrize(("upstream", "host", "header"), [
+    ("http://[fe80::1%25eth0]:8000/x", "fe80::1%eth0", "[fe80::1]:8000"),
+    ("http://[fe80::1%eth0]:8000", "fe80::1%eth0", "[fe80::1]:8000"),
+    ("http://[::1]", "::1", "[::1]"),
+    ("https://[2001:db8::1]:443/v", "2001:db8::1", "[2001:db8::1]"),
+])
+def test_a_zone_id_is_for_the_socket_not_the_host_field(upstream: str, host: str,
+                                                        header: str) -> None:
+    """RFC 6874: a URL writes the zone ``%25``; it picks the interface to connect on and is
+    removed from what goes out (before: ``Host: [fe80::1%25eth0]:8000``)."""
+    pool = UpstreamPool(upstream, 1.0)
+    assert (pool.host, pool.host_header) == (host, header)
+
+
+def _link_local() -> str | None:
+    """A link-local address of this machine with its zone (``fe80::…%eth0``), if any."""
+    try:
+        rows = Path("/proc/net/if_inet6").read_text().split()
+    except OSError:
+        return None
+    for i in range(0, len(rows) - 5, 6):
+        addr, scope, name = rows[i], rows[i + 3], rows[i + 5]
+        if scope == "20":  # link
+            import ipaddress
+
+            return f"{ipaddress.IPv6Address(int(addr, 16))}%{name}"
+    return None
+
+
+async def test_a_link_local_upstream_with_its_zone() -> None:
+    """``--upstream http://[fe80::…%25IF]:PORT`` and ``--listen [fe80::…%IF]:0`` on a real
+    link-local address: served, and the Host field has no zone."""
+    ll = _link_local()
+    if ll is None:
+        pytest.skip("no link-local IPv6 address on this machine")
+    bare, _, zone = ll.partition("%")
+    async with EchoUpstream(ll) as up:
+        proxy, url, _ = await asyncio.to_thread(
+            run_on, "--upstream", f"http://[{bare}%25{zone}]:{up.port}", "--listen",
+            f"[{ll}]:0", "--admin", "[::1]:0", LLMTOP_ENGINE_ENABLED="false")
+        try:
+            assert url.startswith(f"http://[{ll}]:"), url
+            got = await echoed(url, "/v1/chat/completions")
+        finally:
+            await asyncio.to_thread(proxy.stop)
+    assert got["host"] == f"[{bare}]:{up.port}", got
+
+
+# -- workers, wildcards, the config file ----------------------------------------------
+
+
+async def test_two_workers_on_v6(v6_sim: str) -> None:
+    """``--workers 2 --listen [::1]:0``: one bracketed port for both, requests served, and
+    the coordinator's admin API names the ``::1`` client."""
+    proxy, url, admin = await asyncio.to_thread(
+        run_on, "--upstream", v6_sim, "--listen", "[::1]:0", "--admin", "[::1]:0",
+        "--workers", "2")
+    try:
+        assert V6_URL.fullmatch(url) and V6_URL.fullmatch(admin), (url, admin)
+        for _ in range(4):
+            await post_chat(url)
+        recent = await until_recent(admin, 4)
+    finally:
+        assert await asyncio.to_thread(proxy.stop) == 0
+    assert {r["user"] for r in recent} == {"::1"}, recent
+
+
+@pytest.mark.parametrize("admin", ["[::]:0", "0.0.0.0:0"])
+def test_a_wildcard_admin_needs_a_token(v6_sim: str, admin: str) -> None:
+    p = subprocess.run(llmtop_cmd("run", "--headless", "--upstream", v6_sim, "--listen",
+                                  "[::1]:0", "--admin", admin),
+                       capture_output=True, text=True, cwd=ROOT, env=quiet_env(), timeout=30,
+                       stdin=subprocess.DEVNULL, check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        f"llmtop run: error: admin '{admin}' is not loopback: set admin_token "
+        "(--admin-token or LLMTOP_ADMIN_TOKEN) so the admin API is not open to the network"]
+
+
+async def test_wildcard_v6_from_a_config_file(v6_sim: str, tmp_path: Path) -> None:
+    """``listen = "[::]:0"``, ``admin = "[::]:0"`` with a token, ``upstream =
+    "http://[::1]:PORT"`` in the config: the printed ``http://[::]:PORT`` URLs are usable as
+    printed (on Linux, :: reaches this machine) and at ``[::1]``; the admin API wants the
+    token."""
+    cfg = tmp_path / "v6.toml"
+    cfg.write_text(f'upstream = "{v6_sim}"\nlisten = "[::]:0"\nadmin = "[::]:0"\n'
+                   'admin_token = "s3cret"\n', "utf-8")
+    proxy, url, admin = await asyncio.to_thread(run_on, "--config", str(cfg))
+    try:
+        assert re.fullmatch(r"http://\[::\]:[1-9][0-9]*", url), url
+        assert re.fullmatch(r"http://\[::\]:[1-9][0-9]*", admin), admin
+        await post_chat(url)
+        await post_chat(url.replace("[::]", "[::1]"))
+        async with aiohttp.ClientSession() as s, s.get(f"{admin}/llmtop/v1/snapshot") as r:
+            assert r.status == 401
+        recent = await until_recent(admin.replace("[::]", "[::1]"), 2, "s3cret")
+    finally:
+        assert await asyncio.to_thread(proxy.stop) == 0
+    assert {r["user"] for r in recent} == {"::1"}, recent
+
+
+# -- localhost naming both ::1 and 127.0.0.1 ------------------------------------------
+
+
+def _dual_localhost(tmp_path: Path) -> list[str]:
+    """A command prefix that runs in a mount namespace of its own whose /etc/hosts names
+    ``localhost`` ::1 and 127.0.0.1 (as most distributions' do; this machine's may not);
+    the network is the test's. Skips where unprivileged namespaces are not allowed."""
+    unshare = shutil.which("unshare")
+    if unshare is None or sys.platform != "linux":
+        pytest.skip("needs unshare (Linux)")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n::1 localhost\n", "ascii")
+    prefix = [unshare, "-rm", "sh", "-c", f'mount --bind "{hosts}" /etc/hosts && exec "$@"',
+              "sh"]
+    probe = subprocess.run([*prefix, "getent", "ahosts", "localhost"], capture_output=True,
+                           text=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"no private /etc/hosts here: {probe.stderr.strip()}")
+    assert "::1" in probe.stdout and "127.0.0.1" in probe.stdout, probe.stdout
+    return prefix
+
+
+async def reaches_both(url: str, path: str) -> None:
+    """``url`` (``http://localhost:PORT``) answers at ::1 and at 127.0.0.1, same port."""
+    port = url.rpartition(":")[2]
+    for host in ("[::1]", "127.0.0.1"):
+        async with aiohttp.ClientSession() as s, s.get(f"http://{host}:{port}{path}") as r:
+            assert r.status == 200, (host, r.status)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_localhost_port_0_is_one_port_on_both_families(
+        v6_sim: str, tmp_path: Path, workers: str) -> None:
+    """``--listen localhost:0 --admin localhost:0`` and ``llmtop sim --listen localhost:0``
+    where localhost is ::1 and 127.0.0.1: the printed port serves both (before: two free
+    ports, one per family, and the printed one refused the other family's clients)."""
+    prefix = _dual_localhost(tmp_path)
+    sim = await asyncio.to_thread(
+        Announced, [*prefix, *llmtop_cmd("sim", "--listen", "localhost:0")], (SIM_PREFIX,),
+        quiet_env(PYTHONPATH=str(ROOT)))
+    proxy = None
+    try:
+        sim_url = sim.found[SIM_PREFIX]
+        await reaches_both(sim_url, "/v1/models")
+        proxy = await asyncio.to_thread(
+            Announced, [*prefix, *llmtop_cmd(
+                "run", "--headless", "--upstream", sim_url, "--listen", "localhost:0",
+                "--admin", "localhost:0", "--workers", workers)],
+            (LISTEN_PREFIX, ADMIN_PREFIX), quiet_env(PYTHONPATH=str(ROOT)))
+        url, admin = proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
+        assert re.fullmatch(r"http://localhost:[1-9][0-9]*", url), url
+        await reaches_both(url, "/v1/models")
+        await reaches_both(admin, "/llmtop/v1/snapshot")
+    finally:
+        if proxy is not None:
+            await asyncio.to_thread(proxy.stop)
+        await asyncio.to_thread(sim.stop)
+
+
+# -- bad IPv6 input: one line, exit 2, no traceback -----------------------------------
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("[::1", "must be HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"),
+    ("::1", "an IPv6 address goes in brackets before the port"),
+    ("[1:2:3]:0", "1:2:3 is not an IPv6 address"),  # before: "host not found"
+    ("[::ffff:127.0.0.1]:0",  # before: "Invalid argument"
+     "::ffff:127.0.0.1 is an IPv4-mapped address; give the IPv4 address, e.g. 127.0.0.1:0"),
+    ("[fe80::1%nosuchif9]:0", "listen address [fe80::1%nosuchif9]:0: "),
+])
+@pytest.mark.parametrize("command", ["run", "sim"])
+def test_bad_ipv6_listen_is_one_line(v6_sim: str, command: str, value: str,
+                                     says: str) -> None:
+    args = (["run", "--headless", "--upstream", v6_sim, "--admin", "[::1]:0"]
+            if command == "run" else ["sim"])
+    p = subprocess.run(llmtop_cmd(*args, "--listen", value), capture_output=True,
+                       text=True, cwd=ROOT, env=quiet_env(), timeout=30,
+                       stdin=subprocess.DEVNULL, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    if command == "run" or "listen address" not in says:
+        assert says in lines[0], lines
+    assert lines[0].startswith(f"llmtop {command}: "), lines
+
+
+@pytest.mark.parametrize("argv", [
+    ["attach", "http://[::1"],
+    ["attach", "http://[::1]:0"],
+    ["attach", "[::1]"],
+    ["bench", "http://[::1:8080/v1", "--requests", "1"],
+    ["bench", "http://[fe80::1%25nosuchif9]:8080/v1", "--requests", "1", "--concurrency",
+     "1"],
+    ["run", "--headless", "--upstream", "http://[::1:8000", "--listen", "[::1]:0"],
+    ["run", "--headless", "--upstream", "http://[::1]:0", "--listen", "[::1]:0"],
+])
+def test_bad_ipv6_urls_are_one_line(argv: list[str]) -> None:
+    p = subprocess.run(llmtop_cmd(*argv), capture_output=True, text=True, cwd=ROOT,
+                       env=quiet_env(), timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert p.returncode in (1, 2) and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize(("value", "parsed"), [
+    ("[fe80::1%eth0]:8080", ("fe80::1%eth0", 8080)),
+    ("[::]:0", ("::", 0)),
+    ("[::1]:65535", ("::1", 65535)),
+])
+def test_ipv6_listen_values(value: str, parsed: tuple[str, int]) -> None:
+    assert parse_hostport(value, "listen") == parsed
+
+
+def test_bracketed_names_are_still_taken() -> None:
+    """``[127.0.0.1]:0`` and ``[localhost]:0`` bound before; only a bracketed value with a
+    colon must now be an IPv6 address."""
+    assert parse_hostport("[127.0.0.1]:0") == ("127.0.0.1", 0)
+    assert parse_hostport("[localhost]:0") == ("localhost", 0)
+    with pytest.raises(ConfigError):
+        parse_hostport("[::1::2]:0")
+
+
