@@ -534,6 +534,11 @@ def reaches_listener(url: str, host: str, port: int) -> bool:
         return target in own_names or _local_address(target)
     if target == listen:
         return True
+    if listen == "localhost":  # it names loopback addresses (127.0.0.1, ::1)
+        try:
+            return ipaddress.ip_address(target).is_loopback
+        except ValueError:
+            return False
     try:
         listen_ip = ipaddress.ip_address(listen)
     except ValueError:

@@ -39,7 +39,7 @@ from views_agree import (
     read_lines,
 )
 
-from llmtop.config import ConfigError, parse_hostport
+from llmtop.config import ConfigError, parse_hostport, reaches_listener
 from llmtop.proxy.upstream import UpstreamPool
 
 V6_URL = re.compile(r"http://\[::1\]:([1-9][0-9]*)")
@@ -508,3 +508,39 @@ def test_bracketed_names_are_still_taken() -> None:
         parse_hostport("[::1::2]:0")
 
 
+
+
+# -- an upstream that is the proxy itself, by another name -----------------------------
+
+
+@pytest.mark.parametrize(("url", "loops"), [
+    ("http://127.0.0.1:9000", True),
+    ("http://[::1]:9000/v1", True),
+    ("http://LOCALHOST:9000", True),
+    ("http://127.0.0.1:9001", False),
+    ("http://192.0.2.7:9000", False),
+    ("http://gpu-box:9000", False),
+])
+def test_listen_localhost_is_its_loopback_addresses(url: str, loops: bool) -> None:
+    """``--listen localhost:P`` listens on 127.0.0.1:P (and ::1:P): an upstream at either
+    is the proxy itself (before: only ``http://localhost:P`` was seen as a loop)."""
+    assert reaches_listener(url, "localhost", 9000) is loops
+
+
+def test_run_refuses_to_forward_to_itself_through_localhost() -> None:
+    """Before: served, and one request went round the loop ~1,200 times until the process
+    ran out of descriptors ('Too many open files', 502)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run(llmtop_cmd("run", "--headless", "--upstream", f"http://127.0.0.1:{port}",
+                                  "--listen", f"localhost:{port}", "--admin", "[::1]:0"),
+                       capture_output=True, text=True, cwd=ROOT, env=quiet_env(), timeout=30,
+                       stdin=subprocess.DEVNULL, check=False)
+    assert p.returncode == 2 and "listening on" not in p.stdout, p.stdout + p.stderr
+    assert p.stderr.strip().splitlines() == [
+        f"llmtop run: error: upstream 'http://127.0.0.1:{port}' is llmtop's own listen address "
+        f"localhost:{port}: requests would loop back into its proxy; point upstream at the "
+        "inference engine (e.g. --upstream http://127.0.0.1:8000) or listen on another port"]
