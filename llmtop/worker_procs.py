@@ -39,6 +39,7 @@ from llmtop.clock import unix_now
 from llmtop.config import Config, parse_hostport
 from llmtop.events import Event, WarningEvent
 from llmtop.fleet_counts import FleetCounts
+from llmtop.listen import dual_stack, is_any_v6
 from llmtop.parent_watch import child_env
 from llmtop.workers import FleetActive
 
@@ -60,14 +61,19 @@ class StartupErrorProxy(RuntimeError):
 def reserve_port(host: str, port: int) -> socket.socket:
     """Bind (without listening) a SO_REUSEPORT socket so every worker gets the same port
     even when the user asked for port 0."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
-        s.bind((host, port))
+        if is_any_v6(host):  # the workers' [::] is dual-stack (llmtop.listen)
+            return dual_stack(port, reuse_port=True, listen=False)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            s.close()
+            raise
     except OSError as exc:
-        s.close()
         raise StartupErrorProxy(
             f"listen address {host}:{port}: {exc.strerror or exc}") from None
     return s

@@ -166,4 +166,7 @@ class IdentityResolver:
         key = self.api_key(headers)
         if key is not None:
             return key_pseudonym(key, self._salt)
+        if remote is not None and remote.startswith("::ffff:") and "." in remote:
+            # an IPv4 client of a [::] listener (dual-stack): named as on 0.0.0.0
+            return remote[7:]
         return remote or "unknown"

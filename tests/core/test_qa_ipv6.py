@@ -40,6 +40,7 @@ from views_agree import (
 )
 
 from llmtop.config import ConfigError, parse_hostport, reaches_listener
+from llmtop.proxy.identity import IdentityResolver
 from llmtop.proxy.upstream import UpstreamPool
 
 V6_URL = re.compile(r"http://\[::1\]:([1-9][0-9]*)")
@@ -366,26 +367,43 @@ def test_a_wildcard_admin_needs_a_token(v6_sim: str, admin: str) -> None:
         "(--admin-token or LLMTOP_ADMIN_TOKEN) so the admin API is not open to the network"]
 
 
-async def test_wildcard_v6_from_a_config_file(v6_sim: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_wildcard_v6_from_a_config_file(v6_sim: str, tmp_path: Path, workers: int
+                                              ) -> None:
     """``listen = "[::]:0"``, ``admin = "[::]:0"`` with a token, ``upstream =
     "http://[::1]:PORT"`` in the config: the printed ``http://[::]:PORT`` URLs are usable as
-    printed (on Linux, :: reaches this machine) and at ``[::1]``; the admin API wants the
-    token."""
+    printed (on Linux, :: reaches this machine), at ``[::1]`` and at ``127.0.0.1`` — ``[::]``
+    is every address, as ``0.0.0.0`` is every IPv4 one (before: IPv4 clients were refused,
+    asyncio's IPv6 sockets being IPv6-only) — and an IPv4 client is named ``127.0.0.1``, not
+    ``::ffff:127.0.0.1``. The admin API wants the token."""
     cfg = tmp_path / "v6.toml"
     cfg.write_text(f'upstream = "{v6_sim}"\nlisten = "[::]:0"\nadmin = "[::]:0"\n'
-                   'admin_token = "s3cret"\n', "utf-8")
+                   f'admin_token = "s3cret"\nworkers = {workers}\n', "utf-8")
     proxy, url, admin = await asyncio.to_thread(run_on, "--config", str(cfg))
     try:
         assert re.fullmatch(r"http://\[::\]:[1-9][0-9]*", url), url
         assert re.fullmatch(r"http://\[::\]:[1-9][0-9]*", admin), admin
         await post_chat(url)
         await post_chat(url.replace("[::]", "[::1]"))
+        await post_chat(url.replace("[::]", "127.0.0.1"))
         async with aiohttp.ClientSession() as s, s.get(f"{admin}/llmtop/v1/snapshot") as r:
             assert r.status == 401
-        recent = await until_recent(admin.replace("[::]", "[::1]"), 2, "s3cret")
+        recent = await until_recent(admin.replace("[::]", "127.0.0.1"), 3, "s3cret")
     finally:
         assert await asyncio.to_thread(proxy.stop) == 0
-    assert {r["user"] for r in recent} == {"::1"}, recent
+    assert sorted(r["user"] for r in recent) == ["127.0.0.1", "::1", "::1"], recent
+
+
+async def test_sim_on_the_v6_wildcard_takes_ipv4_clients_too() -> None:
+    sim, url = await asyncio.to_thread(sim_on, "[::]:0")
+    try:
+        port = url.rpartition(":")[2]
+        for host in ("[::]", "[::1]", "127.0.0.1"):
+            async with aiohttp.ClientSession() as s, \
+                    s.get(f"http://{host}:{port}/v1/models") as r:
+                assert r.status == 200, host
+    finally:
+        await asyncio.to_thread(sim.stop)
 
 
 # -- localhost naming both ::1 and 127.0.0.1 ------------------------------------------
@@ -544,3 +562,15 @@ def test_run_refuses_to_forward_to_itself_through_localhost() -> None:
         f"llmtop run: error: upstream 'http://127.0.0.1:{port}' is llmtop's own listen address "
         f"localhost:{port}: requests would loop back into its proxy; point upstream at the "
         "inference engine (e.g. --upstream http://127.0.0.1:8000) or listen on another port"]
+
+
+@pytest.mark.parametrize(("remote", "user"), [
+    ("::ffff:10.0.0.7", "10.0.0.7"),
+    ("::1", "::1"),
+    ("fe80::1%eth0", "fe80::1%eth0"),
+    ("::ffff:a00:7", "::ffff:a00:7"),
+    (None, "unknown"),
+])
+def test_an_ipv4_client_of_a_dual_stack_listener_is_named_by_its_ipv4_address(
+        remote: str | None, user: str) -> None:
+    assert IdentityResolver("X-LLMTOP-User", "salt").resolve({}, None, remote) == user
