@@ -498,6 +498,15 @@ def validate_upstream(url: str) -> None:
             "(each client request's own query is forwarded as sent)")
 
 
+def socket_netloc(netloc: str) -> str:
+    """A URL's ``HOST:PORT`` with an IPv6 zone as a socket takes it: a URL writes the zone
+    ``%25`` (RFC 6874: ``[fe80::1%25eth0]``), and aiohttp hands that to the resolver as it
+    is ("Name or service not known"); ``[fe80::1%eth0]`` is found."""
+    if netloc.startswith("[") and "%25" in netloc.partition("]")[0]:
+        return netloc.replace("%25", "%", 1)
+    return netloc
+
+
 def _local_address(host: str) -> bool:
     """True when ``host`` (an IP literal) is an address of this machine: one a socket can
     bind to. No DNS: a name other than ``localhost`` or this machine's own is not looked up."""

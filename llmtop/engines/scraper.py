@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from llmtop.clock import unix_now
-from llmtop.config import Config
+from llmtop.config import Config, socket_netloc
 from llmtop.engines.recognise import recognise
 from llmtop.events import EngineReading, Event
 from llmtop.polling import Poller
@@ -51,7 +51,7 @@ def metrics_url_for(upstream: str, configured: str = "") -> str:
     root = u.path.rstrip("/")
     if root.endswith("/v1"):
         root = root[:-3]
-    return f"{u.scheme}://{u.netloc}{root}/metrics"
+    return f"{u.scheme}://{socket_netloc(u.netloc)}{root}/metrics"
 
 
 class EngineScraper(Poller[EngineReading]):

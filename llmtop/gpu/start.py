@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from llmtop.config import Config, ConfigError
+from llmtop.config import Config, ConfigError, socket_netloc
 from llmtop.events import Event, GpuReading
 from llmtop.gpu.backend import GpuBackend, GpuUnavailable
 from llmtop.gpu.sampler import GpuSampler
@@ -32,7 +32,7 @@ def sim_gpu_url(upstream: str, configured: str = "") -> str:
     u = urlsplit(upstream)
     if not u.scheme or not u.netloc:
         return ""
-    return f"{u.scheme}://{u.netloc}/sim/gpu"
+    return f"{u.scheme}://{socket_netloc(u.netloc)}/sim/gpu"
 
 
 class GpuSourceHandle:

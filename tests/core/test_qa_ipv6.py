@@ -336,6 +336,49 @@ async def test_a_link_local_upstream_with_its_zone() -> None:
     assert got["host"] == f"[{bare}]:{up.port}", got
 
 
+@pytest.mark.parametrize(("upstream", "metrics", "gpu"), [
+    ("http://[fe80::1%25eth0]:8000/v1", "http://[fe80::1%eth0]:8000/metrics",
+     "http://[fe80::1%eth0]:8000/sim/gpu"),
+    ("http://[::1]:8000/gw/v1", "http://[::1]:8000/gw/metrics", "http://[::1]:8000/sim/gpu"),
+])
+def test_scrape_urls_of_a_v6_upstream(upstream: str, metrics: str, gpu: str) -> None:
+    """The engine's /metrics and the simulated GPU under an IPv6 upstream, its zone as a
+    socket takes it (before: ``%25eth0``, which the resolver did not know)."""
+    from llmtop.engines.scraper import metrics_url_for
+    from llmtop.gpu.start import sim_gpu_url
+
+    assert (metrics_url_for(upstream), sim_gpu_url(upstream)) == (metrics, gpu)
+
+
+async def test_engine_and_gpu_of_a_link_local_sim_are_read() -> None:
+    """``--upstream http://[fe80::…%25IF]:PORT --gpu-source sim``: the simulator's
+    /metrics and /sim/gpu are read over the link-local address (before: "no /metrics …
+    (cannot connect: Name or service not known)" and no GPU)."""
+    ll = _link_local()
+    if ll is None:
+        pytest.skip("no link-local IPv6 address on this machine")
+    bare, _, zone = ll.partition("%")
+    sim, sim_url = await asyncio.to_thread(sim_on, f"[{ll}]:0")
+    try:
+        port = sim_url.rpartition(":")[2]
+        proxy, _, admin = await asyncio.to_thread(
+            run_on, "--upstream", f"http://[{bare}%25{zone}]:{port}", "--listen", "[::1]:0",
+            "--admin", "[::1]:0", "--gpu-source", "sim")
+        try:
+            snap: dict[str, Any] = {}
+            for _ in range(100):
+                snap = await get(f"{admin}/llmtop/v1/snapshot")
+                if snap["gpus"] and (snap["engine"] or {}).get("running") is not None:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await asyncio.to_thread(proxy.stop)
+    finally:
+        await asyncio.to_thread(sim.stop)
+    assert (snap["engine"] or {}).get("kind") == "sim", snap["engine"]
+    assert snap["gpus"], snap
+
+
 # -- workers, wildcards, the config file ----------------------------------------------
 
 
