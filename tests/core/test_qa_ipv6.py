@@ -449,6 +449,20 @@ async def test_sim_on_the_v6_wildcard_takes_ipv4_clients_too() -> None:
         await asyncio.to_thread(sim.stop)
 
 
+def test_demo_on_v6() -> None:
+    """``llmtop demo --headless --listen [::1]:0 --admin [::1]:0``: bracketed start-up
+    lines, and its traffic driver (given the printed URL) is served through the proxy."""
+    p = subprocess.run(llmtop_cmd("demo", "--headless", "--listen", "[::1]:0", "--admin",
+                                  "[::1]:0", "--record", "", "--duration", "3"),
+                       capture_output=True, text=True, cwd=ROOT, env=quiet_env(), timeout=60,
+                       stdin=subprocess.DEVNULL, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    found = dict(re.findall(r"^llmtop: (proxy|admin) listening on (\S+)$", p.stdout, re.M))
+    assert V6_URL.fullmatch(found["proxy"]) and V6_URL.fullmatch(found["admin"]), p.stdout
+    served = re.search(r"served (\d+) requests", p.stdout + p.stderr)
+    assert served is not None and int(served.group(1)) > 0, p.stdout + p.stderr
+
+
 # -- localhost naming both ::1 and 127.0.0.1 ------------------------------------------
 
 

@@ -4,6 +4,7 @@ in process."""
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 
@@ -58,3 +59,23 @@ async def test_attach_to_a_v6_admin_api(v6_proxy: tuple[str, str]) -> None:
         line1 = screen_text(app).splitlines()[0]
     assert f"proxy {url}" in line1, line1
     assert f"admin {admin}" in line1 or f"admin :{admin.rpartition(':')[2]}" in line1, line1
+
+
+async def test_run_with_its_tui_on_v6_names_the_bracketed_proxy() -> None:
+    """``llmtop run --listen [::1]:0`` in a terminal, in front of a simulator on ``[::1]``:
+    the start-up line and the TUI's header both give the bracketed proxy URL."""
+    if not _loopback_v6():
+        pytest.skip("no ::1 on this machine")
+    from test_tui_run_pty import ANSI, _close, _run_in_pty
+
+    from llmtop.sim.server import running_sim
+
+    async with running_sim("tiny", host="::1") as sim:
+        proc, master, out = await _run_in_pty(sim.url, listen="[::1]:0")
+        try:
+            text = ANSI.sub(b"", bytes(out)).decode(errors="replace")
+        finally:
+            await _close(proc, master)
+    printed = re.search(r"llmtop: proxy listening on (http://\[::1\]:[1-9][0-9]*)", text)
+    assert printed is not None, text[-2000:]
+    assert f"proxy {printed.group(1)}" in text, text[-2000:]
