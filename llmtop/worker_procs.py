@@ -74,8 +74,9 @@ def reserve_port(host: str, port: int) -> socket.socket:
             s.close()
             raise
     except OSError as exc:
+        shown = f"[{host}]" if ":" in host else host  # as --listen takes it
         raise StartupErrorProxy(
-            f"listen address {host}:{port}: {exc.strerror or exc}") from None
+            f"listen address {shown}:{port}: {exc.strerror or exc}") from None
     return s
 
 

@@ -463,6 +463,26 @@ def test_demo_on_v6() -> None:
     assert served is not None and int(served.group(1)) > 0, p.stdout + p.stderr
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_v6_port_in_use_is_named_as_given(workers: str) -> None:
+    """The address in use, bracketed as ``--listen`` takes it, with one process or
+    several (before, with workers: ``listen address ::1:PORT``)."""
+    import socket
+
+    with socket.socket(socket.AF_INET6) as held:
+        held.bind(("::1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        p = subprocess.run(
+            llmtop_cmd("run", "--headless", "--upstream", "http://[::1]:9", "--listen",
+                       f"[::1]:{port}", "--admin", "[::1]:0", "--workers", workers),
+            capture_output=True, text=True, cwd=ROOT, env=quiet_env(), timeout=60,
+            stdin=subprocess.DEVNULL, check=False)
+    assert p.returncode == 2 and "listening on" not in p.stdout, p.stdout + p.stderr
+    assert p.stderr.strip().splitlines() == [
+        f"llmtop run: error: listen address [::1]:{port}: Address already in use"]
+
+
 # -- localhost naming both ::1 and 127.0.0.1 ------------------------------------------
 
 
