@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from llmtop import __version__
-from llmtop.cli.common import UsageError
+from llmtop.cli.common import RuntimeFailure, UsageError
 from llmtop.config import ConfigError
 from llmtop.parent_watch import watch_parent
 from llmtop.textsafe import printable
@@ -76,5 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llmtop {args.command}: error: {printable(str(exc))}", file=sys.stderr,
               flush=True)
         return 2
+    except RuntimeFailure as exc:
+        print(f"llmtop {args.command}: error: {printable(str(exc))}", file=sys.stderr,
+              flush=True)
+        return 1
     except KeyboardInterrupt:
         return 130

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import signal
@@ -21,6 +22,22 @@ from llmtop.parent_watch import child_env
 
 class UsageError(ValueError):
     """A user mistake: printed as one line, exit code 2."""
+
+
+class RuntimeFailure(RuntimeError):
+    """A failure that is not the user's mistake (the disk filled while an output was
+    written): printed as one line, exit code 1 (interfaces.md: "1 runtime failure")."""
+
+
+DISK_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""Write errors of the disk itself, not of the path the user named."""
+
+
+def write_failed(message: str, exc: OSError) -> UsageError | RuntimeFailure:
+    """The error to raise for an output that could not be written: a runtime failure when
+    the disk failed (full, over quota, over the file size limit, an I/O error), else a usage
+    error (a path that cannot be written: no such directory, permission denied)."""
+    return RuntimeFailure(message) if exc.errno in DISK_FAILURES else UsageError(message)
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmtop.cli.common import UsageError, term_as_exit
+from llmtop.cli.common import UsageError, term_as_exit, write_failed
 
 NAME = "export"
 HELP = "a recording as Parquet tables or HdrHistogram interval logs"
@@ -167,6 +167,6 @@ def _export_file(args: argparse.Namespace, file: str) -> int:
         why = exc.strerror or str(exc)
         if exc.filename is None and exc.errno is not None:
             why = f"cannot write: {os.strerror(exc.errno)}"  # (pyarrow's words carry its own)
-        raise UsageError(f"{where}: {why}") from None
+        raise write_failed(f"{where}: {why}", exc) from None
     sys.stdout.flush()
     return 0

@@ -8,7 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args, term_as_exit
+from llmtop.cli.common import (
+    UsageError,
+    add_slo_spec_argument,
+    slo_from_args,
+    term_as_exit,
+    write_failed,
+)
 
 NAME = "report"
 HELP = "offline analysis of a recording (text, JSON or an HTML page with plots)"
@@ -77,7 +83,7 @@ def write_output(out: Path, text: str) -> None:
             with open(out, "w", encoding="utf-8") as fh:
                 fh.write(text)
         except OSError as exc:
-            raise UsageError(f"{out}: cannot write: {exc.strerror or exc}") from None
+            raise write_failed(f"{out}: cannot write: {exc.strerror or exc}", exc) from None
         return
     tmp = part_path(out)
     try:
@@ -85,7 +91,7 @@ def write_output(out: Path, text: str) -> None:
         os.replace(tmp, out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise UsageError(f"{out}: cannot write: {exc.strerror or exc}") from None
+        raise write_failed(f"{out}: cannot write: {exc.strerror or exc}", exc) from None
     except BaseException:  # Ctrl-C mid-write: no half-written page left beside the output
         tmp.unlink(missing_ok=True)
         raise
