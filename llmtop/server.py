@@ -41,6 +41,7 @@ from llmtop.gpu import open_gpu_source
 from llmtop.listen import start_tcp
 from llmtop.loopthread import LoopThread
 from llmtop.metrics.aggregator import Aggregator
+from llmtop.out_of_files import out_of_files
 from llmtop.proxy.relay import SHUTDOWN_REASON
 from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
@@ -225,7 +226,9 @@ class Observers:
 
     async def _tick_loop(self) -> None:
         """Rotate metric intervals twice a second; evaluate the detectors once a second
-        (on the loop's shared grid: the bus pump wakes at the same instants)."""
+        (on the loop's shared grid: the bus pump wakes at the same instants), and say so
+        when this process has no file descriptor left (clients it cannot accept are
+        dropped by the event loop unseen: :mod:`llmtop.out_of_files`)."""
         n = 0
         loop = asyncio.get_running_loop()
         while True:
@@ -234,6 +237,7 @@ class Observers:
             n += 1
             if n % 2 == 0:
                 self.monitor.tick()
+                out_of_files.probe()
 
     async def stop(self, cancelled_at_shutdown: int = 0) -> RunSummary:
         self.bus.drain()

@@ -37,6 +37,7 @@ from llmtop.bus import EventBus
 from llmtop.clock import unix_now
 from llmtop.config import Config
 from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord, WarningEvent
+from llmtop.out_of_files import out_of_files
 from llmtop.workers_wire import (
     BATCH_CHUNKS,
     BATCH_EVENTS,
@@ -190,6 +191,7 @@ class EventForwarder:
         try:
             while True:
                 await asyncio.sleep(self.interval_s)
+                out_of_files.probe()  # this worker's clients it cannot accept: say so
                 bus.drain()
                 while await self.post() and self.buffer:
                     pass  # a backlog: the rest in further POSTs, now

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,15 @@ def quiet_env(**extra: str) -> dict[str, str]:
 class Announced:
     """A long-running llmtop child whose start-up lines name its addresses."""
 
-    def __init__(self, cmd: list[str], prefixes: tuple[str, ...], env: dict[str, str]):
+    def __init__(self, cmd: list[str], prefixes: tuple[str, ...], env: dict[str, str],
+                 preexec_fn: Callable[[], None] | None = None):
         self.lines: list[str] = []
         self.found: dict[str, str] = {}
         self._prefixes = prefixes
         self._ready = threading.Event()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+                                     stdin=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
+                                     preexec_fn=preexec_fn)
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
         self._ready.wait(60)

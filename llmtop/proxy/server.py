@@ -55,6 +55,7 @@ from llmtop.config import Config, ConfigError, parse_hostport
 from llmtop.events import CONNECT_TIMEOUT_PREFIX, UNREACHABLE_PREFIX, ActiveRequest, Dialect
 from llmtop.fleet_counts import FleetCounts
 from llmtop.listen import start_tcp
+from llmtop.out_of_files import is_out_of_files, out_of_files, refusal
 from llmtop.proxy.dialects.base import RequestInfo, StreamParser
 from llmtop.proxy.dialects.compressed import INFLATABLE, InflatingParser
 from llmtop.proxy.dialects.openai import (
@@ -650,6 +651,10 @@ class ProxyServer:
                 return self.proxy_error(ex, dialect, 504, "timeout",
                                         f"{CONNECT_TIMEOUT_PREFIX}: {exc}", "upstream_timeout")
             except ConnectFailed as exc:
+                if is_out_of_files(exc.os_error):  # llmtop's own limit: the engine is fine
+                    out_of_files.note_refusal(exc.os_error.errno if exc.os_error else None)
+                    return self.proxy_error(ex, dialect, 502, "error", refusal(),
+                                            "proxy_out_of_files")
                 self.upstream_down = True
                 return self.proxy_error(ex, dialect, 502, "error",
                                         f"{UNREACHABLE_PREFIX}: {exc}", "upstream_unreachable")
