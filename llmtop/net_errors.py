@@ -11,6 +11,8 @@ failures by kind) and the TUI / ``llmtop attach`` (which say why an admin API is
 - ``TLS certificate not trusted``, ``TLS handshake failed`` (e.g. ``https://`` to a plain
   HTTP port);
 - ``connect timed out``;
+- ``out of file descriptors`` — this process (EMFILE) or the system (ENFILE) had none
+  left for the socket: the local side's limit, nothing the other end did;
 - ``cannot connect: <the OS's reason>``.
 
 The kind — what :func:`connect_failure_kind` returns, and the text before the first
@@ -28,8 +30,10 @@ import aiohttp
 
 from llmtop.textsafe import printable
 
+OUT_OF_FILES: Final = "out of file descriptors"
+
 KINDS: Final = ("connection refused", "host not found", "TLS certificate not trusted",
-                "TLS handshake failed", "connect timed out", "cannot connect")
+                "TLS handshake failed", "connect timed out", OUT_OF_FILES, "cannot connect")
 
 MAX_REASON: Final = 80
 """The longest ``cannot connect: …`` text (the OS's joined reasons can be long)."""
@@ -63,6 +67,8 @@ def connect_failure_kind(exc: aiohttp.ClientConnectorError) -> str:
         return "connection refused"
     if isinstance(cause, TimeoutError) or codes == {errno.ETIMEDOUT}:
         return "connect timed out"
+    if codes & {errno.EMFILE, errno.ENFILE}:
+        return OUT_OF_FILES
     return "cannot connect"
 
 

@@ -30,7 +30,8 @@ from llmtop.bench.summary import StepSummary, errors_text, summarize
 from llmtop.bench.workload import Workload
 from llmtop.config import Config, slo_dict
 from llmtop.events import RequestRecord
-from llmtop.net_errors import connect_failure
+from llmtop.net_errors import OUT_OF_FILES, connect_failure
+from llmtop.out_of_files import open_files_limit
 
 if TYPE_CHECKING:
     from llmtop.gpu.start import GpuSourceHandle
@@ -233,6 +234,13 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
             raise
         s = summarize(run, cfg)
         keep(run.records)
+        own = s.error_kinds.get(OUT_OF_FILES, 0)
+        if own:  # this process's limit: the level's figures would not be the target's
+            raise _Stop(f"{label}: llmtop bench ran out of file descriptors "
+                        f"({open_files_limit()}): {own} of its {s.requests} requests were "
+                        "never sent, so the level measures this process, not the target "
+                        "(left out of the results); raise the limit (ulimit -n) or lower "
+                        "the level", nothing_ok=False)
         if plan.admin_url:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess:
                 s.gpus = await _gpu_readings(sess, plan.admin_url, plan.admin_headers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 from collections.abc import Mapping
@@ -288,8 +289,8 @@ def main(args: argparse.Namespace) -> int:
                 f"this plan could run {steps * (duration + warmup):.0f} s, over --max-duration "
                 f"{args.max_duration:.0f} s; shorten --duration or raise --max-duration"
             )
-    if mode == "concurrency":
-        _open_files(int(max(levels + ([max_level] if args.search else []))))
+    _open_files(int(max(levels + ([max_level] if args.search else [])))
+                if mode == "concurrency" else None)
     try:
         workload = Workload(
             prompt_tokens=parse_length(args.prompt_tokens, "--prompt-tokens"),
@@ -335,12 +336,26 @@ def _admin(url: str, headers: dict[str, str]) -> str:
     return admin
 
 
-def _open_files(concurrency: int) -> None:
-    """Raise the open-file limit to what ``concurrency`` connections need, or say why not."""
+OPEN_LOOP_FILES = 65536
+"""The open-file limit an open-loop run (``--rate``) asks for: how many requests are open
+at once is the target's doing, not bench's (a slow target piles them up)."""
+
+
+def _open_files(concurrency: int | None) -> None:
+    """Raise the open-file limit to what ``concurrency`` connections need, or say why not;
+    for an open loop (``None``), as far as the hard limit allows (a level that still runs
+    out is stopped by the runner, which says so)."""
     import resource
 
-    need = concurrency + 64
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if concurrency is None:
+        want = OPEN_LOOP_FILES if hard == resource.RLIM_INFINITY else min(OPEN_LOOP_FILES,
+                                                                          hard)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        return
+    need = concurrency + 64
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
     if hard == resource.RLIM_INFINITY or hard >= need:

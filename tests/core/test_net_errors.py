@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import shutil
 import socket
 import ssl
@@ -196,12 +197,22 @@ def test_other_reasons_are_the_os_words_one_short_printable_line() -> None:
     assert len(text) <= MAX_REASON and text.isprintable()
 
 
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE])
+def test_no_descriptor_for_the_socket_is_our_side_out_of_file_descriptors(code: int) -> None:
+    """EMFILE/ENFILE is this machine's limit, not the other end's refusal (bench counted
+    its own exhaustion as the target's "cannot connect"); the real thing is in
+    tests/reliability/test_rel_qa_fds.py."""
+    exc = connector_error(OSError(code, os.strerror(code)))
+    assert connect_failure_kind(exc) == connect_failure(exc) == "out of file descriptors"
+
+
 def test_every_kind_is_listed() -> None:
     """The kinds are the keys ``llmtop bench`` counts by: each text starts with one."""
     causes: list[OSError] = [ConnectionRefusedError(errno.ECONNREFUSED, "refused"),
                              socket.gaierror(socket.EAI_NONAME, "unknown"),
                              TimeoutError(errno.ETIMEDOUT, "timed out"),
-                             OSError(errno.EHOSTUNREACH, "No route to host")]
+                             OSError(errno.EHOSTUNREACH, "No route to host"),
+                             OSError(errno.EMFILE, "Too many open files")]
     for cause in causes:
         exc = connector_error(cause)
         assert connect_failure_kind(exc) in KINDS

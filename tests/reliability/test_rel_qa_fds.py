@@ -51,9 +51,9 @@ BODY = {"model": "m", "stream": True, "max_tokens": 4,
         "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _limit(n: int) -> Callable[[], None]:
+def _limit(n: int, hard: int | None = None) -> Callable[[], None]:
     def lower() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n if hard is None else hard))
     return lower
 
 
@@ -402,10 +402,45 @@ def test_two_workers_out_of_descriptors_refuse_clearly_and_all_survive(
     assert not [x for x in lines if x["type"] == "warning" and x["code"] == "UPSTREAM_DOWN"]
 
 
-def _bench(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _bench(url: str, *args: str, hard: int = LIMIT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(llmtop_cmd("bench", url, *args), capture_output=True, text=True,
-                          env=quiet_env(), preexec_fn=_limit(LIMIT), timeout=180,
+                          env=quiet_env(), preexec_fn=_limit(LIMIT, hard), timeout=180,
                           check=False)
+
+
+OPEN_LOOP = ("--rate", "400", "--requests", "120", "--max-tokens", "4", "--constant",
+             "--header", "X-Sim-Fault: stall:2000@1")
+"""An open loop whose requests pile up: 120 sent in 0.3 s, each held 2 s by the engine:
+more connections at once than 64 descriptors hold."""
+
+
+def test_bench_out_of_descriptors_in_an_open_loop_says_so_and_leaves_the_level_out(
+        sim: str, tmp_path: Path) -> None:
+    """Requests bench could not even open a socket for were counted as the target's
+    failures ("cannot connect"), and the verdict said the target failed at that rate."""
+    record = tmp_path / "bench.jsonl"
+    p = _bench(sim, *OPEN_LOOP, "--json", "--record", str(record))
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    said = [line for line in p.stderr.splitlines() if line.startswith("llmtop bench: error:")]
+    assert len(said) == 1, p.stderr
+    assert said[0].startswith("llmtop bench: error: rate 400/s: llmtop bench ran out of "
+                              f"file descriptors (ulimit -n {LIMIT}): "), said
+    doc = json.loads(p.stdout)
+    assert doc["steps"] == [] and doc["best"] is None, doc  # no figures that are bench's
+    assert doc["stopped"] == said[0].removeprefix("llmtop bench: error: ")
+    own = [x for x in _record_lines(record) if x["type"] == "request"
+           and (x["error"] or "").startswith("out of file descriptors: ")]
+    assert own, "the recording names the requests that were never sent"
+
+
+def test_bench_open_loop_raises_its_soft_open_file_limit(sim: str) -> None:
+    """A soft limit of 64 under a hard one of 4096: an open loop asks for the hard one (a
+    closed loop asked for what its concurrency needs; an open loop asked for nothing)."""
+    p = _bench(sim, *OPEN_LOOP, "--json", hard=4096)
+    assert p.returncode == 0, p.stderr
+    (step,) = json.loads(p.stdout)["steps"]
+    assert step["requests"] == 120 and step["errors"] == 0, step
 
 
 def test_bench_refuses_a_concurrency_its_open_file_limit_cannot_hold(sim: str) -> None:
