@@ -53,6 +53,11 @@ read low; raised by :mod:`llmtop.workers`)."""
 UNREACHABLE_PREFIX: Final = "upstream unreachable"
 """How the proxy's ``error`` for a request it could not connect upstream begins."""
 
+OUT_OF_FILES_PREFIX: Final = "out of file descriptors"
+"""How the proxy's ``error`` begins for a request it answered 502 because its own process
+had no file descriptor left for the upstream socket (llmtop's limit, not the engine's:
+:mod:`llmtop.out_of_files`)."""
+
 CONNECT_TIMEOUT_PREFIX: Final = "upstream connect timed out"
 """How the proxy's ``error`` begins for a request whose upstream connect timed out (a 504
 of its own: the upstream host does not answer connection attempts at all)."""

@@ -27,14 +27,13 @@ import time
 from collections.abc import Callable
 from typing import Final, TextIO
 
+from llmtop.events import OUT_OF_FILES_PREFIX
+
 OUT_OF_FILES_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE})
 
 SAY_EVERY_S: Final = 60.0
 """At most one line per this many seconds about running out of descriptors."""
 
-OUT_OF_FILES_MESSAGE: Final = "out of file descriptors"
-"""How the ``error`` of a request refused for want of a descriptor begins (the client's
-JSON error reads ``llmtop: out of file descriptors (ulimit -n N): …``)."""
 
 
 def is_out_of_files(exc: BaseException | None) -> bool:
@@ -54,8 +53,9 @@ def open_files_limit() -> str:
 
 
 def refusal() -> str:
-    """The error message for the client (after ``llmtop: ``) and the request's record."""
-    return (f"{OUT_OF_FILES_MESSAGE} ({open_files_limit()}): cannot open a connection to "
+    """The error message for the client (after ``llmtop: ``: ``llmtop: out of file
+    descriptors (ulimit -n N): …``) and the request's record."""
+    return (f"{OUT_OF_FILES_PREFIX} ({open_files_limit()}): cannot open a connection to "
             "the upstream; retry later")
 
 

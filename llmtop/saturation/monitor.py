@@ -441,22 +441,31 @@ class SaturationMonitor:
             return None
         timeouts = sum(1 for f in bad if f.outcome == "timeout")
         statuses: dict[int, int] = {}
-        broke = 0
+        broke = own = 0
         for f in bad:
             if f.outcome != "error":
                 continue
-            if f.status < 400:  # the answer began (200) and its stream broke
+            if f.out_of_files:  # llmtop's own 502: not the engine's 5xx
+                own += 1
+            elif f.status < 400:  # the answer began (200) and its stream broke
                 broke += 1
             else:
                 statuses[f.status] = statuses.get(f.status, 0) + 1
         top = ", ".join([f"HTTP {s} ×{n}" for s, n in
                          sorted(statuses.items(), key=lambda kv: -kv[1])[:3]]
                         + ([f"{_plural(broke, 'stream')} broken mid-answer"] if broke else []))
-        what = "; ".join(x for x in (top, _plural(timeouts, "timeout") if timeouts else "") if x)
+        mine = f"{own} refused by llmtop, out of file descriptors" if own else ""
+        what = "; ".join(x for x in (mine, top, _plural(timeouts, "timeout") if timeouts
+                                     else "") if x)
+        advice = ("see the engine's log — timeouts point at overload, 5xx at the engine, 4xx "
+                  "at clients")
+        if own:
+            advice = ("llmtop's process has no file descriptor left for more streams: raise "
+                      "its limit (ulimit -n; systemd LimitNOFILE=) or send fewer at once"
+                      + (f"; for the rest, {advice}" if own < len(bad) else ""))
         return Verdict(
             f"{rate:.1%} of the last {n} requests failed ({what}; warns from {thr:.0%}); "
-            "see the engine's log — timeouts point at overload, 5xx at the engine, 4xx at "
-            "clients",
+            f"{advice}",
             "critical",
         )
 

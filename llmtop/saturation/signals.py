@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from llmtop.config import SloConfig
 from llmtop.events import (
+    OUT_OF_FILES_PREFIX,
     ActiveRequest,
     EngineReading,
     Event,
@@ -90,6 +91,8 @@ class Failure:
     outcome: str
     status: int
     upstream_unreachable: bool
+    out_of_files: bool = False
+    """The proxy's own 502: its process had no file descriptor for the upstream socket."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +264,9 @@ class Signals:
         if ev.prompt_tokens:
             self.prompts.append(ev.prompt_tokens)
         if ev.outcome in ("error", "timeout"):
-            self.failures.append(Failure(t_end, ev.outcome, ev.status, unreachable))
+            self.failures.append(Failure(
+                t_end, ev.outcome, ev.status, unreachable,
+                ev.status == 502 and (ev.error or "").startswith(OUT_OF_FILES_PREFIX)))
         elif ev.outcome == "ok":
             slo = self.slo
             tally = self._tally_for(t_end)

@@ -330,8 +330,11 @@ def test_a_surge_past_the_open_file_limit_is_refused_clearly_and_recovers(
     lines = _record_lines(record)
     recorded = [x for x in lines if x["type"] == "request" and x["status"] == 502]
     assert recorded and all(x["outcome"] == "error" for x in recorded)
-    # llmtop's own limit is not the engine's outage
+    # llmtop's own limit is not the engine's outage, nor the engine's errors
     assert not [x for x in lines if x["type"] == "warning" and x["code"] == "UPSTREAM_DOWN"]
+    for w in lines:
+        if w["type"] == "warning" and w["code"] == "ERRORS" and w["state"] == "raised":
+            assert "refused by llmtop, out of file descriptors" in w["message"], w
 
 
 def test_clients_it_cannot_accept_are_said_once_and_served_when_descriptors_free(

@@ -350,6 +350,36 @@ def test_errors_name_streams_that_broke_after_a_200() -> None:
     assert "HTTP 200" not in msg
 
 
+def out_of_files_502(t: float, i: int) -> RequestRecord:
+    """The proxy's own 502 when its process had no descriptor for the upstream socket."""
+    return RequestRecord(
+        id=f"f{t}{i}", user="u", model=None, dialect="openai", path="/", stream=True,
+        status=502, outcome="error", t_start=t - 0.1, ttft_s=None, e2e_s=0.01,
+        prompt_tokens=None, completion_tokens=None, token_source="chunks",
+        error="out of file descriptors (ulimit -n 64): cannot open a connection to the "
+              "upstream; retry later")
+
+
+def test_errors_from_llmtops_own_descriptor_limit_say_so_not_the_engine() -> None:
+    """QA: llmtop out of file descriptors read "HTTP 502 ×40 … 5xx at the engine"."""
+    h = Harness()
+    for _ in range(20):
+        h.feed(*[record(h.now - 1.0) for _ in range(6)],
+               *[out_of_files_502(h.now, k) for k in range(4)])
+        h.step()
+    assert h.codes() == ["ERRORS"], h.codes()
+    msg = next(e.message for e in h.events if isinstance(e, WarningEvent))
+    assert "refused by llmtop, out of file descriptors" in msg and "ulimit -n" in msg, msg
+    assert "HTTP 502" not in msg and "5xx at the engine" not in msg, msg
+    h2 = Harness()  # with the engine's own 500s too: both named, each with its advice
+    for _ in range(20):
+        h2.feed(*[record(h2.now - 1.0) for _ in range(6)], out_of_files_502(h2.now, 0),
+                record(h2.now - 1.0, outcome="error", status=500))
+        h2.step()
+    msg = next(e.message for e in h2.events if isinstance(e, WarningEvent))
+    assert "refused by llmtop" in msg and "HTTP 500" in msg and "5xx at the engine" in msg
+
+
 def test_gpu_memory_hovering_at_the_threshold_does_not_flap() -> None:
     h = Harness()
     for i in range(60):
