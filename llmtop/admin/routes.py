@@ -28,7 +28,8 @@ query parameter given twice, a yes/no parameter that is neither ``1/true/yes`` n
 ``0/false/no``, a recording body that is not a JSON object in UTF-8 or cannot be decoded,
 a recording path ending in ``/`` or not in ``.jsonl``/``.jsonl.gz``), 401 missing or wrong
 token, 404 unknown route or missing directory, 409 recording state conflict, 501 no
-recorder in this process. Unknown query parameters are ignored (a newer client may send
+recorder in this process, 503 a recording file that cannot be opened now (the process is
+out of file descriptors: retry later). Unknown query parameters are ignored (a newer client may send
 what this proxy does not know).
 When ``admin_token`` is set every route —
 ``/metrics`` and health included — requires ``Authorization: Bearer <token>`` (compared
@@ -76,8 +77,10 @@ class RecordingControl(Protocol):
     """What the admin API needs from a recorder (``llmtop.recording`` implements it).
 
     ``start`` and ``stop`` return the recording's status. Errors, by type: ``ValueError``
-    for a request that cannot be honoured (400; the message is shown to the user),
-    ``FileNotFoundError`` (404), ``PermissionError`` (403), other ``OSError`` (400).
+    for a request that cannot be honoured (400; the message is shown to the user; 503
+    when its ``retry_later`` is true: the file cannot be opened now, the process being
+    out of file descriptors), ``FileNotFoundError`` (404), ``PermissionError`` (403),
+    other ``OSError`` (400).
     Starting while recording or stopping while not is answered 409 before the call.
     """
 
@@ -411,7 +414,9 @@ async def recording_control(request: web.Request) -> web.Response:
     except PermissionError as exc:
         return json_error(403, f"permission denied: {exc.filename or exc}")
     except (ValueError, OSError) as exc:
-        return json_error(400, _one_line(exc))
+        # retry_later: the file cannot be opened now (out of file descriptors), not a bad
+        # request: 503, which a script may retry
+        return json_error(503 if getattr(exc, "retry_later", False) else 400, _one_line(exc))
 
 
 def _one_line(exc: BaseException) -> str:

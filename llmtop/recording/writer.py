@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gzip
 import heapq
 import json
@@ -68,7 +69,7 @@ from llmtop.events import (
     WarningEvent,
     outside_dialect,
 )
-from llmtop.recording.errors import RecordingError
+from llmtop.recording.errors import RecordingBusy, RecordingError
 
 FORMAT = "llmtop-recording"
 VERSION = 1
@@ -383,6 +384,10 @@ class Recorder:
         except PermissionError:
             raise RecordingError(f"{self.path}: permission denied") from None
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise RecordingBusy(f"{self.path}: cannot open for writing now: "
+                                    f"{exc.strerror} (llmtop is out of file descriptors); "
+                                    "retry later") from None
             raise RecordingError(f"{self.path}: cannot open for writing: {exc.strerror}") from None
         self._sink = _Sink(raw, self.path.name.endswith(".gz"))
         self.started_at = unix_now()
