@@ -186,15 +186,17 @@ async def _open_stream(session: aiohttp.ClientSession, url: str,
     return 200, asyncio.create_task(rest())
 
 
-def _kept_alive(port: int) -> socket.socket | None:
-    """A client of the admin API (same process, same descriptor table) that asked once and
-    stays connected, holding one of the proxy's descriptors; None when the connection was
-    closed unanswered (not accepted: no descriptor free)."""
+def _kept_alive(port: int, path: str = "/llmtop/v1/recording") -> socket.socket | None:
+    """A client (by default of the admin API: same process, same descriptor table) that
+    asked once and stays connected, holding one of the process's descriptors; None when
+    the connection was closed unanswered (not accepted: no descriptor free)."""
     c = socket.create_connection(("127.0.0.1", port), timeout=15)
     try:
-        c.sendall(b"GET /llmtop/v1/recording HTTP/1.1\r\nHost: x\r\n\r\n")
-        if c.recv(65536).startswith(b"HTTP/1.1 200"):
+        c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        head = c.recv(65536)
+        if head.startswith(b"HTTP/1.1 200"):
             return c
+        assert not head, head  # not accepted, or a 502 where no stream needed a socket
     except OSError:
         pass
     c.close()
@@ -369,6 +371,52 @@ def test_clients_it_cannot_accept_are_said_once_and_served_when_descriptors_free
     said = [line for line in proxy.lines if "out of file descriptors" in line]
     assert len(said) == 1 and f"ulimit -n {LIMIT}" in said[0], said
     assert "new client connections are closed unanswered" in said[0]
+
+
+def test_two_workers_say_when_they_cannot_accept(sim: str, tmp_path: Path) -> None:
+    """Each worker is a process of its own (its own descriptors, no observers' tick): its
+    event-forwarding loop probes. Kept-alive clients of the proxy fill both workers (each
+    reuses its worker's pooled upstream connection: no request needs a new socket, so no
+    502 says it), then new clients are dropped unseen; the workers say so."""
+    proxy = _proxy(sim, tmp_path / "w2accept.jsonl", "--workers", "2")
+    url = proxy.found[LISTEN_PREFIX]
+    port = int(url.rsplit(":", 1)[1])
+    idle: list[socket.socket] = []
+    try:
+        async def warm() -> list[Any]:  # a pooled upstream connection in each worker
+            async with _one_per_connection() as s:
+                return [(await _stream(s, url))[0] for _ in range(12)]
+        assert asyncio.run(warm()) == [200] * 12
+        dropped = 0
+        while dropped < 6 and len(idle) < 2 * LIMIT:  # both full: new ones dropped
+            c = _kept_alive(port, "/v1/models")
+            if c is None:
+                dropped += 1
+            else:
+                dropped = 0
+                idle.append(c)
+        assert dropped == 6, len(idle)
+        deadline = time.monotonic() + 20
+        while not any("out of file descriptors" in line for line in proxy.lines):
+            assert time.monotonic() < deadline, proxy.lines
+            time.sleep(0.1)
+        for c in idle:
+            c.close()
+        idle = []
+        deadline = time.monotonic() + 20
+        while (got := asyncio.run(_serves(url, 1))) != [200]:  # the workers close them
+            assert time.monotonic() < deadline, got
+            time.sleep(0.2)
+        assert asyncio.run(_serves(url)) == [200] * 5
+    finally:
+        for c in idle:
+            c.close()
+        code = proxy.stop()
+    out = "\n".join(proxy.lines)
+    assert code == 0 and "Traceback" not in out, out
+    said = [line for line in proxy.lines if "out of file descriptors" in line]
+    assert 1 <= len(said) <= 2 and all(  # one a process: each worker says it once
+        "new client connections are closed unanswered" in line for line in said), said
 
 
 def test_two_workers_out_of_descriptors_refuse_clearly_and_all_survive(
