@@ -21,6 +21,7 @@ from llmtop.clock import unix_now
 from llmtop.config import Config, socket_netloc
 from llmtop.engines.recognise import recognise
 from llmtop.events import EngineReading, Event
+from llmtop.out_of_files import is_out_of_files, open_files_limit
 from llmtop.polling import Poller
 
 MAX_BYTES = 16 * 1024 * 1024
@@ -96,6 +97,10 @@ class EngineScraper(Poller[EngineReading]):
                         raise ScrapeError(f"{self.url}: exposition larger than {MAX_BYTES} bytes")
                     chunks.append(chunk)
         except aiohttp.ClientError as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError) and is_out_of_files(exc.os_error):
+                # llmtop's own limit: nothing is wrong with the engine's /metrics
+                raise ScrapeError(f"{self.url} not scraped: llmtop is out of file "
+                                  f"descriptors ({open_files_limit()})") from None
             raise ScrapeError(f"no /metrics at {self.url} ({_why(exc)})") from None
         except TimeoutError:
             raise ScrapeError(f"no /metrics at {self.url} (timed out)") from None

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import json
 import os
 import resource
 import socket
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -371,6 +373,68 @@ def test_clients_it_cannot_accept_are_said_once_and_served_when_descriptors_free
     said = [line for line in proxy.lines if "out of file descriptors" in line]
     assert len(said) == 1 and f"ulimit -n {LIMIT}" in said[0], said
     assert "new client connections are closed unanswered" in said[0]
+
+
+class _ClosingMetrics(http.server.BaseHTTPRequestHandler):
+    """An engine whose /metrics closes its connection after each answer (HTTP/1.0): every
+    scrape needs a new socket."""
+
+    def do_GET(self) -> None:
+        body = b"vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_engine_scraping_without_descriptors_says_why_and_recovers(tmp_path: Path) -> None:
+    """The scrape that finds no descriptor read "no /metrics at URL (cannot connect: Too
+    many open files)", as if the engine had none; now it says it is llmtop's limit."""
+    engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ClosingMetrics)
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    proxy = _proxy(f"http://127.0.0.1:{engine.server_address[1]}", tmp_path / "e.jsonl")
+    admin = proxy.found[ADMIN_PREFIX]
+    idle: list[socket.socket] = []
+    statuses: list[str] = []
+
+    async def watch() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as adm:
+            async def status() -> str:
+                async with adm.get(admin + "/llmtop/v1/snapshot?window=10") as r:
+                    assert r.status == 200
+                    return str((await r.json())["engine"]["status"])
+
+            async def until(word: str) -> None:
+                deadline = time.monotonic() + 45  # the scraper backs off after failures
+                while word not in (got := await status()):
+                    assert time.monotonic() < deadline, (word, got)
+                    await asyncio.sleep(0.2)
+                statuses.append(got)
+
+            await until("vllm engine at")
+            idle.extend(_fill(int(admin.rsplit(":", 1)[1])))
+            await until("out of file descriptors")
+            for c in idle:
+                c.close()
+            idle.clear()
+            await until("vllm engine at")
+    try:
+        asyncio.run(watch())
+    finally:
+        for c in idle:
+            c.close()
+        code = proxy.stop()
+        engine.shutdown()
+        engine.server_close()
+    url = f"http://127.0.0.1:{engine.server_address[1]}/metrics"
+    assert statuses[1] == (f"{url} not scraped: llmtop is out of file descriptors "
+                           f"(ulimit -n {LIMIT})"), statuses
+    out = "\n".join(proxy.lines)
+    assert code == 0 and "Traceback" not in out, out
 
 
 def test_two_workers_say_when_they_cannot_accept(sim: str, tmp_path: Path) -> None:
