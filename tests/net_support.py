@@ -42,3 +42,13 @@ def blackhole() -> Iterator[str]:
         for c in fill:
             c.close()
         srv.close()
+
+
+def loopback_v6() -> bool:
+    """This machine has ::1 (IPv6 loopback) to bind."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True

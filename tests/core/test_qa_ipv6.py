@@ -27,6 +27,7 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
+from net_support import loopback_v6
 from prometheus_client.parser import text_string_to_metric_families
 from views_agree import (
     ADMIN_PREFIX,
@@ -48,18 +49,9 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream":
         "max_tokens": 4}
 
 
-def _loopback_v6() -> bool:
-    import socket
-
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
 
 
-pytestmark = pytest.mark.skipif(not _loopback_v6(), reason="no ::1 on this machine")
+pytestmark = pytest.mark.skipif(not loopback_v6(), reason="no ::1 on this machine")
 
 
 def sim_on(listen: str) -> tuple[Announced, str]:

@@ -5,11 +5,11 @@ in process."""
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Iterator
 
 import aiohttp
 import pytest
+from net_support import loopback_v6
 from tui_support import screen_text, shows
 from views_agree import ADMIN_PREFIX, LISTEN_PREFIX, SIM_PREFIX, Announced, llmtop_cmd, quiet_env
 
@@ -17,18 +17,9 @@ from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import AdminSource, normalize_admin_url
 
 
-def _loopback_v6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
 @pytest.fixture
 def v6_proxy() -> Iterator[tuple[str, str]]:
-    if not _loopback_v6():
+    if not loopback_v6():
         pytest.skip("no ::1 on this machine")
     sim = Announced(llmtop_cmd("sim", "--listen", "[::1]:0"), (SIM_PREFIX,), quiet_env())
     try:
@@ -64,7 +55,7 @@ async def test_attach_to_a_v6_admin_api(v6_proxy: tuple[str, str]) -> None:
 async def test_run_with_its_tui_on_v6_names_the_bracketed_proxy() -> None:
     """``llmtop run --listen [::1]:0`` in a terminal, in front of a simulator on ``[::1]``:
     the start-up line and the TUI's header both give the bracketed proxy URL."""
-    if not _loopback_v6():
+    if not loopback_v6():
         pytest.skip("no ::1 on this machine")
     from test_tui_run_pty import ANSI, _close, _run_in_pty
 
