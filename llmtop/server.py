@@ -366,8 +366,12 @@ def raise_open_files(wanted: int = OPEN_FILES_WANTED) -> str | None:
     except (ValueError, OSError):
         return None
     if soft != resource.RLIM_INFINITY and soft < 4096:
+        # two sockets a stream, after what the process holds besides (its listeners,
+        # libraries, a recording: about 64, fewer under a small limit — at 64 about 20
+        # streams fit, where "(64 - 64) // 2" said 1)
+        streams = max(1, (soft - min(64, soft // 4)) // 2)
         return (f"llmtop: at most {soft} open files (ulimit -n, hard limit {hard}): "
-                f"about {max(1, (soft - 64) // 2)} streams at once")
+                f"about {streams} stream{'s' if streams != 1 else ''} at once")
     return None
 
 

@@ -49,3 +49,18 @@ def test_the_soft_limit_is_raised_as_far_as_the_hard_one_allows(
         out = proc.stdout.read()
     low = "llmtop: at most 1000 open files (ulimit -n, hard limit 1000): about 468 streams"
     assert (low in out) is said, (lines, out)
+
+
+@pytest.mark.parametrize(("limit", "said"), [
+    (64, "about 24 streams at once"),  # (64 - 64) // 2 said "about 1 streams"; ~20 fit
+    (20, "about 7 streams at once"),
+])
+def test_the_low_limit_line_counts_streams_under_small_limits(limit: int, said: str) -> None:
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    p = subprocess.run([sys.executable, "-c", "from llmtop.server import raise_open_files; "
+                        "print(raise_open_files())"], capture_output=True, text=True,
+                       preexec_fn=lower, timeout=60)
+    assert p.stdout.strip() == (f"llmtop: at most {limit} open files (ulimit -n, hard limit "
+                                f"{limit}): {said}"), (p.stdout, p.stderr)
