@@ -19,7 +19,6 @@ import contextlib
 import gc
 import os
 import secrets
-import signal
 import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -47,6 +46,7 @@ from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.writer import ORDER_HOLD_S, RecordingController
 from llmtop.saturation import SaturationMonitor
+from llmtop.stop_signals import stop_signals
 from llmtop.ticks import grid_delay
 from llmtop.tls import upstream_ssl
 from llmtop.worker_procs import StartupErrorProxy, Supervisor, spawn_workers
@@ -378,7 +378,7 @@ def raise_open_files(wanted: int = OPEN_FILES_WANTED) -> str | None:
 def _stop_event() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in stop_signals():  # (SIGHUP too: the ssh session or terminal closed)
         with contextlib.suppress(RuntimeError):  # not the main thread (tests): no signals
             loop.add_signal_handler(sig, stop.set)
     return stop
@@ -397,7 +397,7 @@ def _on_next_signal(fn: Callable[[], None]) -> None:
     """After the first SIGINT/SIGTERM: what another one does (the usual "press Ctrl-C again
     to stop now")."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in stop_signals():
         with contextlib.suppress(RuntimeError):  # not the main thread (tests): no signals
             loop.add_signal_handler(sig, fn)
 

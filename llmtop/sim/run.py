@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 
 from llmtop.sim.profiles import SimProfile
 from llmtop.sim.server import make_sim_app, start_sim
+from llmtop.stop_signals import stop_signals
 
 
 class ListenError(Exception):
@@ -36,7 +36,7 @@ async def serve_forever(profile: SimProfile, host: str, port: int, *, firehose: 
           + (", firehose" if firehose else ""), file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGINT, signal.SIGTERM)
+    signals = stop_signals()  # (SIGHUP too, unless nohup ignored it)
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
