@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -17,6 +19,7 @@ from llmtop.cli.common import (
     llmtop_cmd,
 )
 from llmtop.config import MAX_REFRESH_HZ, unknown_env, upstream_v1_note
+from llmtop.stop_signals import hangup_ignored
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -128,7 +131,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
         child.stop(5)
         print(f"llmtop run: the proxy did not start: {child.failure()}", file=sys.stderr)
         return child.proc.returncode or 1
-    tui_done, died = threading.Event(), threading.Event()
+    tui_done, died, ending = threading.Event(), threading.Event(), threading.Event()
 
     def watch_child() -> None:
         """The proxy exited under the TUI (killed, or an error after start-up): end the
@@ -137,10 +140,12 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
         asyncio catches the KeyboardInterrupt it raises: in the full test suite the TUI
         once ran on for 30 s.)"""
         child.proc.wait()
-        if not tui_done.is_set():
+        if not tui_done.is_set() and not ending.is_set():  # (ending: a hang-up stopped it)
             died.set()
+            ending.set()
 
     threading.Thread(target=watch_child, name="llmtop-child-watch", daemon=True).start()
+    on_hangup(ending, child, tui_done)
     proxy_url, admin_url = child.found[LISTEN_PREFIX], child.found[ADMIN_PREFIX]
     # The addresses, as --headless prints them, before the TUI takes the screen: the TUI
     # draws on the terminal's alternate screen, so these stay on the main one (and in its
@@ -158,7 +163,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
             title=f"llmtop — {proxy_url}",
             proxy=proxy_url,
             admin=admin_url,
-            stop=died,
+            stop=ending,
         )
     except KeyboardInterrupt:  # SIGTERM (or SIGINT): stop as q does, summary included
         code = 0
@@ -169,8 +174,42 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
         print(f"llmtop run: the proxy exited ({describe_exit(child.proc.returncode)}): "
               f"{child.failure()}", file=sys.stderr)
         return 1
-    for line in child.lines:  # its summary: served, recording, restarts
-        if line.startswith("llmtop:") and "listening on" not in line \
-                and not line.startswith("llmtop: stopping"):
-            print(line)
+    summary = [line for line in child.lines  # its summary: served, recording, restarts
+               if line.startswith("llmtop:") and "listening on" not in line
+               and not line.startswith("llmtop: stopping")]
+    with contextlib.suppress(OSError):  # the terminal hung up: nobody to tell
+        for line in summary:
+            print(line, flush=True)
     return code
+
+
+HANGUP_EXIT_S = 10.0
+"""After a hang-up, how long the TUI may take to end once its proxy has stopped."""
+
+
+def on_hangup(ending: threading.Event, child: Child, tui_done: threading.Event) -> None:
+    """SIGHUP (the ssh session or the terminal closed, the pty's master side included)
+    stops the TUI and its proxy child as q does: by default it killed the TUI at once, the
+    terminal left in the TUI's modes and the child stopped only by its parent watch. Not
+    when SIGHUP was ignored at start (``nohup``).
+
+    The handler sets ``ending``, which the TUI polls (a KeyboardInterrupt raised from it
+    could land where Textual catches it), and stops the child from a thread of its own: on
+    a terminal that is gone, Textual's shutdown can block for ever on its output queue
+    (QA: the writes fail with EIO), so the proxy is stopped first (recording footer
+    written) and the process then ends within :data:`HANGUP_EXIT_S` whatever the TUI does.
+    """
+    if hangup_ignored():
+        return
+
+    def stop_all() -> None:
+        child.stop()
+        if not tui_done.wait(HANGUP_EXIT_S):
+            os._exit(0)  # the terminal is gone: no screen to restore, nobody to tell
+
+    def hung_up(signum: int, frame: object) -> None:
+        if not ending.is_set():
+            ending.set()
+            threading.Thread(target=stop_all, name="llmtop-hangup", daemon=True).start()
+
+    signal.signal(signal.SIGHUP, hung_up)

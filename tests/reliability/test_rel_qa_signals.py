@@ -215,3 +215,133 @@ def test_sim_stops_on_hangup_and_after_its_reader_left(sig: signal.Signals) -> N
         _kill_all(p)
     assert p.returncode == 0, err
     assert "Traceback" not in err, err
+
+
+class _Pty:
+    """``llmtop run`` (its TUI) on a pseudo-terminal that is its controlling terminal, as
+    under ssh: closing the master side hangs it up (the kernel's SIGHUP). What it writes
+    is drained in a thread (a full pty would block the TUI)."""
+
+    def __init__(self, upstream: str, rec: Path, *, preexec_hup_ignored: bool = False) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+        import threading
+
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
+
+        def session() -> None:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            if preexec_hup_ignored:
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+        self.proc = subprocess.Popen(
+            [*PY, "run", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin",
+             "127.0.0.1:0", "--gpu-source", "none", "--refresh-hz", "4", "--record", str(rec)],
+            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            preexec_fn=session, env={**os.environ, "TERM": "xterm-256color"})
+        os.close(slave)
+        self.out = bytearray()
+        self.closed = False
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while b"users" not in bytes(self.out):  # the TUI is drawn
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.kill()
+                raise AssertionError(bytes(self.out)[-2000:])
+            time.sleep(0.2)
+        (self.child,) = _children(self.proc.pid)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.out.extend(data)
+
+    def close_master(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.master)
+
+    def kill(self) -> None:
+        for pid in [*_children(self.proc.pid), self.proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.proc.wait(10)
+        self.close_master()
+
+
+def _gone(pid: int, within_s: float = 30) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
+
+
+def test_sighup_to_the_tui_quits_as_q_does(tmp_path: Path) -> None:
+    """QA: SIGHUP killed the TUI at once (exit -1): the terminal left on the alternate
+    screen with mouse reporting on, no summary. Now as q: the screen restored, the
+    proxy's summary printed, exit 0, the proxy child gone and its recording complete."""
+    rec = tmp_path / "r.jsonl.gz"
+    with sim() as up:
+        t = _Pty(up, rec)
+        try:
+            t.proc.send_signal(signal.SIGHUP)
+            assert t.proc.wait(60) == 0
+            assert _gone(t.child)
+            deadline = time.monotonic() + 10
+            while b"llmtop: served" not in bytes(t.out) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            tail = bytes(t.out)
+            assert b"\x1b[?1049l" in tail  # the alternate screen left
+            assert b"llmtop: served 0 requests" in tail, tail[-1500:]
+            assert b"Traceback" not in tail
+        finally:
+            t.kill()
+        assert _complete_gzip(rec)[-1].get("type") == "footer"
+
+
+def test_closing_the_terminal_stops_the_tui_and_its_proxy(tmp_path: Path) -> None:
+    """The terminal window or ssh connection goes (the pty's master closed): the TUI
+    must exit and its proxy stop gracefully (recording complete), not run on. (QA: on the
+    hung-up terminal Textual's shutdown blocked for ever on its output queue once the
+    TUI caught the SIGHUP; the proxy is now stopped first and the TUI ends within
+    HANGUP_EXIT_S.)"""
+    rec = tmp_path / "r.jsonl.gz"
+    with sim() as up:
+        t = _Pty(up, rec)
+        try:
+            t.close_master()
+            assert t.proc.wait(60) == 0
+            assert _gone(t.child)
+        finally:
+            t.kill()
+        assert _complete_gzip(rec)[-1].get("type") == "footer"
+
+
+def test_tui_under_nohup_ignores_sighup(tmp_path: Path) -> None:
+    """``nohup llmtop run``: SIGHUP ignored at start stays ignored; q still quits."""
+    rec = tmp_path / "r.jsonl.gz"
+    with sim() as up:
+        t = _Pty(up, rec, preexec_hup_ignored=True)
+        try:
+            t.proc.send_signal(signal.SIGHUP)
+            time.sleep(1)
+            assert t.proc.poll() is None and _alive(t.child)
+            for _ in range(15):
+                os.write(t.master, b"q")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    t.proc.wait(2)
+                    break
+            assert t.proc.returncode == 0
+            assert _gone(t.child)
+        finally:
+            t.kill()
+        assert _complete_gzip(rec)[-1].get("type") == "footer"
