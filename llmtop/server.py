@@ -28,7 +28,7 @@ from typing import Any, TextIO, TypeVar
 
 from aiohttp import web
 
-from llmtop import __version__, http_errors_log
+from llmtop import __version__, http_errors_log, pipe_out
 from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import PUMP_INTERVAL_S, EventBus
 from llmtop.clock import unix_now
@@ -103,9 +103,9 @@ def _recording_failed(path: Path, error: str) -> None:
     """The moment a recording stops writing (the recorder's writer thread): one line on
     stderr, so that a headless proxy's log says when the recording broke, not only its
     summary at exit (and the admin API's recording status, ``error``)."""
-    print(f"llmtop: warning: recording {path} stopped writing: {error}; the proxy goes on "
-          "forwarding, the lines from now on are dropped (counted in the summary)",
-          file=sys.stderr, flush=True)
+    pipe_out.say(f"llmtop: warning: recording {path} stopped writing: {error}; the proxy "
+                 "goes on forwarding, the lines from now on are dropped (counted in the "
+                 "summary)", sys.stderr)
 
 
 def _n(n: int, noun: str) -> str:
@@ -159,7 +159,7 @@ class Observers:
         }
 
     def say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        pipe_out.say(line, self.out)  # (`| head -1`: the reader gone, the proxy goes on)
 
     async def start_admin(self, extra_routes: list[web.RouteDef] | None = None,
                           self_authenticated: frozenset[str] = frozenset()) -> str:

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from llmtop import pipe_out
 from llmtop.bus import EventBus
 from llmtop.clock import unix_now
 from llmtop.config import Config
@@ -368,8 +369,8 @@ def run_workers(cfg: Config, config_path: str | None = None) -> int:
     try:
         summary = asyncio.run(serve_coordinator(cfg, config_path=config_path))
     except StartupError as exc:
-        print(f"llmtop run: error: {exc}", file=sys.stderr, flush=True)
+        pipe_out.say(f"llmtop run: error: {exc}", sys.stderr)
         return 2
     for line in summary.lines():
-        print(line, flush=True)
+        pipe_out.say(line)
     return 0

@@ -78,6 +78,7 @@ def main(args: argparse.Namespace) -> int:
 def _headless(args: argparse.Namespace) -> int:
     import asyncio
 
+    from llmtop import pipe_out
     from llmtop.server import StartupError, serve_until_signal
 
     cfg = config_from_args(args)
@@ -89,10 +90,10 @@ def _headless(args: argparse.Namespace) -> int:
     try:
         summary = asyncio.run(serve_until_signal(cfg))
     except StartupError as exc:
-        print(f"llmtop run: error: {exc}", file=sys.stderr, flush=True)
+        pipe_out.say(f"llmtop run: error: {exc}", sys.stderr)
         return 2
     for line in summary.lines():
-        print(line, flush=True)
+        pipe_out.say(line)
     return 0
 
 

@@ -345,3 +345,36 @@ def test_tui_under_nohup_ignores_sighup(tmp_path: Path) -> None:
         finally:
             t.kill()
         assert _complete_gzip(rec)[-1].get("type") == "footer"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_headless_piped_to_head_goes_on_forwarding(tmp_path: Path, workers: int) -> None:
+    """``llmtop run --headless … 2>&1 | head -1``: head leaves after the first line. QA: the
+    next status line (``admin listening``, ``recording to``) raised BrokenPipeError and
+    killed the proxy at start-up with a traceback, the recording cut. Decided: the proxy
+    goes on forwarding and drops its lines (pipe_out); SIGTERM then stops it as ever,
+    exit 0, recording complete."""
+    rec = tmp_path / "r.jsonl.gz"
+    r, w = os.pipe()
+    extra = ["--workers", "2"] if workers else []
+    with sim() as up:
+        p = subprocess.Popen(
+            [*PY, "run", "--headless", "--upstream", up, "--listen", "127.0.0.1:0",
+             "--admin", "127.0.0.1:0", "--gpu-source", "none", "--record", str(rec), *extra],
+            stdout=w, stderr=w)
+        os.close(w)
+        try:
+            with os.fdopen(r) as head:  # head -1
+                first = head.readline()
+            assert first.startswith("llmtop: proxy listening on "), first
+            proxy = first.rsplit(" ", 1)[1].strip()
+            for _ in range(3):  # forwarding goes on, its status lines unread
+                assert b"[DONE]" in _chat(proxy)
+            assert p.poll() is None
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(60) == 0
+        finally:
+            _kill_all(p)
+        records = _complete_gzip(rec)
+        assert records[-1].get("type") == "footer"
+        assert sum(1 for x in records if x.get("type") == "request") == 3, records
