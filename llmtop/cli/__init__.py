@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from llmtop import __version__
+from llmtop import __version__, pipe_out
 from llmtop.cli.common import RuntimeFailure, UsageError
 from llmtop.config import ConfigError
 from llmtop.parent_watch import watch_parent
@@ -82,3 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `llmtop report FILE | head -1`: the reader left. Stop quietly, as cat does (the
+        # status of a SIGPIPE death, 141), instead of a traceback and 1; the stream is
+        # pointed at /dev/null so Python's flush at exit does not raise it again.
+        pipe_out.silence(sys.stdout)
+        pipe_out.silence(sys.stderr)
+        return 141

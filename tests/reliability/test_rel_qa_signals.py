@@ -378,3 +378,43 @@ def test_headless_piped_to_head_goes_on_forwarding(tmp_path: Path, workers: int)
         records = _complete_gzip(rec)
         assert records[-1].get("type") == "footer"
         assert sum(1 for x in records if x.get("type") == "request") == 3, records
+
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "recordings" / "sim_tiny_ramp.jsonl.gz"
+
+
+def _to_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """``llmtop ARGS | head`` with head already gone: stdout a pipe with no reader, so
+    the first write fails (EPIPE), however little is written."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([*PY, *args], stdout=w, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("args", [("report", str(FIXTURE)),
+                                  ("report", "--format", "json", str(FIXTURE)),
+                                  ("export", "--hlog", "-", str(FIXTURE))])
+def test_recording_commands_into_a_closed_pipe(args: tuple[str, ...]) -> None:
+    """``llmtop report FILE | head -1``: QA: a BrokenPipeError traceback and exit 1. Now
+    quiet, 141 (what a SIGPIPE death reads as; ``export --hlog -`` already did so)."""
+    done = _to_closed_pipe(*args)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 141, (done.returncode, done.stderr)
+
+
+def test_bench_into_a_closed_pipe_finishes_its_record(tmp_path: Path) -> None:
+    """``llmtop bench … --record F | head -3``: bench already stopped writing to the
+    gone reader quietly (exit 0) and its --record file is complete (coverage)."""
+    rec = tmp_path / "b.jsonl"
+    with sim() as up:
+        done = _to_closed_pipe("bench", up, "--concurrency", "1,2", "--requests", "4",
+                               "--max-tokens", "8", "--record", str(rec))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in rec.read_text().splitlines() if x.strip()]
+    assert lines and lines[-1]["type"] == "footer", lines[-1:]
+    assert sum(1 for x in lines if x["type"] == "bench_step") == 2
