@@ -418,3 +418,80 @@ def test_bench_into_a_closed_pipe_finishes_its_record(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in rec.read_text().splitlines() if x.strip()]
     assert lines and lines[-1]["type"] == "footer", lines[-1:]
     assert sum(1 for x in lines if x["type"] == "bench_step") == 2
+
+
+def test_sigterm_mid_level_bench_says_the_finished_levels(tmp_path: Path) -> None:
+    """``timeout 5 llmtop bench …``: SIGTERM during the second level. Already behaved
+    (coverage): exit 143 (``timeout`` itself then exits 124, or 143 with
+    --preserve-status), the finished level's row and the interruption said, the --record
+    file complete with its footer and the stopped requests in it."""
+    rec = tmp_path / "b.jsonl"
+    with sim() as up:
+        p = subprocess.Popen(
+            [*PY, "bench", up, "--concurrency", "1,2", "--duration", "10", "--max-tokens",
+             "8", "--record", str(rec)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            lines: list[str] = []
+            # (level 2 lasts 10 s: the signal lands well inside it)
+            _until(lines, "concurrency 2: starting", p.stderr, within_s=300)
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=60)
+        finally:
+            _kill_all(p)
+    assert p.returncode == 143, (p.returncode, out, err)
+    assert "Traceback" not in err
+    assert "interrupted during concurrency 2" in out + err, (out, err)
+    assert any(row.lstrip("▶ ").startswith("1 ") for row in out.splitlines()), out
+    records = [json.loads(x) for x in rec.read_text().splitlines() if x.strip()]
+    assert records[-1]["type"] == "footer"
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_for(cond: object, within_s: float = 30) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_ctrl_z_restores_the_terminal_and_the_proxy_forwards_meanwhile(tmp_path: Path) -> None:
+    """Ctrl-Z (SIGTSTP) on the TUI: Textual leaves the alternate screen and stops; the
+    proxy, a process of its own, forwards meanwhile; ``fg`` (SIGCONT) takes the screen
+    again and q still quits. Already behaved (coverage)."""
+    import re
+
+    rec = tmp_path / "r.jsonl.gz"
+    with sim() as up:
+        t = _Pty(up, rec)
+        try:
+            m = re.search(rb"proxy listening on (http://127\.0\.0\.1:[0-9]+)", bytes(t.out))
+            assert m is not None, bytes(t.out)[:2000]
+            proxy = m[1].decode()
+            mark = len(t.out)
+            t.proc.send_signal(signal.SIGTSTP)
+            assert _wait_for(lambda: _state(t.proc.pid) == "T"), _state(t.proc.pid)
+            assert _wait_for(lambda: b"\x1b[?1049l" in bytes(t.out[mark:]))  # screen given back
+            assert b"[DONE]" in _chat(proxy)  # forwarding while the TUI is stopped
+            mark = len(t.out)
+            t.proc.send_signal(signal.SIGCONT)
+            assert _wait_for(lambda: b"\x1b[?1049h" in bytes(t.out[mark:]))  # and taken again
+            assert _state(t.proc.pid) != "T"
+            for _ in range(15):
+                os.write(t.master, b"q")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    t.proc.wait(2)
+                    break
+            assert t.proc.returncode == 0
+            assert _gone(t.child)
+        finally:
+            t.kill()
+        records = _complete_gzip(rec)
+        assert records[-1].get("type") == "footer"
+        assert sum(1 for x in records if x.get("type") == "request") == 1
