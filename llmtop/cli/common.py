@@ -12,12 +12,13 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import IO, Any
 
 from llmtop.config import MAX_DURATION_S, Config, load_config
 from llmtop.parent_watch import child_env
+from llmtop.stop_signals import hangup_ignored
 
 
 class UsageError(ValueError):
@@ -275,6 +276,40 @@ class Child:
         for t in self._threads:
             t.join(timeout=2)
         return self.proc.returncode
+
+
+HANGUP_EXIT_S = 10.0
+"""After a hang-up, how long a TUI may take to end once its children have stopped."""
+
+
+def on_hangup(ending: threading.Event, stop: Callable[[], object],
+              done: threading.Event) -> None:
+    """SIGHUP (the ssh session or the terminal closed, the pty's master side included)
+    ends a TUI and its children (``run``'s proxy, ``demo``'s three) as q does. By default
+    it killed the TUI at once: the terminal left in the TUI's modes, the children stopped
+    only by their parent watch. Not when SIGHUP was ignored at start (``nohup``).
+
+    The handler sets ``ending``, the event the TUI (or a headless wait) polls (a
+    KeyboardInterrupt raised from it could land where Textual catches it), and calls
+    ``stop`` (the children's graceful stop) from a thread of its own: on a terminal that
+    is gone, Textual's shutdown can block for ever on its output queue (QA: its writes
+    fail with EIO), so the children are stopped first (recording footer written) and the
+    process ends within :data:`HANGUP_EXIT_S` of that unless ``done`` (the TUI ended).
+    """
+    if hangup_ignored():
+        return
+
+    def stop_all() -> None:
+        stop()
+        if not done.wait(HANGUP_EXIT_S):
+            os._exit(0)  # the terminal is gone: no screen to restore, nobody to tell
+
+    def hung_up(signum: int, frame: object) -> None:
+        if not ending.is_set():
+            ending.set()
+            threading.Thread(target=stop_all, name="llmtop-hangup", daemon=True).start()
+
+    signal.signal(signal.SIGHUP, hung_up)
 
 
 def llmtop_cmd(*args: str) -> list[str]:

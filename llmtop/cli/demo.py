@@ -11,7 +11,13 @@ import threading
 import time
 from pathlib import Path
 
-from llmtop.cli.common import Child, UsageError, interrupt_on_sigterm, llmtop_cmd
+from llmtop.cli.common import (
+    Child,
+    UsageError,
+    interrupt_on_sigterm,
+    llmtop_cmd,
+    on_hangup,
+)
 
 NAME = "demo"
 HELP = "simulated engine + traffic past saturation + proxy + TUI, on any machine"
@@ -75,12 +81,16 @@ def main(args: argparse.Namespace) -> int:
     children: list[Child] = []
     watch = _Watch()
     interrupt_on_sigterm()
+    done = threading.Event()
+    # SIGHUP (ssh or the terminal gone): the TUI or the headless wait ends on watch.died
+    on_hangup(watch.died, lambda: _shutdown(watch, children), done)
     code = 0
     try:
         code = _run(args, record, children, watch)
     except KeyboardInterrupt:
         code = 0
     finally:
+        done.set()
         _shutdown(watch, children)
     for child in children:
         for line in child.lines:

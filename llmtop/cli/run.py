@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -17,9 +16,9 @@ from llmtop.cli.common import (
     config_from_args,
     interrupt_on_sigterm,
     llmtop_cmd,
+    on_hangup,
 )
 from llmtop.config import MAX_REFRESH_HZ, unknown_env, upstream_v1_note
-from llmtop.stop_signals import hangup_ignored
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -146,7 +145,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
             ending.set()
 
     threading.Thread(target=watch_child, name="llmtop-child-watch", daemon=True).start()
-    on_hangup(ending, child, tui_done)
+    on_hangup(ending, child.stop, tui_done)
     proxy_url, admin_url = child.found[LISTEN_PREFIX], child.found[ADMIN_PREFIX]
     # The addresses, as --headless prints them, before the TUI takes the screen: the TUI
     # draws on the terminal's alternate screen, so these stay on the main one (and in its
@@ -182,35 +181,3 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
         for line in summary:
             print(line, flush=True)
     return code
-
-
-HANGUP_EXIT_S = 10.0
-"""After a hang-up, how long the TUI may take to end once its proxy has stopped."""
-
-
-def on_hangup(ending: threading.Event, child: Child, tui_done: threading.Event) -> None:
-    """SIGHUP (the ssh session or the terminal closed, the pty's master side included)
-    stops the TUI and its proxy child as q does: by default it killed the TUI at once, the
-    terminal left in the TUI's modes and the child stopped only by its parent watch. Not
-    when SIGHUP was ignored at start (``nohup``).
-
-    The handler sets ``ending``, which the TUI polls (a KeyboardInterrupt raised from it
-    could land where Textual catches it), and stops the child from a thread of its own: on
-    a terminal that is gone, Textual's shutdown can block for ever on its output queue
-    (QA: the writes fail with EIO), so the proxy is stopped first (recording footer
-    written) and the process then ends within :data:`HANGUP_EXIT_S` whatever the TUI does.
-    """
-    if hangup_ignored():
-        return
-
-    def stop_all() -> None:
-        child.stop()
-        if not tui_done.wait(HANGUP_EXIT_S):
-            os._exit(0)  # the terminal is gone: no screen to restore, nobody to tell
-
-    def hung_up(signum: int, frame: object) -> None:
-        if not ending.is_set():
-            ending.set()
-            threading.Thread(target=stop_all, name="llmtop-hangup", daemon=True).start()
-
-    signal.signal(signal.SIGHUP, hung_up)

@@ -495,3 +495,26 @@ def test_ctrl_z_restores_the_terminal_and_the_proxy_forwards_meanwhile(tmp_path:
         records = _complete_gzip(rec)
         assert records[-1].get("type") == "footer"
         assert sum(1 for x in records if x.get("type") == "request") == 1
+
+
+def test_sighup_stops_demo_and_its_three_processes(tmp_path: Path) -> None:
+    """``llmtop demo --headless`` over ssh, the session closed: QA: SIGHUP killed the demo
+    at once (exit -1), its sim, proxy and driver left to their parent watch. Now as
+    Ctrl-C: the three stopped, the proxy's summary, exit 0, the recording complete."""
+    rec = tmp_path / "d.jsonl.gz"
+    p = subprocess.Popen([*PY, "demo", "--headless", "--record", str(rec)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines: list[str] = []
+        _until(lines, "llmtop: recording to ", p.stdout)
+        kids = _children(p.pid)
+        assert len(kids) == 3, kids
+        p.send_signal(signal.SIGHUP)
+        out, err = p.communicate(timeout=90)
+    finally:
+        _kill_all(p)
+    assert p.returncode == 0, (p.returncode, out, err)
+    assert "Traceback" not in err, err
+    assert "llmtop: served" in out, out
+    assert all(_gone(k) for k in kids)
+    assert _complete_gzip(rec)[-1].get("type") == "footer"
