@@ -169,7 +169,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
         code = 0
     finally:
         tui_done.set()
-        child.stop()
+        _stop_child(child)
     if died.is_set():
         print(f"llmtop run: the proxy exited ({describe_exit(child.proc.returncode)}): "
               f"{child.failure()}", file=sys.stderr)
@@ -181,3 +181,16 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
         for line in summary:
             print(line, flush=True)
     return code
+
+
+def _stop_child(child: Child) -> None:
+    """Stop the proxy gracefully. A second SIGTERM or Ctrl-C while it finishes its
+    in-flight streams is passed on (its own "stop now": what is still open is cancelled)
+    and the wait goes on: before, the KeyboardInterrupt escaped this wait, the TUI exited
+    130 without the proxy's summary, and the proxy was hurried only by its parent watch."""
+    while True:
+        try:
+            child.stop()  # (again: a further SIGTERM to a proxy already stopping)
+            return
+        except KeyboardInterrupt:
+            continue

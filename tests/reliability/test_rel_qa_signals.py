@@ -518,3 +518,35 @@ def test_sighup_stops_demo_and_its_three_processes(tmp_path: Path) -> None:
     assert "llmtop: served" in out, out
     assert all(_gone(k) for k in kids)
     assert _complete_gzip(rec)[-1].get("type") == "footer"
+
+
+def test_sigterm_twice_to_the_tui_stops_now_with_summary(tmp_path: Path) -> None:
+    """An impatient user: SIGTERM twice to ``llmtop run`` (TUI) while a stream is open.
+    QA: the second one's KeyboardInterrupt escaped the wait for the proxy: exit 130, no
+    summary, the proxy hurried only by its parent watch. Now passed on to the proxy (its
+    "stop now"): exit 0, the summary, the proxy gone, the recording complete."""
+    import re
+
+    rec = tmp_path / "r.jsonl.gz"
+    with sim() as up:
+        t = _Pty(up, rec)
+        try:
+            m = re.search(rb"proxy listening on (http://127\.0\.0\.1:[0-9]+)", bytes(t.out))
+            assert m is not None
+            body = json.dumps({"model": "m", "max_tokens": 1500, "stream": True,
+                               "messages": [{"role": "user", "content": "hi"}]}).encode()
+            req = urllib.request.Request(m[1].decode() + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert r.read(1)
+                t.proc.send_signal(signal.SIGTERM)
+                time.sleep(0.5)
+                t.proc.send_signal(signal.SIGTERM)
+                assert t.proc.wait(60) == 0
+            assert _gone(t.child)
+            assert _wait_for(lambda: b"llmtop: served 1 request" in bytes(t.out), 10), \
+                bytes(t.out)[-1500:]
+            assert b"Traceback" not in bytes(t.out)
+        finally:
+            t.kill()
+        assert _complete_gzip(rec)[-1].get("type") == "footer"
