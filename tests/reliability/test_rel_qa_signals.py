@@ -222,7 +222,8 @@ class _Pty:
     under ssh: closing the master side hangs it up (the kernel's SIGHUP). What it writes
     is drained in a thread (a full pty would block the TUI)."""
 
-    def __init__(self, upstream: str, rec: Path, *, preexec_hup_ignored: bool = False) -> None:
+    def __init__(self, upstream: str, rec: Path, *extra: str,
+                 preexec_hup_ignored: bool = False) -> None:
         import fcntl
         import pty
         import struct
@@ -239,7 +240,8 @@ class _Pty:
 
         self.proc = subprocess.Popen(
             [*PY, "run", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin",
-             "127.0.0.1:0", "--gpu-source", "none", "--refresh-hz", "4", "--record", str(rec)],
+             "127.0.0.1:0", "--gpu-source", "none", "--refresh-hz", "4", "--record", str(rec),
+             *extra],
             stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
             preexec_fn=session, env={**os.environ, "TERM": "xterm-256color"})
         os.close(slave)
@@ -285,17 +287,22 @@ def _gone(pid: int, within_s: float = 30) -> bool:
     return not _alive(pid)
 
 
-def test_sighup_to_the_tui_quits_as_q_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sighup_to_the_tui_quits_as_q_does(tmp_path: Path, workers: int) -> None:
     """QA: SIGHUP killed the TUI at once (exit -1): the terminal left on the alternate
     screen with mouse reporting on, no summary. Now as q: the screen restored, the
-    proxy's summary printed, exit 0, the proxy child gone and its recording complete."""
+    proxy's summary printed, exit 0, the proxy child (with --workers 2: the coordinator
+    and its workers) gone and its recording complete."""
     rec = tmp_path / "r.jsonl.gz"
     with sim() as up:
-        t = _Pty(up, rec)
+        t = _Pty(up, rec, *(("--workers", "2") if workers else ()))
         try:
+            grandchildren = _children(t.child)
+            assert len(grandchildren) >= workers
             t.proc.send_signal(signal.SIGHUP)
             assert t.proc.wait(60) == 0
             assert _gone(t.child)
+            assert all(_gone(g) for g in grandchildren)
             deadline = time.monotonic() + 10
             while b"llmtop: served" not in bytes(t.out) and time.monotonic() < deadline:
                 time.sleep(0.1)
