@@ -32,6 +32,7 @@ from llmtop.config import Config, slo_dict
 from llmtop.events import RequestRecord
 from llmtop.net_errors import OUT_OF_FILES, connect_failure
 from llmtop.out_of_files import open_files_limit
+from llmtop.stop_signals import stop_signals
 
 if TYPE_CHECKING:
     from llmtop.gpu.start import GpuSourceHandle
@@ -190,8 +191,9 @@ class BenchOutcome:
     """Why the run ended early (a runtime failure: exit 1)."""
     nothing_ok: bool = False
     """No request succeeded at all: the one-line error is the whole answer."""
-    terminated: bool = False
-    """SIGTERM, not Ctrl-C, interrupted the run (handled the same; exit 143)."""
+    terminated: int = 0
+    """The signal, not Ctrl-C, that interrupted the run: SIGTERM, or SIGHUP (the ssh
+    session closed); handled the same, exit 128 + it (143, 129)."""
     steps: list[StepSummary] = field(default_factory=list)
 
 
@@ -256,16 +258,22 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
 
     loop, main = asyncio.get_running_loop(), asyncio.current_task()
 
-    def on_term() -> None:  # SIGTERM (timeout(1), a job scheduler) ends the run as Ctrl-C
-        outcome.terminated = True
-        loop.remove_signal_handler(signal.SIGTERM)  # a second one kills
+    # SIGTERM (timeout(1), a job scheduler) and SIGHUP (the ssh session closed; not
+    # under nohup) end the run as Ctrl-C: the finished levels said, the record complete
+    terms = [sig for sig in stop_signals() if sig != signal.SIGINT]
+
+    def on_term(sig: signal.Signals) -> None:
+        outcome.terminated = int(sig)
+        for s in terms:
+            loop.remove_signal_handler(s)  # a second one kills
         if main is not None:
             main.cancel()
 
     # (no handler where the loop cannot have one: Windows, or a thread other than main;
     # SIGTERM then does what it did before: end the process)
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGTERM, on_term)
+        for sig in terms:
+            loop.add_signal_handler(sig, on_term, sig)
     try:
         if not plan.admin_url:  # local GPUs through NVML, when there are any
             from llmtop.gpu import open_gpu_source
@@ -290,7 +298,8 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
             outcome.interrupted = "between levels"
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(signal.SIGTERM)
+            for sig in terms:
+                loop.remove_signal_handler(sig)
         if gpu is not None:
             await gpu.stop()
     fail = [s for s in steps if not passes(s, cfg.slo.target)]
@@ -339,7 +348,7 @@ def _header(plan: BenchPlan, cfg: Config) -> dict[str, Any]:
 
 def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
     """Run the plan, print its results; the exit code (0, 1 failed run, 130 Ctrl-C, 143
-    SIGTERM)."""
+    SIGTERM, 129 SIGHUP)."""
     out = out or sys.stdout
     progress = Progress()
     records: list[RequestRecord] = []
@@ -373,7 +382,7 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
                 _print_results(plan, cfg, outcome, out)
         print(f"llmtop bench: error: {outcome.stopped}", file=sys.stderr)
         return 1
-    code = (143 if outcome.terminated else 130) if outcome.interrupted else \
+    code = (128 + outcome.terminated if outcome.terminated else 130) if outcome.interrupted else \
         1 if outcome.stopped or record_failed else 0
     try:
         _print_results(plan, cfg, outcome, out)

@@ -50,8 +50,8 @@ server closes idle ones) before any answer is resent once on a new connection, a
 counted and timed as one request from the resend.
 Exit status: 0 done; 1 no request succeeded, the target stopped answering mid-run, or
 the --record file could not be written;
-2 bad usage; 130 interrupted by Ctrl-C, 143 by SIGTERM (the finished levels are still printed
-and recorded).
+2 bad usage; 130 interrupted by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (the ssh session
+closed; not under nohup): the finished levels are still printed and recorded.
 
 examples:
   llmtop bench http://127.0.0.1:8000 --concurrency 1,2,4,8 --duration 30

@@ -427,11 +427,14 @@ def test_bench_into_a_closed_pipe_finishes_its_record(tmp_path: Path) -> None:
     assert sum(1 for x in lines if x["type"] == "bench_step") == 2
 
 
-def test_sigterm_mid_level_bench_says_the_finished_levels(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signal_mid_level_bench_says_the_finished_levels(tmp_path: Path,
+                                                         sig: signal.Signals, code: int) -> None:
     """``timeout 5 llmtop bench …``: SIGTERM during the second level. Already behaved
     (coverage): exit 143 (``timeout`` itself then exits 124, or 143 with
     --preserve-status), the finished level's row and the interruption said, the --record
-    file complete with its footer and the stopped requests in it."""
+    file complete with its footer. SIGHUP (the ssh session closed) killed bench at once
+    (exit -1, the record without its footer); now the same as SIGTERM, exit 129."""
     rec = tmp_path / "b.jsonl"
     with sim() as up:
         p = subprocess.Popen(
@@ -442,11 +445,11 @@ def test_sigterm_mid_level_bench_says_the_finished_levels(tmp_path: Path) -> Non
             lines: list[str] = []
             # (level 2 lasts 10 s: the signal lands well inside it)
             _until(lines, "concurrency 2: starting", p.stderr, within_s=300)
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
             out, err = p.communicate(timeout=60)
         finally:
             _kill_all(p)
-    assert p.returncode == 143, (p.returncode, out, err)
+    assert p.returncode == code, (p.returncode, out, err)
     assert "Traceback" not in err
     assert "interrupted during concurrency 2" in out + err, (out, err)
     assert any(row.lstrip("▶ ").startswith("1 ") for row in out.splitlines()), out
