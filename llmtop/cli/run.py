@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -146,6 +147,23 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
 
     threading.Thread(target=watch_child, name="llmtop-child-watch", daemon=True).start()
     on_hangup(ending, child.stop, tui_done)
+    hurry = threading.Event()
+
+    def terminated(signum: int, frame: object) -> None:
+        """SIGTERM or SIGINT once the TUI runs: it ends as q does (it polls ``ending``).
+        A KeyboardInterrupt raised here landed inside one of Textual's tasks, which asyncio
+        then reported at exit as "Task exception was never retrieved", a traceback under
+        the summary (CI, twice SIGTERM on a loaded machine). Once the TUI has ended, the
+        wait for the proxy takes it as "stop now" (:func:`_stop_child`); a second one that
+        comes before that is kept for it (``hurry``)."""
+        if tui_done.is_set():
+            raise KeyboardInterrupt
+        if ending.is_set():
+            hurry.set()
+        ending.set()
+
+    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGINT, terminated)
     proxy_url, admin_url = child.found[LISTEN_PREFIX], child.found[ADMIN_PREFIX]
     # The addresses, as --headless prints them, before the TUI takes the screen: the TUI
     # draws on the terminal's alternate screen, so these stay on the main one (and in its
@@ -169,7 +187,7 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
         code = 0
     finally:
         tui_done.set()
-        _stop_child(child)
+        _stop_child(child, hurry.is_set())
     if died.is_set():
         print(f"llmtop run: the proxy exited ({describe_exit(child.proc.returncode)}): "
               f"{child.failure()}", file=sys.stderr)
@@ -183,11 +201,13 @@ def _with_tui(args: argparse.Namespace, refresh_hz: float, window_s: int | None 
     return code
 
 
-def _stop_child(child: Child) -> None:
+def _stop_child(child: Child, hurry: bool = False) -> None:
     """Stop the proxy gracefully. A second SIGTERM or Ctrl-C while it finishes its
     in-flight streams is passed on (its own "stop now": what is still open is cancelled)
     and the wait goes on: before, the KeyboardInterrupt escaped this wait, the TUI exited
     130 without the proxy's summary, and the proxy was hurried only by its parent watch."""
+    if hurry and child.proc.poll() is None:  # stopped twice already: its first SIGTERM
+        child.proc.send_signal(signal.SIGTERM)  # now, and child.stop() sends "stop now"
     while True:
         try:
             child.stop()  # (again: a further SIGTERM to a proxy already stopping)
