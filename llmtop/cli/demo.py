@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import subprocess
 import sys
 import threading
@@ -144,6 +145,14 @@ def _run(args: argparse.Namespace, record: str, children: list[Child], watch: _W
     from llmtop.tui import run_tui
     from llmtop.tui.source import SHARED_SNAPSHOT_AGE_S, AdminSource
 
+    def terminated(signum: int, frame: object) -> None:
+        # the TUI ends as q does (it polls ``died``); a KeyboardInterrupt raised here could
+        # land inside one of Textual's tasks, which asyncio reports at exit as "Task
+        # exception was never retrieved" (as it did under `llmtop run`'s TUI)
+        watch.died.set()
+
+    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGINT, terminated)
     return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
                    title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url,
                    stop=watch.died)

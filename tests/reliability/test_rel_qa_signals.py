@@ -223,7 +223,7 @@ class _Pty:
     is drained in a thread (a full pty would block the TUI)."""
 
     def __init__(self, upstream: str, rec: Path, *extra: str,
-                 preexec_hup_ignored: bool = False) -> None:
+                 preexec_hup_ignored: bool = False, argv: list[str] | None = None) -> None:
         import fcntl
         import pty
         import struct
@@ -239,9 +239,9 @@ class _Pty:
                 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
         self.proc = subprocess.Popen(
-            [*PY, "run", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin",
-             "127.0.0.1:0", "--gpu-source", "none", "--refresh-hz", "4", "--record", str(rec),
-             *extra],
+            argv or [*PY, "run", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin",
+                     "127.0.0.1:0", "--gpu-source", "none", "--refresh-hz", "4", "--record",
+                     str(rec), *extra],
             stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
             preexec_fn=session, env={**os.environ, "TERM": "xterm-256color"})
         os.close(slave)
@@ -254,7 +254,9 @@ class _Pty:
                 self.kill()
                 raise AssertionError(bytes(self.out)[-2000:])
             time.sleep(0.2)
-        (self.child,) = _children(self.proc.pid)
+        self.children = _children(self.proc.pid)
+        if argv is None:
+            (self.child,) = self.children
 
     def _drain(self) -> None:
         while True:
@@ -560,3 +562,23 @@ def test_sigterm_twice_to_the_tui_stops_now_with_summary(tmp_path: Path) -> None
         finally:
             t.kill()
         assert _complete_gzip(rec)[-1].get("type") == "footer"
+
+
+def test_sigterm_to_demo_under_its_tui_ends_it_as_q_does(tmp_path: Path) -> None:
+    """``llmtop demo`` with its TUI, stopped by SIGTERM: the TUI ends as q does (through
+    the stop event it polls, not a KeyboardInterrupt raised inside Textual, which asyncio
+    could report at exit as "Task exception was never retrieved"), its sim, proxy and
+    driver stop, the summary is printed, exit 0, the recording complete."""
+    rec = tmp_path / "d.jsonl.gz"
+    t = _Pty("", rec, argv=[*PY, "demo", "--record", str(rec)])
+    try:
+        kids = list(t.children)
+        assert len(kids) == 3, kids
+        t.proc.send_signal(signal.SIGTERM)
+        assert t.proc.wait(90) == 0, bytes(t.out)[-1500:]
+        assert all(_gone(k) for k in kids)
+        assert _wait_for(lambda: b"llmtop: served" in bytes(t.out), 10), bytes(t.out)[-1500:]
+        assert b"Traceback" not in bytes(t.out)
+    finally:
+        t.kill()
+    assert _complete_gzip(rec)[-1].get("type") == "footer"
