@@ -6,6 +6,7 @@ every request as they do with one process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 
@@ -45,8 +46,11 @@ async def test_split_observers_forward_in_a_child_and_observe_every_request(
                     await asyncio.sleep(0.1)
                 async with s.get(admin + "/metrics") as r:
                     metrics = await r.text()
-            assert snap["system"]["requests"] == 12  # type: ignore[index]
-            assert snap["system"]["output_tokens"] == 48  # type: ignore[index]
+                seen = await _what_it_saw(s, admin)
+            assert snap["system"]["requests"] == 12, seen  # type: ignore[index]
+            # (once in a clean-clone CI run: 111; what the proxy then held is in the message)
+            assert snap["system"]["output_tokens"] == 48, (
+                json.dumps({k: snap[k] for k in ("system", "users", "models")}) + seen)  # type: ignore[index]
             ok = [x for f in text_string_to_metric_families(metrics) for x in f.samples
                   if x.name == "llmtop_requests_total" and x.labels.get("outcome") == "ok"]
             assert ok and ok[0].value == 12
@@ -61,6 +65,19 @@ async def test_split_observers_forward_in_a_child_and_observe_every_request(
     assert len(records) == 12
     assert sum(r.completion_tokens or 0 for r in records) == 48  # type: ignore[union-attr]
     assert read_header(rec)["workers"] == 1
+
+
+async def _what_it_saw(s: aiohttp.ClientSession, admin: str) -> str:
+    """The proxy's open and finished requests (ids, outcomes, token counts), for a failing
+    assertion's message."""
+    seen: dict[str, object] = {}
+    for state in ("active", "recent"):
+        async with s.get(admin + f"/llmtop/v1/requests?state={state}") as r:
+            rows = await r.json()
+        seen[state] = [{k: v for k, v in x.items() if k not in ("chunk_offsets_s",
+                                                                "chunk_tokens")}
+                       for x in rows]
+    return json.dumps(seen)
 
 
 async def test_without_split_observers_one_process_does_everything() -> None:
