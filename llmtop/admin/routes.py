@@ -403,8 +403,12 @@ async def recording_control(request: web.Request) -> web.Response:
                 return json_error(400, "the recording's file name must end in .jsonl or "
                                        ".jsonl.gz")
             if current is not None:
-                return json_error(409, f"already recording to {current.get('path', '?')}; "
-                                       "stop it first")
+                held = current.get("path", "?")
+                if current.get("error"):  # (the screens say REC FAILED: "already recording"
+                    return json_error(    # read as if it were writing)
+                        409, f"the recording to {held} stopped writing "
+                             f"({current['error']}); stop it first")
+                return json_error(409, f"already recording to {held}; stop it first")
             return json_response(rec.start(path))
         if current is None:
             return json_error(409, "not recording")
@@ -429,6 +433,8 @@ async def health(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     agg = ctx.aggregator
     rec = ctx.recording
+    st = rec.status() if rec is not None else None
+    failed = st.get("error") if st is not None else None
     return json_response({
         "status": "ok",
         "version": __version__,
@@ -436,7 +442,10 @@ async def health(request: web.Request) -> web.Response:
         "uptime_s": max(0.0, agg.clock() - agg.started_at),
         "in_flight": len(ctx.active),
         "requests": agg.records_seen,
-        "recording": rec is not None and rec.status() is not None,
+        # a recording that stopped writing (disk full, file deleted) is not recording:
+        # a liveness probe said true until it was stopped by hand
+        "recording": st is not None and failed is None,
+        "recording_error": failed,
     })
 
 

@@ -184,6 +184,7 @@ async def test_health(make_server: Callable[..., Any]) -> None:
     status, body, _ = await get(srv.url + "/llmtop/v1/health")
     assert status == 200 and body["status"] == "ok"
     assert body["requests"] == 6 and body["in_flight"] == 1 and body["recording"] is False
+    assert body["recording_error"] is None
 
 
 ROUTES = ["/llmtop/v1/snapshot", "/llmtop/v1/requests", "/metrics", "/llmtop/v1/health",

@@ -253,6 +253,15 @@ async def test_file_gone_while_recording(work: Path, tap: Tap, how: str) -> None
             shutil.rmtree(sub)
         st = await proxy.until(lambda s: bool(s["error"]), tap, max_rounds=20)
         assert "no longer at its path" in st["error"], st
+        async with aiohttp.ClientSession() as s, s.get(proxy.admin + "/llmtop/v1/health") as r:
+            health = await r.json()
+        assert health["recording"] is False, health  # (it said true until stopped by hand)
+        assert "no longer at its path" in health["recording_error"], health
+        again = {"action": "start", "path": str(work / "again.jsonl")}
+        async with aiohttp.ClientSession() as s, s.post(
+                proxy.admin + "/llmtop/v1/recording", json=again) as r:
+            assert r.status == 409
+            assert "stopped writing (the file is no longer" in (await r.json())["error"]
         await tap.round(proxy.url)
         assert proxy.proc.poll() is None
     finally:
