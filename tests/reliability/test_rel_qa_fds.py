@@ -31,6 +31,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from proc_support import children
 from views_agree import (
     ADMIN_PREFIX,
     LISTEN_PREFIX,
@@ -99,14 +100,6 @@ def _fds_split(pid: int, upstream: str) -> tuple[int, int]:
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        kids = (task / "children").read_text().split()
-        found += [int(k) for k in kids]
-    return found
 
 
 async def _stream(session: aiohttp.ClientSession, url: str,
@@ -491,7 +484,7 @@ def test_two_workers_out_of_descriptors_refuse_clearly_and_all_survive(
     pid = proxy.proc.pid
     try:
         assert asyncio.run(_serves(url, 2)) == [200, 200]
-        workers = _children(pid)
+        workers = children(pid)
         assert len(workers) >= 2, workers
         results = asyncio.run(_surge(url))
         _check_refusals(results)

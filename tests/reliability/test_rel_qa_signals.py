@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proc_support import children
 
 PY = [sys.executable, "-m", "llmtop"]
 
@@ -32,16 +33,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-
-
 def _kill_all(proc: subprocess.Popen[str]) -> None:
-    for pid in [*_children(proc.pid), proc.pid]:
+    for pid in [*children(proc.pid), proc.pid]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
@@ -120,7 +113,7 @@ def test_sighup_stops_headless_gracefully(tmp_path: Path, workers: int) -> None:
         extra = ("--workers", "2") if workers else ()
         p, proxy, _ = _headless(up, rec, *extra)
         try:
-            kids = _children(p.pid)
+            kids = children(p.pid)
             assert len(kids) >= workers
             assert b"[DONE]" in _chat(proxy)
             p.send_signal(signal.SIGHUP)
@@ -254,7 +247,7 @@ class _Pty:
                 self.kill()
                 raise AssertionError(bytes(self.out)[-2000:])
             time.sleep(0.2)
-        self.children = _children(self.proc.pid)
+        self.children = children(self.proc.pid)
         if argv is None:
             (self.child,) = self.children
 
@@ -274,7 +267,7 @@ class _Pty:
             os.close(self.master)
 
     def kill(self) -> None:
-        for pid in [*_children(self.proc.pid), self.proc.pid]:
+        for pid in [*children(self.proc.pid), self.proc.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
@@ -299,7 +292,7 @@ def test_sighup_to_the_tui_quits_as_q_does(tmp_path: Path, workers: int) -> None
     with sim() as up:
         t = _Pty(up, rec, *(("--workers", "2") if workers else ()))
         try:
-            grandchildren = _children(t.child)
+            grandchildren = children(t.child)
             assert len(grandchildren) >= workers
             t.proc.send_signal(signal.SIGHUP)
             assert t.proc.wait(60) == 0
@@ -519,7 +512,7 @@ def test_sighup_stops_demo_and_its_three_processes(tmp_path: Path) -> None:
     try:
         lines: list[str] = []
         _until(lines, "llmtop: recording to ", p.stdout)
-        kids = _children(p.pid)
+        kids = children(p.pid)
         assert len(kids) == 3, kids
         p.send_signal(signal.SIGHUP)
         out, err = p.communicate(timeout=90)

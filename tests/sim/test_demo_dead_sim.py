@@ -17,23 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_support import children, descendants
 
 ADMIN_LINE = "llmtop: admin listening on "
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-
-
-def _descendants(pid: int) -> list[int]:
-    out = []
-    for child in _children(pid):
-        out += [child, *_descendants(child)]
-    return out
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -55,11 +41,11 @@ def _alive(pid: int) -> bool:
 
 def _child_running(pid: int, command: str) -> int:
     """The child of ``pid`` that runs ``llmtop COMMAND``."""
-    for child in _children(pid):
+    for child in children(pid):
         argv = _cmdline(child)
         if "llmtop" in argv and argv[argv.index("llmtop") + 1:][:1] == [command]:
             return child
-    raise AssertionError(f"no 'llmtop {command}' among {[_cmdline(c) for c in _children(pid)]}")
+    raise AssertionError(f"no 'llmtop {command}' among {[_cmdline(c) for c in children(pid)]}")
 
 
 def _kill_all(pids: list[int]) -> None:
@@ -91,7 +77,7 @@ def test_headless_demo_stops_when_one_of_its_processes_dies(
                 break
         else:
             raise AssertionError(f"the demo never started: {proc.stderr and proc.stderr.read()}")
-        family = _descendants(proc.pid)
+        family = descendants(proc.pid)
         assert len(family) >= 3, [_cmdline(p) for p in family]
         victim = _child_running(proc.pid, command)
         t0 = time.monotonic()
@@ -100,7 +86,7 @@ def test_headless_demo_stops_when_one_of_its_processes_dies(
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
-            _kill_all([*_descendants(proc.pid), proc.pid])
+            _kill_all([*descendants(proc.pid), proc.pid])
             proc.wait()
         _kill_all(_until_gone(family, 0))
     assert proc.returncode == 1, (out, err)
@@ -135,11 +121,11 @@ def test_demo_in_a_terminal_ends_its_tui_when_the_simulator_dies(tmp_path: Path)
     family: list[int] = []
     try:
         deadline = time.monotonic() + 60
-        while len(_children(proc.pid)) < 3 or b"users" not in out:  # the TUI is drawn
+        while len(children(proc.pid)) < 3 or b"users" not in out:  # the TUI is drawn
             assert time.monotonic() < deadline and proc.poll() is None, bytes(out)[-2000:]
             read()
             time.sleep(0.2)
-        family = _descendants(proc.pid)
+        family = descendants(proc.pid)
         os.kill(_child_running(proc.pid, "sim"), signal.SIGKILL)
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
@@ -150,7 +136,7 @@ def test_demo_in_a_terminal_ends_its_tui_when_the_simulator_dies(tmp_path: Path)
         read()
     finally:
         if proc.poll() is None:
-            _kill_all([*_descendants(proc.pid), proc.pid])
+            _kill_all([*descendants(proc.pid), proc.pid])
             proc.wait()
         _kill_all(_until_gone(family, 0))
         os.close(master)

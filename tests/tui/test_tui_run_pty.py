@@ -17,6 +17,7 @@ import sys
 import termios
 
 import aiohttp
+from proc_support import children
 
 from llmtop.sim.server import running_sim
 
@@ -69,7 +70,7 @@ async def _close(proc: asyncio.subprocess.Process, master: int) -> None:
     asyncio.get_running_loop().remove_reader(master)
     os.close(master)
     if proc.returncode is None:
-        for pid in [*_children(proc.pid), proc.pid]:
+        for pid in [*children(proc.pid), proc.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
         await proc.wait()
@@ -93,14 +94,6 @@ async def _until_written(out: bytearray, text: bytes, within_s: float = 5.0) -> 
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{text!r} never written: {bytes(out)[-2000:]!r}")
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
 
 
 async def test_run_under_load_in_a_pty_shows_tps_and_users() -> None:
@@ -168,7 +161,7 @@ async def test_ctrl_c_quits_like_q_and_a_dead_proxy_ends_the_tui() -> None:
 
         proc, master, out = await _run_in_pty(sim.url)
         try:
-            (child,) = _children(proc.pid)
+            (child,) = children(proc.pid)
             os.kill(child, 9)
             assert await asyncio.wait_for(proc.wait(), 30) == 1
             await _until_written(out, b"the proxy exited (killed by SIGKILL)")
