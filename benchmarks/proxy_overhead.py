@@ -71,6 +71,14 @@ chunks (``step_write_gap``, from its ground truth): a proxy that needs more CPU 
 than that falls behind within every step, and its chunk p99 grows with the streams, while
 one that needs less keeps up — a threshold, which is why the p99 ratio to nginx can be
 large where the CPU ratio is under 2.
+
+A target (the simulator direct, llmtop, the variant, nginx, the splice) that does not start,
+or that answers no request of a level (every answer an HTTP error, connections refused, its
+process gone), measured nothing: its row reads FAILED with why (its exit code and last
+lines, the first error the load generator saw), the same is said on stderr, no target is
+judged on it, and the benchmark exits 3 (``EXIT_FAILED``) once the rest has run. Exit 0: every
+target carried requests at every level (its own errors, if any, are in its row); exit 2: bad
+arguments.
 """
 
 from __future__ import annotations
@@ -91,7 +99,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,7 +223,16 @@ http {{
 """
 
 
+EXIT_FAILED = 3
+"""Exit status when a target measured nothing at some level (see the module doc)."""
+
+
 # -- processes -------------------------------------------------------------------------
+
+
+class StartFailed(RuntimeError):
+    """A child process (a proxy, nginx, the simulator) that did not come up: why, in one
+    line (its exit code and last lines)."""
 
 
 def _tree(pid: int) -> list[int]:
@@ -310,15 +327,29 @@ class Proc:
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
-            if not line:
+            if not line:  # its output closed: it has ended, or is ending
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(5)
                 break
             self.lines.append(line.rstrip())
             if line.startswith(prefix):
                 self.url = line[len(prefix):].strip()
                 threading.Thread(target=self._drain, daemon=True).start()
                 return
+        gone = self.proc.poll()
         self.stop()
-        raise RuntimeError(f"{cmd[:4]} did not start: {' | '.join(self.lines[-5:])}")
+        how = (f"exited with code {gone}" if gone is not None
+               else f"printed no '{prefix.strip()}' line in {timeout:g} s")
+        raise StartFailed(f"{' '.join(cmd[:4])} did not start ({how}): "
+                          f"{' | '.join(self.lines[-5:]) or 'no output'}")
+
+    def last_words(self) -> str:
+        """Its exit code, if it has exited, and its last lines (stdout and stderr)."""
+        rc = self.proc.poll()
+        tail = " | ".join(self.lines[-3:])
+        return ((f"its process exited with code {rc}" if rc is not None else "")
+                + ("; " if rc is not None and tail else "")
+                + (f"its last lines: {tail}" if tail else ""))
 
     def _drain(self) -> None:
         assert self.proc.stdout is not None
@@ -382,8 +413,11 @@ def start_nginx(binary: str, upstream: str, tmp: Path, cpus: set[int] | None = N
         if proc.proc.poll() is not None:
             break
         time.sleep(0.05)
+    gone = proc.proc.poll()
     proc.stop()
-    raise RuntimeError(f"nginx did not start: {(tmp / 'error.log').read_text()[-300:]}")
+    log = tmp / "error.log"
+    raise StartFailed(f"nginx did not start (exit code {gone}): "
+                      f"{log.read_text()[-300:] if log.exists() else 'no error.log'}")
 
 
 # -- the load generator ------------------------------------------------------------------
@@ -406,6 +440,9 @@ class Phase:
         self.sent = 0
         self.results: list[Req] = []
         self.errors = 0
+        self.first_error: str | None = None
+        """The first thing that went wrong (a status line, a refused connection), to say
+        why a target measured nothing."""
         self.open = 0
         self.done = asyncio.get_running_loop().create_future()
 
@@ -433,6 +470,7 @@ class StreamConn(asyncio.Protocol):
     def send(self) -> None:
         assert self.transport is not None
         if time.time() >= self.phase.end:
+            self.cur = None  # its last response ended: closed by the phase's end, not cut
             self.transport.close()
             return
         self.head, self.in_body, self.tail = b"", False, b""
@@ -453,6 +491,9 @@ class StreamConn(asyncio.Protocol):
             if not self.head.startswith(b"HTTP/1.1 200"):
                 cur.ok = False
                 self.phase.errors += 1
+                if self.phase.first_error is None:
+                    self.phase.first_error = self.head.partition(b"\r\n")[0].decode(
+                        "latin-1")[:120]
                 assert self.transport is not None
                 self.transport.close()
                 return
@@ -475,7 +516,11 @@ class StreamConn(asyncio.Protocol):
             self.send()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.phase.closed()
+        phase = self.phase
+        if self.cur is not None and self.cur.ok and phase.first_error is None:
+            phase.first_error = ("the connection closed before a response ended"
+                                 + (f" ({exc})" if exc else ""))
+        phase.closed()
 
 
 def spread_tokens(max_tokens: int, spread: float) -> list[int]:
@@ -514,7 +559,16 @@ async def run_load(url: str, n: int, duration: float, max_tokens: int, usage: bo
     phase = Phase(host, int(port), requests, n, time.time() + duration)
     for _ in range(n):
         phase.open += 1
-        await loop.create_connection(lambda: StreamConn(phase), host, int(port))
+        try:
+            await loop.create_connection(lambda: StreamConn(phase), host, int(port))
+        except OSError as exc:  # a target that is not there (any more): its phase says so
+            phase.open -= 1
+            phase.errors += 1
+            if phase.first_error is None:
+                why = os.strerror(exc.errno) if exc.errno else str(exc)  # "Connection refused"
+                phase.first_error = f"connecting to {host}:{port}: {why}"
+    if phase.open == 0 and not phase.done.done():
+        phase.done.set_result(None)
     await phase.done
     return phase
 
@@ -588,6 +642,11 @@ class Result:
     unmatched: int = 0
     write_gap_s: float | None = None
     """How far apart the engine wrote a decode step's chunks (``step_write_gap``)."""
+    first_error: str | None = None
+    """The first error the load generator saw (``Phase.first_error``)."""
+    failed: str | None = None
+    """Why this target measured nothing at this level (no request answered in full); its
+    figures are then no figures (set by ``run_mode``)."""
 
 
 async def measure(target: str, url: str, pids: list[int], sim_url: str,
@@ -613,7 +672,7 @@ async def measure(target: str, url: str, pids: list[int], sim_url: str,
     cpu1 = cpu_s(pids)
     async with session.get(sim_url + "/sim/requests") as r:
         truth = {t["id"]: t for t in await r.json()}
-    res = Result(target, n, errors=phase.errors)
+    res = Result(target, n, errors=phase.errors, first_error=phase.first_error)
     mine = [truth[r.rid] for r in phase.results if r.rid in truth]
     res.write_gap_s = step_write_gap([w for t in mine for w in t["chunks"]])
     warm = t0 + min(0.5, duration / 4)
@@ -662,7 +721,8 @@ def merge_rounds(a: Result, b: Result) -> Result:
         rss_kib_per_stream=a.rss_kib_per_stream, rss_growth_kib_s=a.rss_growth_kib_s,
         rss_peak_kib_per_stream=a.rss_peak_kib_per_stream,
         chunks_per_s=chunks / took if took > 0 else 0.0, unmatched=a.unmatched + b.unmatched,
-        write_gap_s=_mean_of(a.write_gap_s, b.write_gap_s))
+        write_gap_s=_mean_of(a.write_gap_s, b.write_gap_s),
+        first_error=a.first_error or b.first_error, failed=a.failed or b.failed)
 
 
 def _mean_of(a: float | None, b: float | None) -> float | None:
@@ -707,6 +767,9 @@ def print_table(mode: str, rows: list[tuple[Result, Result]]) -> None:
           f"{'coalesced':>9} {'CPU us/chunk':>12} {'RSS KiB/stream':>14} {'+KiB/s':>6} "
           f"{'client +TTFT p50':>16}")
     for res, base in rows:
+        if res.failed is not None:
+            print(f"{res.n:>7} {res.target:<7} FAILED: {res.failed}")
+            continue
         if res.target == "direct":
             extra = (f"  (direct: client-engine TTFT overhead p50 {ms(pct(res.ttft_over, 50))}"
                      f" p99 {ms(pct(res.ttft_over, 99))} ms, chunk delay p50 "
@@ -807,8 +870,14 @@ def verdict(mode: str, level_rows: dict[int, dict[str, Result]],
         mark = "n/a " if ok is None else ("PASS" if ok else "MISS")
         out.append(f"[{mode}] {mark} {name}: {detail}")
 
-    for n, by in sorted(level_rows.items()):
+    for n, level in sorted(level_rows.items()):
+        failed = [name for name, r in level.items() if r.failed is not None]
+        by = {name: r for name, r in level.items() if r.failed is None}
         d, ll, ng = by.get("direct"), by.get("llmtop"), by.get("nginx")
+        if failed:
+            out.append(f"[{mode}] FAILED {n} streams: {', '.join(failed)} measured nothing"
+                       + ("; nothing judged" if d is None or ll is None else
+                          "; judged without it"))
         if d is None or ll is None:
             continue
         per_round = (rounds or {}).get(n, [])
@@ -857,6 +926,26 @@ def verdict(mode: str, level_rows: dict[int, dict[str, Result]],
 # -- main ---------------------------------------------------------------------------------
 
 
+def why_nothing(res: Result, proc: Proc | None) -> str:
+    """Why ``res`` (no request answered in full) measured nothing, in one line: what the
+    load generator saw, and the target's process if it has exited or said something."""
+    seen = []
+    if res.first_error:
+        seen.append(f"the load generator saw: {res.first_error}")
+    if res.errors:
+        seen.append(f"{res.errors} requests failed")
+    if res.unmatched:
+        seen.append(f"{res.unmatched} answers did not match the engine's records")
+    if not seen:
+        seen.append("no request was answered in full")
+    words = proc.last_words() if proc is not None else ""
+    return "; ".join(seen + ([words] if words else []))
+
+
+def say_failed(where: str, name: str, why: str) -> None:
+    print(f"proxy_overhead: {where}: {name} FAILED: {why}", file=sys.stderr, flush=True)
+
+
 async def settle(targets: dict[str, tuple[str, Proc | None]], sim_url: str, n: int,
                  duration: float, max_tokens: int, usage: bool,
                  session: aiohttp.ClientSession, *, spread: float = 0.0) -> dict[str, Result]:
@@ -868,7 +957,7 @@ async def settle(targets: dict[str, tuple[str, Proc | None]], sim_url: str, n: i
     running (a fresh process meeting 1,024 streams at once opens 1,024 upstream
     connections in one burst, which this machine's simulator takes seconds to accept)."""
     out: dict[str, Result] = {}
-    for name, (url, proc) in targets.items():
+    for name, (url, proc) in targets.items():  # (a target that did not start is not here)
         if proc is not None:
             out[name] = await measure(name, url, proc.pids, sim_url, n, duration, max_tokens,
                                       usage, session, spread=spread)
@@ -889,7 +978,11 @@ async def warm_up(url: str, max_tokens: int) -> None:
 
 
 async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
-                   env: dict[str, str], tmp: Path, report: dict[str, Any]) -> list[str]:
+                   env: dict[str, str], tmp: Path, report: dict[str, Any],
+                   failures: list[str]) -> list[str]:
+    """One mode's levels: the table printed, the JSON's figures in ``report``, the verdict
+    returned; each target that measured nothing at a level is said on stderr and added to
+    ``failures``."""
     py = sys.executable
     sim_cmd = [py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1"]
     sim_cmd += ["--firehose"] if mode == "firehose" else PACED
@@ -902,6 +995,23 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
         run_cmd = [py, "-m", "llmtop", "run", "--headless", "--upstream", sim.url,
                    "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
 
+        not_started: dict[str, str] = {}
+        """The targets of this level that did not start, and why."""
+
+        def start(name: str, targets: dict[str, tuple[str, Proc | None]],
+                  begin: Callable[[], Proc], aside: bool = False) -> None:
+            """Start one proxy as target ``name``; one that does not start is said (stderr)
+            and left out of this level, the others are measured."""
+            try:
+                proc = begin()
+            except StartFailed as exc:
+                not_started[name] = str(exc)
+                return
+            proxies.append(proc)
+            if aside:
+                observers_aside(proc, load_cpus)
+            targets[name] = (proc.url, proc)
+
         async def start_proxies() -> dict[str, tuple[str, Proc | None]]:
             """Fresh proxies, warmed up: each level's RSS per stream is then what its
             streams add to a process that has served nothing else (after a busier phase
@@ -910,31 +1020,27 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             for p in proxies:
                 p.stop()
             proxies.clear()
+            not_started.clear()
+            targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None)}
             if args.bare:
-                llm = Proc([py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env,
-                           cpus=proxy_cpus)
+                start("llmtop", targets, lambda: Proc(
+                    [py, "-c", BARE_PROXY, sim.url], "llmtop: proxy listening on ", env,
+                    cpus=proxy_cpus), aside=True)
             else:
-                llm = Proc(run_cmd, "llmtop: proxy listening on ", env, cpus=proxy_cpus)
-            proxies.append(llm)
-            observers_aside(llm, load_cpus)
-            targets: dict[str, tuple[str, Proc | None]] = {"direct": (sim.url, None),
-                                                            "llmtop": (llm.url, llm)}
+                start("llmtop", targets, lambda: Proc(
+                    run_cmd, "llmtop: proxy listening on ", env, cpus=proxy_cpus), aside=True)
             if args.variant:
                 key, _, value = args.variant.partition("=")
-                var = Proc(run_cmd, "llmtop: proxy listening on ", {**env, key: value},
-                           cpus=proxy_cpus)
-                proxies.append(var)
-                observers_aside(var, load_cpus)
-                targets["variant"] = (var.url, var)
+                start("variant", targets, lambda: Proc(
+                    run_cmd, "llmtop: proxy listening on ", {**env, key: value},
+                    cpus=proxy_cpus), aside=True)
             if nginx_bin:
-                ngx = start_nginx(nginx_bin, sim.url, tmp / mode, proxy_cpus)
-                proxies.append(ngx)
-                targets["nginx"] = (ngx.url, ngx)
+                start("nginx", targets,
+                      lambda: start_nginx(nginx_bin, sim.url, tmp / mode, proxy_cpus))
             if args.splice:
-                spl = Proc([py, "-c", SPLICE_PROXY, sim.url], "llmtop: proxy listening on ",
-                           env, cpus=proxy_cpus)
-                proxies.append(spl)
-                targets["splice"] = (spl.url, spl)
+                start("splice", targets, lambda: Proc(
+                    [py, "-c", SPLICE_PROXY, sim.url], "llmtop: proxy listening on ", env,
+                    cpus=proxy_cpus))
             for url, _ in targets.values():
                 await warm_up(url, args.max_tokens)
             return targets
@@ -956,6 +1062,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                     this_round: dict[str, Result] = {}
                     level_rounds.append(this_round)
                     for name in rot:
+                        if name not in targets:
+                            continue  # it did not start
                         url, proc = targets[name]
                         pids = proc.pids if proc is not None else []
                         res = await measure(name, url, pids, sim.url, n,
@@ -969,6 +1077,15 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                         await asyncio.sleep(0.3)
                 by = {name: with_rss_of(r, cold[name]) if name in cold else r
                       for name, r in by.items()}
+                for name in order:
+                    why = (not_started[name] if name in not_started
+                           else why_nothing(by[name], targets[name][1])
+                           if by[name].requests == 0 else None)
+                    if why is not None:
+                        by[name] = dataclasses.replace(by.get(name) or Result(name, n),
+                                                       failed=why)
+                        say_failed(f"[{mode}] {n} streams", name, why)
+                        failures.append(f"[{mode}] {n} streams: {name}: {why}")
                 level_rows[n] = by
                 rounds[n] = level_rounds
                 rows.extend((by[name], by["direct"]) for name in order)
@@ -987,6 +1104,7 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 "rss_growth_kib_s": r.rss_growth_kib_s,
                 "rss_peak_kib_per_stream": r.rss_peak_kib_per_stream,
                 "engine_write_gap_s": r.write_gap_s,
+                "failed": r.failed,
             } for name, r in by.items()} for n, by in level_rows.items()}
         return verdict(mode, level_rows, rounds)
     finally:
@@ -1032,22 +1150,39 @@ async def amain(args: argparse.Namespace) -> int:
                               "bare": args.bare,
                               "splice": args.splice, "nginx": nginx_bin is not None}
     lines: list[str] = []
+    failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="llmtop-bench-") as tmpdir:
         for mode in args.modes:
             (Path(tmpdir) / mode).mkdir()
-            lines += await run_mode(mode, args, nginx_bin, env, Path(tmpdir), report)
+            try:
+                lines += await run_mode(mode, args, nginx_bin, env, Path(tmpdir), report,
+                                        failures)
+            except StartFailed as exc:  # the simulator: nothing of this mode to measure
+                say_failed(f"[{mode}]", "the simulator", str(exc))
+                failures.append(f"[{mode}] the simulator: {exc}")
     print("\nTargets (issue 3; ratios to nginx in the same run):")
     for line in lines:
         print("  " + line)
     if args.json:
         report["verdict"] = lines
+        report["failed"] = failures
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2))
+    if failures:
+        print(f"proxy_overhead: FAILED: {len(failures)} target(s) measured nothing; their "
+              f"rows are no result (exit {EXIT_FAILED}):", file=sys.stderr)
+        for line in failures:
+            print("  " + line, file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=f"Exit status: 0 when every target carried requests at "
+                                f"every level; {EXIT_FAILED} when one measured nothing at a "
+                                "level (did not start, or answered no request: its rows read "
+                                "FAILED and stderr says why); 2 for bad arguments.")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per phase (default 5)")
     p.add_argument("--levels", default="1,64,256",
                    help="concurrent streams, comma-separated (default 1,64,256)")
