@@ -942,8 +942,9 @@ def why_nothing(res: Result, proc: Proc | None) -> str:
     return "; ".join(seen + ([words] if words else []))
 
 
-def say_failed(where: str, name: str, why: str) -> None:
-    print(f"proxy_overhead: {where}: {name} FAILED: {why}", file=sys.stderr, flush=True)
+def say_failed(where: str, name: str, why: str, who: str = "proxy_overhead") -> None:
+    """Say on stderr that target ``name`` measured nothing, and why."""
+    print(f"{who}: {where}: {name} FAILED: {why}", file=sys.stderr, flush=True)
 
 
 async def settle(targets: dict[str, tuple[str, Proc | None]], sim_url: str, n: int,

@@ -24,6 +24,12 @@ speed drifts more between two runs than most changes move the figure.
 
 ``--profile OUT.prof`` runs the (bare) proxy under cProfile instead, drives it for
 ``--duration`` × ``--rounds`` seconds and writes the stats to ``OUT.prof``.
+
+A proxy (the base or a variant) that does not start, or that completes no request in a
+phase (every answer an HTTP error, connections refused, its process gone), measured
+nothing: stderr says which and why (its exit code and last lines, the first error the
+load generator saw), its line reads FAILED instead of a figure, and the run exits 3 once the
+others are measured (0: every proxy carried requests).
 """
 
 from __future__ import annotations
@@ -38,7 +44,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import BARE_PROXY, Proc, cpu_s
+from proxy_overhead import (
+    BARE_PROXY,
+    EXIT_FAILED,
+    Proc,
+    Result,
+    StartFailed,
+    cpu_s,
+    say_failed,
+    why_nothing,
+)
 
 PROFILED_PROXY = BARE_PROXY.replace(
     "import uvloop\nuvloop.run(main())",
@@ -75,9 +90,12 @@ class Conn(asyncio.Protocol):
     """A keep-alive connection sending the mix's requests in turn until ``end``."""
 
     def __init__(self, requests: list[bytes], start: int, end: float,
-                 counts: dict[str, int], done: asyncio.Future[None]) -> None:
+                 counts: dict[str, int], done: asyncio.Future[None],
+                 first_error: list[str]) -> None:
         self.requests, self.i, self.end = requests, start, end
         self.counts, self.done = counts, done
+        self.first_error = first_error
+        """The first error status line of the phase (shared; to say why nothing came)."""
         self.buf = b""
         self.need: int | None = None  # body bytes still due (Content-Length), or chunked
         self.in_body = False
@@ -105,6 +123,9 @@ class Conn(asyncio.Protocol):
             head = self.buf[:i].lower()
             if not head.startswith(b"http/1.1 200"):
                 self.counts["errors"] += 1
+                if not self.first_error:
+                    self.first_error.append(
+                        self.buf[:i].partition(b"\r\n")[0].decode("latin-1")[:120])
                 assert self.transport is not None
                 self.transport.close()
                 return
@@ -127,17 +148,31 @@ class Conn(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def drive(url: str, conns: int, mix: list[str], duration: float) -> dict[str, int]:
+async def drive(url: str, conns: int, mix: list[str], duration: float,
+                first_error: list[str] | None = None) -> dict[str, int]:
+    """``conns`` connections sending the mix for ``duration`` s: requests completed and
+    errors (a refused connection is one); the first error's words go to ``first_error``."""
     hostport = url.removeprefix("http://")
     host, port = hostport.rsplit(":", 1)
     requests = [_request(hostport, k) for k in mix]
     loop = asyncio.get_running_loop()
     counts = {"requests": 0, "errors": 0, "open": conns}
+    seen = first_error if first_error is not None else []
     done: asyncio.Future[None] = loop.create_future()
     end = time.monotonic() + duration
     for c in range(conns):
-        await loop.create_connection(
-            lambda c=c: Conn(requests, c, end, counts, done), host, int(port))  # type: ignore[misc]
+        try:
+            await loop.create_connection(
+                lambda c=c: Conn(requests, c, end, counts, done, seen),  # type: ignore[misc]
+                host, int(port))
+        except OSError as exc:
+            counts["open"] -= 1
+            counts["errors"] += 1
+            if not seen:
+                seen.append(f"connecting to {hostport}: "
+                            + (os.strerror(exc.errno) if exc.errno else str(exc)))
+    if counts["open"] == 0 and not done.done():
+        done.set_result(None)
     await done
     return counts
 
@@ -146,8 +181,12 @@ async def amain(args: argparse.Namespace) -> int:
     py = sys.executable
     env = {**os.environ, "LLMTOP_GPU_SOURCE": "none", "PYTHONUNBUFFERED": "1"}
     mix = args.mix.split(",")
-    sim = Proc([py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1",
-                "--firehose"], "llmtop: sim listening on ", env)
+    try:
+        sim = Proc([py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1",
+                    "--firehose"], "llmtop: sim listening on ", env)
+    except StartFailed as exc:  # nothing to measure
+        say_failed("start", "the simulator", str(exc), "request_cost")
+        return EXIT_FAILED
     procs: list[Proc] = []
     try:
         if args.profile:
@@ -171,37 +210,62 @@ async def amain(args: argparse.Namespace) -> int:
             return Proc(cmd, "llmtop: proxy listening on ", {**env, **extra})
 
         names = ["base", *args.variant]
-        for v in args.variant:
-            key, _, value = v.partition("=")
-            procs.append(start({key: value}))
-        procs.insert(0, start({}))
+        failed: dict[str, str] = {}
+        """The proxies that measured nothing (did not start, or a phase without a
+        completed request), and why."""
+        running: dict[str, Proc] = {}
+        for name in names:
+            key, _, value = name.partition("=")
+            try:
+                running[name] = start({key: value} if name != "base" else {})
+            except StartFailed as exc:
+                failed[name] = str(exc)
+                say_failed("start", name, failed[name], "request_cost")
+                continue
+            procs.append(running[name])
         for p in procs:
             await drive(p.url, args.conns, mix, 1.0)  # warm up: pool, caches
         per: dict[str, list[float]] = {n: [] for n in names}
         errors = 0
         for r in range(args.rounds):
-            order = list(range(len(procs)))
-            order = order[r % len(order):] + order[: r % len(order)]
-            for k in order:
-                p = procs[k]
+            order = names[r % len(names):] + names[: r % len(names)]
+            for name in order:
+                if name in failed:
+                    continue
+                p = running[name]
                 pids = p.pids
                 cpu0 = cpu_s(pids)
-                counts = await drive(p.url, args.conns, mix, args.duration)
+                first_error: list[str] = []
+                counts = await drive(p.url, args.conns, mix, args.duration, first_error)
                 cpu = cpu_s(pids) - cpu0
                 errors += counts["errors"]
-                us = cpu / max(1, counts["requests"]) * 1e6
-                per[names[k]].append(us)
-                print(f"  round {r} {names[k]}: {counts['requests']} requests, "
+                if counts["requests"] == 0:  # no figure: CPU over nothing
+                    seen = Result(name, args.conns, errors=counts["errors"],
+                                  first_error=first_error[0] if first_error else None)
+                    failed[name] = why_nothing(seen, p)
+                    say_failed(f"round {r}", name, failed[name], "request_cost")
+                    continue
+                us = cpu / counts["requests"] * 1e6
+                per[name].append(us)
+                print(f"  round {r} {name}: {counts['requests']} requests, "
                       f"{us:.1f} µs/request", flush=True)
                 await asyncio.sleep(0.2)
         print(f"\nproxy CPU per request ({'llmtop run --headless' if args.headless else 'bare'}"
               f", {args.conns} connections, mix {args.mix}, {args.rounds} rounds of "
               f"{args.duration:g} s{', errors ' + str(errors) if errors else ''}):")
-        base = statistics.median(per["base"])
+        base = statistics.median(per["base"]) if "base" not in failed else None
         for n in names:
+            if n in failed:
+                print(f"  {n:>28}: FAILED: {failed[n]}")
+                continue
             med = statistics.median(per[n])
             print(f"  {n:>28}: median {med:6.1f} µs  mean {statistics.fmean(per[n]):6.1f}"
-                  f"  min {min(per[n]):6.1f}  ({med / base - 1:+.1%} vs base)")
+                  f"  min {min(per[n]):6.1f}"
+                  + (f"  ({med / base - 1:+.1%} vs base)" if base else ""))
+        if failed:
+            print(f"request_cost: FAILED: {', '.join(failed)} measured nothing; no figure "
+                  f"for it (exit {EXIT_FAILED})", file=sys.stderr)
+            return EXIT_FAILED
         return 0
     finally:
         for p in reversed(procs):
@@ -210,7 +274,11 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog=f"Exit status: 0 when every proxy carried requests; "
+                                f"{EXIT_FAILED} when one measured nothing (did not start, or "
+                                "no request completed in a phase: its line reads FAILED and "
+                                "stderr says why).")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--duration", type=float, default=2.0, help="seconds per phase")
     p.add_argument("--conns", type=int, default=16, help="concurrent connections")

@@ -29,12 +29,18 @@ of what it sent upstream, which must match the base's.
 
 ``--profile OUT.prof``: the base process first runs the mix under cProfile for
 ``--seconds`` and writes the stats there.
+
+A proxy process (the base or a variant) that does not start, or that ends before it has
+answered, measured nothing: stderr says which, with its exit code (its own error is on
+stderr above), its line reads FAILED instead of a figure, and the run exits 3 once the
+others are measured (0: every proxy gave its figures).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import hashlib
 import json
@@ -49,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import Proc
+from proxy_overhead import EXIT_FAILED, Proc, say_failed
 from request_cost import _request
 
 from llmtop.bus import EventBus
@@ -286,6 +292,16 @@ def parent(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             store = str(Path(tmp) / "responses.json")
+            failed: dict[str, str] = {}
+            """The proxies that measured nothing, and why."""
+
+            def gone(name: str, c: subprocess.Popen[str], when: str) -> None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    c.wait(10)
+                failed[name] = (f"its process {when} (exit code {c.poll()}; its own error "
+                                "is on stderr above)")
+                say_failed(when, name, failed[name], "request_path")
+
             for name in names:
                 extra = dict([name.split("=", 1)]) if "=" in name else {}
                 cmd = [py, "-P", __file__, "--child", sim.url, "--responses", store,
@@ -298,7 +314,10 @@ def parent(args: argparse.Namespace) -> int:
                 assert c.stdout is not None
                 while (line := c.stdout.readline().strip()) != "ready":
                     if not line:
-                        raise RuntimeError(f"{name} did not start")
+                        gone(name, c, "did not start")
+                        if name == "base":  # the variants would have no responses to share
+                            return EXIT_FAILED
+                        break
                     print(f"  {name}: {line}")
             best: dict[tuple[str, str], list[float]] = {}
             for r in range(args.rounds):
@@ -307,32 +326,53 @@ def parent(args: argparse.Namespace) -> int:
                     order = order[r % len(order):] + order[: r % len(order)]
                     for k in order:
                         c = children[k]
+                        if names[k] in failed:
+                            continue
                         assert c.stdin is not None and c.stdout is not None
-                        c.stdin.write(f"{kind} {args.seconds}\n")
-                        c.stdin.flush()
-                        _, us, _gc = c.stdout.readline().split()
-                        best.setdefault((names[k], kind), []).append(float(us))
+                        try:
+                            c.stdin.write(f"{kind} {args.seconds}\n")
+                            c.stdin.flush()
+                            reply = c.stdout.readline().split()
+                        except BrokenPipeError:
+                            reply = []
+                        if len(reply) != 3:
+                            gone(names[k], c, "ended before it answered")
+                            continue
+                        best.setdefault((names[k], kind), []).append(float(reply[1]))
             print(f"\nproxy Python per request, µs (fastest batch of {args.rounds} rounds × "
                   f"{args.seconds:g} s; median of the rounds' fastest in brackets):")
             for kind in kinds:
-                base = min(best[("base", kind)])
+                base = min(best[("base", kind)]) if "base" not in failed else float("nan")
                 cols = []
                 for name in names:
+                    if name in failed:
+                        cols.append(f"{name}: FAILED")
+                        continue
                     v = best[(name, kind)]
                     cols.append(f"{name}: {min(v):6.1f} [{statistics.median(v):6.1f}]"
                                 + ("" if name == "base" else f" ({min(v) / base - 1:+.1%})"))
                 print(f"  {kind}: " + "   ".join(cols))
+            for name, why in failed.items():
+                print(f"  FAILED {name}: {why}")
     finally:
         for c in children:
             if c.stdin is not None:
-                c.stdin.close()
+                with contextlib.suppress(BrokenPipeError):
+                    c.stdin.close()
             c.wait(10)
         sim.stop()
+    if failed:
+        print(f"request_path: FAILED: {', '.join(failed)} measured nothing; no figure for it "
+              f"(exit {EXIT_FAILED})", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog=f"Exit status: 0 when every proxy gave its figures; "
+                                f"{EXIT_FAILED} when one measured nothing (did not start, or "
+                                "ended: its line reads FAILED and stderr says why).")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--seconds", type=float, default=0.5, help="per kind and round")
     p.add_argument("--kinds", default="s1,s4,n4")

@@ -37,6 +37,12 @@ for one process and 2 for two workers. The wall ratio is printed next to it.
     python benchmarks/scale_overhead.py [--streams 1,64,256,1024] [--duration 10]
         [--modes paced,firehose] [--max-tokens 64] [--rounds 1] [--no-nginx] [--quick]
         [--json OUT]
+
+A configuration that does not start, or completes no request at a stream count (every
+answer an HTTP error, connections refused, its process gone), measured nothing: its row
+reads FAILED with why (as in ``proxy_overhead``), stderr says so, no target is judged on
+it, and the run exits 3 once the rest has run (0: every cell carried requests; 2: bad
+arguments).
 """
 
 from __future__ import annotations
@@ -51,8 +57,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +151,8 @@ class ScaleReport:
     cells: dict[str, dict[int, dict[str, Cell]]] = field(default_factory=dict)
     """mode -> streams -> configuration -> figures"""
     notes: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    """One line per configuration that measured nothing at a stream count: why."""
 
 
 def _cpu_each(pids: Sequence[int]) -> dict[int, float]:
@@ -208,7 +217,8 @@ def _start_llmtop(upstream: str, workers: int, env: dict[str, str]) -> tuple[po.
                 return proc, line[len(ADMIN_PREFIX):].strip()
         time.sleep(0.05)
     proc.stop()
-    raise RuntimeError(f"llmtop ({workers} workers) printed no admin address")
+    raise po.StartFailed(f"llmtop ({workers} workers) printed no admin address: "
+                         f"{proc.last_words()}")
 
 
 async def _measure(name: str, url: str, proc: po.Proc | None, sim_url: str,
@@ -248,6 +258,21 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
         sim = po.Proc(sim_cmd, "llmtop: sim listening on ", env)
         procs.append(sim)
         admin = ""
+        not_started: dict[str, str] = {}
+        """The configurations of this level that did not start, and why."""
+
+        def start(name: str, targets: dict[str, tuple[str, po.Proc | None]],
+                  begin: Callable[[], tuple[po.Proc, str]]) -> str:
+            """Start one proxy as configuration ``name`` (its admin URL back, or ""); one
+            that does not start is left out of this level and said at its end."""
+            try:
+                proc, its_admin = begin()
+            except po.StartFailed as exc:
+                not_started[name] = str(exc)
+                return ""
+            proxies.append(proc)
+            targets[name] = (proc.url, proc)
+            return its_admin
 
         async def start_proxies() -> dict[str, tuple[str, po.Proc | None]]:
             """Fresh proxies for each level, warmed up (as ``proxy_overhead`` does: RSS per
@@ -257,21 +282,17 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
             for p in proxies:
                 p.stop()
             proxies.clear()
+            not_started.clear()
             targets: dict[str, tuple[str, po.Proc | None]] = {"direct": (sim.url, None)}
             if nginx_bin:
-                ngx = po.start_nginx(nginx_bin, sim.url, tmp)
-                proxies.append(ngx)
-                targets["nginx"] = (ngx.url, ngx)
+                start("nginx", targets,
+                      lambda: (po.start_nginx(nginx_bin, sim.url, tmp), ""))
             for w in args.workers:
-                llm, _ = _start_llmtop(sim.url, w, env)
-                proxies.append(llm)
-                targets[f"llmtop-{w}w"] = (llm.url, llm)
+                start(f"llmtop-{w}w", targets, partial(_start_llmtop, sim.url, w, env))
             if args.poll:
                 # a process of its own, configured as llmtop-1w, so that neither cell's
                 # requests change the other's CPU or memory
-                polled, admin = _start_llmtop(sim.url, 1, env)
-                proxies.append(polled)
-                targets["llmtop-1w+poll"] = (polled.url, polled)
+                admin = start("llmtop-1w+poll", targets, lambda: _start_llmtop(sim.url, 1, env))
             for url, _ in targets.values():
                 await po.warm_up(url, args.max_tokens)
             return targets
@@ -288,6 +309,8 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 by: dict[str, Cell] = {}
                 rot = order[li % len(order):] + order[: li % len(order)]
                 for name in [x for _ in range(args.rounds) for x in rot]:
+                    if name not in targets:
+                        continue  # it did not start
                     poller: subprocess.Popen[str] | None = None
                     if name == "llmtop-1w+poll":
                         poller = _start_poller(admin, env)
@@ -313,6 +336,17 @@ async def run_mode(mode: str, args: argparse.Namespace, nginx_bin: str | None,
                 for name, cell in by.items():
                     if name in cold:
                         cell.res = po.with_rss_of(cell.res, cold[name])
+                for name in order:
+                    why = (not_started[name] if name in not_started
+                           else po.why_nothing(by[name].res, targets[name][1])
+                           if by[name].res.requests == 0 else None)
+                    if why is not None:
+                        if name in by:
+                            by[name].res = replace(by[name].res, failed=why)
+                        else:
+                            by[name] = Cell(po.Result(name, n, failed=why), 0.0)
+                        po.say_failed(f"[{mode}] {n} streams", name, why, "scale_overhead")
+                        report.failures.append(f"[{mode}] {n} streams: {name}: {why}")
                 by_level[n] = by
     finally:
         _stop_all([*proxies, *procs])
@@ -344,6 +378,10 @@ def figures_table(report: ScaleReport) -> str:
                 if c is None:
                     continue
                 r = c.res
+                if r.failed is not None:  # (a "|" of its last lines would make a column)
+                    out.append(f"| {mode} | {n} | {name} FAILED: "
+                               f"{r.failed.replace('|', '/')} |" + " |" * 11)
+                    continue
                 if name == "direct":
                     vals = ["", "", "", ""]
                 else:
@@ -378,7 +416,8 @@ def targets_table(report: ScaleReport) -> str:
         rows.append(f"| {mode} | {n} | {cfg} | {target} | {fig} | {ref} | {_mark(ok)} |")
 
     for mode, levels in report.cells.items():
-        for n, by in levels.items():
+        for n, level in levels.items():
+            by = {name: c for name, c in level.items() if c.res.failed is None}
             d, ng = by.get("direct"), by.get("nginx")
             for cfg in ("llmtop-1w", "llmtop-2w"):
                 c = by.get(cfg)
@@ -447,7 +486,11 @@ async def run_scale(args: argparse.Namespace) -> ScaleReport:
     with tempfile.TemporaryDirectory(prefix="llmtop-scale-") as tmpdir:
         for mode in args.modes:
             (Path(tmpdir) / mode).mkdir()
-            await run_mode(mode, args, nginx_bin, env, Path(tmpdir) / mode, report)
+            try:
+                await run_mode(mode, args, nginx_bin, env, Path(tmpdir) / mode, report)
+            except po.StartFailed as exc:  # the simulator: nothing of this mode to measure
+                po.say_failed(f"[{mode}]", "the simulator", str(exc), "scale_overhead")
+                report.failures.append(f"[{mode}] the simulator: {exc}")
     return report
 
 
@@ -463,7 +506,7 @@ def render(report: ScaleReport) -> str:
 def to_json(report: ScaleReport) -> dict[str, Any]:
     out: dict[str, Any] = {"streams": report.streams, "duration_s": report.duration_s,
                            "rounds": report.rounds, "max_tokens": report.max_tokens,
-                           "notes": report.notes}
+                           "notes": report.notes, "failed": report.failures}
     for mode, levels in report.cells.items():
         out[mode] = {str(n): {name: {
             "requests": c.res.requests, "errors": c.res.errors, "chunks": c.res.chunks,
@@ -478,13 +521,18 @@ def to_json(report: ScaleReport) -> dict[str, Any]:
             "screen_ticks": c.ticks,
             "cpu_us_per_chunk_by_process": c.cpu_split(),
             "busiest_process_core_share": c.busiest_util,
+            "failed": c.res.failed,
         } for name, c in by.items()} for n, by in levels.items()}
     return out
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=f"Exit status: 0 when every cell carried requests; "
+                                f"{po.EXIT_FAILED} when a configuration measured nothing at a "
+                                "stream count (did not start, or answered no request: its row "
+                                "reads FAILED and stderr says why); 2 for bad arguments.")
     p.add_argument("--streams", default="1,64,256,1024",
                    help="concurrent streams, comma-separated (default 1,64,256,1024)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per cell (default 10)")
@@ -538,6 +586,12 @@ async def amain(args: argparse.Namespace) -> int:
     if args.json:
         await asyncio.to_thread(Path(args.json).write_text,
                                 json.dumps(to_json(report), indent=2))
+    if report.failures:
+        print(f"scale_overhead: FAILED: {len(report.failures)} cell(s) measured nothing; "
+              f"their rows are no result (exit {po.EXIT_FAILED}):", file=sys.stderr)
+        for line in report.failures:
+            print("  " + line, file=sys.stderr)
+        return po.EXIT_FAILED
     return 0
 
 

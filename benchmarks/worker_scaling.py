@@ -32,6 +32,12 @@ ratio is not a fair figure.
     python benchmarks/worker_scaling.py [--streams 256] [--duration 8] [--warmup 2]
         [--max-tokens 64] [--sims 4] [--loaders 3] [--rounds 2] [--no-nginx] [--no-pin]
         [--json OUT]
+
+A cell whose proxy does not start, or that completes no request in its counted seconds
+(every answer an HTTP error, connections refused, the proxy gone), measured nothing: it is
+said on stderr with why (the proxy's exit code and last lines, the first error the load
+generators saw), its row reads FAILED, the medians and the verdict leave it out, and the
+run exits 3 once the rest has run (0: every cell carried requests; 2: bad arguments).
 """
 
 from __future__ import annotations
@@ -75,7 +81,8 @@ async def main() -> None:
     lo, hi = start + warm, start + warm + dur
     chunks = sum(1 for r in phase.results for t in r.times if lo <= t < hi)
     done = sum(1 for r in phase.results if r.times and lo <= r.times[-1] < hi)
-    print(json.dumps({"chunks": chunks, "requests": done, "errors": phase.errors}))
+    print(json.dumps({"chunks": chunks, "requests": done, "errors": phase.errors,
+                      "first_error": phase.first_error}))
 
 try:
     import uvloop
@@ -107,6 +114,8 @@ class Cell:
     """the proxy's process tree, during the counted seconds (None: direct)"""
     cores: int
     duration: float
+    failed: str | None = None
+    """Why this cell measured nothing (its proxy did not start, or no request completed)."""
 
     @property
     def cpu_use(self) -> float | None:
@@ -127,13 +136,23 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     def median(self, config: str) -> float | None:
-        xs = [c.chunks_per_s for c in self.cells if c.config == config]
+        """The median of ``config``'s cells that measured something."""
+        xs = [c.chunks_per_s for c in self.cells if c.config == config and c.failed is None]
         return statistics.median(xs) if xs else None
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"round {c.round + 1} {c.config}: {c.failed}" for c in self.cells
+                if c.failed is not None]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=f"Exit status: 0 when every cell carried requests; "
+                                f"{po.EXIT_FAILED} when a cell measured nothing (its proxy did "
+                                "not start, or no request completed: its row reads FAILED and "
+                                "stderr says why); 2 for bad arguments.")
     p.add_argument("--streams", type=int, default=256, help="concurrent streams (default 256)")
     p.add_argument("--duration", type=float, default=8.0,
                    help="counted seconds per cell (default 8)")
@@ -238,6 +257,7 @@ def measure(config: str, url: str, proxy: po.Proc | None, cores: int, rnd: int,
     time.sleep(max(0.0, start + args.warmup + args.duration - time.time()))
     c1 = po.cpu_s(pids)
     chunks = requests = errors = 0
+    first_error: str | None = None
     for p in loaders:
         out, err = p.communicate(timeout=args.warmup + args.duration + 120)
         if p.returncode != 0 or not out.strip():
@@ -246,8 +266,13 @@ def measure(config: str, url: str, proxy: po.Proc | None, cores: int, rnd: int,
         chunks += got["chunks"]
         requests += got["requests"]
         errors += got["errors"]
-    return Cell(config, rnd, chunks / args.duration, requests, errors,
+        first_error = first_error or got.get("first_error")
+    cell = Cell(config, rnd, chunks / args.duration, requests, errors,
                 None if proxy is None else c1 - c0, cores, args.duration)
+    if requests == 0:
+        seen = po.Result(config, args.streams, errors=errors, first_error=first_error)
+        cell.failed = po.why_nothing(seen, proxy)
+    return cell
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -269,7 +294,16 @@ def run(args: argparse.Namespace) -> Report:
                     proxy: po.Proc | None = None
                     cores = 0
                     if config != "direct":
-                        proxy, cores = start_proxy(config, upstream, plan, nginx_bin, Path(tmp))
+                        try:
+                            proxy, cores = start_proxy(config, upstream, plan, nginx_bin,
+                                                       Path(tmp))
+                        except po.StartFailed as exc:
+                            cell = Cell(config, rnd, 0.0, 0, 0, None, 0, args.duration,
+                                        failed=str(exc))
+                            report.cells.append(cell)
+                            po.say_failed(f"round {rnd + 1}", config, str(exc),
+                                          "worker_scaling")
+                            continue
                     try:
                         cell = measure(config, proxy.url if proxy else upstream, proxy, cores,
                                        rnd, args, plan)
@@ -277,6 +311,9 @@ def run(args: argparse.Namespace) -> Report:
                         if proxy is not None:
                             stop_all([proxy])
                     report.cells.append(cell)
+                    if cell.failed is not None:
+                        po.say_failed(f"round {rnd + 1}", config, cell.failed,
+                                      "worker_scaling")
                     print(f"  round {rnd + 1} {config:<10} {cell.chunks_per_s:>9,.0f} chunks/s"
                           + ("" if cell.cpu_use is None
                              else f"  CPU {100 * cell.cpu_use:.0f}% of {cores} core(s)"),
@@ -289,7 +326,7 @@ def run(args: argparse.Namespace) -> Report:
 def verdict(report: Report) -> list[str]:
     one, two, direct = (report.median(c) for c in ("llmtop-1w", "llmtop-2w", "direct"))
     if not one or not two or direct is None:
-        return ["[firehose] n/a  2 workers vs 1: a configuration carried no traffic"]
+        return ["[firehose] FAILED 2 workers vs 1: a configuration measured nothing"]
     ratio = two / one
     headroom = direct / two
     why = []
@@ -319,15 +356,20 @@ def render(report: Report) -> str:
            "|---|---|---|---|---|---|---|"]
     for config in dict.fromkeys(c.config for c in report.cells):
         cells = [c for c in report.cells if c.config == config]
+        if all(c.failed is not None for c in cells):
+            out.append(f"| {config} | FAILED: measured nothing (see below) | | | | | |")
+            continue
         use = [c.cpu_use for c in cells if c.cpu_use is not None]
         per = [c.cpu_us_per_chunk for c in cells if c.cpu_us_per_chunk is not None]
         out.append(
             f"| {config} | {report.median(config) or 0:,.0f} | "
-            + " / ".join(f"{c.chunks_per_s:,.0f}" for c in cells) + " | "
+            + " / ".join("FAILED" if c.failed else f"{c.chunks_per_s:,.0f}" for c in cells)
+            + " | "
             + (f"{100 * statistics.median(use):.0f}" if use else "") + " | "
             + (f"{statistics.median(per):.1f}" if per else "") + " | "
             + f"{sum(c.requests for c in cells)} | {sum(c.errors for c in cells)} |")
     out += ["", *verdict(report), *report.notes]
+    out += [f"FAILED (no result): {f}".replace("|", "/") for f in report.failures]
     return "\n".join(out)
 
 
@@ -335,7 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"worker_scaling: {os.cpu_count()} CPUs; starting {args.sims} simulator(s) ...",
           flush=True)
-    report = run(args)
+    try:
+        report = run(args)
+    except po.StartFailed as exc:  # a simulator: nothing to measure
+        po.say_failed("start", "the simulators", str(exc), "worker_scaling")
+        return po.EXIT_FAILED
     text = render(report)
     print("\n" + text)
     if args.json:
@@ -343,7 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "args": report.args, "plan": asdict(report.plan),
             "cells": [{**asdict(c), "cpu_use": c.cpu_use,
                        "cpu_us_per_chunk": c.cpu_us_per_chunk} for c in report.cells],
-            "verdict": verdict(report), "notes": report.notes}, indent=2))
+            "verdict": verdict(report), "notes": report.notes,
+            "failed": report.failures}, indent=2))
+    if report.failures:
+        print(f"worker_scaling: FAILED: {len(report.failures)} cell(s) measured nothing; "
+              f"their figures are no result (exit {po.EXIT_FAILED})", file=sys.stderr)
+        return po.EXIT_FAILED
     return 0
 
 

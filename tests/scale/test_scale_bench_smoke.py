@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import scale_overhead as so
 
@@ -40,3 +42,23 @@ async def test_scale_bench_produces_well_formed_tables() -> None:
     assert body and all(ln.rstrip(" |").endswith(("PASS", "MISS", "n/a")) for ln in body)
     assert any("polled 10 Hz" in ln for ln in body)
     assert "nginx not measured (--no-nginx)" in text
+
+
+async def test_cells_that_measure_nothing_fail_the_run(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """llmtop answering every request 413 (a 1-byte body limit; the simulator does not read
+    it): before, rows of 0 requests and exit 0. Now those cells read FAILED with the status
+    line the load generator saw, stderr says so, no target is judged on them, exit 3."""
+    monkeypatch.setenv("LLMTOP_MAX_BODY_BYTES", "1")
+    args = so.parse_args(["--streams", "2", "--duration", "0.3", "--modes", "paced",
+                          "--no-nginx", "--max-tokens", "8", "--workers", "1", "--no-poll"])
+    assert await so.amain(args) == 3
+    out, err = capsys.readouterr()
+    said = [ln for ln in err.splitlines() if "llmtop-1w FAILED" in ln]
+    assert said and "HTTP/1.1 413" in said[0], err
+    rows = [ln for ln in out.splitlines() if ln.startswith("| paced | 2 |")]
+    assert len(rows) == 2 and "FAILED" in rows[1] and "FAILED" not in rows[0], rows
+    head = next(ln for ln in out.splitlines() if ln.startswith("| mode | streams | via"))
+    assert rows[1].count("|") == head.count("|")  # the table keeps its columns
+    assert "| llmtop-1w |" not in out  # no target judged on it

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import worker_scaling as ws
 
@@ -50,3 +52,23 @@ def test_worker_scaling_smoke() -> None:
     verdict = ws.verdict(report)
     assert verdict[0].startswith("[firehose] n/a (not a fair figure)")
     assert any("unpinned: --no-pin" in ln for ln in verdict)
+
+
+def test_cells_that_measure_nothing_fail_the_run(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """llmtop answering every request 413 (a 1-byte body limit; the simulators do not read
+    it): before, rows of 0 chunks/s, a verdict of n/a and exit 0. Now the cells read
+    FAILED, stderr says why, and the run exits 3; direct keeps its figure."""
+    monkeypatch.setenv("LLMTOP_MAX_BODY_BYTES", "1")
+    rc = ws.main(["--streams", "2", "--duration", "0.5", "--warmup", "0.2", "--sims", "1",
+                  "--loaders", "1", "--rounds", "1", "--no-nginx", "--no-pin",
+                  "--max-tokens", "8"])
+    out, err = capsys.readouterr()
+    assert rc == 3, out + err
+    for config in ("llmtop-1w", "llmtop-2w"):
+        said = [ln for ln in err.splitlines() if f"{config} FAILED" in ln]
+        assert said and "HTTP/1.1 413" in said[0], err
+        assert f"| {config} | FAILED" in out, out
+    direct = next(ln for ln in out.splitlines() if ln.startswith("| direct |"))
+    assert int(direct.split("|")[6]) > 0, direct  # its requests
+    assert "[firehose] FAILED 2 workers vs 1" in out
