@@ -507,6 +507,48 @@ def socket_netloc(netloc: str) -> str:
     return netloc
 
 
+def host_field_netloc(netloc: str) -> str:
+    """A URL's ``HOST:PORT`` as a Host field carries it: an IPv6 zone means something on
+    this machine only, and a Host field has no room for it (RFC 6874 §4, RFC 9110 §7.2):
+    ``[fe80::1%25eth0]:8000`` → ``[fe80::1]:8000``."""
+    inside, sep, rest = socket_netloc(netloc).partition("]")
+    if netloc.startswith("[") and sep:
+        return inside.partition("%")[0] + sep + rest
+    return netloc
+
+
+def check_zone(netloc: str) -> None:
+    """ConfigError when a URL's ``HOST:PORT`` has an IPv6 zone no socket could connect
+    with, said before any request fails as "host not found": an empty one
+    (``[fe80::1%25]``), one on an address that is not link-local (the system takes a zone
+    for fe80::/10 only: ``[::1%25lo]``), or one naming no network interface of this machine.
+    The zone is written ``%25`` (RFC 6874), or ``%`` as llmtop prints its own addresses."""
+    if not netloc.startswith("["):
+        return
+    host = socket_netloc(netloc)[1:].partition("]")[0]
+    addr, sep, zone = host.partition("%")
+    if not sep:
+        return
+    if not zone:
+        raise ConfigError(f"[{host}]: the zone after % is empty; write it %25 and the "
+                          "interface, e.g. [fe80::1%25eth0]")
+    try:
+        ip = ipaddress.IPv6Address(addr)
+    except ValueError:
+        raise ConfigError(f"[{host}]: {addr} is not an IPv6 address") from None
+    if not ip.is_link_local and not (ip.is_multicast and (ip.packed[1] & 0x0F) == 2):
+        raise ConfigError(f"[{host}]: a zone (%{zone}) goes with a link-local address "
+                          f"(fe80::/10) only, and {addr} is not one; leave it out")
+    try:
+        if zone.isdigit():
+            socket.if_indextoname(int(zone))
+        else:
+            socket.if_nametoindex(zone)
+    except (OSError, OverflowError, ValueError):
+        raise ConfigError(f"[{host}]: this machine has no network interface '{zone}' "
+                          "(the zone names the interface to connect on)") from None
+
+
 def _local_address(host: str) -> bool:
     """True when ``host`` (an IP literal) is an address of this machine: one a socket can
     bind to. No DNS: a name other than ``localhost`` or this machine's own is not looked up."""

@@ -4,9 +4,11 @@ them: pytest puts ``tests/`` on ``sys.path`` for its ``conftest.py``)."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 
 @contextlib.contextmanager
@@ -52,3 +54,16 @@ def loopback_v6() -> bool:
     except OSError:
         return False
     return True
+
+
+def link_local_v6() -> str | None:
+    """A link-local address of this machine with its zone (``fe80::…%eth0``), if any."""
+    try:
+        rows = Path("/proc/net/if_inet6").read_text().split()
+    except OSError:
+        return None
+    for i in range(0, len(rows) - 5, 6):
+        addr, scope, name = rows[i], rows[i + 3], rows[i + 5]
+        if scope == "20":  # link
+            return f"{ipaddress.IPv6Address(int(addr, 16))}%{name}"
+    return None

@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from types import SimpleNamespace
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 from llmtop.bench.workload import BenchRequest
+from llmtop.config import host_field_netloc, socket_netloc
 from llmtop.events import Outcome, RequestRecord, TokenSource
 from llmtop.net_errors import connect_failure_kind
 from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
@@ -118,11 +119,26 @@ class BenchClient:
     """Tokens per stream event, learned per model from this client's streams that carried
     usage, for those that ended without it (see :mod:`llmtop.proxy.token_rate`)."""
 
-    def url(self) -> str:
+    _url: str = field(init=False, repr=False)
+    _host: dict[str, str] = field(init=False, repr=False)
+    """A Host field without the URL's IPv6 zone, when it has one (else none: aiohttp's)."""
+
+    def __post_init__(self) -> None:
         root = self.base_url.rstrip("/")
         if not root.endswith("/v1"):
             root += "/v1"
-        return root + ("/chat/completions" if self.api == "chat" else "/completions")
+        root += "/chat/completions" if self.api == "chat" else "/completions"
+        # an IPv6 zone as the upstream path takes it (``llmtop run --upstream``): ``%25``
+        # in the URL (RFC 6874) is ``%`` to the resolver, and out of the Host field
+        u = urlsplit(root)
+        netloc = socket_netloc(u.netloc)
+        self._url = urlunsplit(u._replace(netloc=netloc))
+        shown = host_field_netloc(u.netloc)
+        given = any(k.lower() == "host" for k in self.headers)  # (--header Host: ...)
+        self._host = {"Host": shown} if shown != netloc and not given else {}
+
+    def url(self) -> str:
+        return self._url
 
     def body(self, req: BenchRequest) -> bytes:
         common: dict[str, object] = {
@@ -200,7 +216,7 @@ class BenchClient:
                        at: _Attempt) -> None:
         """One try at the request, its answer read into ``at``; raises what aiohttp does."""
         headers = {"Content-Type": "application/json", "X-LLMTOP-User": self.user,
-                   **self.headers}
+                   **self._host, **self.headers}
         async with session.post(
             self.url(), data=self.body(req), headers=headers,
             timeout=aiohttp.ClientTimeout(total=self.timeout_s), trace_request_ctx=at,

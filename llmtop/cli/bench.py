@@ -244,7 +244,7 @@ def _levels(args: argparse.Namespace) -> tuple[Literal["concurrency", "rate"], l
 def main(args: argparse.Namespace) -> int:
     from llmtop.bench.runner import BenchPlan, run_plan
     from llmtop.bench.workload import Workload, WorkloadError, load_entries, parse_length
-    from llmtop.config import has_control_char, is_loopback, load_config
+    from llmtop.config import ConfigError, check_zone, has_control_char, is_loopback, load_config
 
     try:
         u = urlsplit(args.url)
@@ -253,6 +253,10 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"URL '{args.url}' is not a valid URL: {exc}") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise UsageError(f"URL '{args.url}' must be an http:// or https:// URL")
+    try:
+        check_zone(u.netloc)
+    except ConfigError as exc:
+        raise UsageError(f"URL '{args.url}': {exc}") from None
     if u.username is not None or u.password is not None:
         raise UsageError("URL must not contain user:password@ (it would be written to the "
                          "recording); give the key with LLMTOP_BENCH_API_KEY or --header")

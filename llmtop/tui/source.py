@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from llmtop.admin import AGE_HEADER
-from llmtop.config import has_control_char
+from llmtop.config import ConfigError, check_zone, has_control_char, socket_netloc
 from llmtop.net_errors import connect_failure
 
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
@@ -133,11 +133,17 @@ def normalize_admin_url(url: str) -> str:
         raise ValueError(f"admin URL '{parts.scheme}://…@{parts.netloc.rpartition('@')[2]}' "
                          "carries credentials: give the admin token with --token or "
                          "LLMTOP_ADMIN_TOKEN instead")
+    try:
+        check_zone(parts.netloc)
+    except ConfigError as exc:
+        raise ValueError(f"admin URL '{url}': {exc}") from None
     path = parts.path.rstrip("/")
     for suffix in (SNAPSHOT_PATH, "/llmtop/v1"):
         if path.endswith(suffix):
             path = path[: -len(suffix)]
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    # an IPv6 zone as a socket takes it (``%25eth0`` in a URL is ``%eth0`` to the resolver),
+    # as ``llmtop run --upstream`` does
+    return urlunsplit((parts.scheme, socket_netloc(parts.netloc), path, "", ""))
 
 
 def load_merge() -> MergeFn:

@@ -27,7 +27,7 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
-from net_support import loopback_v6
+from net_support import link_local_v6, loopback_v6
 from prometheus_client.parser import text_string_to_metric_families
 from views_agree import (
     ADMIN_PREFIX,
@@ -294,25 +294,10 @@ def test_a_zone_id_is_for_the_socket_not_the_host_field(upstream: str, host: str
     assert (pool.host, pool.host_header) == (host, header)
 
 
-def _link_local() -> str | None:
-    """A link-local address of this machine with its zone (``fe80::…%eth0``), if any."""
-    try:
-        rows = Path("/proc/net/if_inet6").read_text().split()
-    except OSError:
-        return None
-    for i in range(0, len(rows) - 5, 6):
-        addr, scope, name = rows[i], rows[i + 3], rows[i + 5]
-        if scope == "20":  # link
-            import ipaddress
-
-            return f"{ipaddress.IPv6Address(int(addr, 16))}%{name}"
-    return None
-
-
 async def test_a_link_local_upstream_with_its_zone() -> None:
     """``--upstream http://[fe80::…%25IF]:PORT`` and ``--listen [fe80::…%IF]:0`` on a real
     link-local address: served, and the Host field has no zone."""
-    ll = _link_local()
+    ll = link_local_v6()
     if ll is None:
         pytest.skip("no link-local IPv6 address on this machine")
     bare, _, zone = ll.partition("%")
@@ -346,7 +331,7 @@ async def test_engine_and_gpu_of_a_link_local_sim_are_read() -> None:
     """``--upstream http://[fe80::…%25IF]:PORT --gpu-source sim``: the simulator's
     /metrics and /sim/gpu are read over the link-local address (before: "no /metrics …
     (cannot connect: Name or service not known)" and no GPU)."""
-    ll = _link_local()
+    ll = link_local_v6()
     if ll is None:
         pytest.skip("no link-local IPv6 address on this machine")
     bare, _, zone = ll.partition("%")
