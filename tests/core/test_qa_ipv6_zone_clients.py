@@ -141,11 +141,13 @@ def test_attach_takes_the_url_up_to_its_terminal(link_admin: str) -> None:
     ("fe80::1%25nosuchif9", "no network interface 'nosuchif9'"),
     ("fe80::1%25999999", "no network interface '999999'"),
 ])
-@pytest.mark.parametrize("command", ["bench", "attach"])
+@pytest.mark.parametrize("command", ["bench", "attach", "run"])
 def test_a_zone_no_socket_could_use_is_one_line(command: str, host: str, says: str) -> None:
     url = f"http://[{host}]:8080" + ("/v1" if command == "bench" else "")
-    argv = [command, url] + (["--requests", "1", "--allow-remote"] if command == "bench"
-                             else [])
+    argv = {"bench": ["bench", url, "--requests", "1", "--allow-remote"],
+            "attach": ["attach", url],
+            "run": ["run", "--headless", "--upstream", url, "--listen", "127.0.0.1:0",
+                    "--admin", "127.0.0.1:0"]}[command]
     p = subprocess.run(llmtop_cmd(*argv), capture_output=True, text=True, cwd=ROOT,
                        env=quiet_env(), timeout=60, stdin=subprocess.DEVNULL, check=False)
     lines = p.stderr.strip().splitlines()
