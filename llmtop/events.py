@@ -43,11 +43,13 @@ WARNING_CODES: Final = (
     "ERRORS", "UPSTREAM_DOWN", "UPSTREAM_STALLED", "PREFILL_INTERFERENCE",
 )
 """Every saturation warning code (llmtop.saturation raises them; /metrics exports each)."""
-OPERATIONAL_CODES: Final = ("WORKER_DOWN", "EVENTS_LOST")
+OPERATIONAL_CODES: Final = ("WORKER_DOWN", "EVENTS_LOST", "OUT_OF_FILES")
 """Warnings about llmtop itself, not the service (``WORKER_DOWN``: a ``--workers`` process
 exited or stopped reporting; raised by :mod:`llmtop.worker_procs`, cleared once it serves
 again. ``EVENTS_LOST``: a worker dropped events its coordinator could not take, so figures
-read low; raised by :mod:`llmtop.workers`)."""
+read low; raised by :mod:`llmtop.workers`. ``OUT_OF_FILES``: a process of the proxy has no
+file descriptor free, so new clients are closed unanswered; raised by
+:mod:`llmtop.out_of_files_warning`, cleared once it has had descriptors for a while)."""
 
 
 UNREACHABLE_PREFIX: Final = "upstream unreachable"

@@ -15,7 +15,10 @@ things then fail, and before this module neither said why:
 
 Either says one line — at most one every :data:`SAY_EVERY_S` seconds for the whole
 process, with a count of the requests refused since the last — not one per request, and
-no traceback.
+no traceback. That line is for headless users (it goes to the process's output, which the
+TUI's proxy child does not show): the screens, the admin API and /metrics learn of it from
+the ``OUT_OF_FILES`` warning (:mod:`llmtop.out_of_files_warning`), raised by the same
+probe.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ OUT_OF_FILES_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE})
 
 SAY_EVERY_S: Final = 60.0
 """At most one line per this many seconds about running out of descriptors."""
-
 
 
 def is_out_of_files(exc: BaseException | None) -> bool:
@@ -59,14 +61,24 @@ def refusal() -> str:
             "the upstream; retry later")
 
 
+def open_one() -> None:
+    """Open and close one descriptor (``/dev/null``): the probe's test."""
+    os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+
+
 class OutOfFilesLog:
     """When the last line was said and how many refusals went unsaid since (one per
-    process, :data:`out_of_files`: the proxy and the observers' probe share it)."""
+    process, :data:`out_of_files`: the proxy and the observers' probe share it).
+    ``opener``: what the probe tries (tests pass one that fails)."""
 
     def __init__(self, out: Callable[[], TextIO] = lambda: sys.stderr,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 opener: Callable[[], None] = open_one) -> None:
         self.out = out
         self.clock = clock
+        self.opener = opener
+        self.errno: int | None = None
+        """The last failure's ``EMFILE`` or ``ENFILE`` (None before any)."""
         self.said_at = -SAY_EVERY_S
         self.unsaid = 0
         self.refused = 0
@@ -75,15 +87,17 @@ class OutOfFilesLog:
     def note_refusal(self, code: int | None = None) -> None:
         """One request answered 502: its upstream socket could not be opened."""
         self.refused += 1
+        self.errno = code if code in OUT_OF_FILES_ERRNOS else self.errno
         self._say(code, refused=True)
 
     def probe(self) -> bool:
         """Whether a descriptor can be had now (one open and close of ``/dev/null``, a few
         µs); says so when none can."""
         try:
-            os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            self.opener()
         except OSError as exc:
             if exc.errno in OUT_OF_FILES_ERRNOS:
+                self.errno = exc.errno
                 self._say(exc.errno, refused=False)
                 return False
         return True

@@ -40,7 +40,7 @@ from llmtop.gpu import open_gpu_source
 from llmtop.listen import start_tcp
 from llmtop.loopthread import LoopThread
 from llmtop.metrics.aggregator import Aggregator
-from llmtop.out_of_files import out_of_files
+from llmtop.out_of_files_warning import OWN, OutOfFilesSources, OutOfFilesWarning
 from llmtop.proxy.relay import SHUTDOWN_REASON
 from llmtop.proxy.server import ProxyServer
 from llmtop.recording.errors import RecordingError
@@ -119,7 +119,9 @@ class Observers:
 
     def __init__(self, cfg: Config, bus: EventBus, active: Mapping[str, ActiveRequest],
                  *, upstream_down: Any = None, out: TextIO | None = None,
-                 order_hold_s: float = ORDER_HOLD_S) -> None:
+                 order_hold_s: float = ORDER_HOLD_S, who: str = "the proxy") -> None:
+        """``who``: this process in the ``OUT_OF_FILES`` warning (``the proxy``, or ``the
+        coordinator``, whose workers' own come through :attr:`out_of_files`)."""
         self.cfg = cfg
         self.bus = bus
         self.active = active
@@ -131,6 +133,9 @@ class Observers:
             cfg, bus.publish, active, upstream_down=upstream_down or (lambda: False)
         )
         bus.subscribe(self.monitor.on_events)
+        self.out_of_files = OutOfFilesSources(bus.publish)
+        """The proxy's ``OUT_OF_FILES`` (the coordinator's ingest route adds the workers')."""
+        self._own_fds = OutOfFilesWarning(lambda ev: self.out_of_files.saw(OWN, ev), who)
         self.requests = self.errors = self.output_tokens = 0
         bus.subscribe(self._count)
         self.recording = RecordingController(
@@ -228,7 +233,8 @@ class Observers:
         """Rotate metric intervals twice a second; evaluate the detectors once a second
         (on the loop's shared grid: the bus pump wakes at the same instants), and say so
         when this process has no file descriptor left (clients it cannot accept are
-        dropped by the event loop unseen: :mod:`llmtop.out_of_files`)."""
+        dropped by the event loop unseen: :mod:`llmtop.out_of_files`), on the output and
+        in the ``OUT_OF_FILES`` warning (:mod:`llmtop.out_of_files_warning`)."""
         n = 0
         loop = asyncio.get_running_loop()
         while True:
@@ -237,7 +243,8 @@ class Observers:
             n += 1
             if n % 2 == 0:
                 self.monitor.tick()
-                out_of_files.probe()
+                self._own_fds.tick()
+                self.out_of_files.prune()
 
     async def stop(self, cancelled_at_shutdown: int = 0) -> RunSummary:
         self.bus.drain()
@@ -479,7 +486,9 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     fleet = FleetActive()
     # the workers' records come every FORWARD_INTERVAL_S: held that much longer, the
     # recording's lines are written in time order (writer.ORDER_HOLD_S)
-    obs = Observers(cfg, bus, fleet, out=out, order_hold_s=COORDINATOR_ORDER_HOLD_S)
+    obs = Observers(cfg, bus, fleet, out=out, order_hold_s=COORDINATOR_ORDER_HOLD_S,
+                    who="the coordinator")
+    obs.out_of_files.live = fleet.serving
     token = secrets.token_hex(16)
     obs.check_recording()
     obs.open_gpu()
@@ -488,7 +497,8 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
 
         salt = stored_salt()  # the same as one process would use
         os.environ["LLMTOP_USER_SALT"] = salt.decode() if salt else secrets.token_hex(16)
-    admin_url = await obs.start_admin([ingest_route(bus, fleet, token)],
+    admin_url = await obs.start_admin([ingest_route(bus, fleet, token,
+                                                    out_of_files=obs.out_of_files)],
                                       self_authenticated=frozenset({INGEST_PATH}))
     try:
         counts, counts_path = FleetCounts.create(cfg.workers)

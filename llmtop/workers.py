@@ -38,7 +38,8 @@ from llmtop.bus import EventBus
 from llmtop.clock import unix_now
 from llmtop.config import Config
 from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord, WarningEvent
-from llmtop.out_of_files import out_of_files
+from llmtop.out_of_files_warning import CODE as OUT_OF_FILES
+from llmtop.out_of_files_warning import OutOfFilesSources, OutOfFilesWarning
 from llmtop.workers_wire import (
     BATCH_CHUNKS,
     BATCH_EVENTS,
@@ -189,10 +190,13 @@ class EventForwarder:
         return self.pending
 
     async def run(self, bus: EventBus) -> None:
+        # this worker's clients it cannot accept: said on its output, and as OUT_OF_FILES
+        # on its bus, which this very loop ships to the coordinator (the screens see it)
+        fds = OutOfFilesWarning(bus.publish, f"worker {self.worker}")
         try:
             while True:
                 await asyncio.sleep(self.interval_s)
-                out_of_files.probe()  # this worker's clients it cannot accept: say so
+                fds.tick()
                 bus.drain()
                 while await self.post() and self.buffer:
                     pass  # a backlog: the rest in further POSTs, now
@@ -247,6 +251,11 @@ class FleetActive(Mapping[str, ActiveRequest]):
                 self._sender[worker] = sender
             self.by_worker[worker] = rows
             self.heard[worker] = time.monotonic()
+
+    def serving(self, sender: str) -> bool:
+        """Whether worker process ``sender`` has reported and is not known to be gone."""
+        with self._lock:
+            return sender in self._sender.values()
 
     def drop(self, worker: int) -> list[ActiveRequest]:
         """Worker ``worker``'s process is gone: forget its open requests (returned: as its
@@ -332,7 +341,10 @@ class LostEvents:
 
 
 def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
-                 lost: LostEvents | None = None) -> web.RouteDef:
+                 lost: LostEvents | None = None, *,
+                 out_of_files: OutOfFilesSources | None = None) -> web.RouteDef:
+    """``out_of_files``: where a worker's ``OUT_OF_FILES`` goes, made one with the other
+    processes' (without it: onto the bus as it came)."""
     last_seq: dict[str, int] = {}  # per worker process (sender): the last POST taken
     if lost is None:
         lost = LostEvents(bus.publish)
@@ -354,7 +366,11 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
         if batch.seq > last_seq.get(batch.sender, 0):
             last_seq[batch.sender] = batch.seq
             for ev in batch.events:
-                bus.publish(ev)
+                if (type(ev) is WarningEvent and ev.code == OUT_OF_FILES
+                        and out_of_files is not None):
+                    out_of_files.saw(batch.sender, ev)
+                else:
+                    bus.publish(ev)
             fleet.update(batch.worker, batch.active, batch.sender)
             lost.saw(batch.worker, batch.sender, batch.dropped)
         return web.json_response({"in_flight": len(fleet)})

@@ -559,3 +559,143 @@ def test_bench_refuses_a_concurrency_its_open_file_limit_cannot_hold(sim: str) -
     assert "Traceback" not in p.stderr
     assert p.stderr.strip().endswith(
         f"concurrency 100 needs 164 open files; this process may have {LIMIT} (ulimit -n)")
+
+
+# -- the OUT_OF_FILES warning: the screens, the admin API and /metrics see it ------------
+
+FDS_WARNING = "OUT_OF_FILES"
+
+
+async def _fds_warning(adm: aiohttp.ClientSession, admin: str) -> tuple[Any, float | None]:
+    """(the snapshot's OUT_OF_FILES warning or None, /metrics' llmtop_warning_active for
+    it), asked on ``adm``'s connection."""
+    async with adm.get(admin + "/llmtop/v1/snapshot?window=10&histograms=0") as r:
+        assert r.status == 200
+        found = [w for w in (await r.json())["warnings"] if w["code"] == FDS_WARNING]
+    async with adm.get(admin + "/metrics") as r:
+        assert r.status == 200
+        gauge = [float(line.rsplit(" ", 1)[1]) for line in (await r.text()).splitlines()
+                 if line.startswith(f'llmtop_warning_active{{code="{FDS_WARNING}"}}')]
+    return (found[0] if found else None), (gauge[0] if gauge else None)
+
+
+async def _until_fds_warning(adm: aiohttp.ClientSession, admin: str, raised: bool,
+                             within_s: float) -> tuple[Any, float | None]:
+    deadline = time.monotonic() + within_s
+    while ((got := await _fds_warning(adm, admin))[0] is not None) != raised:
+        assert time.monotonic() < deadline, (raised, got)
+        await asyncio.sleep(0.2)
+    return got
+
+
+def _fds_warning_lines(record: Path) -> list[tuple[str, str]]:
+    return [(w["state"], w["message"]) for w in _record_lines(record)
+            if w["type"] == "warning" and w["code"] == FDS_WARNING]
+
+
+def test_clients_it_cannot_accept_raise_out_of_files_on_the_admin_api_until_cleared(
+        sim: str, tmp_path: Path) -> None:
+    """Only accept() fails (every descriptor held by idle clients): the output's line was
+    all there was, and under the TUI nobody sees it. The snapshot's warnings (what the TUI
+    and attach show), /metrics and the recording carry OUT_OF_FILES while it lasts, and
+    clear it once descriptors are free again (asked on an admin connection opened before:
+    the admin API shares the proxy's descriptors)."""
+    record = tmp_path / "warn.jsonl"
+    proxy = _proxy(sim, record)
+    url, admin = proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
+    idle: list[socket.socket] = []
+    seen: dict[str, Any] = {}
+
+    async def run() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as adm:
+            assert await _serves(url, 1) == [200]
+            seen["before"] = await _fds_warning(adm, admin)
+            idle.extend(_fill(int(admin.rsplit(":", 1)[1])))
+            seen["dropped"] = await _serves(url, 2)
+            seen["raised"] = await _until_fds_warning(adm, admin, True, 20)
+            for c in idle:
+                c.close()
+            idle.clear()
+            seen["cleared"] = await _until_fds_warning(adm, admin, False, 45)
+            seen["served"] = await _serves(url, 2)
+    try:
+        asyncio.run(run())
+    finally:
+        for c in idle:
+            c.close()
+        code = proxy.stop()
+    out = "\n".join(proxy.lines)
+    assert code == 0 and "Traceback" not in out, out
+    assert seen["before"] == (None, 0.0), seen  # exported as 0 from the start
+    assert seen["dropped"] == ["dropped"] * 2, seen
+    warning, gauge = seen["raised"]
+    assert (warning["severity"], gauge) == ("critical", 1.0), seen["raised"]
+    assert warning["message"].startswith(
+        f"the proxy: out of file descriptors (ulimit -n {LIMIT}): new client connections "
+        "are closed unanswered"), warning
+    assert seen["cleared"] == (None, 0.0), seen
+    assert seen["served"] == [200, 200], seen
+    # the output's line is still said, once
+    said = [line for line in proxy.lines if "out of file descriptors" in line]
+    assert len(said) == 1 and said[0].startswith("llmtop: out of file descriptors: "), said
+    lines = _fds_warning_lines(record)
+    assert [state for state, _ in lines] == ["raised", "cleared"], lines
+    assert lines[0][1] == warning["message"]
+
+
+def test_two_workers_out_of_files_reaches_the_coordinators_warnings_until_cleared(
+        sim: str, tmp_path: Path) -> None:
+    """A worker probes in its own process, which has no observers: its OUT_OF_FILES
+    travels to the coordinator with its events and shows in the one snapshot, /metrics
+    and recording (kept-alive clients of the proxy fill both workers, as in
+    test_two_workers_say_when_they_cannot_accept; the coordinator has descriptors)."""
+    record = tmp_path / "w2warn.jsonl"
+    proxy = _proxy(sim, record, "--workers", "2")
+    url, admin = proxy.found[LISTEN_PREFIX], proxy.found[ADMIN_PREFIX]
+    port = int(url.rsplit(":", 1)[1])
+    idle: list[socket.socket] = []
+    seen: dict[str, Any] = {}
+
+    async def run() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as adm:
+            async with _one_per_connection() as s:  # a pooled upstream socket in each
+                assert [(await _stream(s, url))[0] for _ in range(12)] == [200] * 12
+            seen["before"] = await _fds_warning(adm, admin)
+            dropped = 0
+            while dropped < 6 and len(idle) < 2 * LIMIT:  # both full: new ones dropped
+                c = _kept_alive(port, "/v1/models")
+                if c is None:
+                    dropped += 1
+                else:
+                    dropped = 0
+                    idle.append(c)
+            assert dropped == 6, len(idle)
+            seen["raised"] = await _until_fds_warning(adm, admin, True, 20)
+            for c in idle:
+                c.close()
+            idle.clear()
+            seen["cleared"] = await _until_fds_warning(adm, admin, False, 45)
+    try:
+        asyncio.run(run())
+        deadline = time.monotonic() + 20
+        while (got := asyncio.run(_serves(url, 1))) != [200]:  # the workers close them
+            assert time.monotonic() < deadline, got
+            time.sleep(0.2)
+    finally:
+        for c in idle:
+            c.close()
+        code = proxy.stop()
+    out = "\n".join(proxy.lines)
+    assert code == 0 and "Traceback" not in out, out
+    assert seen["before"] == (None, 0.0), seen
+    warning, gauge = seen["raised"]
+    assert (warning["severity"], gauge) == ("critical", 1.0), seen["raised"]
+    who, _, what = warning["message"].partition(": ")
+    assert who in ("worker 0", "worker 1", "worker 0, worker 1"), warning
+    assert what.startswith(f"out of file descriptors (ulimit -n {LIMIT}): new client "
+                           "connections are closed unanswered"), warning
+    assert seen["cleared"] == (None, 0.0), seen
+    said = [line for line in proxy.lines if "out of file descriptors" in line]
+    assert 1 <= len(said) <= 2, said  # the workers' output lines, as before
+    lines = _fds_warning_lines(record)
+    assert lines and lines[0][0] == "raised" and lines[-1][0] == "cleared", lines

@@ -16,8 +16,10 @@ from test_workers import start_run, worker_pids
 
 from llmtop.bus import EventBus
 from llmtop.config import Config
-from llmtop.events import Event, WarningEvent
+from llmtop.events import Event, WarningEvent, WarningState
 from llmtop.metrics.aggregator import Aggregator
+from llmtop.out_of_files_warning import CODE as OUT_OF_FILES
+from llmtop.out_of_files_warning import OutOfFilesSources
 from llmtop.sim.server import running_sim
 from llmtop.workers import (
     LOST_REPORT_S,
@@ -79,6 +81,54 @@ async def test_events_a_worker_gave_up_are_reported(
     refused.on_events([record(10)])
     assert not await refused.post() and refused.dropped == 1
     refused.client.close()
+
+
+async def test_one_workers_out_of_files_cleared_leaves_the_others_raised() -> None:
+    """Each worker raises and clears OUT_OF_FILES on its own bus, shipped with its events.
+    The aggregator keeps one warning per code: passed on as they came, worker 1's clear
+    removed it while worker 0 was still turning clients away. Through the ingest route
+    the coordinator keeps it raised while any worker is short, and a worker that exited
+    short holds it up no longer."""
+    bus, fleet = EventBus(), FleetActive()
+    agg = Aggregator(Config())
+    bus.subscribe(agg.on_events)
+    app = web.Application()
+    sources = OutOfFilesSources(bus.publish, live=fleet.serving)
+    app.add_routes([ingest_route(bus, fleet, TOKEN, out_of_files=sources)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}{INGEST_PATH}"
+    workers = [EventForwarder(url, TOKEN, i, {}) for i in range(2)]
+
+    async def ship(i: int, state: WarningState) -> list[dict[str, object]]:
+        msg = (f"worker {i}: out of file descriptors (ulimit -n 64): new client "
+               "connections are closed unanswered" if state == "raised"
+               else f"worker {i}: file descriptors free again")
+        workers[i].on_events([WarningEvent(1_800_000_000.0 + i, OUT_OF_FILES, "critical",
+                                           msg, state)])
+        assert await workers[i].post()
+        bus.drain()
+        return [w for w in agg.snapshot(60)["warnings"] if w["code"] == OUT_OF_FILES]
+
+    try:
+        assert [w["message"][:8] for w in await ship(0, "raised")] == ["worker 0"]
+        (both,) = await ship(1, "raised")
+        assert str(both["message"]).startswith("worker 0, worker 1: out of file descr")
+        (left,) = await ship(1, "cleared")
+        assert str(left["message"]).startswith("worker 0: out of file descriptors"), left
+        assert left["since"] == 1_800_000_000.0  # raised since worker 0's first raise
+        sources.prune()
+        bus.drain()
+        assert [w["code"] for w in agg.snapshot(60)["warnings"]] == [OUT_OF_FILES]
+        fleet.drop(0)  # worker 0 exited, still short: the supervisor drops it
+        sources.prune()
+        bus.drain()
+        assert agg.snapshot(60)["warnings"] == []
+    finally:
+        for w in workers:
+            w.client.close()
+        await runner.cleanup()
 
 
 def test_lost_counts_add_up_per_worker_and_are_raised_at_most_every_10_s() -> None:
