@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from llmtop.cli.common import (
     Child,
@@ -19,7 +20,13 @@ from llmtop.cli.common import (
     llmtop_cmd,
     on_hangup,
 )
-from llmtop.config import MAX_REFRESH_HZ, unknown_env, upstream_v1_note
+from llmtop.config import (
+    MAX_REFRESH_HZ,
+    ConfigError,
+    check_zone,
+    unknown_env,
+    upstream_v1_note,
+)
 
 NAME = "run"
 HELP = "start the proxy in front of an inference endpoint, with the live TUI"
@@ -63,6 +70,12 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(
             "--upstream URL is required (or set upstream in --config / LLMTOP_UPSTREAM)"
         )
+    try:  # here, not in the config's checks: a zone names an interface of this machine
+        # (started, every request failed "host not found"; a report elsewhere reads the
+        # same config file)
+        check_zone(urlsplit(cfg.upstream).netloc)
+    except ConfigError as exc:
+        raise UsageError(f"upstream '{cfg.upstream}': {exc}") from None
     if not os.environ.get("LLMTOP_PARENT_PID"):  # (a TUI's own proxy: its parent said so)
         note = upstream_v1_note(cfg.upstream)
         for line in [*unknown_env(os.environ), *([note] if note else [])]:
