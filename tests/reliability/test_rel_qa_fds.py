@@ -211,6 +211,20 @@ def _fill(port: int) -> list[socket.socket]:
     return held
 
 
+def _fill_workers(port: int, idle: list[socket.socket]) -> None:
+    """Kept-alive clients of the proxy's port into ``idle`` until six in a row are closed
+    unanswered: every worker full (the kernel hands each new one to any of them)."""
+    dropped = 0
+    while dropped < 6 and len(idle) < 2 * LIMIT:
+        c = _kept_alive(port, "/v1/models")
+        if c is None:
+            dropped += 1
+        else:
+            dropped = 0
+            idle.append(c)
+    assert dropped == 6, len(idle)
+
+
 def _fds_below(pid: int, n: int) -> None:
     """Wait (generously) until the process holds fewer than ``n`` descriptors."""
     deadline = time.monotonic() + 15
@@ -444,15 +458,7 @@ def test_two_workers_say_when_they_cannot_accept(sim: str, tmp_path: Path) -> No
             async with _one_per_connection() as s:
                 return [(await _stream(s, url))[0] for _ in range(12)]
         assert asyncio.run(warm()) == [200] * 12
-        dropped = 0
-        while dropped < 6 and len(idle) < 2 * LIMIT:  # both full: new ones dropped
-            c = _kept_alive(port, "/v1/models")
-            if c is None:
-                dropped += 1
-            else:
-                dropped = 0
-                idle.append(c)
-        assert dropped == 6, len(idle)
+        _fill_workers(port, idle)
         deadline = time.monotonic() + 20
         while not any("out of file descriptors" in line for line in proxy.lines):
             assert time.monotonic() < deadline, proxy.lines
@@ -661,15 +667,7 @@ def test_two_workers_out_of_files_reaches_the_coordinators_warnings_until_cleare
             async with _one_per_connection() as s:  # a pooled upstream socket in each
                 assert [(await _stream(s, url))[0] for _ in range(12)] == [200] * 12
             seen["before"] = await _fds_warning(adm, admin)
-            dropped = 0
-            while dropped < 6 and len(idle) < 2 * LIMIT:  # both full: new ones dropped
-                c = _kept_alive(port, "/v1/models")
-                if c is None:
-                    dropped += 1
-                else:
-                    dropped = 0
-                    idle.append(c)
-            assert dropped == 6, len(idle)
+            _fill_workers(port, idle)
             seen["raised"] = await _until_fds_warning(adm, admin, True, 20)
             for c in idle:
                 c.close()
