@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 from itertools import chain
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -227,13 +228,31 @@ class EventForwarder:
         return True
 
 
+SENDERS_KEPT = 256
+"""Worker processes (senders) whose bookkeeping the coordinator keeps — the last POST taken,
+the events given up, that it was retired — newest first; older ones are forgotten. A worker
+restarted every few minutes for weeks is thousands of processes, each one entry for good;
+the live ones post all the time and stay among the newest, and a dead process's last POST
+comes seconds after its death, not 256 processes later."""
+
+
+def _keep_newest(seen: dict[str, Any], sender: str, value: Any) -> None:
+    """Set ``seen[sender]`` as its newest entry, forgetting the oldest past
+    :data:`SENDERS_KEPT`."""
+    seen.pop(sender, None)
+    seen[sender] = value
+    if len(seen) > SENDERS_KEPT:
+        del seen[next(iter(seen))]
+
+
 class FleetActive(Mapping[str, ActiveRequest]):
     """Coordinator side: the union of every worker's open requests, read-only."""
 
     def __init__(self) -> None:
         self.by_worker: dict[int, dict[str, ActiveRequest]] = {}
         self._sender: dict[int, str] = {}
-        self._retired: set[str] = set()
+        self._retired: dict[str, None] = {}
+        """Senders :meth:`drop` retired, the newest :data:`SENDERS_KEPT`."""
         self.heard: dict[int, float] = {}
         """Per worker: when its last report came (``time.monotonic``); the supervisor
         tells a worker that stopped reporting (a stuck process) from one that exited."""
@@ -263,7 +282,7 @@ class FleetActive(Mapping[str, ActiveRequest]):
         with self._lock:
             sender = self._sender.pop(worker, None)
             if sender:
-                self._retired.add(sender)
+                _keep_newest(self._retired, sender, None)
             self.heard.pop(worker, None)
             return list(self.by_worker.pop(worker, {}).values())
 
@@ -323,8 +342,9 @@ class LostEvents:
     def saw(self, worker: int, sender: str, dropped: int) -> None:
         """Worker ``worker``'s process ``sender`` has given up ``dropped`` events so far."""
         before = self.by_sender.get(sender, 0)
+        if before or dropped:  # kept among the newest while it posts (it can give up more)
+            _keep_newest(self.by_sender, sender, max(before, dropped))
         if dropped > before:
-            self.by_sender[sender] = dropped
             self.by_worker[worker] = self.by_worker.get(worker, 0) + dropped - before
         total = self.total
         now = self.clock()
@@ -345,7 +365,8 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
                  out_of_files: OutOfFilesSources | None = None) -> web.RouteDef:
     """``out_of_files``: where a worker's ``OUT_OF_FILES`` goes, made one with the other
     processes' (without it: onto the bus as it came)."""
-    last_seq: dict[str, int] = {}  # per worker process (sender): the last POST taken
+    last_seq: dict[str, int] = {}  # per worker process (sender): the last POST taken,
+    # the newest SENDERS_KEPT (a worker restarted every few minutes is a new sender each time)
     if lost is None:
         lost = LostEvents(bus.publish)
 
@@ -364,7 +385,7 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
         except IngestError as exc:
             return web.json_response({"error": f"bad ingest payload: {exc}"}, status=400)
         if batch.seq > last_seq.get(batch.sender, 0):
-            last_seq[batch.sender] = batch.seq
+            _keep_newest(last_seq, batch.sender, batch.seq)
             for ev in batch.events:
                 if (type(ev) is WarningEvent and ev.code == OUT_OF_FILES
                         and out_of_files is not None):
