@@ -5,7 +5,9 @@ per-sender bookkeeping — the ingest route's last POST taken, :class:`LostEvent
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import sys
 
 import aiohttp
 from aiohttp import web
@@ -13,6 +15,7 @@ from test_scale_forwarder_codec import TOKEN, active, record
 
 from llmtop.bus import EventBus
 from llmtop.events import Event, RequestRecord, WarningEvent
+from llmtop.worker_procs import MAX_RESTARTS, Supervisor
 from llmtop.workers import SENDERS_KEPT, FleetActive, LostEvents, ingest_route
 from llmtop.workers_wire import INGEST_PATH, TOKEN_HEADER, encode_batch
 
@@ -62,3 +65,27 @@ async def test_a_week_of_worker_restarts_keeps_per_sender_state_bounded() -> Non
     assert lost.total == RESTARTS and lost.by_worker == {1: RESTARTS}
     assert list(fleet.by_worker) == [0] and not fleet.serving(f"w1-proc-{RESTARTS - 1}")
     assert any(type(e) is WarningEvent and e.code == "EVENTS_LOST" for e in got)
+
+
+async def test_a_week_of_restarts_keeps_the_supervisors_bookkeeping_bounded() -> None:
+    """The supervisor's side of the same week: worker 1's exits (a real exited process)
+    every 3 simulated minutes, each with open requests. Its exit times are kept for the
+    restart window only, it is restarted each time (never given up: 3 minutes apart is
+    not a crash loop), and the open requests it lost are published once each."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(3)")
+    await proc.wait()
+    now = [0.0]
+    fleet, said = FleetActive(), list[Event]()
+    sup = Supervisor(None, [proc, proc], None, fleet, lambda line: None,  # type: ignore[arg-type]
+                     publish=said.append, clock=lambda: now[0])
+    most = 0
+    for k in range(RESTARTS):
+        now[0] += 180.0
+        fleet.update(1, [active(k)], sender=f"w1-proc-{k}")
+        assert sup._exited(1) == sup.first_delay_s
+        sup._up(1)
+        most = max(most, sum(len(d) for d in sup.exits.values()))
+    assert most <= MAX_RESTARTS
+    assert not sup.given_up and not sup.down and not sup.silent
+    assert sum(type(e) is RequestRecord for e in said) == RESTARTS
+    assert len(fleet._retired) <= SENDERS_KEPT and not fleet.by_worker
