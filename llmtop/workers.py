@@ -37,7 +37,7 @@ from aiohttp import web
 from llmtop import pipe_out
 from llmtop.bus import EventBus
 from llmtop.clock import unix_now
-from llmtop.config import Config
+from llmtop.config import Config, max_workers
 from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord, WarningEvent
 from llmtop.out_of_files_warning import CODE as OUT_OF_FILES
 from llmtop.out_of_files_warning import OutOfFilesSources, OutOfFilesWarning
@@ -228,12 +228,13 @@ class EventForwarder:
         return True
 
 
-SENDERS_KEPT = 256
+SENDERS_KEPT = max(256, 4 * max_workers())
 """Worker processes (senders) whose bookkeeping the coordinator keeps — the last POST taken,
 the events given up, that it was retired — newest first; older ones are forgotten. A worker
 restarted every few minutes for weeks is thousands of processes, each one entry for good;
-the live ones post all the time and stay among the newest, and a dead process's last POST
-comes seconds after its death, not 256 processes later."""
+the live ones (at most :func:`~llmtop.config.max_workers`) post all the time and stay among
+the newest, and a dead process's last POST comes seconds after its death, not hundreds of
+processes later."""
 
 
 def _keep_newest(seen: dict[str, Any], sender: str, value: Any) -> None:
