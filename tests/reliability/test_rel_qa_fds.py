@@ -225,6 +225,14 @@ def _fill_workers(port: int, idle: list[socket.socket]) -> None:
     assert dropped == 6, len(idle)
 
 
+def _until_said(proxy: Announced, text: str, within_s: float = 20) -> None:
+    """Wait (generously) until a line of the proxy's output holds ``text``."""
+    deadline = time.monotonic() + within_s
+    while not any(text in line for line in proxy.lines):
+        assert time.monotonic() < deadline, proxy.lines
+        time.sleep(0.1)
+
+
 def _fds_below(pid: int, n: int) -> None:
     """Wait (generously) until the process holds fewer than ``n`` descriptors."""
     deadline = time.monotonic() + 15
@@ -362,10 +370,7 @@ def test_clients_it_cannot_accept_are_said_once_and_served_when_descriptors_free
         assert asyncio.run(_serves(url, 1)) == [200]
         idle = _fill(int(admin.rsplit(":", 1)[1]))
         assert asyncio.run(_serves(url, 3)) == ["dropped"] * 3
-        deadline = time.monotonic() + 20  # the probe runs with the once-a-second tick
-        while not any("out of file descriptors" in line for line in proxy.lines):
-            assert time.monotonic() < deadline, proxy.lines
-            time.sleep(0.1)
+        _until_said(proxy, "out of file descriptors")  # the probe: once a second
         for c in idle:
             c.close()
         idle = []
@@ -459,10 +464,7 @@ def test_two_workers_say_when_they_cannot_accept(sim: str, tmp_path: Path) -> No
                 return [(await _stream(s, url))[0] for _ in range(12)]
         assert asyncio.run(warm()) == [200] * 12
         _fill_workers(port, idle)
-        deadline = time.monotonic() + 20
-        while not any("out of file descriptors" in line for line in proxy.lines):
-            assert time.monotonic() < deadline, proxy.lines
-            time.sleep(0.1)
+        _until_said(proxy, "out of file descriptors")
         for c in idle:
             c.close()
         idle = []

@@ -266,6 +266,14 @@ class _Pty:
             self.closed = True
             os.close(self.master)
 
+    def quit(self) -> int | None:
+        """Press q (again while the TUI is still starting, for up to 30 s); its exit code."""
+        for _ in range(15):
+            os.write(self.master, b"q")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return self.proc.wait(2)
+        return self.proc.returncode
+
     def kill(self) -> None:
         for pid in [*children(self.proc.pid), self.proc.pid]:
             with contextlib.suppress(ProcessLookupError):
@@ -337,12 +345,7 @@ def test_tui_under_nohup_ignores_sighup(tmp_path: Path) -> None:
             t.proc.send_signal(signal.SIGHUP)
             time.sleep(1)
             assert t.proc.poll() is None and _alive(t.child)
-            for _ in range(15):
-                os.write(t.master, b"q")
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    t.proc.wait(2)
-                    break
-            assert t.proc.returncode == 0
+            assert t.quit() == 0
             assert _gone(t.child)
         finally:
             t.kill()
@@ -488,12 +491,7 @@ def test_ctrl_z_restores_the_terminal_and_the_proxy_forwards_meanwhile(tmp_path:
             t.proc.send_signal(signal.SIGCONT)
             assert _wait_for(lambda: b"\x1b[?1049h" in bytes(t.out[mark:]))  # and taken again
             assert _state(t.proc.pid) != "T"
-            for _ in range(15):
-                os.write(t.master, b"q")
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    t.proc.wait(2)
-                    break
-            assert t.proc.returncode == 0
+            assert t.quit() == 0
             assert _gone(t.child)
         finally:
             t.kill()
