@@ -549,6 +549,17 @@ def check_zone(netloc: str) -> None:
                           "(the zone names the interface to connect on)") from None
 
 
+def is_this_machine(host: str) -> bool:
+    """True for a host that names this machine without DNS: ``localhost``, a loopback
+    literal, or an IP literal of one of this machine's own interfaces (its LAN address, its
+    link-local address with or without a zone, written ``%25`` as in a URL or ``%``). A
+    load generator aimed there loads nobody else's server."""
+    if is_loopback(host):
+        return True
+    bare = host.strip("[]").replace("%25", "%", 1)
+    return _local_address(bare)
+
+
 def _local_address(host: str) -> bool:
     """True when ``host`` (an IP literal) is an address of this machine: one a socket can
     bind to. No DNS: a name other than ``localhost`` or this machine's own is not looked up."""
@@ -560,8 +571,11 @@ def _local_address(host: str) -> bool:
         return True
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
     try:
+        # (getaddrinfo: a zone, ``fe80::1%eth0``, becomes the scope id a bind needs)
+        where = socket.getaddrinfo(host, 0, family, socket.SOCK_STREAM, 0,
+                                   socket.AI_NUMERICHOST)[0][4]
         with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
+            s.bind(where)
     except OSError:
         return False
     return True

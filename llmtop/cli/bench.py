@@ -30,8 +30,9 @@ the same; their defaults are the config's (--config, LLMTOP_SLO_*).
 
 Token counts come from the engine's usage (requested with stream_options), not from
 counting chunks; a stream that breaks before its usage is estimated as an llmtop proxy
-estimates it. Only loopback targets are allowed unless --allow-remote: a load
-generator pointed at someone's production by mistake is an incident.
+estimates it. Only targets on this machine (localhost, loopback, or an IP address of one of
+its own interfaces) are allowed unless --allow-remote: a load generator pointed at someone's
+production by mistake is an incident.
 
 Through an llmtop proxy, bench and the proxy (its snapshot, /metrics, recording) count the
 same requests, errors and tokens, and judge SLOs by the same rules, but measure at
@@ -179,7 +180,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the results as JSON (also when nothing succeeded: the levels "
                         "run, their failures by kind and why bench stopped; exit status 1)")
     p.add_argument("--allow-remote", action="store_true",
-                   help="allow a target that is not on this machine (loopback)")
+                   help="allow a target that is not on this machine (localhost, loopback or one "
+                        "of its own IP addresses)")
     p.add_argument("--config", metavar="FILE",
                    help="TOML config; its SLOs (and LLMTOP_SLO_* variables) are the defaults "
                         "of the --slo flags (default: none)")
@@ -244,7 +246,13 @@ def _levels(args: argparse.Namespace) -> tuple[Literal["concurrency", "rate"], l
 def main(args: argparse.Namespace) -> int:
     from llmtop.bench.runner import BenchPlan, run_plan
     from llmtop.bench.workload import Workload, WorkloadError, load_entries, parse_length
-    from llmtop.config import ConfigError, check_zone, has_control_char, is_loopback, load_config
+    from llmtop.config import (
+        ConfigError,
+        check_zone,
+        has_control_char,
+        is_this_machine,
+        load_config,
+    )
 
     try:
         u = urlsplit(args.url)
@@ -266,7 +274,7 @@ def main(args: argparse.Namespace) -> int:
                          "token file?): no proxy could receive it; remove it")
     admin_headers = {"Authorization": f"Bearer {token}"} if token and args.admin else {}
     admin = _admin(args.admin, admin_headers) if args.admin is not None else None
-    if not is_loopback(u.hostname) and not args.allow_remote:
+    if not is_this_machine(u.hostname) and not args.allow_remote:
         raise UsageError(
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "
             "send load there"
