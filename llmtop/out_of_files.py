@@ -15,7 +15,7 @@ things then fail, and before this module neither said why:
 
 Either says one line — at most one every :data:`SAY_EVERY_S` seconds for the whole
 process, with a count of the requests refused since the last — not one per request, and
-no traceback. That line is for headless users (it goes to the process's output, which the
+no traceback. That line is for headless users (it goes to the process's stderr, which the
 TUI's proxy child does not show): the screens, the admin API and /metrics learn of it from
 the ``OUT_OF_FILES`` warning (:mod:`llmtop.out_of_files_warning`), raised by the same
 probe.
