@@ -64,6 +64,7 @@ bench-proxy: $(STAMP)
 bench-scale: $(STAMP)
 	$(PY) benchmarks/scale_overhead.py --streams 1,64,256,1024 --duration 8
 	$(PY) benchmarks/poll_cost.py
+	$(PY) benchmarks/poll_cost.py --streams 1024 --rounds 3
 
 # 1 vs 2 workers, firehose wall throughput, each role on cores of its own (needs 9 cores).
 bench-workers: $(STAMP)

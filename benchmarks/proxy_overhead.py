@@ -538,11 +538,13 @@ def spread_tokens(max_tokens: int, spread: float) -> list[int]:
 
 
 async def run_load(url: str, n: int, duration: float, max_tokens: int, usage: bool,
-                   *, spread: float = 0.0) -> Phase:
+                   *, spread: float = 0.0, started: list[Phase] | None = None) -> Phase:
     """``n`` keep-alive connections each sending streaming requests, one after the other,
     for ``duration`` s. All ask for ``max_tokens`` tokens, unless ``spread`` (see
     :func:`spread_tokens`): with one length, streams started together also end together,
-    and a paced engine's steps then bring many ends and new requests at once."""
+    and a paced engine's steps then bring many ends and new requests at once.
+    ``started``: the phase is appended to it as it starts (its ``results`` grow as requests
+    end: a caller can read them while the load runs)."""
     host, port = url.removeprefix("http://").split(":")
     requests = []
     for tokens in spread_tokens(max_tokens, spread):
@@ -557,6 +559,8 @@ async def run_load(url: str, n: int, duration: float, max_tokens: int, usage: bo
              ).encode() + raw)
     loop = asyncio.get_running_loop()
     phase = Phase(host, int(port), requests, n, time.time() + duration)
+    if started is not None:
+        started.append(phase)
     for _ in range(n):
         phase.open += 1
         try:
