@@ -107,18 +107,41 @@ async def run_phases(url: str, sim_url: str, pid: int, poller: int, args: argpar
     return phases, await load
 
 
+def failed(why: str) -> int:
+    """The run measured nothing: one line on stderr, and the benchmarks' "measured nothing"
+    exit status."""
+    print(f"poll_cost: FAILED: {why}", file=sys.stderr)
+    return po.EXIT_FAILED
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=f"Exit status: 0 with figures; {po.EXIT_FAILED} when it measured nothing (the "
+               "simulator or the proxy did not start, or no chunk came through).")
     ap.add_argument("--streams", type=int, default=64)
     ap.add_argument("--phase", type=float, default=8.0, help="seconds per phase")
     ap.add_argument("--rounds", type=int, default=4, help="off/on pairs")
     ap.add_argument("--hz", type=float, default=so.POLL_HZ)
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
+    for name, value, low in (("--streams", args.streams, 1), ("--rounds", args.rounds, 1),
+                             ("--max-tokens", args.max_tokens, 1)):
+        if value < low:
+            ap.error(f"{name} must be at least {low}")
+    if not (args.phase > 0 and args.hz > 0):
+        ap.error("--phase and --hz must be positive")
     py, env = sys.executable, dict(os.environ)
-    sim = po.Proc([py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1",
-                   *po.PACED], "llmtop: sim listening on ", env)
-    llm, admin = so._start_llmtop(sim.url, 1, env)
+    try:
+        sim = po.Proc([py, "-m", "llmtop", "sim", "--listen", "127.0.0.1:0", "--seed", "1",
+                       *po.PACED], "llmtop: sim listening on ", env)
+    except po.StartFailed as exc:
+        return failed(str(exc))
+    try:
+        llm, admin = so._start_llmtop(sim.url, 1, env)
+    except po.StartFailed as exc:
+        sim.stop()
+        return failed(str(exc))
     poller = subprocess.Popen([py, "-c", so.POLLER, admin, str(args.hz)],
                               stdout=subprocess.PIPE, text=True, env=env)
     with_polls = ""
@@ -156,8 +179,9 @@ def main() -> int:
                   f"all {(main_ns + rest_ns) / chunks / 1e3:5.2f}; chunk delay p99 "
                   f"{po.ms(p99)} ms ({len(delays)} chunks matched)")
     if not rows[False] or not rows[True]:
-        print("no chunks counted: nothing to compare")
-        return 1
+        return failed("no chunk reached the load generator in some phase: nothing to compare"
+                      + (f" (the proxy's last words: {llm.last_words()})"
+                         if llm.proc.poll() is not None else ""))
     med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in rows.items()}
     quiet, polled = med[False], med[True]
     d_all = (polled[0] + polled[1]) / (quiet[0] + quiet[1]) - 1
