@@ -151,6 +151,11 @@ class Config:
     user_salt: str = ""
     """Salt for API-key pseudonyms; empty = the stored salt of this machine user
     (:func:`llmtop.proxy.identity.stored_salt`)."""
+    trusted_proxies: list[str] = field(default_factory=list)
+    """Addresses and CIDR networks of the load balancers in front of llmtop: a request
+    from one of them is the user its ``Forwarded`` / ``X-Forwarded-For`` / ``X-Real-IP``
+    names when nothing earlier names one (:mod:`llmtop.proxy.forwarded`); empty = the
+    connection's address always (forwarded fields are any client's to write)."""
     inject_usage: bool = True
     """Ask OpenAI-style upstreams for usage in streams and hide it from clients that did not."""
     max_body_bytes: int = 64 * 1024 * 1024
@@ -201,7 +206,7 @@ def _type_name(tp: Any) -> str:
     if tp is str:
         return "a string"
     if typing.get_origin(tp) is list:
-        return "a list of integers"
+        return "a list of integers" if typing.get_args(tp)[0] is int else "a list of strings"
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     if args:
         return _type_name(args[0]) + " (or unset)"
@@ -233,8 +238,9 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
             # a path with one failed with a ValueError traceback where it was opened
             raise ConfigError(f"{source}: '{key}' holds a NUL character (\\u0000)")
     elif origin is list:
+        item = typing.get_args(tp)[0]
         ok = isinstance(value, list) and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
+            isinstance(v, item) and not isinstance(v, bool) for v in value
         )
     else:  # pragma: no cover - a new key type without a rule
         raise ConfigError(f"{key}: unsupported type {tp}")
@@ -266,6 +272,8 @@ def _parse_env(tp: Any, raw: str, key: str, source: str) -> Any:
                 raise ConfigError(f"{source}: '{key}' must be a finite number, got {raw!r}")
             return value
         if origin is list:
+            if typing.get_args(tp)[0] is str:  # 10.0.0.0/8, 192.168.1.5
+                return [p.strip() for p in raw.split(",") if p.strip()]
             return [int(p) for p in raw.replace(" ", "").split(",") if p]
     except ConfigError:
         raise
@@ -718,6 +726,14 @@ def validate(cfg: Config) -> None:
         # no client can send such a header: every request would count as "anonymous"
         raise ConfigError(f"user_header {printable(cfg.user_header)!r} is not a header name "
                           "(letters, digits and !#$%&'*+-.^_`|~ only)")
+    if cfg.trusted_proxies:
+        from llmtop.proxy.forwarded import network_of  # (stdlib only)
+
+        for entry in cfg.trusted_proxies:
+            try:
+                network_of(entry)
+            except ValueError as exc:
+                raise ConfigError(f"trusted_proxies: {printable(str(exc))}") from None
     if bad := [d for d in cfg.gpu.devices if not 0 <= d < MAX_GPU_INDEX]:
         raise ConfigError(f"gpu.devices holds {bad[0]}: GPU indices are 0 to "
                           f"{MAX_GPU_INDEX - 1}, as nvidia-smi lists them")

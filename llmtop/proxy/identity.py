@@ -2,12 +2,14 @@
 
 First match wins: the configured header (default ``X-LLMTOP-User``), the request body's
 ``user`` field (OpenAI), the API key (``Authorization: Bearer …`` or ``x-api-key``) as a
-salted-hash pseudonym ``key:`` + 8 hex digits, then the client address. Names are always
-valid text (bytes that are not UTF-8 become U+FFFD). A raw key is never
-stored or returned: it is hashed with a salt — ``user_salt`` from the config, else this
-machine user's stored salt (:func:`stored_salt`: made once, kept in a 0600 file), so a key
-keeps its pseudonym across restarts and across the proxies of one host; only when that file
-cannot be read or made is the salt random per process. Proxies on several hosts share a
+salted-hash pseudonym ``key:`` + 8 hex digits, then the client address — when the
+connection comes from one of the ``trusted_proxies`` (a load balancer), the address it
+forwards (:mod:`llmtop.proxy.forwarded`). Names are always valid text (bytes that are
+not UTF-8 become U+FFFD). A raw key is never stored or returned: it is hashed with a
+salt — ``user_salt`` from the config, else this machine user's stored salt
+(:func:`stored_salt`: made once, kept in a 0600 file), so a key keeps its pseudonym across
+restarts and across the proxies of one host; only when that file cannot be read or made
+is the salt random per process. Proxies on several hosts share a
 ``user_salt`` (docs/fleet.md).
 """
 
@@ -16,11 +18,12 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from llmtop.proxy.dialects._common import as_text
+from llmtop.proxy.forwarded import FIELD_NAMES, FIELDS, TrustedProxies
 
 MAX_USER_LEN: Final = 128
 """Longer header or body values are cut (a user id, not a payload)."""
@@ -106,25 +109,30 @@ _NO_FIELDS = _LowerKeys()
 class IdentityResolver:
     """Maps a request to its user name; one per proxy (it holds the salt)."""
 
-    __slots__ = ("_header", "_salt", "header_names")
+    __slots__ = ("_header", "_salt", "_trusted", "header_names")
 
-    def __init__(self, user_header: str, salt: str | bytes = "") -> None:
+    def __init__(self, user_header: str, salt: str | bytes = "",
+                 trusted_proxies: Iterable[str] = ()) -> None:
         self._header = user_header
         if isinstance(salt, str):
             salt = salt.encode()
         self._salt = salt or stored_salt() or os.urandom(32)
+        trusted = TrustedProxies(trusted_proxies)
+        self._trusted: TrustedProxies | None = trusted if trusted else None
+        """None without ``trusted_proxies``: the address step is the peer's, at no cost."""
         self.header_names: frozenset[bytes] = frozenset(
             {b"authorization", b"x-api-key"}
             | ({user_header.lower().encode("latin-1", "replace")} if user_header else set()))
         """The only headers :meth:`resolve` reads (lower-case): a request read by hand
         need not decode the others."""
 
-    def resolve_raw(self, raw: Iterable[tuple[bytes, bytes]], body_user: str | None,
+    def resolve_raw(self, raw: Sequence[tuple[bytes, bytes]], body_user: str | None,
                     remote: str | None) -> str:
         """:meth:`resolve` on a request's raw headers (name and value bytes as sent): the
         few it reads (:attr:`header_names`) are decoded, the first of each name — what
         ``resolve`` is given as a ``CIMultiDict`` of those fields reads (its names match
-        as ``str.lower()`` makes them), without building one per request."""
+        as ``str.lower()`` makes them), without building one per request. The forwarded
+        client's fields are looked for only when the peer is a trusted proxy."""
         names = self.header_names
         found: _LowerKeys | None = None
         for name, value in raw:
@@ -135,7 +143,20 @@ class IdentityResolver:
                     found = _LowerKeys()
                 if key not in found:
                     found[key] = value.decode("utf-8", "surrogateescape")
-        return self.resolve(found if found is not None else _NO_FIELDS, body_user, remote)
+        named = self._named(found if found is not None else _NO_FIELDS, body_user)
+        if named is not None:
+            return named
+        trusted = self._trusted
+        if trusted is not None and remote is not None and trusted.trusts_peer(remote):
+            lines: tuple[list[str], list[str], list[str]] = ([], [], [])
+            for name, value in raw:
+                low = name.lower()
+                if low in FIELDS:
+                    lines[FIELDS.index(low)].append(value.decode("utf-8", "surrogateescape"))
+            client = trusted.client(*lines)
+            if client is not None:
+                return client
+        return _address(remote)
 
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         """The credential a request carries: a Bearer token, else ``x-api-key``, else the
@@ -155,7 +176,20 @@ class IdentityResolver:
     def resolve(
         self, headers: Mapping[str, str], body_user: str | None, remote: str | None
     ) -> str:
-        """The user for one request (never a raw key)."""
+        """The user for one request (never a raw key). ``headers`` is the request's
+        ``CIMultiDict`` (a plain mapping: one line of each field)."""
+        named = self._named(headers, body_user)
+        if named is not None:
+            return named
+        trusted = self._trusted
+        if trusted is not None and remote is not None and trusted.trusts_peer(remote):
+            client = trusted.client(*(_lines(headers, name) for name in FIELD_NAMES))
+            if client is not None:
+                return client
+        return _address(remote)
+
+    def _named(self, headers: Mapping[str, str], body_user: str | None) -> str | None:
+        """The user the request names (header, body, API key), else None: its address."""
         if self._header:
             named = _clean(headers.get(self._header))
             if named is not None:
@@ -166,7 +200,21 @@ class IdentityResolver:
         key = self.api_key(headers)
         if key is not None:
             return key_pseudonym(key, self._salt)
-        if remote is not None and remote.startswith("::ffff:") and "." in remote:
-            # an IPv4 client of a [::] listener (dual-stack): named as on 0.0.0.0
-            return remote[7:]
-        return remote or "unknown"
+        return None
+
+
+def _address(remote: str | None) -> str:
+    if remote is not None and remote.startswith("::ffff:") and "." in remote:
+        # an IPv4 client of a [::] listener (dual-stack): named as on 0.0.0.0
+        return remote[7:]
+    return remote or "unknown"
+
+
+def _lines(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every line of field ``name``: a ``CIMultiDict``'s ``getall``, else the one value."""
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        got: list[str] = getall(name, [])
+        return got
+    value = headers.get(name)
+    return [] if value is None else [value]

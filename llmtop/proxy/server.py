@@ -188,7 +188,8 @@ class ProxyServer:
         self._direct: set[DirectExchange] = set()
         """Direct requests open now."""
         self._base = cfg.upstream.rstrip("/")
-        self._identity = IdentityResolver(cfg.user_header, cfg.user_salt)
+        self._identity = IdentityResolver(cfg.user_header, cfg.user_salt,
+                                          cfg.trusted_proxies)
         self._pool: UpstreamPool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop serving (kept: asyncio.get_running_loop() is a getpid() on 3.11)."""
