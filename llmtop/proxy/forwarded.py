@@ -90,6 +90,13 @@ def _port(text: str) -> bool:
 def split_list(text: str) -> list[str]:
     """An HTTP list's elements (RFC 9110 5.6.1): split at commas outside quoted strings,
     stripped, empty ones dropped."""
+    return [e for e in (e.strip(" \t") for e in _split(text, ",")) if e]
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside quoted strings (an unclosed one runs to the end)."""
+    if '"' not in text:  # the usual case
+        return text.split(sep)
     out: list[str] = []
     start, quoted, escaped = 0, False, False
     for i, c in enumerate(text):
@@ -99,32 +106,17 @@ def split_list(text: str) -> list[str]:
             escaped = True
         elif c == '"':
             quoted = not quoted
-        elif c == "," and not quoted:
+        elif c == sep and not quoted:
             out.append(text[start:i])
             start = i + 1
     out.append(text[start:])
-    return [e for e in (e.strip(" \t") for e in out) if e]
+    return out
 
 
 def forwarded_for(element: str) -> str | None:
-    """An RFC 7239 element's ``for`` value (unquoted), None when it has none or cannot
-    be read (``for=a;by=b;proto=http``: pairs split at ``;`` outside quotes)."""
-    start, quoted, escaped = 0, False, False
-    pairs: list[str] = []
-    for i, c in enumerate(element):
-        if escaped:
-            escaped = False
-        elif quoted and c == "\\":
-            escaped = True
-        elif c == '"':
-            quoted = not quoted
-        elif c == ";" and not quoted:
-            pairs.append(element[start:i])
-            start = i + 1
-    if quoted:
-        return None
-    pairs.append(element[start:])
-    for pair in pairs:
+    """An RFC 7239 element's ``for`` value (a quoted string unquoted), None when it has
+    none (``for=a;by=b;proto=http``: pairs split at ``;`` outside quotes)."""
+    for pair in _split(element, ";"):
         name, eq, value = pair.strip(" \t").partition("=")
         if eq and name.strip(" \t").lower() == "for":
             value = value.strip(" \t")

@@ -123,8 +123,9 @@ class IdentityResolver:
         self.header_names: frozenset[bytes] = frozenset(
             {b"authorization", b"x-api-key"}
             | ({user_header.lower().encode("latin-1", "replace")} if user_header else set()))
-        """The only headers :meth:`resolve` reads (lower-case): a request read by hand
-        need not decode the others."""
+        """The only headers :meth:`resolve` reads (lower-case) — but for the forwarded
+        client's (:data:`llmtop.proxy.forwarded.FIELDS`), read only from a trusted proxy:
+        a request read by hand need not decode the others."""
 
     def resolve_raw(self, raw: Sequence[tuple[bytes, bytes]], body_user: str | None,
                     remote: str | None) -> str:
