@@ -9,8 +9,10 @@ import asyncio
 import json
 from collections.abc import Sequence
 
+import aiohttp
 import openai
 import pytest
+from net_support import loopback_v6
 from test_proxy_support import Records, Script, running_proxy, scripted_upstream
 
 from llmtop.proxy.server import ProxyServer
@@ -157,3 +159,21 @@ async def test_the_forwarded_fields_reach_the_upstream_as_sent() -> None:
                ("x-forwarded-for", "203.0.113.2, 127.0.0.1"), ("x-real-ip", "203.0.113.3")]
     # the warm-up; direct: 2 with the fields, 2 without; aiohttp's path: the same
     assert sent == [[], as_sent, as_sent, [], [], as_sent, as_sent, [], []]
+
+
+@pytest.mark.skipif(not loopback_v6(), reason="no ::1 on this machine")
+async def test_a_dual_stack_listener_trusts_ipv4_and_ipv6_balancers() -> None:
+    """On ``[::]`` an IPv4 balancer's connection comes from ``::ffff:127.0.0.1``: trusted
+    as the ``127.0.0.1`` listed; an IPv6 one from ``::1``."""
+    async with running_sim("tiny") as sim:
+        for listed, host in ((["127.0.0.1"], "127.0.0.1"), (["::1/128"], "[::1]")):
+            async with running_proxy(sim.url, listen="[::]:0", trusted_proxies=listed) as (
+                    _, url, recs), aiohttp.ClientSession() as s:
+                port = url.rsplit(":", 1)[1]
+                async with s.post(f"http://{host}:{port}/v1/chat/completions",
+                                  data=_body(True), headers={
+                                      "X-Forwarded-For": "203.0.113.9"}) as r:
+                    assert r.status == 200
+                    await r.read()
+                got = await recs.wait(1)
+            assert got[0].user == "203.0.113.9", listed
