@@ -9,8 +9,8 @@ not UTF-8 become U+FFFD). A raw key is never stored or returned: it is hashed wi
 salt — ``user_salt`` from the config, else this machine user's stored salt
 (:func:`stored_salt`: made once, kept in a 0600 file), so a key keeps its pseudonym across
 restarts and across the proxies of one host; only when that file cannot be read or made
-is the salt random per process. Proxies on several hosts share a
-``user_salt`` (docs/fleet.md).
+is the salt random per process. Proxies on several hosts share a ``user_salt``
+(docs/fleet.md).
 """
 
 from __future__ import annotations
