@@ -90,6 +90,14 @@ class RecordingConfig:
     queue_max_chunks: int = 4_000_000
     """...and chunks in the buffered requests (~40 bytes each): a stalled disk with long
     answers queued must not grow memory without bound."""
+    rotate_mb: float = 0.0
+    """Rotate: close a part once its file reaches this many MB (10^6 bytes, as written:
+    compressed for .gz); 0 = off. With rotation the path is the parts' stem."""
+    rotate_s: float = 0.0
+    """...or once it has been open this many seconds (whichever first); 0 = off."""
+    keep: int = 0
+    """With rotation, keep at most this many parts of a recording, deleting the oldest
+    (only parts it made); 0 = keep every part."""
 
 
 @dataclass
@@ -648,6 +656,12 @@ MAX_TOP_USERS = 10_000
 """The most users tracked one by one (``top_users``): every window holds a row of counters
 for each, and 1e8 of them took gigabytes and left the proxy deaf to its admin API and
 SIGTERM."""
+MB: Final = 1_000_000
+"""A megabyte as ``recording.rotate_mb`` counts it (as disks and ``ls -h --si`` do)."""
+MIN_ROTATE_MB: Final = 0.01
+"""The smallest part (10 kB): each part is a file with its header, footer and a fsync."""
+MIN_ROTATE_S: Final = 1.0
+"""The shortest part, in seconds (the writer thread looks at the time 4 times a flush)."""
 MAX_DURATION_S = 86_400.0
 """The longest time any duration key accepts (a day): past it a timer overflows (a 1e300 s
 timeout failed every request with an internal error) and no wait that long is meant."""
@@ -777,6 +791,7 @@ def validate(cfg: Config) -> None:
         if (v := _get(cfg, key)) < least:
             # QA: gpu.interval_s = 1e-6 was accepted — a busy loop
             raise ConfigError(f"{key} must be at least {least:g} (seconds; {why}), got {v:g}")
+    _validate_rotation(cfg.recording)
     if not cfg.warnings.stall_s > 0:
         raise ConfigError(f"warnings.stall_s must be more than 0 (seconds), "
                           f"got {cfg.warnings.stall_s}")
@@ -784,6 +799,24 @@ def validate(cfg: Config) -> None:
         if (v := _get(cfg, key)) is not None and v > MAX_DURATION_S:
             raise ConfigError(f"{key} must be at most {MAX_DURATION_S:,.0f} (seconds: a day), "
                               f"got {v:g}")
+
+
+def _validate_rotation(rec: RecordingConfig) -> None:
+    """ConfigError for rotation settings that cannot be meant: negative, a part smaller
+    than a few of its own lines or shorter than a second, ``keep`` without rotation (it
+    would bound nothing)."""
+    for key in ("rotate_mb", "rotate_s", "keep"):
+        if (v := getattr(rec, key)) < 0:
+            raise ConfigError(f"recording.{key} must be 0 (off) or more, got {v:g}")
+    if 0 < rec.rotate_mb < MIN_ROTATE_MB:
+        raise ConfigError(f"recording.rotate_mb must be 0 (off) or at least {MIN_ROTATE_MB:g} "
+                          f"(MB, 10 kB: each part is a file of its own), got {rec.rotate_mb:g}")
+    if 0 < rec.rotate_s < MIN_ROTATE_S:
+        raise ConfigError(f"recording.rotate_s must be 0 (off) or at least {MIN_ROTATE_S:g} "
+                          f"(seconds), got {rec.rotate_s:g}")
+    if rec.keep and not (rec.rotate_mb or rec.rotate_s):
+        raise ConfigError("recording.keep needs rotation (recording.rotate_mb or "
+                          "recording.rotate_s): without it a recording is one file")
 
 
 def _get(cfg: Config, key: str) -> Any:

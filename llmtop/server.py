@@ -32,7 +32,7 @@ from llmtop import __version__, http_errors_log, pipe_out
 from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import PUMP_INTERVAL_S, EventBus
 from llmtop.clock import unix_now
-from llmtop.config import Config, parse_hostport, slo_dict
+from llmtop.config import MB, Config, parse_hostport, slo_dict
 from llmtop.engines.scraper import EngineScraper, metrics_url_for
 from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.fleet_counts import FleetCounts
@@ -142,6 +142,8 @@ class Observers:
             bus, header=self._recording_header, queue_max=cfg.recording.queue_max,
             queue_max_chunks=cfg.recording.queue_max_chunks, flush_s=cfg.recording.flush_s,
             order_hold_s=order_hold_s, on_error=_recording_failed,
+            rotate_bytes=round(cfg.recording.rotate_mb * MB), rotate_s=cfg.recording.rotate_s,
+            keep=cfg.recording.keep,
         )
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -224,10 +226,14 @@ class Observers:
             self._tasks.append(asyncio.create_task(scraper.run(), name="engine-scraper"))
         if cfg.recording.path:
             try:
-                self.recording.start(cfg.recording.path)
+                st = self.recording.start(cfg.recording.path)
             except RecordingError as exc:
                 raise StartupError(str(exc)) from exc
-            self.say(f"llmtop: recording to {cfg.recording.path}")
+            if st.get("part"):
+                self.say(f"llmtop: recording to {cfg.recording.path} in parts, the first "
+                         f"{st['path']}")
+            else:
+                self.say(f"llmtop: recording to {cfg.recording.path}")
 
     async def _tick_loop(self) -> None:
         """Rotate metric intervals twice a second; evaluate the detectors once a second
@@ -259,8 +265,11 @@ class Observers:
         notes: list[str] = []
         if self.recording.status() is not None:
             done = self.recording.stop()
+            parts = (f" in {_n(done['part'], 'part')} (the last {done.get('path')})"
+                     if done.get("part") else "")
             notes.append(
-                f"llmtop: recording {done.get('path')}: {done.get('requests', 0)} requests"
+                f"llmtop: recording {done.get('stem') or done.get('path')}{parts}: "
+                f"{done.get('requests', 0)} requests"
                 + (f", {done['dropped']} lines dropped" if done.get("dropped") else "")
                 + (f"; it stopped writing: {done['error']} (the file may hold fewer)"
                    if done.get("error") else "")

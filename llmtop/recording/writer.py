@@ -36,6 +36,18 @@ once, and a second ``raised`` line for a code still raised means its severity ch
 warning already raised when the recording starts is written at its first re-publication,
 with the figures of that moment).
 
+Rotation (``rotate_bytes`` / ``rotate_s``, off by default): the path given is a stem, and
+the recording is a series of parts, ``prod.20261206T140000Z.jsonl.gz`` (the part's UTC
+start; ``-2``, ``-3`` when two would share a second), each a complete recording any reader
+takes alone: its header (with ``part`` and ``previous``, the preceding part's file name),
+the warnings still raised when it opened (state ``raised``, with their ``since``), its
+lines, its footer with its own counts. The writer thread closes a part between two writes
+— once the file reaches ``rotate_bytes`` as written (compressed bytes for ``.gz``; seen at
+each pass's flush, or after a batch for a plain file) or ``rotate_s`` after it opened — so
+each line goes to exactly one part, in time order there. A part that cannot be opened
+(disk full, permission) stops the recording as a failed write does. ``keep``: the oldest
+parts this recorder made are deleted past that many (nothing else is touched).
+
 The recording never carries prompt or completion text: the events themselves don't.
 """
 
@@ -51,6 +63,7 @@ import math
 import os
 import stat
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -65,7 +78,6 @@ from llmtop.events import (
     ChunkSlice,
     Event,
     RequestRecord,
-    Severity,
     WarningEvent,
     outside_dialect,
 )
@@ -95,6 +107,20 @@ class _Serialisable(Protocol):
 
 def _default_opener(path: Path, overwrite: bool) -> IO[bytes]:
     return open(path, "wb" if overwrite else "xb")
+
+
+_RECORDING_SUFFIXES: Final = (".jsonl.gz", ".jsonl")
+
+
+def part_name(stem: Path, started_at: float, n: int = 1) -> Path:
+    """A rotating recording's part: ``prod.jsonl.gz`` → ``prod.20261206T140000Z.jsonl.gz``
+    (its UTC start to the second, so parts sort and are found by hour), ``…Z-2.jsonl.gz``
+    for the ``n``-th part that would have the same name."""
+    name = stem.name
+    ext = next((s for s in _RECORDING_SUFFIXES if name.endswith(s)), stem.suffix)
+    base = name[:-len(ext)] if ext else name
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started_at))
+    return stem.with_name(f"{base}.{stamp}{f'-{n}' if n > 1 else ''}{ext}")
 
 
 _REQUEST_FIELDS: Final = tuple(f.name for f in dataclasses.fields(RequestRecord))
@@ -290,6 +316,9 @@ class Recorder:
         queue_max_chunks: int = QUEUE_MAX_CHUNKS,
         order_hold_s: float = ORDER_HOLD_S,
         on_error: OnError | None = None,
+        rotate_bytes: int = 0,
+        rotate_s: float = 0.0,
+        keep: int = 0,
     ) -> None:
         if queue_max < 1:
             raise ValueError("queue_max must be at least 1")
@@ -297,7 +326,26 @@ class Recorder:
             raise ValueError("queue_max_chunks must be at least 1")
         if flush_s <= 0:
             raise ValueError("flush_s must be positive")
+        if rotate_bytes < 0 or rotate_s < 0 or keep < 0:
+            raise ValueError("rotate_bytes, rotate_s and keep must be 0 (off) or more")
         self.path = Path(path)
+        """The path given: the file, or with rotation the stem the parts are named after."""
+        self.rotate_bytes = rotate_bytes
+        self.rotate_s = rotate_s
+        self.keep = keep
+        self.rotating = rotate_bytes > 0 or rotate_s > 0
+        self.part_path = self.path
+        """The file being written (the current part when rotating)."""
+        self.part = 0
+        """The current part's number (1, 2, …; 0 before start)."""
+        self._parts: deque[tuple[Path, tuple[int, int] | None]] = deque()
+        """The parts this recorder made and has not deleted (``keep``), oldest first."""
+        self._part_started = 0.0
+        self._part_lines = 0  # this part's lines, the header included (the footer's count)
+        self._part_requests = 0
+        self._part_dropped = (0, 0)  # dropped, dropped_requests when this part opened
+        self._part_extra: dict[str, Any] = {}
+        self._bytes_done = 0  # what reached the parts closed before this one
         self.header_extra = dict(header)
         self.queue_max = queue_max
         self.queue_max_chunks = queue_max_chunks
@@ -331,9 +379,12 @@ class Recorder:
         self.on_error = on_error
         self._untold = False
         self._footer: dict[str, Any] | None = None
-        self._raised: dict[str, Severity] = {}
+        self._raised: dict[str, WarningEvent] = {}
         """Warning codes whose raise this recording holds and whose clear it does not yet,
-        with the severity last written (the writer thread's own)."""
+        with their latest ``raised`` event (the severity last written; the writer thread's
+        own)."""
+        self._since: dict[str, float] = {}
+        """When each raised code was first raised (a new part's carried line says so)."""
 
     @property
     def dropped(self) -> int:
@@ -348,7 +399,12 @@ class Recorder:
     # -- lifecycle --------------------------------------------------------------------------
 
     def header(self) -> dict[str, Any]:
-        """The header line as written (after ``start()``)."""
+        """The header line as written (after ``start()``; the current part's)."""
+        return self._header_dict(self._part_started if self.part else self.started_at,
+                                 self._part_extra)
+
+    def _header_dict(self, started_at: float | None,
+                     part_extra: Mapping[str, Any]) -> dict[str, Any]:
         extra = dict(self.header_extra)
         for k in ("type", "format", "version", "started_at"):
             extra.pop(k, None)
@@ -356,11 +412,12 @@ class Recorder:
             "type": "header",
             "format": FORMAT,
             "version": VERSION,
-            "started_at": self.started_at,
+            "started_at": started_at,
             "upstream": extra.pop("upstream", None),
             "slo": dict(extra.pop("slo", None) or {}),
             "llmtop_version": extra.pop("llmtop_version", __version__),
             **extra,
+            **part_extra,
         }
 
     def start(self) -> None:
@@ -370,45 +427,105 @@ class Recorder:
         if self._running or self._sink is not None:
             raise RecordingError(f"{self.path}: this recorder was already started")
         refuse_other_compression(self.path)
-        try:
-            raw = self._opener(self.path, self.overwrite)
-        except FileExistsError:
-            raise RecordingError(exists_message(self.path)) from None
-        except FileNotFoundError:
-            # (a directory that exists but takes no new files, such as /proc, says ENOENT)
-            why = ("cannot create a file there" if self.path.parent.is_dir()
-                   else "directory does not exist")
-            raise RecordingError(f"{self.path}: {why}") from None
-        except IsADirectoryError:
-            raise RecordingError(f"{self.path}: is a directory") from None
-        except PermissionError:
-            raise RecordingError(f"{self.path}: permission denied") from None
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise RecordingBusy(f"{self.path}: cannot open for writing now: "
-                                    f"{exc.strerror} (llmtop is out of file descriptors); "
-                                    "retry later") from None
-            raise RecordingError(f"{self.path}: cannot open for writing: {exc.strerror}") from None
-        self._sink = _Sink(raw, self.path.name.endswith(".gz"))
         self.started_at = unix_now()
-        try:
-            self._sink.write_lines(dumps_line(self.header()))
-            self._sink.flush()
-        except OSError as exc:
-            sink, self._sink = self._sink, None
-            with contextlib.suppress(OSError):  # (its flush fails again: a full disk)
-                sink.close()
-            if sink.identity is not None and not self.overwrite:  # the file start made: no
-                with contextlib.suppress(OSError):  # empty or half-header file is left
-                    if os.stat(self.path).st_ino == sink.identity[1]:
-                        self.path.unlink()
-            raise RecordingError(f"{self.path}: cannot write: {exc.strerror}") from None
-        self.lines = 1
+        self._open_part(self.started_at)
         self._running = True
         self._thread = threading.Thread(
             target=self._run, name=f"llmtop-recorder:{self.path.name}", daemon=True
         )
         self._thread.start()
+
+    def _open(self, path: Path, overwrite: bool) -> IO[bytes]:
+        """The opener's file, its failures as one-line :class:`RecordingError` s
+        (``FileExistsError`` passes: with rotation the next name is tried)."""
+        try:
+            return self._opener(path, overwrite)
+        except FileExistsError:
+            raise
+        except FileNotFoundError:
+            # (a directory that exists but takes no new files, such as /proc, says ENOENT)
+            why = ("cannot create a file there" if path.parent.is_dir()
+                   else "directory does not exist")
+            raise RecordingError(f"{path}: {why}") from None
+        except IsADirectoryError:
+            raise RecordingError(f"{path}: is a directory") from None
+        except PermissionError:
+            raise RecordingError(f"{path}: permission denied") from None
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise RecordingBusy(f"{path}: cannot open for writing now: "
+                                    f"{exc.strerror} (llmtop is out of file descriptors); "
+                                    "retry later") from None
+            raise RecordingError(f"{path}: cannot open for writing: {exc.strerror}") from None
+
+    def _open_part(self, started_at: float) -> None:
+        """Open the file (the next part's, when rotating), write its header — and for a
+        part after the first the warnings still raised — and make it the one written to.
+        :class:`RecordingError` when it cannot be, leaving no empty or half-header file."""
+        previous = self.part_path.name if self.part else None
+        if not self.rotating:
+            path, overwrite = self.path, self.overwrite
+            try:
+                raw = self._open(path, overwrite)
+            except FileExistsError:
+                raise RecordingError(exists_message(path)) from None
+        else:
+            overwrite, n = False, 1
+            while True:  # a name taken (two parts in one second, another run's): the next
+                path = part_name(self.path, started_at, n)
+                try:
+                    raw = self._open(path, overwrite)
+                    break
+                except FileExistsError:
+                    if n >= 1000:
+                        raise RecordingError(exists_message(path)) from None
+                    n += 1
+        sink = _Sink(raw, path.name.endswith(".gz"))
+        part_extra = ({"part": self.part + 1, "previous": previous} if self.rotating else {})
+        lines = [dumps_line(self._header_dict(started_at, part_extra))]
+        if self.part:
+            lines += [self._carried(code, ev, started_at) for code, ev in self._raised.items()]
+        try:
+            sink.write_lines(b"".join(lines))
+            sink.flush()
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # (its flush fails again: a full disk)
+                sink.close()
+            if sink.identity is not None and not overwrite:  # the file this made: no
+                with contextlib.suppress(OSError):  # empty or half-header file is left
+                    if os.stat(path).st_ino == sink.identity[1]:
+                        path.unlink()
+            raise RecordingError(f"{path}: cannot write: {exc.strerror}") from None
+        self._sink = sink
+        self.part_path = path
+        self.part += 1
+        self._part_extra = part_extra
+        self._part_started = started_at
+        self._part_lines = len(lines)
+        self._part_requests = 0
+        self._part_dropped = (self.dropped, self.dropped_requests)
+        self.lines += len(lines)
+        if self.rotating:
+            self._parts.append((path, sink.identity))
+            self._prune()
+
+    def _carried(self, code: str, ev: WarningEvent, t: float) -> bytes:
+        """A warning still raised, at the start of a new part: ``raised`` at ``t`` (the
+        part's start, so the file stays in time order), ``since`` when it was raised."""
+        d = event_dict(ev)
+        d["t"] = t
+        d["since"] = self._since.get(code, ev.t)
+        return dumps_line(d)
+
+    def _prune(self) -> None:
+        """Delete the oldest parts past ``keep`` — only the files this recorder made (a
+        part moved away or replaced since is left alone)."""
+        while self.keep and len(self._parts) > self.keep:
+            path, identity = self._parts.popleft()
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                if identity is None or (st.st_dev, st.st_ino) == identity:
+                    path.unlink()
 
     @property
     def queued_chunks(self) -> int:
@@ -468,14 +585,7 @@ class Recorder:
         if self._thread is not None:
             self._thread.join()
         self.ended_at = unix_now()
-        self._footer = {
-            "type": "footer",
-            "ended_at": self.ended_at,
-            "requests": self.requests,
-            "lines": self.lines + 1,
-            "dropped": self.dropped,
-            "dropped_requests": self.dropped_requests,
-        }
+        self._footer = self._footer_dict(self.ended_at)
         with self._lock:
             sink, self._sink = self._sink, None
             if sink is not None:
@@ -487,17 +597,33 @@ class Recorder:
                 except OSError as exc:
                     self.error = self.error or f"{exc.strerror or exc}"
                 finally:
-                    self._bytes_final = sink.nbytes
+                    self._bytes_final = self._bytes_done + sink.nbytes
         return self.status()
+
+    def _footer_dict(self, ended_at: float) -> dict[str, Any]:
+        """The footer of the part being closed (of the file, without rotation): its own
+        requests, lines (the footer included) and what was dropped while it was open."""
+        dropped, dropped_requests = self._part_dropped
+        return {
+            "type": "footer",
+            "ended_at": ended_at,
+            "requests": self._part_requests,
+            "lines": self._part_lines + 1,
+            "dropped": self.dropped - dropped,
+            "dropped_requests": self.dropped_requests - dropped_requests,
+        }
 
     def status(self) -> dict[str, Any]:
         """``path, started_at, requests, lines, dropped, bytes`` (+ ``queued``, ``error``,
         ``ended_at`` once stopped). ``bytes`` counts what reached the file (compressed for
-        ``.gz``)."""
+        ``.gz``). With rotation ``path`` is the current part's (the last one once
+        stopped), ``part`` its number and ``stem`` the path given; the counts and
+        ``bytes`` are the whole recording's, every part together."""
         sink = self._sink
-        nbytes = sink.nbytes if sink is not None else self._bytes_final
+        nbytes = self._bytes_done + sink.nbytes if sink is not None else self._bytes_final
+        rotation = {"part": self.part, "stem": str(self.path)} if self.rotating else {}
         return {
-            "path": str(self.path),
+            "path": str(self.part_path),
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "recording": self._running,
@@ -508,6 +634,7 @@ class Recorder:
             "queued": len(self._queue) + len(self._held),
             "bytes": nbytes,
             "error": self.error,
+            **rotation,
         }
 
     # -- the writer thread ----------------------------------------------------------------
@@ -566,6 +693,10 @@ class Recorder:
                     continue
             self.lines += len(chunk)
             self.requests += requests
+            self._part_lines += len(chunk)
+            self._part_requests += requests
+            if self.rotate_bytes and sink.nbytes >= self.rotate_bytes:
+                self._rotate(self._boundary(cutoff, now))
         if self.error is None:
             with self._lock:
                 sink = self._sink
@@ -576,8 +707,62 @@ class Recorder:
                         self._fail(f"flush failed: {exc.strerror or exc}")
                     else:
                         self._check_still_there(sink)
+            if self.rotating and not final and self._due(now):
+                self._rotate(self._boundary(cutoff, now))
         if self._untold:
             self._tell_error()
+
+    def _due(self, now: float) -> bool:
+        """Whether the current part is to be closed: its file reached ``rotate_bytes``
+        (what the last flush got out: compressed bytes for ``.gz``), or it has been open
+        ``rotate_s``."""
+        sink = self._sink
+        if sink is None:
+            return False
+        return bool((self.rotate_bytes and sink.nbytes >= self.rotate_bytes)
+                    or (self.rotate_s and now - self._part_started >= self.rotate_s))
+
+    def _boundary(self, cutoff: float, now: float) -> float:
+        """The instant between two parts (the old one's ``ended_at``, the new one's
+        ``started_at``): the next line held, or the hold's cutoff — every line written to
+        the old part happened before it, and every line held for the new one after it
+        (but one published later than the hold)."""
+        t = min(cutoff, now)
+        if self._held:
+            t = min(t, self._held[0][0])
+        return max(t, self._part_started)
+
+    def _rotate(self, boundary: float) -> None:
+        """Close the current part with its footer and open the next (the writer thread's,
+        between two writes). A failure to close or open is the recording's failure, as a
+        failed write is: the lines from then on are counted as dropped."""
+        if self.error is not None:
+            return
+        with self._lock:
+            sink = self._sink
+            if sink is None:
+                return
+            self._sink = None
+            failed: OSError | None = None
+            try:
+                sink.write_lines(dumps_line(self._footer_dict(boundary)))
+                self.lines += 1
+            except OSError as exc:
+                failed = exc
+            try:
+                sink.close()
+            except OSError as exc:
+                failed = failed or exc
+            self._bytes_done += sink.nbytes
+            if failed is not None:
+                self._bytes_final = self._bytes_done
+                self._fail(f"write failed: {failed.strerror or failed}")
+                return
+            try:
+                self._open_part(boundary)
+            except RecordingError as exc:
+                self._bytes_final = self._bytes_done
+                self._fail(f"cannot open the next part: {exc}")
 
     def _check_still_there(self, sink: _Sink) -> None:
         """Stop (as a failed write does) when the file is no longer at its path: deleted,
@@ -587,7 +772,7 @@ class Recorder:
         if sink.identity is None:
             return
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.part_path)
             here = (st.st_dev, st.st_ino) == sink.identity
         except OSError:
             here = False
@@ -607,18 +792,20 @@ class Recorder:
         self._untold = False
         if self.on_error is not None and self.error is not None:
             with contextlib.suppress(Exception):  # (a closed stderr must not end the thread)
-                self.on_error(self.path, self.error)
+                self.on_error(self.part_path, self.error)
 
     def _is_transition(self, ev: WarningEvent) -> bool:
         """Whether ``ev`` raises a code not raised in this recording, changes a raised
         code's severity, or clears one (a clear is always written: it ends whatever the
         reader knows of that code)."""
         if ev.state == "raised":
-            if self._raised.get(ev.code) == ev.severity:
-                return False
-            self._raised[ev.code] = ev.severity
-            return True
+            was = self._raised.get(ev.code)
+            self._raised[ev.code] = ev
+            if was is None:
+                self._since[ev.code] = ev.t
+            return was is None or was.severity != ev.severity
         self._raised.pop(ev.code, None)
+        self._since.pop(ev.code, None)
         return True
 
     def _count_lost(self, chunk: list[bytes], requests: int) -> None:
@@ -655,18 +842,19 @@ def refuse_other_compression(path: Path) -> None:
             "use a .jsonl.gz name for a compressed recording")
 
 
-def check_recording_path(path: str, *, overwrite: bool = False) -> None:
+def check_recording_path(path: str, *, overwrite: bool = False, rotating: bool = False) -> None:
     """:class:`RecordingError` when a recorder would certainly refuse ``path`` (an existing
-    file unless ``overwrite``, a directory, a missing or unwritable directory, a
-    compression suffix it does not write), without creating anything: a process checks its
-    ``--record`` before it binds its ports and says it is listening, or starts a run."""
+    file unless ``overwrite`` — or ``rotating``: the path is then the parts' stem, never
+    written itself —, a directory, a missing or unwritable directory, a compression suffix
+    it does not write), without creating anything: a process checks its ``--record``
+    before it binds its ports and says it is listening, or starts a run."""
     if not str(path).strip():
         raise RecordingError("recording path is empty")
     p = Path(path)
     refuse_other_compression(p)
     if p.is_dir():
         raise RecordingError(f"{p}: is a directory")
-    if p.exists() and not (overwrite and p.is_file()):
+    if p.exists() and not rotating and not (overwrite and p.is_file()):
         raise RecordingError(exists_message(p))
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
@@ -696,8 +884,16 @@ class RecordingController:
         queue_max_chunks: int = QUEUE_MAX_CHUNKS,
         order_hold_s: float = ORDER_HOLD_S,
         on_error: OnError | None = None,
+        rotate_bytes: int = 0,
+        rotate_s: float = 0.0,
+        keep: int = 0,
     ) -> None:
+        """``rotate_bytes``, ``rotate_s``, ``keep``: each recording started rotates
+        (:class:`Recorder`; 0: off)."""
         self.bus = bus
+        self.rotate_bytes = rotate_bytes
+        self.rotate_s = rotate_s
+        self.keep = keep
         self.on_error = on_error
         self.order_hold_s = order_hold_s
         self._header = header
@@ -714,7 +910,8 @@ class RecordingController:
         """Begin recording to ``path``; :class:`RecordingError` if one is already running or
         the file exists (unless ``overwrite``)."""
         if self.recorder is not None:
-            raise RecordingError(f"already recording to {self.recorder.path}; stop it first")
+            raise RecordingError(
+                f"already recording to {self.recorder.part_path}; stop it first")
         if not str(path).strip():
             raise RecordingError("recording path is empty")
         header = self._header() if callable(self._header) else self._header
@@ -728,6 +925,9 @@ class RecordingController:
             opener=self._opener,
             order_hold_s=self.order_hold_s,
             on_error=self.on_error,
+            rotate_bytes=self.rotate_bytes,
+            rotate_s=self.rotate_s,
+            keep=self.keep,
         )
         rec.start()
         self.bus.subscribe(rec.on_events)
@@ -737,7 +937,8 @@ class RecordingController:
     def check(self, path: str) -> None:
         """:class:`RecordingError` when :meth:`start` would certainly refuse ``path`` (see
         :func:`check_recording_path`)."""
-        check_recording_path(path, overwrite=self.overwrite)
+        check_recording_path(path, overwrite=self.overwrite,
+                             rotating=self.rotate_bytes > 0 or self.rotate_s > 0)
 
     def stop(self) -> dict[str, Any]:
         """Stop the running recording: unsubscribe, write the footer, close. Returns its
