@@ -1,0 +1,395 @@
+"""Recordings that rotate (``recording.rotate_mb`` / ``rotate_s`` / ``keep``): a proxy left
+recording for weeks writes a series of parts, each a complete recording, instead of one
+file that grows until the disk is full.
+
+Every part reads alone (header with ``part`` and ``previous``, footer with its own count);
+the parts together hold each request the proxy served exactly once; ``report`` and
+``export`` take a part; ``keep`` deletes only the recorder's own oldest parts; a warning
+still raised is written again at the start of each part; the admin API names the current
+part; ``--workers 2`` rotates the coordinator's one stream; a part that cannot be opened
+is reported as any failed write is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from disk_support import ROOT, Proxy, Tap, child_env, no_traceback, running_tap, workdir
+from rec_helpers import request
+from test_recording_proxy import traffic
+from views_agree import start_sim
+
+from llmtop.clock import unix_now
+from llmtop.config import ConfigError, load_config
+from llmtop.events import RequestRecord, WarningEvent
+from llmtop.recording.reader import RecordingReader
+from llmtop.recording.writer import Recorder, part_name
+from llmtop.server import LlmtopServer
+from llmtop.sim.server import running_sim
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def parts_of(folder: Path, stem: str) -> list[Path]:
+    """The parts of stem ``stem`` in ``folder``, in their order (the header's ``part``)."""
+    def number(p: Path) -> int:
+        with RecordingReader(p) as r:
+            return int(r.header["part"])
+    return sorted((p for p in folder.iterdir() if p.name.startswith(stem + ".2")), key=number)
+
+
+def read_part(path: Path) -> tuple[dict[str, Any], list[Any], dict[str, Any] | None]:
+    with RecordingReader(path) as r:
+        events = list(r)
+        assert not r.problems, (path, r.problems)
+        return dict(r.header), events, r.footer
+
+
+def check_chain(parts: list[Path]) -> list[str]:
+    """Each part a complete recording, numbered 1, 2, … and naming the one before it; its
+    footer counts its own requests; lines in time order. Returns every request id."""
+    ids: list[str] = []
+    for n, p in enumerate(parts, 1):
+        header, events, footer = read_part(p)
+        assert header["part"] == n, (p, header)
+        assert header["previous"] == (parts[n - 2].name if n > 1 else None), (p, header)
+        assert footer is not None, p
+        mine = [e.id for e in events if isinstance(e, RequestRecord)]
+        assert footer["requests"] == len(mine), (p, footer)
+        ids += mine
+    return ids
+
+
+def rotating(path: Path, **kw: Any) -> Recorder:
+    rec = Recorder(path, header={"upstream": "http://127.0.0.1:9/v1"}, flush_s=0.1,
+                   order_hold_s=0.0, **kw)
+    rec.start()
+    return rec
+
+
+def feed(rec: Recorder, n: int, *, first: int = 0) -> None:
+    """``n`` requests, ten at a time (~3.5 kB of lines), each ten written before the next
+    are given (however busy the machine, each batch is a writer pass of its own)."""
+    for i in range(first, first + n, 10):
+        now = unix_now()
+        rec.on_events([request(k, now - 1.0) for k in range(i, min(i + 10, first + n))])
+        deadline = time.monotonic() + 30
+        while rec.status()["queued"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+# -- through the proxy -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+async def test_parts_through_the_proxy_hold_every_request_once(tmp_path: Path,
+                                                               suffix: str) -> None:
+    """``POST /recording start`` with ``rotate_mb`` 0.01 (10 kB) in front of the simulator:
+    several parts; every part reads alone and counts its own requests; their ids together
+    are the proxy's, none twice; ``GET /recording`` names the current part; ``stop`` closes
+    it with its footer."""
+    stem = tmp_path / f"prod{suffix}"
+    async with running_sim("tiny", seed=5) as sim:
+        cfg = load_config(None, env={}, overrides={
+            "upstream": sim.url, "listen": "127.0.0.1:0", "admin": "127.0.0.1:0",
+            "gpu.source": "sim", "gpu.interval_s": 0.2, "engine.interval_s": 0.2,
+            "recording.flush_s": 0.1, "recording.rotate_mb": 0.01})
+        server = LlmtopServer(cfg, out=io.StringIO())
+        await server.start()
+        try:
+            api = server.admin_url + "/llmtop/v1/recording"
+            async with aiohttp.ClientSession() as s:
+                async with s.post(api, json={"action": "start", "path": str(stem)}) as r:
+                    assert r.status == 200, await r.text()
+                    first = await r.json()
+                assert first["part"] == 1 and first["stem"] == str(stem), first
+                assert Path(first["path"]).name.startswith("prod.2") and is_file(first["path"])
+                parts_seen = set()
+                for _ in range(40):
+                    await traffic(server.proxy_url, 12, 6)
+                    async with s.get(api) as r:
+                        st = (await r.json())["recording"]
+                    parts_seen.add(st["path"])
+                    assert is_file(st["path"]) and st["error"] is None, st
+                    if st["part"] >= 3 and len(parts_seen) >= 2:
+                        break
+                await asyncio.sleep(0.6)  # the last records through the bus
+                async with s.post(api, json={"action": "stop"}) as r:
+                    assert r.status == 200
+                    done = await r.json()
+                async with s.get(server.admin_url + "/llmtop/v1/requests",
+                                 params={"state": "recent", "limit": "500"}) as r:
+                    served = {row["id"] for row in await r.json()}
+                assert len(served) < 500, "the admin API keeps the last 500: some not listed"
+        finally:
+            await server.stop()
+    check_parts_served(tmp_path, stem, done, served)
+
+
+def is_file(path: str) -> bool:
+    return Path(path).is_file()
+
+
+def check_parts_served(folder: Path, stem: Path, done: dict[str, Any], served: set[str]) -> None:
+    """The parts after a stop: all there, chained, every request served once; a middle
+    part alone through ``report`` and ``export --parquet``."""
+    suffix = stem.name[len("prod"):]
+    tmp_path = folder
+    parts = parts_of(tmp_path, "prod")
+    assert len(parts) == done["part"] >= 3, (parts, done)
+    assert all(p.name.endswith(suffix) for p in parts)
+    assert done["path"] == str(parts[-1]) and not (tmp_path / stem.name).exists()
+    ids = check_chain(parts)
+    assert len(ids) == len(set(ids)) == done["requests"], "a request lost or written twice"
+    assert set(ids) == served
+    assert sum(p.stat().st_size for p in parts) == done["bytes"]
+    # a part alone: report and export take it
+    middle = parts[len(parts) // 2]
+    rep = subprocess.run([sys.executable, "-m", "llmtop", "report", str(middle), "--format",
+                          "json", "-q"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         check=False)
+    assert rep.returncode == 0, rep.stderr
+    doc = json.loads(rep.stdout)
+    assert doc["source"]["complete"] is True
+    assert doc["conditions"]["requests"] == read_part(middle)[2]["requests"]  # type: ignore[index]
+    out = tmp_path / "pq"
+    exp = subprocess.run([sys.executable, "-m", "llmtop", "export", str(middle), "--parquet",
+                          str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         check=False)
+    assert exp.returncode == 0, exp.stderr
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out / "requests.parquet").num_rows == doc["conditions"]["requests"]
+
+
+# -- the writer alone ----------------------------------------------------------------------
+
+
+def test_rotate_s_closes_parts_by_time(tmp_path: Path) -> None:
+    """``rotate_s``: parts are closed by time alone (a trickle far below any size), each
+    complete; no request lost or doubled."""
+    rec = rotating(tmp_path / "t.jsonl", rotate_s=0.3)
+    for i in range(16):
+        feed(rec, 5, first=i * 5)
+        time.sleep(0.1)
+    st = rec.stop()
+    parts = parts_of(tmp_path, "t")
+    assert len(parts) == st["part"] >= 2
+    ids = check_chain(parts)
+    assert sorted(ids) == sorted(f"r{i}" for i in range(80))
+
+
+def test_parts_share_a_second_get_a_suffix(tmp_path: Path) -> None:
+    """A part is named for its UTC start to the second; a second part in that second
+    gets ``-2`` (and so on)."""
+    stem = tmp_path / "prod.jsonl.gz"
+    t = calendar.timegm((2026, 12, 6, 14, 0, 0)) + 0.5
+    assert part_name(stem, t).name == "prod.20261206T140000Z.jsonl.gz"
+    assert part_name(stem, t, 3).name == "prod.20261206T140000Z-3.jsonl.gz"
+    assert part_name(tmp_path / "x.jsonl", t).name == "x.20261206T140000Z.jsonl"
+    taken = part_name(stem, unix_now())
+    taken.write_bytes(b"someone else's")
+    rec = Recorder(stem, header={}, rotate_s=3600)
+    rec.start()
+    rec.stop()
+    assert taken.read_bytes() == b"someone else's"  # never overwritten
+    made = Path(rec.status()["path"])
+    assert made != taken and made.name.startswith("prod.2") and made.exists()
+
+
+def test_keep_deletes_only_the_recorders_own_oldest_parts(tmp_path: Path) -> None:
+    """``keep = 2``: the 2 newest parts remain; another run's part with the same stem and
+    other files in the folder are not touched."""
+    foreign = [tmp_path / "prod.20200101T000000Z.jsonl", tmp_path / "notes.txt",
+               tmp_path / "prod.jsonl.bak"]
+    for f in foreign:
+        f.write_text("not the recorder's\n")
+    rec = rotating(tmp_path / "prod.jsonl", rotate_bytes=3000, keep=2)
+    feed(rec, 200)
+    st = rec.stop()
+    assert st["part"] >= 4, st
+    for f in foreign:
+        assert f.read_text() == "not the recorder's\n"
+    left = sorted(set(tmp_path.iterdir()) - set(foreign))
+    assert len(left) == 2, left
+    numbers = sorted(read_part(p)[0]["part"] for p in left)
+    assert numbers == [st["part"] - 1, st["part"]]
+    for p in left:
+        assert read_part(p)[2] is not None
+
+
+def test_a_raised_warning_opens_each_next_part(tmp_path: Path) -> None:
+    """A warning raised before a boundary is written at the start of the next part (state
+    ``raised``, its ``since`` the raise's time), so a part alone knows it; once cleared,
+    the parts after it do not carry it."""
+    rec = rotating(tmp_path / "w.jsonl", rotate_bytes=3000)
+    t0 = unix_now()
+    rec.on_events([WarningEvent(t=t0, code="QUEUEING", severity="warning", message="q",
+                                state="raised")])
+    feed(rec, 60)
+    raised_until = rec.part
+    rec.on_events([WarningEvent(t=unix_now(), code="QUEUEING", severity="warning",
+                                message="q", state="cleared")])
+    time.sleep(0.3)
+    feed(rec, 60, first=60)
+    rec.stop()
+    parts = parts_of(tmp_path, "w")
+    assert raised_until >= 3 and len(parts) > raised_until + 1, (raised_until, len(parts))
+    for n, p in enumerate(parts, 1):
+        lines = [json.loads(x) for x in p.read_text().splitlines()]
+        if 1 < n <= raised_until:
+            first = lines[1]
+            assert first["type"] == "warning" and first["state"] == "raised", (p, first)
+            assert first["code"] == "QUEUEING" and first["since"] == t0
+            assert first["t"] == lines[0]["started_at"]
+        elif n > raised_until + 1:
+            assert not any(x["type"] == "warning" for x in lines), p
+
+
+def test_without_rotation_nothing_changes(tmp_path: Path) -> None:
+    """Rotation off: the file at the path given, no ``part`` fields, no status ``part``
+    (a guard: it passed before rotation too, as it must)."""
+    path = tmp_path / "plain.jsonl"
+    rec = rotating(path)
+    feed(rec, 30)
+    st = rec.stop()
+    assert "part" not in st and st["path"] == str(path)
+    header, _, footer = read_part(path)
+    assert "part" not in header and "previous" not in header
+    assert footer is not None and footer["requests"] == 30
+    assert sorted(tmp_path.iterdir()) == [path]
+
+
+# -- config ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("env", "said"), [
+    ({"LLMTOP_RECORDING_ROTATE_MB": "-1"}, "recording.rotate_mb must be 0 (off) or more"),
+    ({"LLMTOP_RECORDING_ROTATE_MB": "0.001"}, "recording.rotate_mb must be 0 (off) or at least"),
+    ({"LLMTOP_RECORDING_ROTATE_S": "0.2"}, "recording.rotate_s must be 0 (off) or at least 1"),
+    ({"LLMTOP_RECORDING_KEEP": "-2", "LLMTOP_RECORDING_ROTATE_S": "60"},
+     "recording.keep must be 0 (off) or more"),
+    ({"LLMTOP_RECORDING_KEEP": "3"}, "recording.keep needs rotation"),
+])
+def test_rotation_settings_are_checked(env: dict[str, str], said: str) -> None:
+    with pytest.raises(ConfigError, match=r"^" + said.replace("(", r"\(").replace(")", r"\)")):
+        load_config(None, env=env)
+
+
+def test_rotation_from_the_environment() -> None:
+    cfg = load_config(None, env={"LLMTOP_RECORDING_ROTATE_MB": "500",
+                                 "LLMTOP_RECORDING_ROTATE_S": "3600",
+                                 "LLMTOP_RECORDING_KEEP": "48"})
+    assert (cfg.recording.rotate_mb, cfg.recording.rotate_s, cfg.recording.keep) == (
+        500.0, 3600.0, 48)
+
+
+def test_a_bad_rotation_setting_exits_2_with_one_line(tmp_path: Path) -> None:
+    env = child_env(tmp_path)
+    env["LLMTOP_RECORDING_ROTATE_MB"] = "-5"
+    p = subprocess.run([sys.executable, "-m", "llmtop", "run", "--headless", "--upstream",
+                        "http://127.0.0.1:9", "--record", str(tmp_path / "r.jsonl")],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=60,
+                       check=False)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert len(p.stderr.strip().splitlines()) == 1 and "rotate_mb" in p.stderr, p.stderr
+
+
+# -- real processes: --workers 2, a part that cannot be opened -------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    sim, url = start_sim("--profile", "tiny", "--seed", "7")
+    try:
+        yield url
+    finally:
+        sim.stop()
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with workdir() as d:
+        yield d
+
+
+@pytest.fixture
+async def tap(sim_url: str) -> AsyncIterator[Tap]:
+    async with running_tap(sim_url) as t:
+        yield t
+
+
+async def test_workers_2_rotate_one_stream(work: Path, tap: Tap,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--workers 2 --record`` with rotation: the coordinator's one stream in parts, each
+    complete, every request the clients got (by its user: the tap's id) in exactly one."""
+    monkeypatch.setenv("LLMTOP_RECORDING_ROTATE_MB", "0.01")
+    stem = work / "w.jsonl.gz"
+    proxy = Proxy(tap.url, stem, work, extra=("--workers", "2"))
+    try:
+        await proxy.until(lambda s: s["part"] >= 3, tap, max_rounds=120)
+        await tap.round(proxy.url)
+        await asyncio.sleep(1.0)  # the workers' last records reach the coordinator
+    finally:
+        code = proxy.stop()
+    out, err = "\n".join(proxy.out), "\n".join(proxy.err)
+    assert code == 0, (out, err)
+    no_traceback(out, err)
+    parts = parts_of(work, "w")
+    assert len(parts) >= 3 and not stem.exists()
+    ids = check_chain(parts)
+    users = []
+    for p in parts:
+        users += [e.user for e in read_part(p)[1] if isinstance(e, RequestRecord)]
+    assert len(users) == len(set(users)) == len(ids) == tap.checked
+    assert set(users) == {f"t{i}" for i in range(1, tap.n + 1)}
+    assert any(f"recording {stem} in {len(parts)} parts" in ln for ln in proxy.out), out
+
+
+async def test_a_next_part_that_cannot_be_opened(work: Path, tap: Tap,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder made read-only while recording: the next part cannot be created. The
+    proxy forwards on and says so as for any failed write (stderr at once, the admin
+    API's status and ``/health``, the summary); the parts closed before are complete."""
+    monkeypatch.setenv("LLMTOP_RECORDING_ROTATE_MB", "0.01")
+    sub = work / "rec"
+    sub.mkdir()
+    proxy = Proxy(tap.url, sub / "r.jsonl", work)
+    try:
+        await proxy.until(lambda s: s["part"] >= 2, tap, max_rounds=120)
+        os.chmod(sub, 0o555)
+        st = await proxy.until(lambda s: bool(s["error"]), tap, max_rounds=120)
+        assert "cannot open the next part" in st["error"], st
+        assert "permission denied" in st["error"], st
+        async with aiohttp.ClientSession() as s, s.get(proxy.admin + "/llmtop/v1/health") as r:
+            health = await r.json()
+        assert health["recording"] is False and "next part" in health["recording_error"]
+        before = tap.checked
+        await tap.round(proxy.url)
+        assert tap.checked == before + 4 and proxy.proc.poll() is None
+    finally:
+        code = proxy.stop()
+        os.chmod(sub, 0o755)
+    out, err = "\n".join(proxy.out), "\n".join(proxy.err)
+    assert code == 0, (out, err)
+    no_traceback(out, err)
+    warned = [ln for ln in proxy.err if "stopped writing" in ln]
+    assert len(warned) == 1 and "cannot open the next part" in warned[0], err
+    summary = [ln for ln in proxy.out if ln.startswith("llmtop: recording ")
+               and "requests" in ln]
+    assert summary and "it stopped writing" in summary[-1], out
+    parts = parts_of(sub, "r")
+    assert len(parts) == st["part"] >= 2
+    check_chain(parts)  # every part there is complete, with its footer
