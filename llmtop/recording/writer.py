@@ -754,14 +754,13 @@ class Recorder:
             except OSError as exc:
                 failed = failed or exc
             self._bytes_done += sink.nbytes
+            self._bytes_final = self._bytes_done  # (what status() says until the next opens)
             if failed is not None:
-                self._bytes_final = self._bytes_done
                 self._fail(f"write failed: {failed.strerror or failed}")
                 return
             try:
                 self._open_part(boundary)
             except RecordingError as exc:
-                self._bytes_final = self._bytes_done
                 self._fail(f"cannot open the next part: {exc}")
 
     def _check_still_there(self, sink: _Sink) -> None:

@@ -272,6 +272,25 @@ def test_without_rotation_nothing_changes(tmp_path: Path) -> None:
     assert sorted(tmp_path.iterdir()) == [path]
 
 
+def test_a_stem_that_exists_is_no_obstacle(tmp_path: Path) -> None:
+    """With rotation the path given is never written (the parts are): ``--record`` naming
+    an existing file is refused only without rotation."""
+    from llmtop.bus import EventBus
+    from llmtop.recording.errors import RecordingError
+    from llmtop.recording.writer import RecordingController
+
+    stem = tmp_path / "prod.jsonl"
+    stem.write_text("an old recording\n")
+    with pytest.raises(RecordingError, match="file exists"):
+        RecordingController(EventBus(), header={}).check(str(stem))
+    ctl = RecordingController(EventBus(), header={}, rotate_s=3600)
+    ctl.check(str(stem))
+    st = ctl.start(str(stem))
+    ctl.stop()
+    assert stem.read_text() == "an old recording\n" and st["path"] != str(stem)
+    assert read_part(Path(st["path"]))[2] is not None
+
+
 # -- config ---------------------------------------------------------------------------------
 
 
@@ -331,13 +350,16 @@ async def tap(sim_url: str) -> AsyncIterator[Tap]:
         yield t
 
 
-async def test_workers_2_rotate_one_stream(work: Path, tap: Tap,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--workers 2 --record`` with rotation: the coordinator's one stream in parts, each
-    complete, every request the clients got (by its user: the tap's id) in exactly one."""
+@pytest.mark.parametrize(("extra", "suffix"), [(("--workers", "2"), ".jsonl.gz"),
+                                               (("--split-observers",), ".jsonl")])
+async def test_workers_2_rotate_one_stream(work: Path, tap: Tap, extra: tuple[str, ...],
+                                           suffix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--workers 2 --record`` (and ``--split-observers``) with rotation: the
+    coordinator's one stream in parts, each complete, every request the clients got (by
+    its user: the tap's id) in exactly one."""
     monkeypatch.setenv("LLMTOP_RECORDING_ROTATE_MB", "0.01")
-    stem = work / "w.jsonl.gz"
-    proxy = Proxy(tap.url, stem, work, extra=("--workers", "2"))
+    stem = work / f"w{suffix}"
+    proxy = Proxy(tap.url, stem, work, extra=extra)
     try:
         await proxy.until(lambda s: s["part"] >= 3, tap, max_rounds=120)
         await tap.round(proxy.url)
