@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import pytest
 from disk_support import ROOT, Proxy, Tap, child_env, no_traceback, running_tap, workdir
-from rec_helpers import request
+from rec_helpers import FakeDisk, request
 from test_recording_proxy import traffic
 from views_agree import start_sim
 
@@ -256,6 +256,45 @@ def test_a_raised_warning_opens_each_next_part(tmp_path: Path) -> None:
             assert first["t"] == lines[0]["started_at"]
         elif n > raised_until + 1:
             assert not any(x["type"] == "warning" for x in lines), p
+
+
+class NoRoom(FakeDisk):
+    """A disk with no room left: not even the header gets through."""
+
+    def write(self, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+
+def test_no_room_for_the_next_part(tmp_path: Path) -> None:
+    """The disk full when the next part opens: the recording stops as on a failed write —
+    ``error`` in its status, ``on_error`` told once, what comes later counted as dropped —
+    and no empty or half-header part is left; the part before is complete."""
+    opened: list[Path] = []
+
+    def opener(path: Path, overwrite: bool) -> FakeDisk:
+        if not overwrite and path.exists():  # (as the recorder's own opener: "xb")
+            raise FileExistsError(path)
+        opened.append(path)
+        return FakeDisk(path) if len(opened) == 1 else NoRoom(path)
+
+    told: list[tuple[Path, str]] = []
+    rec = Recorder(tmp_path / "d.jsonl", header={}, flush_s=0.1, order_hold_s=0.0,
+                   opener=opener, rotate_bytes=3000,
+                   on_error=lambda p, e: told.append((p, e)))
+    rec.start()
+    feed(rec, 20)
+    feed(rec, 20, first=20)
+    st = rec.stop()
+    assert len(opened) == 2 and st["part"] == 1, (opened, st)
+    assert st["error"] == f"cannot open the next part: {opened[1]}: cannot write: No space " \
+        "left on device", st
+    assert told == [(opened[0], st["error"])]
+    assert not opened[1].exists()
+    assert st["dropped_requests"] > 0
+    _, events, footer = read_part(opened[0])
+    assert footer is not None and footer["requests"] == sum(
+        isinstance(e, RequestRecord) for e in events) == st["requests"]
+    assert st["requests"] + st["dropped_requests"] == 40
 
 
 def test_without_rotation_nothing_changes(tmp_path: Path) -> None:
