@@ -116,7 +116,10 @@ def settled(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_an_open_streams_row_shows_what_is_known_with_one_process_or_two() -> None:
-    async with running_sim("tiny", max_num_seqs=16) as sim:
+    # decode steps 0.1 s apart: a stream's first two content chunks reach the proxy in two
+    # reads (at tiny's ~15 ms a loaded CI machine once gave both to one read: one chunk of
+    # 2 tokens, which is right, but not the row this test reads)
+    async with running_sim("tiny", max_num_seqs=16, base_step_s=0.1) as sim:
         single, fleet = await asyncio.gather(one_proxy(sim.url, 1), one_proxy(sim.url, 2))
     for got in (single, fleet):
         assert set(got["rows"]) == set(got["records"]) == {"anthropic", "openai"}
