@@ -98,6 +98,13 @@ class RequestRecord:
     chunk_tokens: tuple[int, ...] = ()
     concurrency_at_start: int = 0
     error: str | None = None
+    upstream_id: str | None = None
+    """The engine's own id of the request, to look it up in the engine's logs: the
+    response's ``X-Request-Id`` header when it has one, else the id its body names
+    (OpenAI-style ``chatcmpl-…``/``cmpl-…``/``resp_…``, Anthropic ``msg_…``); None when
+    neither (Ollama, TGI's native API, an answer the proxy made itself). At most 128
+    characters; not secret, no prompt text. (Last: recordings and wires without it read
+    as None.)"""
 
     # -- derived figures (definitions in shared/docs/domain.md) --------------------------
 
@@ -186,11 +193,17 @@ class RequestRecord:
 
 
 class PromptCount(Protocol):
-    """Where an open request's prompt size appears while it streams (the proxy's dialect
-    parser: Anthropic's ``message_start``, OpenAI's continuous usage, ...)."""
+    """Where an open request's prompt size (Anthropic's ``message_start``, OpenAI's
+    continuous usage, ...) and the engine's id of it appear while it streams (the proxy's
+    dialect parser)."""
 
     @property
     def usage_prompt_tokens(self) -> int | None: ...
+
+    @property
+    def response_id(self) -> str | None:
+        """The engine's id of the answer, once its body has named it."""
+        ...
 
 
 LOCAL: Final = {"wire": False}
@@ -229,6 +242,10 @@ class ActiveRequest:
     prompt_tokens: int | None = None
     """The prompt's size when it came with the request's row (a worker's report to the
     coordinator of ``--workers N``); the process serving the request reads its ``usage``."""
+    upstream_id: str | None = None
+    """The engine's id of the request as far as known: the response's ``X-Request-Id``,
+    set once with the response head, or a worker's report; the process serving the
+    request reads the body's id from its ``usage`` (:attr:`upstream_id_so_far`)."""
     usage: PromptCount | None = field(default=None, repr=False, compare=False,
                                       metadata=LOCAL)
     """The stream's parser, in the process serving the request (last: the fields before it
@@ -243,6 +260,17 @@ class ActiveRequest:
             if n is not None:
                 return n
         return self.prompt_tokens
+
+    @property
+    def upstream_id_so_far(self) -> str | None:
+        """The engine's id of the request as far as it has said (None: not yet): its
+        ``X-Request-Id``, else the id its stream has named."""
+        uid = self.upstream_id
+        if uid is None:
+            usage = self.usage
+            if usage is not None:
+                return usage.response_id
+        return uid
 
     @property
     def state(self) -> Literal["waiting", "streaming"]:
@@ -263,7 +291,8 @@ class ActiveRequest:
             else (self.first_token_ns - self.t0_ns) / 1e9,
             e2e_s=max(0.0, (now_ns - self.t0_ns) / 1e9), prompt_tokens=self.prompt_so_far,
             completion_tokens=self.tokens, token_source="chunks",
-            concurrency_at_start=self.concurrency_at_start, error=error)
+            concurrency_at_start=self.concurrency_at_start, error=error,
+            upstream_id=self.upstream_id_so_far)
 
     def to_json_dict(self, now_ns: int) -> dict[str, Any]:
         """The ``request`` shape with fields so far (for ``/llmtop/v1/requests?state=active``):
@@ -271,7 +300,8 @@ class ActiveRequest:
         ``e2e_s`` and ``error`` always; ``status`` until the response head has gone to the
         client; ``prompt_tokens`` until the stream has given the prompt's size, which
         Anthropic's ``message_start`` and OpenAI's continuous usage do early, others only
-        at the end); ``completion_tokens`` counted from the stream so far
+        at the end; ``upstream_id`` until the response head or the body has named it);
+        ``completion_tokens`` counted from the stream so far
         (``token_source`` ``chunks``); and, beyond the record,
         ``state`` (waiting/streaming), ``age_s``, ``chunks`` (how many so far, instead of
         the per-chunk lists) and ``tps``.
@@ -316,6 +346,7 @@ class ActiveRequest:
             "tps": tps,
             "concurrency_at_start": self.concurrency_at_start,
             "error": None,
+            "upstream_id": self.upstream_id_so_far,
         }
 
 

@@ -36,15 +36,16 @@ from llmtop.events import (
 )
 
 INGEST_PATH = "/llmtop/v1/_ingest"
-WIRE_VERSION = "llmtop-ingest/3"
+WIRE_VERSION = "llmtop-ingest/4"
 """First item of every ingest payload: a worker of another llmtop version gets 400."""
 ACTIVE_FIELDS = tuple(f.name for f in dataclasses.fields(ActiveRequest)
                       if f.metadata.get("wire", True))
 """The fields of an open request that travel (not those only its own process has, such as
 its stream's parser)."""
-_ACTIVE_READ = {"prompt_tokens": "prompt_so_far"}
-"""What a worker ships for a field: the prompt's size as its stream's parser has it now
-(read here, twice a second, rather than copied from the parser as each read is parsed)."""
+_ACTIVE_READ = {"prompt_tokens": "prompt_so_far", "upstream_id": "upstream_id_so_far"}
+"""What a worker ships for a field: the prompt's size and the engine's id of the request as
+its stream's parser has them now (read here, twice a second, rather than copied from the
+parser as each read is parsed)."""
 ACTIVE_ROW = operator.attrgetter(*(_ACTIVE_READ.get(n, n) for n in ACTIVE_FIELDS))
 """An open request as a tuple of its fields (a fifth of ``dataclasses.asdict``'s cost,
 which recursed and deep-copied; a worker ships every open request twice a second)."""
@@ -74,7 +75,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "stream": _BOOL, "status": _INT, "outcome": _STR, "t_start": _REAL, "ttft_s": _OPT_REAL,
     "e2e_s": _REAL, "prompt_tokens": _OPT_INT, "completion_tokens": _OPT_INT,
     "token_source": _STR, "chunk_offsets_s": _TUPLE, "chunk_tokens": _TUPLE,
-    "concurrency_at_start": _INT, "error": _OPT_STR,
+    "concurrency_at_start": _INT, "error": _OPT_STR, "upstream_id": _OPT_STR,
     "t0_ns": _INT, "first_token_ns": _OPT_INT, "last_chunk_ns": _OPT_INT, "chunks": _INT,
     "tokens": _INT,
 }

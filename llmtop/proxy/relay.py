@@ -310,11 +310,14 @@ class Exchange:
         usage: int | None = None
         prompt = self.prompt_tokens
         model = self.model or a.model
+        upstream_id = a.upstream_id  # the response's X-Request-Id, before the body's id
         if parser is not None:
             usage = parser.usage_completion_tokens
             if parser.usage_prompt_tokens is not None:
                 prompt = parser.usage_prompt_tokens
             model = parser.model or model
+            if upstream_id is None:
+                upstream_id = parser.response_id
         held = self.held_offsets
         toks = self.tokens
         # a short stream (all its chunks still in the two lists): its figures in plain
@@ -367,6 +370,7 @@ class Exchange:
             chunk_tokens=chunk_tokens,
             concurrency_at_start=a.concurrency_at_start,
             error=self.error,
+            upstream_id=upstream_id,
         )
 
 

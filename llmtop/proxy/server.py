@@ -785,6 +785,8 @@ class ProxyServer:
         protocol = request.protocol
         status = head.status
         ex.status = status
+        if head.request_id is not None:  # the engine's id (the body's, else: the parser's)
+            ex.active.upstream_id = head.request_id
         ctype = head.content_type
         strip = UsageChunkStripper() if inject and status < 300 else None
         media = ctype.split(";", 1)[0].strip().lower()

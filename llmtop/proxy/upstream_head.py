@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from llmtop.proxy.dialects._common import upstream_id_text
+
 _NO_BODY_STATUS: Final = frozenset({204, 304})
 
 
@@ -50,11 +52,12 @@ class ResponseHead:
     passes them on without decoding and re-encoding them."""
 
     __slots__ = ("chunked", "content_encoding", "content_type", "headers", "keep_alive",
-                 "length", "no_body", "reason", "status")
+                 "length", "no_body", "reason", "request_id", "status")
 
     def __init__(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
                  length: int | None, chunked: bool, no_body: bool, keep_alive: bool,
-                 content_type: str = "", content_encoding: str = "") -> None:
+                 content_type: str = "", content_encoding: str = "",
+                 request_id: str | None = None) -> None:
         self.status = status
         self.reason = reason
         self.headers = headers
@@ -68,10 +71,17 @@ class ResponseHead:
         """The first Content-Type ("" when none)."""
         self.content_encoding = content_encoding
         """The first Content-Encoding ("" when none)."""
+        self.request_id = request_id
+        """The first non-empty ``X-Request-Id`` (any case) as text
+        (``_common.upstream_id_text``: at most 128 characters), else None: the engine's own
+        id of the request (vLLM with ``--enable-request-id-headers``, OpenAI), which the
+        record's ``upstream_id`` prefers to the id the body names."""
 
 
 _FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection",
-                             b"content-type", b"content-encoding"})
+                             b"content-type", b"content-encoding", b"x-request-id"})
+"""The fields :func:`parse_head` reads: those that frame the body, and those of the others
+it passes on that the proxy uses (the media type, the coding, the engine's request id)."""
 _SPACE: Final = b" \t\x0b\x0c"
 _FOLD: Final = b" \t"
 _VALUE: Final = rb"[\t\x20-\x7e\x80-\xff]*"
@@ -103,6 +113,7 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
     chunked = False
     conn_close = version == b"HTTP/1.0"
     ctype = encoding = None
+    request_id: str | None = None
     folded = False
     te_seen = False
     codings: list[bytes] = []
@@ -147,16 +158,21 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
         elif low == b"content-type":
             if ctype is None:
                 ctype = value.decode("latin-1")
+        elif low == b"x-request-id":
+            if request_id is None:
+                request_id = upstream_id_text(value[:512].decode("utf-8", "replace"))
         elif encoding is None:
             encoding = value.decode("latin-1")
     if folded:  # the values as folded
-        ctype = encoding = None
+        ctype = encoding = request_id = None
         for name, value in headers:
             low = name.lower()
             if low == b"content-type" and ctype is None:
                 ctype = value.decode("latin-1")
             elif low == b"content-encoding" and encoding is None:
                 encoding = value.decode("latin-1")
+            elif low == b"x-request-id" and request_id is None:
+                request_id = upstream_id_text(value[:512].decode("utf-8", "replace"))
     no_body = head_request or status in _NO_BODY_STATUS or 100 <= status < 200
     if status == 204 and (te_seen or length):
         # a 204 announcing a body (RFC 9110 15.3.5: it has none, and RFC 9112 6.1/6.2: it
@@ -187,7 +203,7 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
             conn_close = True
         length = None
     return ResponseHead(status, reason, headers, length, chunked and not no_body, no_body,
-                        not conn_close, ctype or "", encoding or "")
+                        not conn_close, ctype or "", encoding or "", request_id)
 
 
 def _bad_line(lines: list[bytes]) -> str:

@@ -37,6 +37,7 @@ REQUESTS_SCHEMA: Final = pa.schema([
     ("completion_tokens", pa.int64()), ("token_source", pa.string()),
     ("chunk_offsets_s", pa.list_(pa.float64())), ("chunk_tokens", pa.list_(pa.int32())),
     ("concurrency_at_start", pa.int32()), ("error", pa.string()),
+    ("upstream_id", pa.string()),
 ])
 GPU_SCHEMA: Final = pa.schema([
     ("t", pa.float64()), ("time", _TS), ("index", pa.int32()), ("name", pa.string()),

@@ -86,8 +86,8 @@ def config_for(header: Mapping[str, Any], slo: Mapping[str, Any] | None = None,
 @dataclass(slots=True)
 class _Live:
     """A request in flight in the replay: when it started, its chunk offsets, its tokens
-    up to each chunk (None: one a chunk), where its stream has got to, and the status and
-    prompt size its row shows once its first chunk has gone out."""
+    up to each chunk (None: one a chunk), where its stream has got to, and the status,
+    prompt size and engine's id its row shows once its first chunk has gone out."""
 
     t_start: float
     offsets: Sequence[float]
@@ -95,6 +95,7 @@ class _Live:
     active: ActiveRequest
     status: int
     prompt_tokens: int | None
+    upstream_id: str | None = None
 
 
 class ReplayEngine:
@@ -227,7 +228,8 @@ class ReplayEngine:
             stream=rec.stream, t_start=rec.t_start, t0_ns=base_ns,
             concurrency_at_start=rec.concurrency_at_start,
         )
-        self._live[rec.id] = _Live(rec.t_start, offsets, cum, a, rec.status, rec.prompt_tokens)
+        self._live[rec.id] = _Live(rec.t_start, offsets, cum, a, rec.status, rec.prompt_tokens,
+                                   rec.upstream_id)
         self.active[rec.id] = a
 
     def _progress_streams(self) -> None:
@@ -245,6 +247,7 @@ class ReplayEngine:
                 # shows it from the first chunk too
                 a.status = lv.status
                 a.prompt_tokens = lv.prompt_tokens
+                a.upstream_id = lv.upstream_id
                 a.first_token_ns = a.t0_ns + round(offs[0] * 1e9)
                 a.last_chunk_ns = a.t0_ns + round(offs[k - 1] * 1e9)
                 a.tokens = cum[k - 1] if cum is not None and k <= len(cum) else k

@@ -165,6 +165,7 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
     conc, pt, ct, model, err, status = (g("concurrency_at_start"), g("prompt_tokens"),
                                         g("completion_tokens"), g("model"), g("error"),
                                         g("status"))
+    uid = g("upstream_id")  # (newer: a line without it reads None, not defaulted)
     if (
         type(t0) in _REAL and t0 - t0 == 0 and -MAX_TIME_S <= t0 <= MAX_TIME_S
         and type(e2e) in _REAL and 0 <= e2e <= MAX_DURATION_S
@@ -180,12 +181,13 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
         and (ct is None or (type(ct) is int and 0 <= ct <= MAX_COUNT))
         and (model is None or type(model) is str)
         and (err is None or type(err) is str)
+        and (uid is None or type(uid) is str)
     ):
         return RequestRecord(
             d["id"], d["user"], model, d["dialect"], d["path"], d["stream"], status,
             d["outcome"], t0, ttft, e2e, pt, ct, d["token_source"],
             _numbers(offs, "chunk_offsets_s", MAX_DURATION_S),
-            _counts(toks, "chunk_tokens"), conc, err,
+            _counts(toks, "chunk_tokens"), conc, err, uid,
         ), False
     for k in REQUEST_REQUIRED:
         if k not in d:
@@ -219,6 +221,7 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
         chunk_tokens=_counts(g("chunk_tokens"), "chunk_tokens"),
         concurrency_at_start=0 if conc is None else _integer(conc, "concurrency_at_start"),
         error=_opt_string(g("error"), "error"),
+        upstream_id=_opt_string(g("upstream_id"), "upstream_id"),
     )
     return rec, defaulted
 

@@ -48,6 +48,7 @@ def record(i: int, *, n: int = 5) -> RequestRecord:
         chunk_offsets_s=tuple(0.1 + k / 3 + i / 1e6 for k in range(n)),
         chunk_tokens=(1 + i % 2,) * n,
         concurrency_at_start=i + 1, error="upstream said no" if i % 2 else None,
+        upstream_id=None if i % 2 else f"chatcmpl-{i}",
     )
 
 
@@ -57,7 +58,7 @@ def active(i: int) -> ActiveRequest:
         stream=True, t_start=1.7e9 + 1 / 3, t0_ns=123456789 + i, concurrency_at_start=i,
         first_token_ns=None if i % 2 else 123999999, last_chunk_ns=124000000 + i,
         chunks=i, tokens=2 * i, status=None if i % 2 else 200 + i,
-        prompt_tokens=None if i % 2 else 40 + i,
+        prompt_tokens=None if i % 2 else 40 + i, upstream_id=None if i % 2 else f"req-{i}",
     )
 
 
@@ -81,11 +82,12 @@ def test_every_field_survives_the_round_trip_exactly() -> None:
         assert type(got.chunk_offsets_s) is tuple and type(got.chunk_tokens) is tuple
         assert [x.hex() for x in got.chunk_offsets_s] == [x.hex() for x in sent.chunk_offsets_s]
     assert batch.active == opened
-    # every field travels but the stream's parser; the status and prompt size too (known
-    # in one, not yet in the other)
+    # every field travels but the stream's parser; the status, prompt size and engine's id
+    # too (known in one, not yet in the other)
     wire = tuple(f.name for f in dataclasses.fields(ActiveRequest) if f.name != "usage")
     assert wire == ACTIVE_FIELDS
-    assert [(a.status, a.prompt_tokens) for a in batch.active] == [(200, 40), (None, None)]
+    assert [(a.status, a.prompt_tokens, a.upstream_id) for a in batch.active] == [
+        (200, 40, "req-0"), (None, None, None)]
 
 
 
@@ -96,13 +98,15 @@ def test_an_open_request_ships_what_its_stream_has_said_when_the_post_goes() -> 
     parser = make_parser("anthropic", True, "text/event-stream")
     a = dataclasses.replace(active(1), status=200, usage=parser)
     before = decode_batch(encode_batch(0, 0, [], [a])).active[0]
-    assert (before.status, before.prompt_tokens, before.usage) == (200, None, None)
+    assert (before.status, before.prompt_tokens, before.upstream_id, before.usage) == (
+        200, None, None, None)
     parser.feed(b'event: message_start\ndata: {"type": "message_start", "message": '
-                b'{"model": "claude", "usage": {"input_tokens": 37}}}\n\n')
+                b'{"id": "msg_01", "model": "claude", "usage": {"input_tokens": 37}}}\n\n')
     after = decode_batch(encode_batch(0, 0, [], [a])).active[0]
-    assert (after.prompt_tokens, after.usage) == (37, None)
+    assert (after.prompt_tokens, after.upstream_id, after.usage) == (37, "msg_01", None)
     assert after.to_json_dict(a.t0_ns) == a.to_json_dict(a.t0_ns)  # the same row there
     assert a.to_json_dict(a.t0_ns)["prompt_tokens"] == 37
+    assert a.to_json_dict(a.t0_ns)["upstream_id"] == "msg_01"
 
 def _pickled(obj: object) -> bytes:
     return pickle.dumps(obj, protocol=5)

@@ -21,6 +21,9 @@ MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 """Largest non-streaming body a parser accumulates to read usage from at ``finish()``."""
 MAX_ERROR_CHARS: Final = 300
 MAX_MODEL_CHARS: Final = 200
+MAX_UPSTREAM_ID_CHARS: Final = 128
+"""The most characters of the engine's own id of a request kept (its ``X-Request-Id``, or
+the ``chatcmpl-…``/``msg_…`` id of its answer): real ones are 20–60."""
 
 ZERO: Final[tuple[int, int]] = (0, 0)
 
@@ -112,6 +115,15 @@ def as_text(value: str) -> str:
     return value
 
 
+def upstream_id_text(value: object) -> str | None:
+    """The engine's id of a request as a record keeps it: a non-empty string cut to
+    :data:`MAX_UPSTREAM_ID_CHARS`, as text every output can carry (:func:`as_text`); None
+    for anything else (JSON ``null``, a number, ``""``)."""
+    if not isinstance(value, str) or not value:
+        return None
+    return as_text(value[:MAX_UPSTREAM_ID_CHARS])
+
+
 def error_text(err: object) -> str:
     """A short one-line description of an error object from an upstream."""
     text: str
@@ -187,14 +199,15 @@ class ParserState:
     ``usage_seen`` is True exactly when ``usage_completion_tokens`` is known.
     """
 
-    __slots__ = ("ended", "error", "error_kind", "model", "usage_completion_tokens",
-                 "usage_prompt_tokens", "usage_seen")
+    __slots__ = ("_response_id", "ended", "error", "error_kind", "model",
+                 "usage_completion_tokens", "usage_prompt_tokens", "usage_seen")
 
     def __init__(self) -> None:
         self.ended = False
         self.usage_prompt_tokens: int | None = None
         self.usage_completion_tokens: int | None = None
         self.model: str | None = None
+        self._response_id: str | None = None
         self.error: str | None = None
         self.error_kind: str | None = None
         self.usage_seen: bool = False
@@ -209,6 +222,17 @@ class ParserState:
     def _set_model(self, model: object) -> None:
         if self.model is None and isinstance(model, str) and model:
             self.model = as_text(model[:MAX_MODEL_CHARS])
+
+    @property
+    def response_id(self) -> str | None:
+        """The engine's id of the answer, once its body has named it (see
+        ``base.StreamParser``)."""
+        return self._response_id
+
+    def _set_response_id(self, value: object) -> None:
+        """The answer's own id (``chatcmpl-…``, ``msg_…``), the first one given."""
+        if self._response_id is None:
+            self._response_id = upstream_id_text(value)
 
     def _set_completion(self, value: object) -> int | None:
         n = count(value)

@@ -12,7 +12,8 @@ Stream events (the type is the data's ``type``, else the ``event:`` name):
   tool without arguments (only ``partial_json: ""`` follows) is content as well;
 * a ``redacted_thinking`` block (its whole encrypted ``data`` comes in
   ``content_block_start``, with no deltas) is reasoning output: its start is content;
-* ``message_start`` names the model and the prompt size: ``usage.input_tokens`` plus
+* ``message_start`` names the model, the answer's id (``message.id``, ``msg_…``) and the
+  prompt size: ``usage.input_tokens`` plus
   ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` when present (Anthropic
   counts cached prompt tokens apart from ``input_tokens``);
 * ``message_delta`` carries the cumulative ``usage.output_tokens`` (the completion count),
@@ -119,6 +120,7 @@ class AnthropicStreamParser(SSEStreamParser):
                 msg = obj.get("message")
                 if isinstance(msg, dict):
                     self._set_model(msg.get("model"))
+                    self._set_response_id(msg.get("id"))
                     usage = msg.get("usage")
                     if isinstance(usage, dict):
                         self._merge_prompt(usage)
@@ -146,6 +148,7 @@ class AnthropicBodyParser(JSONBodyParser):
             self._fail(*_error_of(obj))
             return False
         self._set_model(obj.get("model"))
+        self._set_response_id(obj.get("id"))
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._set_completion(usage.get("output_tokens"))

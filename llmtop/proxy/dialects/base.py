@@ -37,6 +37,17 @@ class StreamParser(Protocol):
     usage_completion_tokens: int | None
     model: str | None
     """The model the response names, when it does."""
+
+    @property
+    def response_id(self) -> str | None:
+        """The engine's own id of the answer, when its body gives one: the top-level ``id``
+        of an OpenAI-style stream's first chunk or JSON body (``chatcmpl-…``, ``cmpl-…``;
+        the Responses API's ``response.id``, ``resp_…``), Anthropic's ``message_start``
+        ``message.id`` (``msg_…``); at most 128 characters, safe text
+        (``_common.upstream_id_text``). Ollama and TGI name none. Read where the model is
+        read, once; the OpenAI stream parser decodes it from its first event when asked."""
+        ...
+
     error: str | None
     """Set on an error event mid-stream or malformed data (first one wins)."""
     error_kind: str | None

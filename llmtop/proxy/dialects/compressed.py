@@ -26,7 +26,8 @@ class InflatingParser:
     """A :class:`StreamParser` reading ``inner``'s dialect from a compressed body."""
 
     __slots__ = ("_d", "_head", "_inner", "ended", "error", "error_kind", "model",
-                 "usage_completion_tokens", "usage_prompt_tokens", "usage_seen")
+                 "response_id", "usage_completion_tokens", "usage_prompt_tokens",
+                 "usage_seen")
 
     def __init__(self, inner: StreamParser, encoding: str) -> None:
         self._inner = inner
@@ -38,6 +39,7 @@ class InflatingParser:
         self.usage_prompt_tokens: int | None = None
         self.usage_completion_tokens: int | None = None
         self.model: str | None = None
+        self.response_id: str | None = None
         self.error: str | None = None
         self.error_kind: str | None = None
         self.usage_seen = False
@@ -48,6 +50,7 @@ class InflatingParser:
         self.usage_prompt_tokens = inner.usage_prompt_tokens
         self.usage_completion_tokens = inner.usage_completion_tokens
         self.model = inner.model
+        self.response_id = inner.response_id
         self.usage_seen = inner.usage_seen
         self.ended = inner.ended
         if self.error is None:

@@ -56,6 +56,7 @@ from llmtop.proxy.dialects._common import (
     loads,
     loads_event,
     text_or_none,
+    upstream_id_text,
 )
 from llmtop.proxy.dialects.base import RequestInfo
 from llmtop.proxy.dialects.openai_usage import (
@@ -144,6 +145,8 @@ def _error_of(obj: dict[str, Any]) -> tuple[str, str | None] | None:
 
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
 """The model of a chunk, when written plainly (no escapes in it)."""
+_FIRST_HELD_MAX = 4096
+"""The first event is held for its ``id`` up to this size (a larger one is read at once)."""
 
 
 def _one_index(choices: object) -> int | None:
@@ -159,8 +162,8 @@ def _one_index(choices: object) -> int | None:
 class OpenAIStreamParser(ParserState):
     """An OpenAI-style SSE stream (see the module docstring for what counts)."""
 
-    __slots__ = ("_counted", "_fast", "_max", "_per_choice", "_sse", "_summed", "_usage_obj",
-                 "_usage_per_choice", "_warm", "done")
+    __slots__ = ("_counted", "_fast", "_first", "_max", "_per_choice", "_sse", "_summed",
+                 "_usage_obj", "_usage_per_choice", "_warm", "done")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__()
@@ -173,6 +176,7 @@ class OpenAIStreamParser(ParserState):
         self._summed: int | None = None  # completion tokens of the usage-only events, summed
         self._per_choice: dict[int, int] | None = None  # timings.predicted_n per choice index
         self._usage_per_choice: dict[int, int] | None = None  # usage per choice index
+        self._first: bytes | None = None  # the first event, for its id (see response_id)
         self.done = False
         """``data: [DONE]`` was seen."""
 
@@ -285,13 +289,42 @@ class OpenAIStreamParser(ParserState):
 
     def _model_from_bytes(self, data: bytes) -> bool:
         """The first event's model read off its bytes (the fast path needs it read once);
-        False when it is not there plainly, and the event is then decoded in full."""
+        False when it is not there plainly, and the event is then decoded in full. The
+        event itself is kept for its ``id`` (:attr:`response_id`)."""
         m = _MODEL.search(data)
         if m is None:
             return False
+        self._first = data
+        if len(data) > _FIRST_HELD_MAX:
+            self._read_first()
         self._set_model(m.group(1).decode("utf-8", "replace"))
         self._warm = True
         return True
+
+    @property
+    def response_id(self) -> str | None:
+        """The top-level ``id`` of the first event, decoded when first asked for (by the
+        record, or the live row) — not on the forwarding path: its bytes are kept when the
+        model is read off them (finding a *top-level* key in bytes is no cheaper than
+        decoding them, and the first event is the one event a stream never decodes that
+        way); else an event decoded in full (the first, when read that way) gave it."""
+        if self._first is not None:
+            self._read_first()
+        return self._response_id
+
+    def _read_first(self) -> None:
+        """The first event's ``id``, from its bytes (taken before an id a later event gave:
+        they are the same in every engine). The live row may ask from another thread than
+        the relay's: each reads the bytes once, and both would find the same id."""
+        first = self._first
+        self._first = None
+        if first is None:
+            return
+        obj = loads(first)
+        if isinstance(obj, dict):
+            rid = upstream_id_text(obj.get("id"))
+            if rid is not None:
+                self._response_id = rid
 
     def _handle(self, events: list[SSEEvent]) -> tuple[int, int]:
         n = tokens = 0
@@ -334,6 +367,8 @@ class OpenAIStreamParser(ParserState):
                 continue
             self._warm = True
             self._set_model(obj.get("model"))
+            if self._response_id is None:
+                self._set_response_id(obj.get("id"))
             cum: int | None = None
             usage = obj.get("usage")
             if isinstance(usage, dict):
@@ -421,6 +456,7 @@ class OpenAIBodyParser(JSONBodyParser):
             self._fail(*err)
             return False
         self._set_model(obj.get("model"))
+        self._set_response_id(obj.get("id"))
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._set_completion(usage.get("completion_tokens"))

@@ -36,7 +36,8 @@ checked writes the name equal to the data's ``type``. Any other name (none, or a
   ``cached_tokens`` apart; llama.cpp writes ``n_prompt_tokens`` and, of them,
   ``n_prompt_tokens_cache`` (a repeated prompt answered ``input_tokens: 37,
   cached_tokens: 36``, the first time 37 and 0). The terminal event ends the stream
-  (``ended``); the model comes from any event's ``response.model``;
+  (``ended``); the model comes from any event's ``response.model``, the answer's id
+  (``resp_…``) from its ``response.id``;
 * errors: an ``error`` event (``{"type": "error", "code", "message", "param"}`` flat, or
   an ``error`` object inside) and ``response.failed`` (its ``response.error``:
   ``{"code", "message"}``) set ``error`` and ``error_kind`` (the ``code``); a ``data:
@@ -178,6 +179,8 @@ class ResponsesStreamParser(SSEStreamParser):
                 response = obj.get("response")
                 if isinstance(response, dict):
                     self._set_model(response.get("model"))
+                    if self._response_id is None:  # ``resp_…``, from response.created on
+                        self._set_response_id(response.get("id"))
                     if typ in _TERMINAL:
                         self.ended = True
                         _usage(self, response)
@@ -213,6 +216,7 @@ class ResponsesBodyParser(JSONBodyParser):
         if not isinstance(obj, dict):
             return False
         self._set_model(obj.get("model"))
+        self._set_response_id(obj.get("id"))
         _usage(self, obj)
         err = _error_of(obj)
         if err is not None:
