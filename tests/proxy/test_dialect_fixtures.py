@@ -35,6 +35,10 @@ class Expect:
     error: str | None = None
     path: str = ""
     """The request's path (an ``openai`` request to ``…/responses`` is the Responses API)."""
+    rid: str | None = None
+    """The engine's id of the answer (``response_id``): the top-level ``id`` of an
+    OpenAI-style body or first chunk, Anthropic's ``message.id``, the Responses API's
+    ``response.id`` — not a tool call's or an output item's id."""
 
 
 SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
@@ -45,30 +49,40 @@ CASES: dict[str, Expect] = {
     # real llama.cpp: 11 non-empty content deltas; the role chunk (content null) and the
     # finish chunk (empty delta) are not content; no usage without include_usage, but the
     # finish chunk's timings: predicted_n 12, prompt_n 1 + cache_n 35
-    "llamacpp_chat_stream.sse": Expect("openai", True, SSE, (1,) * 11, 36, 12, SMOL),
+    "llamacpp_chat_stream.sse": Expect("openai", True, SSE, (1,) * 11, 36, 12, SMOL,
+                                       rid="chatcmpl-lkX4cT5MNqv10n6TnPh7oIV0TlnYDejE"),
     # same with include_usage: usage 36/12 (12 includes the end-of-sequence token)
-    "llamacpp_chat_stream_usage.sse": Expect("openai", True, SSE, (1,) * 11, 36, 12, SMOL),
+    "llamacpp_chat_stream_usage.sse": Expect("openai", True, SSE, (1,) * 11, 36, 12, SMOL,
+                                             rid="chatcmpl-t64ZSeq9XEuCR2ZqQzAxrakq9eSy2ExJ"),
     # 16 non-empty texts; usage rides on the finish chunk (text "")
-    "llamacpp_completions_stream.sse": Expect("openai", True, SSE, (1,) * 16, 3, 16, SMOL),
+    "llamacpp_completions_stream.sse": Expect("openai", True, SSE, (1,) * 16, 3, 16, SMOL,
+                                              rid="chatcmpl-0RFSM9g2gWdWpKVczWpSLHTUbTACrcPc"),
     # text + 3 tool-call deltas; role-only "" and finish are not content; usage 50/19
     "openai_crlf_keepalive_tools.sse": Expect("openai", True, SSE, (1, 1, 1, 1), 50, 19,
-                                              "gpt-4o-mini"),
+                                              "gpt-4o-mini",
+                                              rid="chatcmpl-A1"),
     # continuous usage cumulative 0,1,3,6,7,8(finish),8(usage-only) → 1,2,3,1 per event
     "openai_continuous_usage_reasoning.sse": Expect("openai", True, SSE, (1, 2, 3, 1), 20, 8,
-                                                    "Qwen/Qwen3-8B"),
+                                                    "Qwen/Qwen3-8B",
+                                                    rid="chatcmpl-A1"),
     # Hi / (multi-line) there / (no blank line at EOF) you
     "openai_multiline_no_final_blank.sse": Expect("openai", True, SSE, (1, 1, 1), None, None,
-                                                  "llama-3"),
+                                                  "llama-3",
+                                                  rid="chatcmpl-A1"),
     # " once", " upon", "" (not content), " a time"; usage 4/5 in the finish chunk
-    "openai_completions_cr.sse": Expect("openai", True, SSE, (1, 1, 1), 4, 5, "tinyllama"),
+    "openai_completions_cr.sse": Expect("openai", True, SSE, (1, 1, 1), 4, 5, "tinyllama",
+                                        rid="cmpl-9"),
     "openai_error_midstream.sse": Expect("openai", True, SSE, (1, 1), None, None, "m",
-                                         "CUDA out of memory. Tried to allocate 2 GiB"),
+                                         "CUDA out of memory. Tried to allocate 2 GiB",
+                                         rid="chatcmpl-A1"),
     # thinking ×2, (signature: no), text ×2, tool_use start (its name), input_json ("" no) ×2;
     # prompt 472 + 100 cached
     "anthropic_stream.sse": Expect("anthropic", True, SSE, (1,) * 7, 572, 89,
-                                   "claude-sonnet-4-5"),
+                                   "claude-sonnet-4-5",
+                                   rid="msg_01"),
     "anthropic_error_crlf.sse": Expect("anthropic", True, SSE, (1, 1), 12, None,
-                                       "claude-sonnet-4-5", "Overloaded"),
+                                       "claude-sonnet-4-5", "Overloaded",
+                                       rid="msg_01"),
     # The, sky, (empty), is, blue; done line has 26/5; last line without newline
     "ollama_generate.ndjson": Expect("ollama", True, NDJSON, (1,) * 4, 26, 5, "llama3.2"),
     # (empty), thinking, tool_calls, "Ok"; done 31/4
@@ -94,26 +108,34 @@ CASES: dict[str, Expect] = {
     # output_item.added and content_part.added are not content); response.completed's
     # usage 37/23 (23 includes the end-of-sequence token, in no delta)
     "llamacpp_responses_stream.sse": Expect("openai", True, SSE, (1,) * 22, 37, 23, SMOL,
-                                            path=RESP),
+                                            path=RESP,
+                                            rid="resp_Knw59tXMqwUjq4Ktz2riQygLVixFn9rf"),
     # summary deltas ×2, (reasoning_text "": no), text ×2 ("" between: no), the function
     # call's output_item.added (its name), arguments ×2 ("": no); usage 50 (20 cached, in
     # input_tokens) / 40
     "openai_responses_stream.sse": Expect("openai", True, SSE, (1,) * 7, 50, 40, RM,
-                                          path=RESP),
+                                          path=RESP,
+                                          rid="resp_1"),
     # refusal ×2, then response.failed (no blank line after it) with its error and usage
     "openai_responses_failed_crlf.sse": Expect(
         "openai", True, SSE, (1, 1), 50, 3, RM, "The model failed to generate a response.",
-        path=RESP),
+        path=RESP,
+        rid="resp_1"),
     # data-only events: two deltas, then an error event (flat code/message)
     "openai_responses_error_midstream.sse": Expect(
         "openai", True, SSE, (1, 1), None, None, RM, "Rate limit reached for requests",
-        path=RESP),
+        path=RESP,
+        rid="resp_1"),
     # whole bodies: one content event at finish() carrying the usage's completion tokens
-    "llamacpp_responses.json": Expect("openai", False, JSON, (23,), 37, 23, SMOL, path=RESP),
+    "llamacpp_responses.json": Expect("openai", False, JSON, (23,), 37, 23, SMOL, path=RESP,
+                                      rid="resp_ok7cA3UOVzheQbqmnOqaSGXQdQbR3aQK"),
     # a reasoning summary and a function call; usage 50/33
-    "openai_responses.json": Expect("openai", False, JSON, (33,), 50, 33, RM, path=RESP),
-    "llamacpp_chat_nonstream.json": Expect("openai", False, JSON, (12,), 36, 12, SMOL),
-    "anthropic_message.json": Expect("anthropic", False, JSON, (9,), 10, 9, "claude-haiku-4-5"),
+    "openai_responses.json": Expect("openai", False, JSON, (33,), 50, 33, RM, path=RESP,
+                                    rid="resp_1"),
+    "llamacpp_chat_nonstream.json": Expect("openai", False, JSON, (12,), 36, 12, SMOL,
+                                           rid="chatcmpl-eAzUsiJOOYCg6Tje4RgVsVRF8Gw2qyzB"),
+    "anthropic_message.json": Expect("anthropic", False, JSON, (9,), 10, 9, "claude-haiku-4-5",
+                                     rid="msg_02"),
     "ollama_chat.json": Expect("ollama", False, JSON, (3,), 26, 3, "llama3.2"),
     "tgi_generate.json": Expect("tgi", False, JSON, (3,), None, 3, None),
     "sglang_generate.json": Expect("sglang", False, JSON, (6,), 7, 6, None),
@@ -131,6 +153,7 @@ class Result:
     usage_seen: bool
     model: str | None
     error: str | None
+    rid: str | None
 
 
 def run(exp: Expect, pieces: list[bytes]) -> tuple[Result, list[tuple[int, int]]]:
@@ -140,13 +163,13 @@ def run(exp: Expect, pieces: list[bytes]) -> tuple[Result, list[tuple[int, int]]
     events = sum(n for n, _ in per_read)
     tokens = sum(t for _, t in per_read)
     res = Result(events, tokens, parser.usage_prompt_tokens, parser.usage_completion_tokens,
-                 parser.usage_seen, parser.model, parser.error)
+                 parser.usage_seen, parser.model, parser.error, parser.response_id)
     return res, per_read
 
 
 def expected_result(exp: Expect) -> Result:
     return Result(len(exp.chunks), sum(exp.chunks), exp.prompt, exp.completion,
-                  exp.completion is not None, exp.model, exp.error)
+                  exp.completion is not None, exp.model, exp.error, exp.rid)
 
 
 def load(name: str) -> bytes:
