@@ -1,0 +1,211 @@
+"""A record's ``upstream_id`` is the id the client itself saw — the body's ``chatcmpl-…``
+or ``msg_…`` from ``llmtop sim``, streamed or not, served directly or through aiohttp's
+path — unless the response has an ``X-Request-Id``: then that header (the engine's id in
+its logs, vLLM ``--enable-request-id-headers``, OpenAI). An open request's live row shows
+it as soon as the head or the stream has named it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import openai
+import pytest
+from test_proxy_direct import _hostport, _read_response
+from test_proxy_support import (
+    Records,
+    Script,
+    openai_chunks,
+    running_proxy,
+    scripted_upstream,
+)
+
+from llmtop.proxy.server import ProxyServer
+from llmtop.sim.server import running_sim
+
+MESSAGES = [{"role": "user", "content": "hello there"}]
+CASES = {
+    "openai stream": ("/v1/chat/completions", {"model": "m", "max_tokens": 4, "stream": True,
+                                               "messages": MESSAGES}),
+    "openai json": ("/v1/chat/completions", {"model": "m", "max_tokens": 4,
+                                             "messages": MESSAGES}),
+    "anthropic stream": ("/v1/messages", {"model": "claude-x", "max_tokens": 4,
+                                          "stream": True, "messages": MESSAGES}),
+    "anthropic json": ("/v1/messages", {"model": "claude-x", "max_tokens": 4,
+                                        "messages": MESSAGES}),
+}
+
+
+def _raw(path: str, body: dict[str, Any], extra: bytes = b"") -> bytes:
+    data = json.dumps(body).encode()
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: h\r\n"
+            b"Content-Type: application/json\r\n" + extra
+            + b"Content-Length: %d\r\n\r\n" % len(data) + data)
+
+
+def seen_id(body: bytes) -> str:
+    """The id the client read: a JSON body's ``id``; a stream's first event's ``id``, or
+    Anthropic's ``message_start`` ``message.id``."""
+    if not body.lstrip().startswith(b"{"):
+        for line in body.split(b"\n"):
+            if line.startswith(b"data:"):
+                obj = json.loads(line[5:])
+                rid = obj["message"]["id"] if obj.get("type") == "message_start" else obj["id"]
+                assert isinstance(rid, str)
+                return rid
+        raise AssertionError(f"no event in {body[:200]!r}")
+    rid = json.loads(body)["id"]
+    assert isinstance(rid, str)
+    return rid
+
+
+class Client:
+    """Two keep-alive connections to the proxy: on ``whole`` each request goes in one write
+    (served directly once an upstream connection is idle), on ``split`` head and body in
+    two reads (aiohttp's path; such a connection is never served directly again)."""
+
+    def __init__(self, proxy: ProxyServer, recs: Records) -> None:
+        self.proxy, self.recs = proxy, recs
+        self.conns: dict[bool, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+
+    async def open(self, url: str) -> Client:
+        for direct in (True, False):
+            self.conns[direct] = await asyncio.open_connection(*_hostport(url))
+        return self
+
+    def close(self) -> None:
+        for _, writer in self.conns.values():
+            writer.close()
+
+    async def send(self, raw: bytes, direct: bool, status: bytes = b"200") -> bytes:
+        """One request, once the one before it has its record (its upstream connection is
+        idle again); the body the client read."""
+        recs, proxy = self.recs, self.proxy
+        recs.bus.drain()
+        n = len(recs.items)
+        before = proxy.direct_starts
+        reader, writer = self.conns[direct]
+        if direct:
+            writer.write(raw)
+        else:
+            split = raw.index(b"\r\n\r\n") + 4
+            writer.write(raw[:split])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(raw[split:])
+        body = await _read_response(reader, status)
+        await recs.wait(n + 1)
+        assert proxy.direct_starts == before + direct
+        return body
+
+
+async def test_the_record_names_the_id_the_client_saw_on_both_paths() -> None:
+    async with running_sim("tiny") as sim, running_proxy(sim.url) as (proxy, url, recs):
+        client = await Client(proxy, recs).open(url)
+        seen: list[tuple[str, bool, str]] = []
+        try:
+            # a first request leaves an upstream connection idle (aiohttp's path: none was
+            # idle yet); then each case whole (direct) and split (aiohttp's path)
+            await client.send(_raw(*CASES["openai json"]), False)
+            for name, (path, body) in CASES.items():
+                for direct in (True, False):
+                    got = await client.send(_raw(path, body), direct)
+                    seen.append((name, direct, seen_id(got)))
+        finally:
+            client.close()
+        records = (await recs.wait(1 + len(seen)))[1:]
+    assert len(records) == len(seen) == 2 * len(CASES)
+    for (name, direct, rid), rec in zip(seen, records, strict=True):
+        assert rec.outcome == "ok" and rec.stream == name.endswith("stream"), (name, rec)
+        prefix = "msg_" if name.startswith("anthropic") else "chatcmpl-"
+        assert rid.startswith(prefix), (name, rid)
+        assert rec.upstream_id == rid, (name, direct, rec)
+    assert len({rid for _, _, rid in seen}) == len(seen)  # each request its own
+
+
+async def test_the_openai_sdks_stream_id_is_the_records() -> None:
+    async with running_sim("tiny") as sim, running_proxy(sim.url) as (_, url, recs):
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        try:
+            stream = await client.chat.completions.create(
+                model="m", messages=MESSAGES, max_tokens=4, stream=True)  # type: ignore[arg-type]
+            ids = {chunk.id async for chunk in stream}
+            done = await client.chat.completions.create(
+                model="m", messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
+        finally:
+            await client.close()
+        records = await recs.wait(2)
+    assert len(ids) == 1
+    assert [r.upstream_id for r in records] == [ids.pop(), done.id]
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "aiohttp"])
+async def test_x_request_id_is_taken_before_the_bodys_id(direct: bool) -> None:
+    async with scripted_upstream() as up:
+        up.by_path["/v1/chat/completions"] = Script(
+            chunks=openai_chunks(["a", "b"]),
+            headers={"Content-Type": "text/event-stream", "x-REQUEST-id": "vllm-req-42"})
+        up.by_path["/v1/completions"] = Script(chunks=openai_chunks(["a"]),
+                                               headers={"Content-Type": "text/event-stream"})
+        up.by_path["/v1/messages"] = Script(
+            chunks=[b'{"type":"error","error":{"type":"overloaded_error","message":"busy"}}'],
+            status=529, content_length=True,
+            headers={"Content-Type": "application/json", "X-Request-Id": "req_err_1"})
+        body = {"model": "m1", "stream": True, "messages": MESSAGES}
+        async with running_proxy(up.url) as (proxy, url, recs):
+            client = await Client(proxy, recs).open(url)
+            try:
+                await client.send(_raw("/v1/completions", body), False)
+                got = await client.send(_raw("/v1/chat/completions", body), direct)
+                await client.send(_raw("/v1/messages", {**body, "model": "claude-x"}), direct,
+                                  b"529")
+            finally:
+                client.close()
+            plain, headed, failed = await recs.wait(3)
+    assert seen_id(got) == "chatcmpl-1"  # the body's id reached the client as it was
+    assert plain.upstream_id == "chatcmpl-1"  # no header: the body's id
+    assert headed.upstream_id == "vllm-req-42"  # the header wins
+    # a failed answer keeps the engine's id too: the one to look up in its logs
+    assert (failed.status, failed.outcome, failed.upstream_id) == (529, "error", "req_err_1")
+
+
+async def test_an_open_requests_row_shows_the_id_once_named() -> None:
+    """The live row (``/requests?state=active``): the header's id from the head on, the
+    body's id once the first event has come."""
+    async with scripted_upstream() as up:
+        up.by_path["/v1/chat/completions"] = Script(
+            chunks=openai_chunks(["a", "b", "c"]), gap_s=0.4,
+            headers={"Content-Type": "text/event-stream", "X-Request-Id": "req-live"})
+        up.by_path["/v1/completions"] = Script(
+            chunks=openai_chunks(["a", "b", "c"]), gap_s=0.4,
+            headers={"Content-Type": "text/event-stream"})
+        async with running_proxy(up.url) as (proxy, url, recs):
+
+            async def row_id(path: str) -> Any:
+                client = asyncio.create_task(_post(url, path))
+                deadline = time.monotonic() + 5
+                while True:
+                    rows = [a.to_json_dict(time.perf_counter_ns())
+                            for a in list(proxy.active.values())]
+                    if rows and rows[0]["chunks"] >= 1:
+                        break
+                    assert time.monotonic() < deadline, rows
+                    await asyncio.sleep(0.01)
+                await client
+                return rows[0]["upstream_id"]
+
+            live = [await row_id("/v1/chat/completions"), await row_id("/v1/completions")]
+            records = await recs.wait(2)
+    assert live == ["req-live", "chatcmpl-1"]
+    assert [r.upstream_id for r in records] == live
+
+
+async def _post(url: str, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection(*_hostport(url))
+    try:
+        writer.write(_raw(path, {"model": "m1", "stream": True, "messages": MESSAGES}))
+        return await _read_response(reader)
+    finally:
+        writer.close()
