@@ -31,7 +31,7 @@ SAME_ANYWHERE = ("type", "user", "model", "dialect", "path", "stream", "status",
                  "token_source", "error")
 """Row fields that do not depend on when or in which proxy the request ran."""
 AS_RECORDED = ("id", "user", "model", "dialect", "path", "stream", "status", "t_start",
-               "ttft_s", "prompt_tokens", "concurrency_at_start")
+               "ttft_s", "prompt_tokens", "concurrency_at_start", "upstream_id")
 """Row fields already final mid-stream: equal to the finished record's."""
 
 
@@ -83,12 +83,11 @@ async def one_proxy(sim_url: str, workers: int) -> dict[str, Any]:
         conn = aiohttp.TCPConnector(force_close=True)  # new connections: any worker
         async with aiohttp.ClientSession(connector=conn) as s:
 
-            async def stream(path: str, body: dict[str, Any]) -> int:
+            async def stream(path: str, body: dict[str, Any]) -> tuple[int, str]:
                 async with s.post(proxy + path, data=json.dumps(body), headers={
                         "Content-Type": "application/json", "X-LLMTOP-User": "ann",
                         "X-Sim-Fault": f"stall:{STALL_MS}@2"}) as r:
-                    await r.read()
-                    return r.status
+                    return r.status, seen_id(await r.read())
 
             held = [asyncio.create_task(stream(p, b)) for p, b in bodies().values()]
             rows = await rows_mid_stream(s, admin)
@@ -99,7 +98,8 @@ async def one_proxy(sim_url: str, workers: int) -> dict[str, Any]:
                 tui_snap = await source.active_requests()
             finally:
                 await source.close()
-            assert await asyncio.gather(*held) == [200, 200]
+            answers = await asyncio.gather(*held)
+            assert [status for status, _ in answers] == [200, 200]
             records = await recorded(s, admin, {r["id"] for r in rows})
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -107,7 +107,20 @@ async def one_proxy(sim_url: str, workers: int) -> dict[str, Any]:
     assert proc.returncode == 0, out.decode()
     assert snap.get("system", {}).get("in_flight") == 2
     return {"rows": {r["dialect"]: r for r in rows}, "tui": tui, "tui_snap": tui_snap,
-            "records": {r["dialect"]: r for r in records.values()}}
+            "records": {r["dialect"]: r for r in records.values()},
+            "seen_ids": {d: rid for d, (_, rid) in zip(bodies(), answers, strict=True)}}
+
+
+def seen_id(body: bytes) -> str:
+    """The engine's id the client read in a stream: its first event's ``id``, or Anthropic's
+    ``message_start`` ``message.id``."""
+    for line in body.split(b"\n"):
+        if line.startswith(b"data:"):
+            obj = json.loads(line[5:])
+            rid = obj["message"]["id"] if obj.get("type") == "message_start" else obj["id"]
+            assert isinstance(rid, str)
+            return rid
+    raise AssertionError(f"no event in {body[:200]!r}")
 
 
 def settled(row: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +146,9 @@ async def test_an_open_streams_row_shows_what_is_known_with_one_process_or_two()
             assert (row["state"], row["chunks"], row["completion_tokens"]) == (
                 "streaming", 2, 2)
             assert (row["outcome"], row["e2e_s"], row["error"]) == (None, None, None)
+            # the engine's id the client read, mid-stream and in the record (with N
+            # workers, both crossed the workers' wire)
+            assert row["upstream_id"] == rec["upstream_id"] == got["seen_ids"][dialect], row
         # the TUI reads the same rows (its own GET, and with the dashboard's snapshot)
         api = sorted((settled(r) for r in got["rows"].values()), key=lambda r: r["id"])
         for tui in (got["tui"], got["tui_snap"]):
