@@ -313,6 +313,8 @@ class ClientRun:
     sdk_t_end: float = 0.0
     texts: list[str] = field(default_factory=list)
     usage: dict[str, Any] | None = None
+    ids: set[str] = field(default_factory=set)
+    """The ``id`` of every chunk the SDK gave (the engine's id of the answer)."""
 
     @property
     def text(self) -> str:
@@ -348,6 +350,7 @@ async def sdk_stream(
         chat = await client.chat.completions.create(messages=messages, **common)
         async for chunk in chat:
             now = time.time()
+            run.ids.add(chunk.id)
             text = "".join(c.delta.content or "" for c in chunk.choices)
             if text:
                 run.sdk_chunk_times.append(now)
@@ -358,6 +361,7 @@ async def sdk_stream(
         comp = await client.completions.create(prompt=prompt or PROMPT, **common)
         async for chunk in comp:
             now = time.time()
+            run.ids.add(chunk.id)
             text = "".join(c.text or "" for c in chunk.choices)
             if text:
                 run.sdk_chunk_times.append(now)

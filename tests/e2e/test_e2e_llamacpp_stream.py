@@ -75,6 +75,9 @@ async def test_text_through_the_proxy_equals_a_direct_request(
     assert rec["completion_tokens"] == got.usage["completion_tokens"]
     assert rec["prompt_tokens"] == got.usage["prompt_tokens"]
     assert rec["token_source"] == "usage"
+    # the engine's id of the answer, as the client read it in every chunk: what to look up
+    # in llama.cpp's log
+    assert len(got.ids) == 1 and rec["upstream_id"] == next(iter(got.ids)), got.ids
 
 
 # -- bytes: compare what llmtop received with what its client received ---------------------
