@@ -26,8 +26,7 @@ class InflatingParser:
     """A :class:`StreamParser` reading ``inner``'s dialect from a compressed body."""
 
     __slots__ = ("_d", "_head", "_inner", "ended", "error", "error_kind", "model",
-                 "response_id", "usage_completion_tokens", "usage_prompt_tokens",
-                 "usage_seen")
+                 "usage_completion_tokens", "usage_prompt_tokens", "usage_seen")
 
     def __init__(self, inner: StreamParser, encoding: str) -> None:
         self._inner = inner
@@ -39,7 +38,6 @@ class InflatingParser:
         self.usage_prompt_tokens: int | None = None
         self.usage_completion_tokens: int | None = None
         self.model: str | None = None
-        self.response_id: str | None = None
         self.error: str | None = None
         self.error_kind: str | None = None
         self.usage_seen = False
@@ -50,13 +48,18 @@ class InflatingParser:
         self.usage_prompt_tokens = inner.usage_prompt_tokens
         self.usage_completion_tokens = inner.usage_completion_tokens
         self.model = inner.model
-        self.response_id = inner.response_id
         self.usage_seen = inner.usage_seen
         self.ended = inner.ended
         if self.error is None:
             self.error = inner.error
             self.error_kind = inner.error_kind
         return got
+
+    @property
+    def response_id(self) -> str | None:
+        """``inner``'s, asked for when wanted (not copied per read: the OpenAI parser
+        decodes it then)."""
+        return self._inner.response_id
 
     @property
     def buffered_bytes(self) -> int:

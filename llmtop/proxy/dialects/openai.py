@@ -304,10 +304,13 @@ class OpenAIStreamParser(ParserState):
     @property
     def response_id(self) -> str | None:
         """The top-level ``id`` of the first event, decoded when first asked for (by the
-        record, or the live row) — not on the forwarding path: its bytes are kept when the
-        model is read off them (finding a *top-level* key in bytes is no cheaper than
-        decoding them, and the first event is the one event a stream never decodes that
-        way); else an event decoded in full (the first, when read that way) gave it."""
+        record, or the live row), not on the forwarding path: :meth:`_model_from_bytes`
+        keeps a reference to the event's bytes. Off the bytes a top-level ``id`` cannot be
+        told from a tool call's without decoding them (llama.cpp writes ``choices`` before
+        ``id``), and the byte searches that tried cost 5–10% of the per-read time of
+        ``benchmarks/parser_throughput.py``'s 15-event stream. When the first event was
+        decoded in full (or an event was, before the id was asked for), :meth:`_handle`
+        read the id there."""
         if self._first is not None:
             self._read_first()
         return self._response_id
