@@ -196,6 +196,7 @@ class _Parser:
         self.usage_completion_tokens = usage
         self.usage_prompt_tokens = 37
         self.model = "m"
+        self.response_id = None  # (the old record had no upstream_id)
         self.error = None
         self.ended = True
 
