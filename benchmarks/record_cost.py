@@ -39,6 +39,7 @@ class _Parser:
         self.usage_completion_tokens = usage
         self.usage_prompt_tokens = 37
         self.model = "m"
+        self.response_id = None
         self.error = None
 
 
