@@ -102,7 +102,8 @@ class RequestRecord:
     """The engine's own id of the request, to look it up in the engine's logs: the
     response's ``X-Request-Id`` header when it has one, else the id its body names
     (OpenAI-style ``chatcmpl-…``/``cmpl-…``/``resp_…``, Anthropic ``msg_…``); None when
-    neither (Ollama, TGI's native API, an answer the proxy made itself). At most 128
+    neither (Ollama, TGI's native API, SGLang's ``/generate``, whose ``meta_info.id`` is
+    not read, an answer the proxy made itself). At most 128
     characters; not secret, no prompt text. (Last: recordings and wires without it read
     as None.)"""
 
