@@ -14,11 +14,14 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from llmtop.config import MAX_DURATION_S, Config, load_config
 from llmtop.parent_watch import child_env
 from llmtop.stop_signals import hangup_ignored
+
+if TYPE_CHECKING:
+    from llmtop.recording.parts import Source
 
 
 class UsageError(ValueError):
@@ -105,6 +108,35 @@ def add_slo_spec_argument(p: argparse.ArgumentParser, default: str) -> None:
                         "itl_p95 (or itl), tpot, e2e in seconds, target a share in (0, 1]; "
                         "repeatable; the same as the --slo-* flags, which it must not "
                         f"contradict {default}")
+
+
+def add_series_argument(p: argparse.ArgumentParser) -> None:
+    """``--series N``: which run of a rotated recording its stem reads (1 = the oldest)."""
+    p.add_argument("--series", type=int, metavar="N",
+                   help="a rotated recording given by its stem reads its newest series of "
+                        "parts (a proxy restarted with the same --record starts a new one); "
+                        "N reads the N-th instead, 1 = the oldest")
+
+
+def resolve_recording(path: str, series: int | None, label: str, *,
+                      quiet: bool = False) -> Source:
+    """``path`` as the recording commands read it (:func:`llmtop.recording.parts.resolve`:
+    a file itself, a rotated recording's stem its series of parts), what the reader should
+    know of it told on stderr (one line each, not with ``quiet``); a
+    :class:`UsageError` when it is neither."""
+    from llmtop.recording.errors import RecordingError
+    from llmtop.recording.parts import Series, resolve
+
+    if series is not None and series < 1:
+        raise UsageError(f"--series must be 1 or more, got {series}")
+    try:
+        src = resolve(path, series=series)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    if isinstance(src, Series) and not quiet:
+        for note in src.notes:
+            print(f"{label}: {note}", file=sys.stderr, flush=True)
+    return src
 
 
 def parse_slo_specs(specs: Sequence[str] | None) -> dict[str, float]:

@@ -10,12 +10,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmtop.cli.common import UsageError, term_as_exit, write_failed
+from llmtop.cli.common import (
+    UsageError,
+    add_series_argument,
+    resolve_recording,
+    term_as_exit,
+    write_failed,
+)
 
 NAME = "export"
 HELP = "a recording as Parquet tables or HdrHistogram interval logs"
 DESCRIPTION = """\
-Export a recording (.jsonl or .jsonl.gz) for other tools.
+Export a recording (.jsonl or .jsonl.gz) for other tools. A rotated recording's stem (the
+path given to --record) exports its parts as one recording.
 
   --parquet DIR   requests.parquet, gpu.parquet, engine.parquet, warnings.parquet
                   (DuckDB, pandas, Polars, Spark); list columns hold each request's
@@ -41,7 +48,9 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE",
-                   help="a recording (.jsonl or .jsonl.gz); - reads standard input")
+                   help="a recording (.jsonl or .jsonl.gz), or a rotated recording's stem; "
+                        "- reads standard input")
+    add_series_argument(p)
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--parquet", metavar="DIR", help="write Parquet tables into DIR")
     out.add_argument("--hlog", metavar="FILE",
@@ -122,14 +131,17 @@ def _export(args: argparse.Namespace) -> int:
 
 def _export_file(args: argparse.Namespace, file: str) -> int:
     from llmtop.recording.errors import RecordingError
+    from llmtop.recording.parts import source_files
     from llmtop.recording.paths import refuse_input_as_output
     from llmtop.recording.progress import stderr_progress
 
+    src = resolve_recording(file, args.series if file == args.file else None,
+                            "llmtop export", quiet=args.quiet)
     progress = None if args.quiet else stderr_progress("llmtop export: read")
     summary: dict[str, Any] = {}
     name = Path(file).name
     try:
-        refuse_input_as_output(_outputs(args), [file])
+        refuse_input_as_output(_outputs(args), source_files(src))
         if args.parquet:
             try:
                 from llmtop.recording.parquet import export_parquet
@@ -137,7 +149,7 @@ def _export_file(args: argparse.Namespace, file: str) -> int:
                 raise UsageError(
                     "--parquet needs pyarrow: pip install 'llmtop[report]'"
                 ) from None
-            rows = export_parquet(file, args.parquet, progress=progress, summary=summary)
+            rows = export_parquet(src, args.parquet, progress=progress, summary=summary)
             for note in [] if args.quiet else _notes(name, summary):
                 print(f"llmtop export: note: {note}", file=sys.stderr, flush=True)
             if not args.quiet:
@@ -146,7 +158,7 @@ def _export_file(args: argparse.Namespace, file: str) -> int:
         else:
             from llmtop.recording.hlog import export_hlog
 
-            counts = export_hlog(file, args.hlog, interval_s=args.interval,
+            counts = export_hlog(src, args.hlog, interval_s=args.interval,
                                  progress=progress, summary=summary)
             for note in [] if args.quiet else _notes(name, summary):
                 print(f"llmtop export: note: {note}", file=sys.stderr, flush=True)

@@ -8,16 +8,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmtop.cli.common import UsageError
+from llmtop.cli.common import UsageError, add_series_argument, resolve_recording
 
 if TYPE_CHECKING:
+    from llmtop.recording.parts import Source
     from llmtop.recording.replay import ReplaySource
 
 NAME = "replay"
 HELP = "the TUI driven by a recording, as if live"
 DESCRIPTION = """\
 Play a recording (.jsonl or .jsonl.gz) through the same aggregation code as live traffic
-and show it in the TUI: space pauses, ←/→ seek 10 s, +/- change the speed.
+and show it in the TUI: space pauses, ←/→ seek 10 s, +/- change the speed. A rotated
+recording's stem (the path given to --record) plays its parts as one recording.
 
 examples:
   llmtop replay today.jsonl.gz
@@ -29,7 +31,9 @@ WINDOW_CHOICES = {"10": 10, "60": 60, "300": 300, "all": None}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE",
-                   help="a recording (.jsonl or .jsonl.gz), or a pipe: <(command)")
+                   help="a recording (.jsonl or .jsonl.gz), a rotated recording's stem, or a "
+                        "pipe: <(command)")
+    add_series_argument(p)
     p.add_argument("--speed", type=float, default=1.0, metavar="X",
                    help="playback speed (default 1 = real time; 10 = ten times faster)")
     p.add_argument("--start", type=float, default=0.0, metavar="S",
@@ -40,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="screen refreshes per second (default 4)")
 
 
-def tui_source(path: str | Path, *, speed: float = 1.0) -> ReplaySource:
+def tui_source(path: Source, *, speed: float = 1.0) -> ReplaySource:
     """A ReplaySource whose refusals are the TUI's ``SourceUnavailable`` (the recording
     package does not import the TUI)."""
     from llmtop.recording.errors import RecordingError
@@ -81,7 +85,8 @@ def _replay(args: argparse.Namespace, path: str) -> int:
     from llmtop.recording.errors import RecordingError
 
     try:
-        source = tui_source(path, speed=args.speed)
+        source = tui_source(resolve_recording(path, args.series if path == args.file else None,
+                                              "llmtop replay"), speed=args.speed)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
     if args.start:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from llmtop.cli.common import (
     UsageError,
+    add_series_argument,
     add_slo_spec_argument,
+    resolve_recording,
     slo_from_args,
     term_as_exit,
     write_failed,
@@ -25,6 +27,10 @@ chunk gap, TPOT and E2E percentiles, system and per-user tokens/s, errors and ti
 SLO attainment, goodput, capacity at SLO, the warnings that fired, GPU peaks. The figures
 come from the same aggregation code as the live view.
 
+A rotated recording (recording.rotate_mb / rotate_s) is read whole when FILE is the stem
+given to --record (prod.jsonl.gz for its parts prod.<time>.jsonl.gz): its parts in order,
+as one recording; a part's own name reads that part alone.
+
 With two files: a side-by-side comparison that warns (and withholds the ratios) when the
 recordings' conditions differ.
 
@@ -33,13 +39,16 @@ examples:
   llmtop report today.jsonl.gz --format html -o today.html
   llmtop report before.jsonl.gz after.jsonl.gz
   llmtop report today.jsonl.gz --slo-ttft 0.3 --format json -o today.json
+  llmtop report prod.jsonl.gz --series 1      (a stem: the first run's parts)
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE",
-                   help="a recording (.jsonl or .jsonl.gz); - reads standard input")
+                   help="a recording (.jsonl or .jsonl.gz), or a rotated recording's stem; "
+                        "- reads standard input")
     p.add_argument("file2", metavar="FILE2", nargs="?", help="a second recording to compare")
+    add_series_argument(p)
     p.add_argument("--format", choices=("text", "json", "html"), default="text",
                    help="output format (default text)")
     p.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
@@ -107,7 +116,7 @@ def _report(args: argparse.Namespace) -> int:
     from llmtop.recording.progress import stderr_progress
     from llmtop.recording.reader import read_header
     from llmtop.recording.report.analyse import analyse
-    from llmtop.recording.spool import display_name, rereadable
+    from llmtop.recording.spool import STDIN, display_name, rereadable
 
     slo = slo_from_args(args)
     if args.output is not None and not args.output.strip():  # (an unset shell variable)
@@ -116,10 +125,14 @@ def _report(args: argparse.Namespace) -> int:
     out = check_output(args.output) if args.output else None
     files = [args.file] + ([args.file2] if args.file2 else [])
     if out is not None:
+        from llmtop.recording.parts import source_files
         from llmtop.recording.paths import refuse_input_as_output
 
+        inputs = [f for x in files if x != STDIN
+                  for f in source_files(resolve_recording(x, args.series, "llmtop report",
+                                                          quiet=True))]
         try:
-            refuse_input_as_output([out], files)
+            refuse_input_as_output([out], inputs)
         except RecordingError as exc:
             raise UsageError(str(exc)) from None
     if args.format == "html" and out is None and sys.stdout.isatty():
@@ -127,15 +140,19 @@ def _report(args: argparse.Namespace) -> int:
     reports = []
     try:
         with contextlib.ExitStack() as stack:  # `-`, a pipe: read from a copy (spool.py)
-            paths = [stack.enter_context(rereadable(f, None if args.quiet else "llmtop report"))
-                     for f in files]
+            copies = [stack.enter_context(rereadable(f, None if args.quiet else "llmtop report"))
+                      for f in files]
+            # (a stem: its parts, the notes on them said once, before the long reads)
+            paths = [resolve_recording(p, args.series if p == f else None, "llmtop report",
+                                       quiet=args.quiet)
+                     for f, p in zip(files, copies, strict=True)]
             for p in paths[1:]:  # a bad FILE2 is told before FILE is analysed, not minutes after
                 read_header(p)
-            for f, p in zip(files, paths, strict=True):
+            for f, c, p in zip(files, copies, paths, strict=True):
                 name = Path(display_name(f)).name
                 progress = None if args.quiet else stderr_progress(f"llmtop report: {name}")
                 report = analyse(p, slo=slo or None, progress=progress)
-                if p != f:
+                if c != f:
                     report["source"].update(file=name, path=display_name(f))
                 reports.append(report)
     except RecordingError as exc:

@@ -29,8 +29,9 @@ from llmtop.metrics.hdr import HIGHEST_EQ, encode_sparse
 from llmtop.metrics.ingest import COUNTERS, METRICS, ingest
 from llmtop.metrics.slo import Slo
 from llmtop.recording.errors import RecordingError
+from llmtop.recording.parts import Source, open_recording, source_path
 from llmtop.recording.paths import is_special, part_path
-from llmtop.recording.reader import Progress, RecordingReader
+from llmtop.recording.reader import Progress
 
 TAGS: Final = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
 LOG_FORMAT_VERSION: Final = "1.2"
@@ -90,7 +91,7 @@ class _LogWriter:
 
 
 def export_hlog(
-    recording: str | Path,
+    recording: Source,
     out_file: str | Path,
     *,
     interval_s: float = 10.0,
@@ -113,7 +114,7 @@ def export_hlog(
             raise RecordingError(f"{out}: is a directory; give a file name for the log")
         if not out.parent.is_dir():
             raise RecordingError(f"{out}: cannot write: no directory {out.parent}")
-    with RecordingReader(recording, progress=progress) as reader:
+    with open_recording(recording, progress=progress) as reader:
         base = reader.header.get("started_at")
         try:
             fh: IO[str] = (sys.stdout if to_stdout
@@ -130,7 +131,7 @@ def export_hlog(
                 if writer is None:
                     if not isinstance(base, int | float):
                         base = ev.t_start
-                    writer = _LogWriter(fh, float(base), interval_s, Path(recording).name)
+                    writer = _LogWriter(fh, float(base), interval_s, source_path(recording).name)
                 k = max(0, int((t_end - writer.base) // interval_s))
                 if open_iv and k < min(open_iv):
                     k = min(open_iv)  # late by more than an interval: the oldest open one
@@ -144,7 +145,7 @@ def export_hlog(
                 iv.add(ev)
             if writer is None:
                 start = base if isinstance(base, int | float) else 0.0
-                writer = _LogWriter(fh, float(start), interval_s, Path(recording).name)
+                writer = _LogWriter(fh, float(start), interval_s, source_path(recording).name)
             for k in sorted(open_iv):
                 writer.write(k, open_iv[k])
             if to_stdout:

@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 
 from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.errors import RecordingError
+from llmtop.recording.parts import Source, open_recording
 from llmtop.recording.paths import PARQUET_TABLES, part_path
-from llmtop.recording.reader import Progress, RecordingReader
+from llmtop.recording.reader import Progress
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -153,7 +154,7 @@ TABLES: Final = PARQUET_TABLES
 
 
 def export_parquet(
-    recording: str | Path,
+    recording: Source,
     out_dir: str | Path,
     *,
     batch_rows: int = 50_000,
@@ -166,7 +167,7 @@ def export_parquet(
     unreadable recording or an unwritable directory. ``summary``, when given, is filled with
     the reader's :meth:`~RecordingReader.summary` (lines skipped, footer or not)."""
     out = Path(out_dir)
-    with RecordingReader(recording, progress=progress) as reader:
+    with open_recording(recording, progress=progress) as reader:
         try:
             out.mkdir(exist_ok=True)
         except FileNotFoundError:

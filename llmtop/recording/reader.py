@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -41,6 +41,9 @@ from llmtop.recording.validate import (
     warning_from,
 )
 from llmtop.recording.writer import FORMAT, VERSION
+
+if TYPE_CHECKING:
+    from llmtop.recording.parts import Source
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -526,17 +529,23 @@ class RecordingReader:
         }
 
 
-def read_header(path: str | Path) -> dict[str, Any]:
-    """Only the header (and the checks that the file is a readable recording)."""
-    with RecordingReader(path) as r:
+def read_header(path: Source) -> dict[str, Any]:
+    """Only the header (and the checks that the file is a readable recording); a rotated
+    recording's stem, or its series, gives the series' (:mod:`llmtop.recording.parts`)."""
+    from llmtop.recording.parts import open_recording
+
+    with open_recording(path) as r:
         return r.header
 
 
 def iter_recording(
-    path: str | Path, *, progress: Progress | None = None
+    path: Source, *, progress: Progress | None = None
 ) -> Iterator[dict[str, Any] | Event]:
-    """The header dict, then every event, then the footer dict (when there is one)."""
-    with RecordingReader(path, progress=progress) as r:
+    """The header dict, then every event, then the footer dict (when there is one); a
+    rotated recording's stem reads its parts as one."""
+    from llmtop.recording.parts import open_recording
+
+    with open_recording(path, progress=progress) as r:
         yield r.header
         yield from r.events()
         if r.footer is not None:

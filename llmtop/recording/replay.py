@@ -37,7 +37,6 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 from llmtop.config import Config, SloConfig
@@ -46,9 +45,9 @@ from llmtop.metrics.aggregator import Aggregator
 from llmtop.metrics.slo import Slo
 from llmtop.packed import HeldRecord, pack
 from llmtop.recording.errors import RecordingError
+from llmtop.recording.parts import Series, Source, open_recording, source_path
 from llmtop.recording.reader import (
     Progress,
-    RecordingReader,
     decode_event,
     event_time,
     loads_line,
@@ -107,7 +106,7 @@ class ReplayEngine:
 
     def __init__(
         self,
-        path: str | Path,
+        path: Source,
         *,
         slo: Mapping[str, Any] | None = None,
         tick_s: float = 0.5,
@@ -119,12 +118,12 @@ class ReplayEngine:
     ) -> None:
         if tick_s <= 0:
             raise ValueError("tick_s must be positive")
-        self.path = Path(path)
+        self.path = source_path(path)
         self.tick_s = tick_s
         self.lookahead_s = lookahead_s
         self.max_buffered = max_buffered
         self.observer = observer
-        self.reader = RecordingReader(path, progress=progress)
+        self.reader = open_recording(path, progress=progress)
         self.header = self.reader.header
         self.cfg = config_for(self.header, slo, top_users=top_users)
         self._events: Iterator[Event] = iter(self.reader)
@@ -371,16 +370,21 @@ class ReplaySource:
     (file, position_s, duration_s, speed, paused, at_end).
     """
 
-    def __init__(self, path: str | Path, *, speed: float = 1.0, tick_s: float = 0.5,
+    def __init__(self, path: Source, *, speed: float = 1.0, tick_s: float = 0.5,
                  slo: Mapping[str, Any] | None = None,
                  wall: Callable[[], float] = time.monotonic) -> None:
         if not (math.isfinite(speed) and speed > 0):
             raise RecordingError(f"replay speed must be positive, got {speed}")
-        self.path = Path(path)
+        if not isinstance(path, Series):
+            from llmtop.recording.parts import resolve
+
+            path = resolve(path)  # (a stem: its parts, once, for every seek's new engine)
+        self.source = path
+        self.path = source_path(path)
         self._slo = slo
         self._tick_s = tick_s
         self._wall = wall
-        self.engine = ReplayEngine(self.path, slo=slo, tick_s=tick_s)
+        self.engine = ReplayEngine(self.source, slo=slo, tick_s=tick_s)
         self._speed = float(speed)
         self._paused = False
         self._anchor_wall = wall()
@@ -391,10 +395,11 @@ class ReplaySource:
 
     def _peek_duration(self) -> float | None:
         """For an uncompressed file, the footer or last line gives the length cheaply."""
-        if self.path.name.endswith(".gz"):
+        last = self.source.files[-1] if isinstance(self.source, Series) else self.path
+        if last.name.endswith(".gz"):
             return None
         try:
-            with open(self.path, "rb") as fh:
+            with open(last, "rb") as fh:
                 fh.seek(0, 2)
                 size = fh.tell()
                 fh.seek(max(0, size - 65536))
@@ -481,7 +486,7 @@ class ReplaySource:
         if self._anchor_pos < self.position_s - self._tick_s:
             lookahead = self.engine.lookahead_s  # grown to the longest request read so far
             self.engine.close()
-            self.engine = ReplayEngine(self.path, slo=self._slo, tick_s=self._tick_s,
+            self.engine = ReplayEngine(self.source, slo=self._slo, tick_s=self._tick_s,
                                        lookahead_s=lookahead)
 
     async def _catch_up(self) -> None:

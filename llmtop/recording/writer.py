@@ -112,13 +112,18 @@ def _default_opener(path: Path, overwrite: bool) -> IO[bytes]:
 _RECORDING_SUFFIXES: Final = (".jsonl.gz", ".jsonl")
 
 
+def split_stem(name: str) -> tuple[str, str]:
+    """A stem's file name as (base, extension): ``prod.jsonl.gz`` → (``prod``,
+    ``.jsonl.gz``); the parts are ``<base>.<UTC start>[-N]<extension>``."""
+    ext = next((s for s in _RECORDING_SUFFIXES if name.endswith(s)), Path(name).suffix)
+    return (name[:-len(ext)] if ext else name), ext
+
+
 def part_name(stem: Path, started_at: float, n: int = 1) -> Path:
     """A rotating recording's part: ``prod.jsonl.gz`` → ``prod.20261206T140000Z.jsonl.gz``
     (its UTC start to the second, so parts sort and are found by hour), ``…Z-2.jsonl.gz``
     for the ``n``-th part that would have the same name."""
-    name = stem.name
-    ext = next((s for s in _RECORDING_SUFFIXES if name.endswith(s)), stem.suffix)
-    base = name[:-len(ext)] if ext else name
+    base, ext = split_stem(stem.name)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started_at))
     return stem.with_name(f"{base}.{stamp}{f'-{n}' if n > 1 else ''}{ext}")
 

@@ -53,6 +53,7 @@ from llmtop.metrics.ingest import (
 )
 from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
+from llmtop.recording.parts import Source, resolve, source_path
 from llmtop.recording.reader import Progress, read_header
 from llmtop.recording.replay import DEFAULT_LOOKAHEAD_S, ReplayEngine, config_for
 from llmtop.recording.report.fmt import PERCENTILE_NOTE
@@ -465,7 +466,7 @@ def _replay(eng: ReplayEngine, c: _Collector) -> tuple[list[dict[str, Any]], int
 
 
 def analyse(
-    path: str | Path,
+    path: Source,
     *,
     slo: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
@@ -477,7 +478,10 @@ def analyse(
 
     ``slo`` overrides the recording's objectives (keys ``ttft_s``, ``itl_p95_s``,
     ``tpot_s``, ``e2e_s``, ``target``; ``None`` unsets one).
+    A rotated recording's stem (or its :class:`~llmtop.recording.parts.Series`) is read
+    whole, its parts as one recording.
     """
+    path = resolve(path) if isinstance(path, str | Path) else path  # (once, not per pass)
     eff_slo = Slo.from_config(config_for(read_header(path), slo))
     lookahead = DEFAULT_LOOKAHEAD_S
     while True:
@@ -541,8 +545,8 @@ def analyse(
     report: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "source": {
-            "file": Path(path).name,
-            "path": str(path),
+            "file": source_path(path).name,
+            "path": str(source_path(path)),
             "format_version": header.get("version"),
             "complete": reader.complete,
             "truncated_lines": reader.truncated_lines,

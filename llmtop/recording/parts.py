@@ -1,0 +1,408 @@
+"""A rotated recording read whole: the stem given to ``--record`` resolved into its parts.
+
+With rotation (:mod:`llmtop.recording.writer`) ``prod.jsonl.gz`` is never written itself:
+its parts are ``prod.<UTC start>[-N].jsonl.gz`` beside it, each a complete recording whose
+header names its ``part`` number and the ``previous`` part's file. Every command that opens
+a recording by path (report, replay, export) goes through :func:`open_recording`, so a
+path that is no file but names parts reads them as one recording:
+
+- parts are found by name, then grouped by their headers into *series*: a chain of
+  ``previous`` links from a ``part: 1`` header. A proxy restarted with the same stem
+  starts a new series at part 1; the series are separate recordings and the newest is
+  read unless :func:`resolve` is asked for another (``--series N``, 1 = the oldest).
+  A part whose predecessor is gone (``keep``, or by hand) joins the latest series
+  before it whose parts are numbered below it; the numbers missing are told.
+- read as one: the first part's header (``part``/``previous`` replaced by ``parts``, the
+  numbers read), each part's events in order, and the warnings a part carries at its
+  start (raised at its ``started_at``, repeating a raise the part before had) left out
+  while that raise is still open, so a raise/clear pairing counts each episode once.
+  The footer is the last part's, its counts summed over the parts. A last part without
+  a footer (a crash) reads as a single file without one does.
+
+A path that exists (a file, a pipe) is read alone, exactly as before: ``report PART`` is
+one part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from llmtop.events import Event, WarningEvent
+from llmtop.recording.errors import RecordingError
+from llmtop.recording.reader import GZIP_MAGIC, MAX_PROBLEMS, Progress, RecordingReader
+from llmtop.recording.validate import clean_slo
+from llmtop.recording.writer import FORMAT, split_stem
+
+_PEEK: Final = 65536
+"""Bytes read of a part to find its header (a header line is well under 1 kB): a day of
+hourly parts is 24 small reads, not 24 MiB-sized ones."""
+_FOOTER_SUMS: Final = ("requests", "lines", "dropped", "dropped_requests")
+
+
+@dataclass(frozen=True)
+class Series:
+    """The parts of one run of a rotating recorder, in order, chosen among ``count``
+    series with the same stem (``index``: 1 = the oldest)."""
+
+    stem: Path
+    files: tuple[Path, ...]
+    numbers: tuple[int, ...]
+    missing: tuple[int, ...]
+    index: int
+    count: int
+    notes: tuple[str, ...]
+    """What the reader should be told on stderr (older series, missing parts, parts whose
+    conditions differ), one line each."""
+
+
+Source = str | Path | Series
+"""What the recording commands read: a file's path, a stem's, or a resolved series."""
+
+
+def source_path(src: Source) -> Path:
+    """The path a source is named by in messages (a series: its stem)."""
+    return src.stem if isinstance(src, Series) else Path(src)
+
+
+def source_files(src: Source) -> list[Path]:
+    """The files a source reads (for the output-is-input check)."""
+    return list(src.files) if isinstance(src, Series) else [Path(src)]
+
+
+def _peek_header(path: Path) -> dict[str, Any] | None:
+    """A part's header line, read cheaply (None when it has none an llmtop part has)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_PEEK)
+    except OSError:
+        return None
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, _PEEK)
+        except zlib.error:
+            return None
+    line = data.split(b"\n", 1)[0]
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or obj.get("type") != "header" or obj.get("format") != FORMAT:
+        return None
+    return obj
+
+
+@dataclass
+class _Part:
+    path: Path
+    number: int
+    previous: str | None
+    started_at: float
+    header: dict[str, Any]
+
+
+def _parts(stem: Path) -> list[_Part]:
+    """The stem's parts in its folder, by start time (files named like parts whose header
+    is not a part's are left out)."""
+    base, ext = split_stem(stem.name)
+    pattern = re.compile(re.escape(base) + r"\.\d{8}T\d{6}Z(?:-(\d+))?" + re.escape(ext) + "$")
+    folder = stem.parent if str(stem.parent) else Path(".")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found: list[tuple[float, int, str, _Part]] = []
+    for name in names:
+        m = pattern.match(name)
+        if m is None:
+            continue
+        path = folder / name
+        h = _peek_header(path)
+        if h is None:
+            continue
+        number, started = h.get("part"), h.get("started_at")
+        if type(number) is not int or number < 1 or not isinstance(started, int | float):
+            continue
+        previous = h.get("previous")
+        part = _Part(path, number, previous if isinstance(previous, str) else None,
+                     float(started), h)
+        found.append((part.started_at, int(m.group(1) or 1), name, part))
+    found.sort(key=lambda x: x[:3])
+    return [x[3] for x in found]
+
+
+def _series(parts: list[_Part]) -> list[list[_Part]]:
+    """Parts grouped into series (module docstring), each in part order, oldest first."""
+    series: list[list[_Part]] = []
+    of: dict[str, list[_Part]] = {}
+    for p in parts:
+        chain = of.get(p.previous) if p.previous and p.number > 1 else None
+        if chain is None and p.number > 1:
+            # its predecessor is gone: the latest series before it whose last part is
+            # numbered below the missing one (were it the one before, the link would hold)
+            chain = next((s for s in reversed(series) if s[-1].number < p.number - 1),
+                         None)
+        if chain is None:
+            chain = []
+            series.append(chain)
+        chain.append(p)
+        of[p.path.name] = chain
+    for s in series:
+        s.sort(key=lambda q: (q.number, q.started_at))
+    return series
+
+
+def resolve(path: str | Path, *, series: int | None = None) -> Source:
+    """``path`` itself when it exists (a file, a pipe, a directory: the reader says what it
+    is) — unless ``series`` is given, which only a stem takes —, else the series of parts
+    named after it (the newest, or the ``series``-th, 1 = the oldest). A
+    :class:`RecordingError` when there is neither, or no such series."""
+    p = Path(path)
+    if os.path.lexists(p):
+        if series is not None:
+            raise RecordingError(f"{p}: a file, read alone: --series picks among the series "
+                                 "of a rotated recording, given by its stem")
+        return path
+    base, ext = split_stem(p.name)
+    found = _series(_parts(p))
+    if not found:
+        raise RecordingError(f"{p}: no such file, nor parts of a rotated recording named "
+                             f"after it ({base}.<time>{ext})")
+    count = len(found)
+    if series is not None and not 1 <= series <= count:
+        raise RecordingError(f"{p}: --series {series}: there "
+                             f"{'is 1 series' if count == 1 else f'are {count} series'} "
+                             "of parts with this stem")
+    index = count if series is None else series
+    chosen = found[index - 1]
+    notes: list[str] = []
+    if count > 1:
+        others = count - 1
+        notes.append(
+            f"{p}: {count} series of parts with this stem (the proxy was restarted): "
+            f"reading series {index} (from {chosen[0].path.name}"
+            f"{', the newest' if index == count else ''}); "
+            f"{others} other{'s' if others > 1 else ''} left out: --series N reads the "
+            "N-th (1 = the oldest)")
+    numbers = [q.number for q in chosen]
+    missing = sorted(set(range(1, numbers[-1] + 1)) - set(numbers))
+    if missing:
+        notes.append(f"{p}: part{'s' if len(missing) > 1 else ''} "
+                     f"{_ranges(missing)} of {numbers[-1]} missing (deleted by keep, or "
+                     "by hand): read the others")
+    first = chosen[0].header
+    for what in ("upstream", "slo"):
+        mine = _condition(first, what)
+        other = next((q for q in chosen[1:] if _condition(q.header, what) != mine), None)
+        if other is not None:
+            notes.append(f"{p}: {other.path.name} was recorded with another "
+                         f"{'upstream' if what == 'upstream' else 'set of SLOs'} than "
+                         f"{chosen[0].path.name}: the whole is read with the first's")
+    return Series(stem=p, files=tuple(q.path for q in chosen), numbers=tuple(numbers),
+                  missing=tuple(missing), index=index, count=count, notes=tuple(notes))
+
+
+def _condition(header: dict[str, Any], what: str) -> Any:
+    return clean_slo(header.get("slo"))[0] if what == "slo" else header.get(what)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[2, 3, 4, 7]`` → ``2-4, 7``."""
+    out: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(out)
+
+
+class SeriesReader:
+    """A series of parts read as one recording, with :class:`RecordingReader`'s interface
+    (``header``, iteration, ``footer``, the line counts, ``summary()``). Each part is
+    opened when the one before it is done; ``progress`` sees the whole series' bytes."""
+
+    def __init__(self, series: Series, *, progress: Progress | None = None) -> None:
+        self.series = series
+        self.path = series.stem
+        self._progress = progress
+        self._sizes = [_size(f) for f in series.files]
+        self._total = sum(self._sizes)
+        self._done = 0  # bytes of the parts finished
+        self._counts = dict.fromkeys(_COUNTS, 0)
+        self.problems: list[str] = []
+        self.bench_steps: list[dict[str, Any]] = []
+        self.footer: dict[str, Any] | None = None
+        self._footers: list[dict[str, Any]] = []
+        self._gz_incomplete = False
+        self._last_footer: dict[str, Any] | None = None
+        self.carried_lines = 0
+        """Warnings a part carried at its start while the raise was still open (skipped)."""
+        self._reader: RecordingReader | None = self._open(0)
+        h = dict(self._reader.header)
+        h.pop("part", None)
+        h.pop("previous", None)
+        h["parts"] = list(series.numbers)
+        self.header = h
+        self._started = False
+
+    def _open(self, i: int) -> RecordingReader:
+        offset = sum(self._sizes[:i])
+        outer = self._progress
+        progress = None if outer is None else (
+            lambda done, _total: outer(min(offset + done, self._total), self._total))
+        return RecordingReader(self.series.files[i], progress=progress)
+
+    def __enter__(self) -> SeriesReader:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+
+    def __iter__(self) -> Iterator[Event]:
+        return self.events()
+
+    def events(self) -> Iterator[Event]:
+        """Every part's events in order, less the warnings carried over (module docstring)."""
+        if self._started:
+            raise RecordingError(f"{self.path.name}: a reader reads its recording once")
+        self._started = True
+        raised: dict[str, str] = {}  # code -> severity, as the parts read so far leave it
+        for i, f in enumerate(self.series.files):
+            if i:
+                try:
+                    self._reader = self._open(i)
+                except RecordingError as exc:  # gone since it was found (keep, mid-read)
+                    self._note(f"{exc}; skipped")
+                    continue
+            r = self._reader
+            assert r is not None
+            start = r.header.get("started_at")
+            for ev in r.events():
+                if isinstance(ev, WarningEvent):
+                    if ev.state == "raised":
+                        if (i and ev.t == start and raised.get(ev.code) == ev.severity):
+                            self.carried_lines += 1
+                            continue
+                        raised[ev.code] = ev.severity
+                    else:
+                        raised.pop(ev.code, None)
+                yield ev
+            self._finish(r, f)
+        self.footer = self._summed_footer()
+
+    def _note(self, text: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+
+    def _finish(self, r: RecordingReader, f: Path) -> None:
+        for k in _COUNTS:
+            self._counts[k] += getattr(r, k)
+        for p in r.problems:
+            self._note(f"{f.name}: {p}")
+        self.bench_steps += r.bench_steps
+        self._gz_incomplete = self._gz_incomplete or bool(r.summary()["gzip_incomplete"])
+        self._done += r.total_bytes
+        self._last_footer = r.footer
+        if r.footer is not None:
+            self._footers.append(r.footer)
+
+    def _summed_footer(self) -> dict[str, Any] | None:
+        last = self._last_footer
+        if last is None:
+            return None
+        out = dict(last)
+        for k in _FOOTER_SUMS:
+            vals = [f.get(k) for f in self._footers]
+            if all(type(v) is int for v in vals):
+                out[k] = sum(v for v in vals if type(v) is int)
+        return out
+
+    @property
+    def truncated_lines(self) -> int:
+        return self._counts["truncated_lines"]
+
+    @property
+    def bad_lines(self) -> int:
+        return self._counts["bad_lines"]
+
+    @property
+    def unknown_lines(self) -> int:
+        return self._counts["unknown_lines"]
+
+    @property
+    def defaulted_lines(self) -> int:
+        return self._counts["defaulted_lines"]
+
+    @property
+    def events_read(self) -> int:
+        return self._counts["events_read"] - self.carried_lines
+
+    @property
+    def lines_read(self) -> int:
+        return self._counts["lines_read"]
+
+    @property
+    def bytes_read(self) -> int:
+        return self._done
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    @property
+    def complete(self) -> bool:
+        return self.footer is not None
+
+    def summary(self) -> dict[str, Any]:
+        """As :meth:`RecordingReader.summary`, for the series (``path``: its stem)."""
+        return {
+            "path": str(self.path),
+            "events": self.events_read,
+            "truncated_lines": self.truncated_lines,
+            "bad_lines": self.bad_lines,
+            "unknown_lines": self.unknown_lines,
+            "defaulted_lines": self.defaulted_lines,
+            "problems": list(self.problems),
+            "complete": self.complete,
+            "gzip_incomplete": self._gz_incomplete,
+            "parts": [f.name for f in self.series.files],
+        }
+
+
+_COUNTS: Final = ("truncated_lines", "bad_lines", "unknown_lines", "defaulted_lines",
+                  "events_read", "lines_read")
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+AnyReader = RecordingReader | SeriesReader
+
+
+def open_recording(src: Source, *, progress: Progress | None = None) -> AnyReader:
+    """The reader for ``src``: a file's own, or (a stem, a series) its parts' as one."""
+    if not isinstance(src, Series):
+        src = resolve(src)
+    if isinstance(src, Series):
+        return SeriesReader(src, progress=progress)
+    return RecordingReader(src, progress=progress)
