@@ -11,11 +11,13 @@ path that is no file but names parts reads them as one recording:
   starts a new series at part 1; the series are separate recordings and the newest is
   read unless :func:`resolve` is asked for another (``--series N``, 1 = the oldest).
   A part whose predecessor is gone (``keep``, or by hand) joins the latest series
-  before it whose parts are numbered below it; the numbers missing are told.
+  before it that ends below the missing part (else it begins one); the numbers missing
+  are told.
 - read as one: the first part's header (``part``/``previous`` replaced by ``parts``, the
-  numbers read), each part's events in order, and the warnings a part carries at its
-  start (raised at its ``started_at``, repeating a raise the part before had) left out
-  while that raise is still open, so a raise/clear pairing counts each episode once.
+  numbers read, such as ``"1-4, 6"``), each part's events in order, and the warnings a
+  part carries at its start (raised at its ``started_at``, repeating a raise the part
+  before had) left out while that raise is still open, so a raise/clear pairing counts
+  each episode once.
   The footer is the last part's, its counts summed over the parts. A last part without
   a footer (a crash) reads as a single file without one does.
 
@@ -252,7 +254,7 @@ class SeriesReader:
         h = dict(self._reader.header)
         h.pop("part", None)
         h.pop("previous", None)
-        h["parts"] = list(series.numbers)
+        h["parts"] = _ranges(list(series.numbers))  # ("1-720": a month of hourly parts)
         self.header = h
         self._started = False
 

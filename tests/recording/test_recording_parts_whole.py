@@ -122,7 +122,7 @@ def test_the_stem_reads_every_part_once(tmp_path: Path, suffix: str) -> None:
     assert c["started_at"] == headers[0]["started_at"]
     assert c["ended_at"] == footers[-1]["ended_at"]
     assert c["upstream"] == UPSTREAM
-    assert c["extra"]["parts"] == list(range(1, len(parts) + 1))
+    assert c["extra"]["parts"] == f"1-{len(parts)}"
     first_part = analyse(parts[0])["conditions"]
     assert c["duration_s"] > first_part["duration_s"]
     assert report["source"]["complete"] and report["source"]["events"] == 120
@@ -266,6 +266,31 @@ def test_a_missing_middle_part(tmp_path: Path) -> None:
     src = resolve(stem)
     assert not isinstance(src, str | Path)
     assert src.files == tuple(parts[2:]) and src.missing[:3] == (1, 2, 3)
+
+
+def test_a_restarted_run_whose_first_parts_keep_deleted(tmp_path: Path) -> None:
+    """Series 2's first k parts deleted (``keep``), series 1 ending at part k: series 2's
+    part k+1 begins the newest series (its predecessor, part k, is not series 1's part k,
+    or the link would hold), and the parts missing from it are 1-k. (Had series 1 ended
+    below k, nothing in the files would tell the two runs apart there.)"""
+    stem = tmp_path / "k.jsonl"
+    first = Run(stem)
+    first.feed(30)
+    old = first.stop()
+    second = Run(stem)
+    second.feed(30 + 60, first=1000)
+    new = second.stop()
+    k = len(old)
+    assert k >= 2 and len(new) >= k + 2, (old, new)
+    for p in new[:k]:
+        p.unlink()
+    src = resolve(stem)
+    assert not isinstance(src, str | Path)
+    assert (src.files, src.missing, src.index, src.count) == (
+        tuple(new[k:]), tuple(range(1, k + 1)), 2, 2)
+    report, err = report_json(str(stem))
+    assert report["conditions"]["requests"] == len(alone(new[k:])[0])
+    assert f"parts 1-{k} of" in err and "2 series" in err, err
 
 
 def test_a_crashed_last_part_and_a_part_of_another_upstream(tmp_path: Path) -> None:
