@@ -514,6 +514,27 @@ def validate_upstream(url: str) -> None:
             "(each client request's own query is forwarded as sent)")
 
 
+def network_of(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A ``trusted_proxies`` entry — an address or a CIDR network, IPv4 or IPv6 — as a
+    network (an address is a network of one); ValueError saying what is wrong. (Here, not
+    in :mod:`llmtop.proxy.forwarded` that uses it: the config checks may not import the
+    proxy.)"""
+    text = entry.strip()
+    if "%" in text:  # (ipaddress takes fe80::1%eth0; a forwarded hop never names a zone)
+        raise ValueError(f"{entry!r}: leave the IPv6 zone (%...) out")
+    try:
+        return ipaddress.ip_network(text)
+    except ValueError:
+        pass
+    try:
+        loose = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise ValueError(f"{entry!r} is not an IP address or network "
+                         "(e.g. 10.0.0.5, 10.0.0.0/8, 2001:db8::/32)") from None
+    raise ValueError(f"{entry!r} has bits set past its prefix length: the network is "
+                     f"{loose}")
+
+
 def socket_netloc(netloc: str) -> str:
     """A URL's ``HOST:PORT`` with an IPv6 zone as a socket takes it: a URL writes the zone
     ``%25`` (RFC 6874: ``[fe80::1%25eth0]``), and aiohttp hands that to the resolver as it
@@ -670,6 +691,7 @@ DURATION_KEYS = (
     "timeouts.shutdown_grace_s", "slo.ttft_s", "slo.itl_p95_s", "slo.tpot_s", "slo.e2e_s",
     "gpu.interval_s", "engine.interval_s", "recording.flush_s", "warnings.window_s",
     "warnings.clear_after_s", "warnings.raise_after_s", "warnings.stall_s",
+    "recording.rotate_s",
 )
 """The keys that are seconds."""
 
@@ -741,8 +763,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"user_header {printable(cfg.user_header)!r} is not a header name "
                           "(letters, digits and !#$%&'*+-.^_`|~ only)")
     if cfg.trusted_proxies:
-        from llmtop.proxy.forwarded import network_of  # (stdlib only)
-
         for entry in cfg.trusted_proxies:
             try:
                 network_of(entry)

@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Final, TypeAlias
 
+from llmtop.config import network_of
+
 Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -34,25 +36,6 @@ FIELDS: Final = (b"forwarded", b"x-forwarded-for", b"x-real-ip")
 FIELD_NAMES: Final = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
 """:data:`FIELDS` as written (for a mapping that is not case-insensitive)."""
 _QUOTED_PAIR: Final = re.compile(r"\\(.)")
-
-
-def network_of(entry: str) -> Network:
-    """A ``trusted_proxies`` entry — an address or a CIDR network, IPv4 or IPv6 — as a
-    network (an address is a network of one); ValueError saying what is wrong."""
-    text = entry.strip()
-    if "%" in text:  # (ipaddress takes fe80::1%eth0; a forwarded hop never names a zone)
-        raise ValueError(f"{entry!r}: leave the IPv6 zone (%...) out")
-    try:
-        return ipaddress.ip_network(text)
-    except ValueError:
-        pass
-    try:
-        loose = ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        raise ValueError(f"{entry!r} is not an IP address or network "
-                         "(e.g. 10.0.0.5, 10.0.0.0/8, 2001:db8::/32)") from None
-    raise ValueError(f"{entry!r} has bits set past its prefix length: the network is "
-                     f"{loose}")
 
 
 def address_of(text: str) -> Address | None:
