@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import stat
 import sys
 import tempfile
@@ -25,6 +26,13 @@ from llmtop.recording.errors import RecordingError
 STDIN: Final = "-"
 """The name that means standard input."""
 _CHUNK = 1 << 20
+WAKE_S: Final = 0.25
+"""How long the copy waits for the input's next bytes before it looks again. A SIGTERM
+(or Ctrl-C) can be taken by another thread of the process (numpy's BLAS workers, made when
+the report's modules are imported): Python then only marks it, and a read blocked in the
+main thread on a silent pipe never returns to act on it (CI saw ``report FIFO`` hang for
+good after its SIGTERM). The copy waits with ``select`` instead, so the mark is acted on
+within this long."""
 
 
 def display_name(path: str) -> str:
@@ -44,11 +52,32 @@ def needs_copy(path: str) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _stdin() -> IO[bytes]:
+    """Standard input unbuffered (nothing has read from it yet), or as it is when it is no
+    file (a test's stand-in)."""
+    try:
+        return os.fdopen(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    except (AttributeError, OSError, ValueError):  # (io.UnsupportedOperation is both)
+        return sys.stdin.buffer
+
+
+def _waitable(src: IO[bytes]) -> bool:
+    try:
+        src.fileno()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _copy(src: IO[bytes], dst: IO[bytes], name: str, label: str | None) -> None:
+    """``src`` (unbuffered: each read is one ``read(2)`` of what has come) into ``dst``."""
     done, start = 0, time.monotonic()
     last = start
+    wait = _waitable(src)
     while True:
         try:
+            if wait and not select.select([src], [], [], WAKE_S)[0]:
+                continue  # (a signal marked meanwhile is acted on here, in this thread)
             b = src.read(_CHUNK)
         except OSError as exc:
             raise RecordingError(f"{name}: cannot read: {exc.strerror or exc}") from None
@@ -80,7 +109,8 @@ def rereadable(path: str, label: str | None = None) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="llmtop-") as tmp:
         copy = Path(tmp) / (Path(name).name or "input")  # (messages name files by either)
         try:
-            src = sys.stdin.buffer if path == STDIN else open(path, "rb")  # noqa: SIM115
+            # unbuffered, so that a read returns what has come rather than wait for a chunk
+            src = _stdin() if path == STDIN else open(path, "rb", buffering=0)  # noqa: SIM115
         except OSError as exc:
             raise RecordingError(f"{name}: cannot read: {exc.strerror or exc}") from None
         try:
@@ -90,8 +120,8 @@ def rereadable(path: str, label: str | None = None) -> Iterator[str]:
             raise RecordingError(f"{name}: cannot keep a copy to read it twice (in "
                                  f"{tempfile.gettempdir()}): {exc.strerror or exc}") from None
         finally:
-            if src is not sys.stdin.buffer:
-                src.close()
+            if src is not getattr(sys.stdin, "buffer", None):
+                src.close()  # (standard input's own file stays open: closefd=False)
         try:
             yield str(copy)
         except RecordingError as exc:

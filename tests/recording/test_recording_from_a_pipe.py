@@ -154,3 +154,44 @@ def test_needs_copy(tmp_path: Path) -> None:
     assert needs_copy("-") and needs_copy(str(fifo)) and needs_copy("/dev/null")
     assert not needs_copy(str(rec)) and not needs_copy(str(tmp_path / "missing"))
     assert not needs_copy(str(tmp_path))  # (the reader says "is a directory")
+
+
+COPY_UNDER_A_SIGNAL_TAKEN_ELSEWHERE = r"""
+import os, signal, sys, threading, time
+from llmtop.recording.spool import rereadable
+
+def unwind(signum, frame):
+    raise SystemExit(7)
+
+signal.signal(signal.SIGTERM, unwind)
+fifo = sys.argv[1]
+
+def writer():  # opens the FIFO, writes a little, then holds it open and silent
+    with open(fifo, "wb") as w:
+        w.write(b'{"type": "header"}\n')
+        w.flush()
+        time.sleep(60)
+
+def taker():  # SIGTERM delivered to this thread, not the main one (as to numpy's BLAS workers)
+    time.sleep(0.5)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    time.sleep(60)
+
+threading.Thread(target=writer, daemon=True).start()
+threading.Thread(target=taker, daemon=True).start()
+with rereadable(fifo):
+    pass
+"""
+
+
+def test_a_signal_another_thread_takes_still_ends_the_copy_of_a_silent_pipe(
+        tmp_path: Path) -> None:
+    """CI saw ``report FIFO`` hang for good after its SIGTERM: the signal went to another
+    thread of the process (numpy's BLAS worker), and the main thread's read of a pipe that
+    stayed open and silent never returned to act on it. The copy now waits with ``select``
+    and acts on it within ``WAKE_S`` (before: this blocked until the timeout)."""
+    fifo = tmp_path / "silent.jsonl"
+    os.mkfifo(fifo)
+    p = subprocess.run([sys.executable, "-c", COPY_UNDER_A_SIGNAL_TAKEN_ELSEWHERE, str(fifo)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 7, p.stderr
