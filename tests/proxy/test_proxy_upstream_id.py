@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+from engine_ids import seen_id
 from test_proxy_direct import _hostport, _read_response
 from test_proxy_support import (
     Records,
@@ -43,22 +44,6 @@ def _raw(path: str, body: dict[str, Any], extra: bytes = b"") -> bytes:
     return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: h\r\n"
             b"Content-Type: application/json\r\n" + extra
             + b"Content-Length: %d\r\n\r\n" % len(data) + data)
-
-
-def seen_id(body: bytes) -> str:
-    """The id the client read: a JSON body's ``id``; a stream's first event's ``id``, or
-    Anthropic's ``message_start`` ``message.id``."""
-    if not body.lstrip().startswith(b"{"):
-        for line in body.split(b"\n"):
-            if line.startswith(b"data:"):
-                obj = json.loads(line[5:])
-                rid = obj["message"]["id"] if obj.get("type") == "message_start" else obj["id"]
-                assert isinstance(rid, str)
-                return rid
-        raise AssertionError(f"no event in {body[:200]!r}")
-    rid = json.loads(body)["id"]
-    assert isinstance(rid, str)
-    return rid
 
 
 class Client:

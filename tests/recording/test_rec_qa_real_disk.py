@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -37,11 +36,8 @@ from disk_support import (
     child_setup,
     llmtop,
     no_traceback,
-    running_tap,
-    workdir,
 )
 from rec_helpers import session, write_recording
-from views_agree import start_sim
 
 from llmtop.events import RequestRecord
 from llmtop.recording.errors import RecordingError
@@ -50,27 +46,6 @@ from llmtop.recording.replay import ReplayEngine
 from llmtop.recording.writer import Recorder
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def sim_url() -> Iterator[str]:
-    sim, url = start_sim("--profile", "tiny", "--seed", "7")
-    try:
-        yield url
-    finally:
-        sim.stop()
-
-
-@pytest.fixture
-def work() -> Iterator[Path]:
-    with workdir() as d:
-        yield d
-
-
-@pytest.fixture
-async def tap(sim_url: str) -> AsyncIterator[Tap]:
-    async with running_tap(sim_url) as t:
-        yield t
 
 
 def _stopped(proxy: Proxy, why: str) -> None:

@@ -20,16 +20,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from disk_support import ROOT, Proxy, Tap, child_env, no_traceback, running_tap, workdir
+from disk_support import ROOT, Proxy, Tap, child_env, no_traceback
 from rec_helpers import FakeDisk, request
 from test_recording_proxy import traffic
-from views_agree import start_sim
 
 from llmtop.clock import unix_now
 from llmtop.config import ConfigError, load_config
@@ -366,27 +364,6 @@ def test_a_bad_rotation_setting_exits_2_with_one_line(tmp_path: Path) -> None:
 
 
 # -- real processes: --workers 2, a part that cannot be opened -------------------------------
-
-
-@pytest.fixture(scope="module")
-def sim_url() -> Iterator[str]:
-    sim, url = start_sim("--profile", "tiny", "--seed", "7")
-    try:
-        yield url
-    finally:
-        sim.stop()
-
-
-@pytest.fixture
-def work() -> Iterator[Path]:
-    with workdir() as d:
-        yield d
-
-
-@pytest.fixture
-async def tap(sim_url: str) -> AsyncIterator[Tap]:
-    async with running_tap(sim_url) as t:
-        yield t
 
 
 @pytest.mark.parametrize(("extra", "suffix"), [(("--workers", "2"), ".jsonl.gz"),

@@ -17,6 +17,7 @@ import signal
 from typing import Any
 
 import aiohttp
+from engine_ids import seen_id
 from test_workers import start_run
 
 from llmtop.sim.server import running_sim
@@ -109,18 +110,6 @@ async def one_proxy(sim_url: str, workers: int) -> dict[str, Any]:
     return {"rows": {r["dialect"]: r for r in rows}, "tui": tui, "tui_snap": tui_snap,
             "records": {r["dialect"]: r for r in records.values()},
             "seen_ids": {d: rid for d, (_, rid) in zip(bodies(), answers, strict=True)}}
-
-
-def seen_id(body: bytes) -> str:
-    """The engine's id the client read in a stream: its first event's ``id``, or Anthropic's
-    ``message_start`` ``message.id``."""
-    for line in body.split(b"\n"):
-        if line.startswith(b"data:"):
-            obj = json.loads(line[5:])
-            rid = obj["message"]["id"] if obj.get("type") == "message_start" else obj["id"]
-            assert isinstance(rid, str)
-            return rid
-    raise AssertionError(f"no event in {body[:200]!r}")
 
 
 def settled(row: dict[str, Any]) -> dict[str, Any]:
