@@ -140,6 +140,12 @@ def _parts(stem: Path) -> list[_Part]:
     return [x[3] for x in found]
 
 
+def part_files(stem: Path) -> list[Path]:
+    """The files of the stem's parts in its folder, every run's, oldest first (only
+    files named like parts whose first line is a part's header)."""
+    return [p.path for p in _parts(stem)]
+
+
 def _series(parts: list[_Part]) -> list[list[_Part]]:
     """Parts grouped into series (module docstring), each in part order, oldest first."""
     series: list[list[_Part]] = []

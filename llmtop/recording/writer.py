@@ -46,7 +46,8 @@ lines, its footer with its own counts. The writer thread closes a part between t
 each pass's flush, or after a batch for a plain file) or ``rotate_s`` after it opened — so
 each line goes to exactly one part, in time order there. A part that cannot be opened
 (disk full, permission) stops the recording as a failed write does. ``keep``: the oldest
-parts this recorder made are deleted past that many (nothing else is touched).
+parts of the stem are deleted past that many — this recorder's and those an earlier run
+with the same stem left (nothing else is touched).
 
 The recording never carries prompt or completion text: the events themselves don't.
 """
@@ -433,6 +434,14 @@ class Recorder:
             raise RecordingError(f"{self.path}: this recorder was already started")
         refuse_other_compression(self.path)
         self.started_at = unix_now()
+        if self.rotating and self.keep:
+            # (here: the finder reads parts as the reader does, and imports this module)
+            from llmtop.recording.parts import part_files
+
+            for found in part_files(self.path):
+                with contextlib.suppress(OSError):  # (gone since it was listed)
+                    st = os.stat(found)
+                    self._parts.append((found, (st.st_dev, st.st_ino)))
         self._open_part(self.started_at)
         self._running = True
         self._thread = threading.Thread(
@@ -523,8 +532,12 @@ class Recorder:
         return dumps_line(d)
 
     def _prune(self) -> None:
-        """Delete the oldest parts past ``keep`` — only the files this recorder made (a
-        part moved away or replaced since is left alone)."""
+        """Delete the oldest parts past ``keep``: the parts this recorder made and, found
+        when it started, those an earlier run with the same stem left (a proxy restarted
+        daily with hourly parts and ``keep = 168`` holds a week on disk, not a week per
+        restart). Nothing else: a file moved away or replaced since is left alone, and
+        a file named like a part whose first line is not a part's header was never
+        counted."""
         while self.keep and len(self._parts) > self.keep:
             path, identity = self._parts.popleft()
             with contextlib.suppress(OSError):

@@ -4,7 +4,8 @@ file that grows until the disk is full.
 
 Every part reads alone (header with ``part`` and ``previous``, footer with its own count);
 the parts together hold each request the proxy served exactly once; ``report`` and
-``export`` take a part; ``keep`` deletes only the recorder's own oldest parts; a warning
+``export`` take a part; ``keep`` deletes the stem's oldest parts (an earlier run's
+count) and nothing else; a warning
 still raised is written again at the start of each part; the admin API names the current
 part; ``--workers 2`` rotates the coordinator's one stream; a part that cannot be opened
 is reported as any failed write is.
@@ -208,8 +209,8 @@ def test_parts_share_a_second_get_a_suffix(tmp_path: Path) -> None:
 
 
 def test_keep_deletes_only_the_recorders_own_oldest_parts(tmp_path: Path) -> None:
-    """``keep = 2``: the 2 newest parts remain; another run's part with the same stem and
-    other files in the folder are not touched."""
+    """``keep = 2``: the 2 newest parts remain; a file named like a part of the stem that is
+    not one (no part's header) and other files in the folder are not touched."""
     foreign = [tmp_path / "prod.20200101T000000Z.jsonl", tmp_path / "notes.txt",
                tmp_path / "prod.jsonl.bak"]
     for f in foreign:
@@ -226,6 +227,32 @@ def test_keep_deletes_only_the_recorders_own_oldest_parts(tmp_path: Path) -> Non
     assert numbers == [st["part"] - 1, st["part"]]
     for p in left:
         assert read_part(p)[2] is not None
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_keep_counts_the_parts_an_earlier_run_left(tmp_path: Path, suffix: str) -> None:
+    """A proxy restarted with the same stem: ``keep = 3`` holds 3 parts on disk in all —
+    the first run's oldest go first, then its newest — not 3 per run; a file named like a
+    part that is not one (no part's header) is never counted or deleted."""
+    stem = tmp_path / f"prod{suffix}"
+    size = 3000 if suffix == ".jsonl" else 400  # (compressed bytes for .gz)
+    first = rotating(stem, rotate_bytes=size)  # no keep: every part of run 1 stays
+    feed(first, 120)
+    first.stop()
+    run1 = parts_of(tmp_path, "prod")
+    assert len(run1) >= 4, run1
+    impostor = part_name(stem, calendar.timegm((2020, 1, 1, 0, 0, 0)))
+    impostor.write_text("not a part\n")
+    second = rotating(stem, rotate_bytes=size, keep=3)
+    # its first part open, run 1's oldest are gone: its 2 newest and this part remain
+    assert [p for p in run1 if p.exists()] == run1[-2:]
+    feed(second, 120)
+    st = second.stop()
+    assert st["part"] >= 4, st
+    left = [read_part(p)[0] for p in tmp_path.iterdir() if p != impostor]
+    assert sorted(h["part"] for h in left) == [st["part"] - 2, st["part"] - 1, st["part"]]
+    assert all(h["started_at"] >= st["started_at"] for h in left), (left, st)  # run 2's
+    assert impostor.read_text() == "not a part\n"
 
 
 def test_a_raised_warning_opens_each_next_part(tmp_path: Path) -> None:
