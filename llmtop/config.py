@@ -19,7 +19,7 @@ import socket
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -221,14 +221,17 @@ def _type_name(tp: Any) -> str:
     return str(tp)
 
 
-def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
-    """Check a TOML or flag value against the key's type (ints may stand for floats)."""
+def _coerce(tp: Any, value: Any, key: str, source: str, flag: str | None = None) -> Any:
+    """Check a TOML or flag value against the key's type (ints may stand for floats).
+    ``flag``: the command-line flag that gave it, which a message names instead of
+    ``source: 'key'`` (the user typed ``--rotate-s nan``, not ``recording.rotate_s``)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         if value is None:
             return None
         inner = next(a for a in typing.get_args(tp) if a is not type(None))
-        return _coerce(inner, value, key, source)
+        return _coerce(inner, value, key, source, flag)
+    what = flag or f"{source}: '{key}'"
     ok: bool
     if tp is bool:
         ok = isinstance(value, bool)
@@ -239,12 +242,12 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
         if ok:
             value = float(value)
             if not math.isfinite(value):
-                raise ConfigError(f"{source}: '{key}' must be a finite number, got {value!r}")
+                raise ConfigError(f"{what} must be a finite number, got {value!r}")
     elif tp is str:
         ok = isinstance(value, str)
         if ok and "\0" in value:  # (TOML's "\u0000"): no path, URL or name holds one, and
             # a path with one failed with a ValueError traceback where it was opened
-            raise ConfigError(f"{source}: '{key}' holds a NUL character (\\u0000)")
+            raise ConfigError(f"{what} holds a NUL character (\\u0000)")
     elif origin is list:
         item = typing.get_args(tp)[0]
         ok = isinstance(value, list) and all(
@@ -253,7 +256,7 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     else:  # pragma: no cover - a new key type without a rule
         raise ConfigError(f"{key}: unsupported type {tp}")
     if not ok:
-        raise ConfigError(f"{source}: '{key}' must be {_type_name(tp)}, got {value!r}")
+        raise ConfigError(f"{what} must be {_type_name(tp)}, got {value!r}")
     return value
 
 
@@ -281,13 +284,37 @@ def _parse_env(tp: Any, raw: str, key: str, source: str) -> Any:
             return value
         if origin is list:
             if typing.get_args(tp)[0] is str:  # 10.0.0.0/8, 192.168.1.5
-                return [p.strip() for p in raw.split(",") if p.strip()]
+                return split_list(raw)
             return [int(p) for p in raw.replace(" ", "").split(",") if p]
     except ConfigError:
         raise
     except ValueError:
         raise ConfigError(f"{source}: '{key}' must be {_type_name(tp)}, got {raw!r}") from None
     return raw
+
+
+def split_list(raw: str) -> list[str]:
+    """A list of strings as the environment (and a flag such as ``--trusted-proxies``)
+    writes it: comma-separated, spaces around an item and empty items ignored."""
+    return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+def _env_text(value: Any) -> str:
+    """A key's value as :func:`_parse_env` reads it back."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def env_of(cfg: Config, keys: Iterable[str]) -> dict[str, str]:
+    """The ``LLMTOP_*`` variables that give ``cfg``'s values of ``keys`` to a process that
+    loads its own config (the environment outranks the file): how ``run --workers N``'s
+    children get what the command line set, which their load would not see."""
+    return {env_name(key): _env_text(_get(cfg, key)) for key in keys}
 
 
 def _set(cfg: Config, key: str, value: Any) -> None:
@@ -337,10 +364,15 @@ def load_config(
     path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Config:
     """Build the Config: defaults < file < environment < overrides (dotted keys, e.g. from
-    flags; ``None`` values are ignored so unset flags don't override)."""
+    flags; ``None`` values are ignored so unset flags don't override). ``flags``: the
+    command's flag for each key (:data:`RUN_FLAGS`); a message about a value an override
+    gave names its flag, the one the user typed, instead of the key."""
     cfg = Config()
+    names = KeyNames(flags or {}, frozenset(k for k, v in (overrides or {}).items()
+                                            if v is not None))
     keys = flat_keys()
     if path is not None:
         source = str(path)
@@ -371,9 +403,47 @@ def load_config(
             continue
         if key not in keys:
             raise ConfigError(f"unknown setting '{key}'")
-        _set(cfg, key, _coerce(keys[key], value, key, "command line"))
-    validate(cfg)
+        _set(cfg, key, _coerce(keys[key], value, key, "command line", names.flag(key)))
+    validate(cfg, names)
     return cfg
+
+
+RUN_FLAGS: Final[Mapping[str, str]] = types.MappingProxyType({
+    "upstream": "--upstream", "listen": "--listen", "admin": "--admin",
+    "admin_token": "--admin-token", "upstream_ca": "--upstream-ca", "workers": "--workers",
+    "split_observers": "--split-observers", "trusted_proxies": "--trusted-proxies",
+    "recording.path": "--record", "recording.rotate_mb": "--rotate-mb",
+    "recording.rotate_s": "--rotate-s", "recording.keep": "--keep", "gpu.devices": "--gpus",
+    "gpu.source": "--gpu-source", "slo.ttft_s": "--slo-ttft", "slo.itl_p95_s": "--slo-itl-p95",
+    "slo.tpot_s": "--slo-tpot", "slo.e2e_s": "--slo-e2e", "slo.target": "--slo-target",
+})
+"""The keys ``llmtop run``'s flags set, each with its flag (``--slo`` sets the ``slo.*``
+ones too; the CLI checks those itself). A bad value from one is named by the flag; the
+workers of ``--workers N`` are given these keys' values (:func:`env_of`), which their
+own load of the file and the environment would not see (a test holds the table and
+``run``'s flags equal)."""
+
+
+@dataclass(frozen=True)
+class KeyNames:
+    """What a message calls a key: the flag the user typed when the command line gave it
+    (``--keep``), else the key itself (``recording.keep``)."""
+
+    flags: Mapping[str, str] = field(default_factory=dict)
+    """The command's flag for each key it has one for."""
+    given: frozenset[str] = frozenset()
+    """The keys the command line gave."""
+
+    def flag(self, key: str) -> str | None:
+        return self.flags.get(key) if key in self.given else None
+
+    def __call__(self, key: str) -> str:
+        return self.flag(key) or key
+
+    def beside(self, key: str, other: str) -> str:
+        """``other`` named as ``key`` was: by its flag when ``key`` came from a flag (a
+        hint to a flag's user names flags), else by its key."""
+        return self.flags.get(other, other) if self.flag(key) else other
 
 
 OTHER_ENV: Final = frozenset({
@@ -715,7 +785,10 @@ def has_control_char(text: str) -> bool:
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
 
 
-def validate(cfg: Config) -> None:
+def validate(cfg: Config, names: KeyNames | None = None) -> None:
+    """ConfigError for the first value that cannot be meant, named as ``names`` says (by
+    its key unless a flag gave it)."""
+    name = names or KeyNames()
     if cfg.upstream:
         validate_upstream(cfg.upstream)
     for key, url in (("engine.metrics_url", cfg.engine.metrics_url),
@@ -767,7 +840,7 @@ def validate(cfg: Config) -> None:
             try:
                 network_of(entry)
             except ValueError as exc:
-                raise ConfigError(f"trusted_proxies: {printable(str(exc))}") from None
+                raise ConfigError(f"{name('trusted_proxies')}: {printable(str(exc))}") from None
     if bad := [d for d in cfg.gpu.devices if not 0 <= d < MAX_GPU_INDEX]:
         raise ConfigError(f"gpu.devices holds {bad[0]}: GPU indices are 0 to "
                           f"{MAX_GPU_INDEX - 1}, as nvidia-smi lists them")
@@ -811,32 +884,33 @@ def validate(cfg: Config) -> None:
         if (v := _get(cfg, key)) < least:
             # QA: gpu.interval_s = 1e-6 was accepted — a busy loop
             raise ConfigError(f"{key} must be at least {least:g} (seconds; {why}), got {v:g}")
-    _validate_rotation(cfg.recording)
+    _validate_rotation(cfg.recording, name)
     if not cfg.warnings.stall_s > 0:
         raise ConfigError(f"warnings.stall_s must be more than 0 (seconds), "
                           f"got {cfg.warnings.stall_s}")
     for key in DURATION_KEYS:
         if (v := _get(cfg, key)) is not None and v > MAX_DURATION_S:
-            raise ConfigError(f"{key} must be at most {MAX_DURATION_S:,.0f} (seconds: a day), "
-                              f"got {v:g}")
+            raise ConfigError(f"{name(key)} must be at most {MAX_DURATION_S:,.0f} (seconds: "
+                              f"a day), got {v:g}")
 
 
-def _validate_rotation(rec: RecordingConfig) -> None:
+def _validate_rotation(rec: RecordingConfig, name: KeyNames) -> None:
     """ConfigError for rotation settings that cannot be meant: negative, a part smaller
     than a few of its own lines or shorter than a second, ``keep`` without rotation (it
     would bound nothing)."""
-    for key in ("rotate_mb", "rotate_s", "keep"):
-        if (v := getattr(rec, key)) < 0:
-            raise ConfigError(f"recording.{key} must be 0 (off) or more, got {v:g}")
+    mb, s, keep = "recording.rotate_mb", "recording.rotate_s", "recording.keep"
+    for key in (mb, s, keep):
+        if (v := getattr(rec, key.partition(".")[2])) < 0:
+            raise ConfigError(f"{name(key)} must be 0 (off) or more, got {v:g}")
     if 0 < rec.rotate_mb < MIN_ROTATE_MB:
-        raise ConfigError(f"recording.rotate_mb must be 0 (off) or at least {MIN_ROTATE_MB:g} "
-                          f"(MB, 10 kB: each part is a file of its own), got {rec.rotate_mb:g}")
+        raise ConfigError(f"{name(mb)} must be 0 (off) or at least {MIN_ROTATE_MB:g} (MB, "
+                          f"10 kB: each part is a file of its own), got {rec.rotate_mb:g}")
     if 0 < rec.rotate_s < MIN_ROTATE_S:
-        raise ConfigError(f"recording.rotate_s must be 0 (off) or at least {MIN_ROTATE_S:g} "
+        raise ConfigError(f"{name(s)} must be 0 (off) or at least {MIN_ROTATE_S:g} "
                           f"(seconds), got {rec.rotate_s:g}")
     if rec.keep and not (rec.rotate_mb or rec.rotate_s):
-        raise ConfigError("recording.keep needs rotation (recording.rotate_mb or "
-                          "recording.rotate_s): without it a recording is one file")
+        raise ConfigError(f"{name(keep)} needs rotation ({name.beside(keep, mb)} or "
+                          f"{name.beside(keep, s)}): without it a recording is one file")
 
 
 def _get(cfg: Config, key: str) -> Any:

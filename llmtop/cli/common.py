@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
-from llmtop.config import MAX_DURATION_S, Config, load_config
+from llmtop.config import MAX_DURATION_S, RUN_FLAGS, Config, load_config, split_list
 from llmtop.parent_watch import child_env
 from llmtop.stop_signals import hangup_ignored
 
@@ -60,6 +60,18 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                    help="CA certificates to trust for an https upstream (a private CA or a "
                         "self-signed certificate; default: the system's store)")
     p.add_argument("--record", metavar="FILE", help="record the session (.jsonl or .jsonl.gz)")
+    p.add_argument("--rotate-mb", type=float, metavar="MB",
+                   help="rotate the recording: close a part once its file reaches MB "
+                        "megabytes (10^6 bytes as written, 0.01 or more) and go on in the "
+                        "next; the --record path is then the parts' stem (default "
+                        "recording.rotate_mb: 0, off)")
+    p.add_argument("--rotate-s", type=float, metavar="S",
+                   help="...or once a part has been open S seconds (1 to 86400, e.g. 3600: "
+                        "hourly), whichever comes first (default recording.rotate_s: 0, off)")
+    p.add_argument("--keep", type=int, metavar="N",
+                   help="with --rotate-mb or --rotate-s, keep the newest N parts, deleting "
+                        "the oldest (only those this recording made) (default "
+                        "recording.keep: 0, every part)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="proxy processes sharing the port (default 1; at most 2 per CPU; 4 "
                         "on one CPU)")
@@ -68,6 +80,11 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                         "their own, even with one worker (as --workers N > 1 always does): "
                         "shorter chunk-delay tails at hundreds of streams, for a few %% "
                         "more CPU; needs a core to spare")
+    p.add_argument("--trusted-proxies", metavar="LIST",
+                   help="the load balancers in front of llmtop, comma-separated addresses or "
+                        "CIDR networks, e.g. 10.0.0.0/8,::1: a request from one is the user "
+                        "its Forwarded / X-Forwarded-For / X-Real-IP names; '' trusts none "
+                        "(default trusted_proxies: none, the connection's address)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to sample, e.g. 0,1 (default all)")
     p.add_argument(
         "--gpu-source", choices=("auto", "nvml", "sim", "none"),
@@ -216,6 +233,10 @@ def slo_from_args(args: argparse.Namespace) -> dict[str, float]:
 
 
 def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
+    """The config ``run``'s flags give over the environment and the file: each key of
+    :data:`~llmtop.config.RUN_FLAGS` from its flag's argument (``--rotate-mb`` →
+    ``args.rotate_mb``; the ``slo.*`` keys from :func:`slo_from_args`), a bad value named
+    by its flag."""
     gpus = getattr(args, "gpus", None)
     devices: list[int] | None = None
     if gpus is not None:
@@ -226,21 +247,18 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
         if not devices:  # ("--gpus ," read as every GPU, which it does not say)
             raise UsageError(f"--gpus '{gpus}' names no GPU: give indices, e.g. 0,1 (leave it "
                              "out for every GPU)")
-    overrides: dict[str, Any] = {
-        "upstream": getattr(args, "upstream", None),
-        "listen": getattr(args, "listen", None),
-        "admin": getattr(args, "admin", None),
-        "admin_token": getattr(args, "admin_token", None),
-        "upstream_ca": getattr(args, "upstream_ca", None),
-        "workers": getattr(args, "workers", None),
-        "split_observers": getattr(args, "split_observers", None),
-        "recording.path": getattr(args, "record", None),
+    trusted = getattr(args, "trusted_proxies", None)
+    parsed: dict[str, Any] = {  # (the others are taken as argparse gives them)
         "gpu.devices": devices,
-        "gpu.source": getattr(args, "gpu_source", None),
+        "trusted_proxies": None if trusted is None else split_list(trusted),
+    }
+    overrides: dict[str, Any] = {
+        key: parsed[key] if key in parsed else getattr(args, flag[2:].replace("-", "_"), None)
+        for key, flag in RUN_FLAGS.items() if not key.startswith("slo.")
     }
     overrides.update({f"slo.{k}": v for k, v in slo_from_args(args).items()})
     overrides.update(extra)
-    return load_config(getattr(args, "config", None), os.environ, overrides)
+    return load_config(getattr(args, "config", None), os.environ, overrides, RUN_FLAGS)
 
 
 KEEP_LINES = 2000

@@ -1,0 +1,53 @@
+"""``llmtop run --headless --record STEM --rotate-mb MB [--keep N]``, a real proxy process:
+rotation from the command line, over what the environment says (flag > environment, as
+every flag). Parts of 10 kB fill with a few rounds of traffic through the byte-exact tap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from disk_support import Proxy, Tap, no_traceback
+from test_recording_rotation import check_chain, parts_of, read_part
+
+pytestmark = pytest.mark.timeout(240)
+
+
+async def test_rotate_mb_from_the_flag(work: Path, tap: Tap,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--rotate-mb 0.01``: several parts, each complete, chained, every request once,
+    while the environment says 1000 MB (a part that would never close)."""
+    monkeypatch.setenv("LLMTOP_RECORDING_ROTATE_MB", "1000")
+    stem = work / "flag.jsonl"
+    proxy = Proxy(tap.url, stem, work, extra=("--rotate-mb", "0.01"))
+    try:
+        await proxy.until(lambda s: s["part"] >= 3, tap, max_rounds=120)
+    finally:
+        code = proxy.stop()
+    out, err = "\n".join(proxy.out), "\n".join(proxy.err)
+    assert code == 0, (out, err)
+    no_traceback(out, err)
+    parts = parts_of(work, "flag")
+    assert len(parts) >= 3 and not stem.exists()
+    assert len(check_chain(parts)) == tap.checked
+    assert any(f"recording {stem} in {len(parts)} parts" in ln for ln in proxy.out), out
+
+
+async def test_keep_from_the_flag_trims_the_parts(work: Path, tap: Tap,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--rotate-mb 0.01 --keep 2`` (the environment's keep 50 overruled): once part 4 is
+    open, only the two newest parts are left, the oldest deleted."""
+    monkeypatch.setenv("LLMTOP_RECORDING_KEEP", "50")
+    stem = work / "kept.jsonl"
+    proxy = Proxy(tap.url, stem, work, extra=("--rotate-mb", "0.01", "--keep", "2"))
+    try:
+        await proxy.until(lambda s: s["part"] >= 4, tap, max_rounds=160)
+    finally:
+        code = proxy.stop()
+    out, err = "\n".join(proxy.out), "\n".join(proxy.err)
+    assert code == 0, (out, err)
+    no_traceback(out, err)
+    parts = parts_of(work, "kept")
+    numbers = [read_part(p)[0]["part"] for p in parts]
+    assert len(parts) == 2 and numbers[0] >= 3 and numbers == [numbers[0], numbers[0] + 1], (
+        numbers, out)
