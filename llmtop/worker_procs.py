@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from llmtop.clock import child_env as clock_env
 from llmtop.clock import unix_now
-from llmtop.config import Config, parse_hostport
+from llmtop.config import RUN_FLAGS, Config, env_of, parse_hostport
 from llmtop.events import Event, WarningEvent
 from llmtop.fleet_counts import FleetCounts
 from llmtop.listen import dual_stack, is_any_v6
@@ -105,9 +105,11 @@ class WorkerLauncher:
             cmd += ["--fleet", f"/dev/fd/{self.fleet_fd}"]
         env = child_env()  # it stops if the coordinator dies
         env.update(clock_env())  # its times on the coordinator's timeline (llmtop.clock)
-        # what the command line set that the worker's own config load would not see
-        if self.cfg.upstream_ca:
-            env["LLMTOP_UPSTREAM_CA"] = self.cfg.upstream_ca
+        # what the command line set, which the worker's own load of the file and the
+        # environment would not see (the forwarded client of --trusted-proxies); without
+        # it a file's value that a flag overrode failed the worker's checks (a keep = N in
+        # the file with --rotate-s, a non-loopback admin with --admin-token)
+        env.update(env_of(self.cfg, RUN_FLAGS))
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             start_new_session=True, env=env,

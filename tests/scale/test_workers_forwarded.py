@@ -1,5 +1,7 @@
 """``trusted_proxies`` reaches every proxy process: with ``--workers 2`` and with
-``--split-observers`` a balancer's forwarded client names the user as with one process."""
+``--split-observers`` a balancer's forwarded client names the user as with one process,
+whether the config file or ``--trusted-proxies`` lists it (a worker loads the file and the
+environment itself; what the command line set, the coordinator hands on)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,16 @@ from test_workers import start_run
 from llmtop.sim.server import running_sim
 
 
+@pytest.mark.parametrize("listed", ["file", "flag"])
 @pytest.mark.parametrize("how", [("--workers", "2"), ("--split-observers",)])
-async def test_every_worker_names_the_forwarded_client(tmp_path: Path,
-                                                       how: tuple[str, ...]) -> None:
+async def test_every_worker_names_the_forwarded_client(tmp_path: Path, how: tuple[str, ...],
+                                                       listed: str) -> None:
     config = tmp_path / "llmtop.toml"
-    config.write_text('trusted_proxies = ["127.0.0.1"]\n')
+    if listed == "file":
+        config.write_text('trusted_proxies = ["127.0.0.1"]\n')
+    else:  # the file lists another balancer: the flag's list is the one that holds
+        config.write_text('trusted_proxies = ["10.0.0.0/8"]\n')
+        how = (*how, "--trusted-proxies", "127.0.0.1")
     body = json.dumps({"model": "m", "max_tokens": 4, "stream": True,
                        "messages": [{"role": "user", "content": "hello"}]})
     async with running_sim("tiny", max_num_seqs=16) as sim:
@@ -54,3 +61,33 @@ async def test_every_worker_names_the_forwarded_client(tmp_path: Path,
     assert proc.returncode == 0, out.decode()
     assert {u["user"]: u["requests"] for u in snap["users"]} == {
         "203.0.113.1": 10, "203.0.113.2": 10}
+
+
+@pytest.mark.parametrize(("toml", "flags"), [
+    ("[recording]\nkeep = 24\n", ("--rotate-s", "3600")),
+    ('admin = "0.0.0.0:0"\n', ()),  # (--admin 127.0.0.1:0 below, as every test here)
+])
+async def test_a_file_value_a_flag_overrides_does_not_stop_the_workers(
+        tmp_path: Path, toml: str, flags: tuple[str, ...]) -> None:
+    """The file's ``keep`` with ``--rotate-s`` on the command line (the file's admin beyond
+    loopback with ``--admin`` on loopback) is a good config; a worker that loaded the file
+    alone refused it ("recording.keep needs rotation", "admin ... is not loopback") and
+    ``run --workers 2`` exited 2 at start."""
+    config = tmp_path / "llmtop.toml"
+    config.write_text(toml)
+    async with running_sim("tiny") as sim:
+        proc, proxy, _ = await start_run(
+            "--config", str(config), "--upstream", sim.url, "--listen", "127.0.0.1:0",
+            "--admin", "127.0.0.1:0", "--gpu-source", "none", "--workers", "2", *flags)
+        try:
+            async with aiohttp.ClientSession() as s:
+                body = json.dumps({"model": "m", "max_tokens": 2,
+                                   "messages": [{"role": "user", "content": "hi"}]})
+                async with s.post(proxy + "/v1/chat/completions", data=body,
+                                  headers={"Content-Type": "application/json"}) as r:
+                    assert r.status == 200, await r.text()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, out.decode()
+    assert b"did not start" not in out and b"Traceback" not in out, out.decode()
