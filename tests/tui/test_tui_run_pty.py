@@ -17,6 +17,7 @@ import sys
 import termios
 
 import aiohttp
+import pytest
 from proc_support import children
 
 from llmtop.sim.server import running_sim
@@ -33,15 +34,17 @@ def free_port() -> int:
 
 
 async def _run_in_pty(upstream: str, listen: str = "127.0.0.1:0", cols: int = 120,
-                     rows: int = 36) -> tuple[asyncio.subprocess.Process, int, bytearray]:
-    """``llmtop run`` in a pseudo-terminal of ``cols`` × ``rows``, once its TUI is drawn:
-    the process, the pty's master side and everything the TUI wrote (kept growing)."""
+                     rows: int = 36, extra: tuple[str, ...] = (),
+                     ) -> tuple[asyncio.subprocess.Process, int, bytearray]:
+    """``llmtop run`` (and ``extra``) in a pseudo-terminal of ``cols`` × ``rows``, once its
+    TUI is drawn: the process, the pty's master side and everything the TUI wrote (kept
+    growing)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "llmtop", "run", "--upstream", upstream, "--listen", listen,
-        "--admin", "127.0.0.1:0", "--refresh-hz", "4", "--gpu-source", "none",
+        "--admin", "127.0.0.1:0", "--refresh-hz", "4", "--gpu-source", "none", *extra,
         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     out = bytearray()
@@ -165,5 +168,33 @@ async def test_ctrl_c_quits_like_q_and_a_dead_proxy_ends_the_tui() -> None:
             os.kill(child, 9)
             assert await asyncio.wait_for(proc.wait(), 30) == 1
             await _until_written(out, b"the proxy exited (killed by SIGKILL)")
+        finally:
+            await _close(proc, master)
+
+
+async def test_the_tuis_proxy_takes_trusted_proxies_from_the_flag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run --trusted-proxies 127.0.0.1`` with the TUI: its headless child gets the flag
+    (the TUI passes its arguments on), so a request a balancer at 127.0.0.1 forwards for
+    203.0.113.9 is that user on the screen (without the flag: 127.0.0.1)."""
+    monkeypatch.delenv("LLMTOP_TRUSTED_PROXIES", raising=False)
+    async with running_sim("tiny") as sim:
+        port = free_port()
+        proc, master, out = await _run_in_pty(sim.url, f"127.0.0.1:{port}",
+                                              extra=("--trusted-proxies", "127.0.0.1"))
+        try:
+            body = json.dumps({"model": "m", "max_tokens": 4,
+                               "messages": [{"role": "user", "content": "hi"}]})
+            async with aiohttp.ClientSession() as s, s.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                    headers={"Content-Type": "application/json",
+                             "X-Forwarded-For": "203.0.113.9"}) as r:
+                assert r.status == 200, await r.text()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while b"203.0.113.9" not in (plain := ANSI.sub(b"", bytes(out))):
+                assert loop.time() < deadline, plain[-3000:]
+                await asyncio.sleep(0.2)
+            assert await press_until_exit(proc, master, b"q") == 0
         finally:
             await _close(proc, master)
