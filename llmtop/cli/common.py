@@ -69,9 +69,9 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                    help="...or once a part has been open S seconds (1 to 86400, e.g. 3600: "
                         "hourly), whichever comes first (default recording.rotate_s: 0, off)")
     p.add_argument("--keep", type=int, metavar="N",
-                   help="with --rotate-mb or --rotate-s, keep the newest N parts, deleting "
-                        "the oldest (only those this recording made) (default "
-                        "recording.keep: 0, every part)")
+                   help="with --rotate-mb or --rotate-s, keep the newest N parts of the "
+                        "stem, deleting the oldest (the parts an earlier run with the same "
+                        "--record left count too) (default recording.keep: 0, every part)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="proxy processes sharing the port (default 1; at most 2 per CPU; 4 "
                         "on one CPU)")
