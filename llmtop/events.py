@@ -101,11 +101,10 @@ class RequestRecord:
     upstream_id: str | None = None
     """The engine's own id of the request, to look it up in the engine's logs: the
     response's ``X-Request-Id`` header when it has one, else the id its body names
-    (OpenAI-style ``chatcmpl-…``/``cmpl-…``/``resp_…``, Anthropic ``msg_…``); None when
-    neither (Ollama, TGI's native API, SGLang's ``/generate``, whose ``meta_info.id`` is
-    not read, an answer the proxy made itself). At most 128
-    characters; not secret, no prompt text. (Last: recordings and wires without it read
-    as None.)"""
+    (OpenAI-style ``chatcmpl-…``/``cmpl-…``/``resp_…``, Anthropic ``msg_…``, SGLang's
+    ``/generate`` ``meta_info.id``); None when neither (Ollama, TGI's native API, an
+    answer the proxy made itself). At most 128 characters; not secret, no prompt text.
+    (Last: recordings and wires without it read as None.)"""
 
     # -- derived figures (definitions in shared/docs/domain.md) --------------------------
 

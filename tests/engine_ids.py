@@ -8,15 +8,21 @@ import json
 
 def seen_id(body: bytes) -> str:
     """The id the client read: a JSON body's ``id``; a stream's first event's ``id``, or
-    Anthropic's ``message_start`` ``message.id``."""
+    Anthropic's ``message_start`` ``message.id``; SGLang's ``meta_info.id`` (its
+    ``/generate``, a body or the first event)."""
     if not body.lstrip().startswith(b"{"):
         for line in body.split(b"\n"):
             if line.startswith(b"data:"):
-                obj = json.loads(line[5:])
-                rid = obj["message"]["id"] if obj.get("type") == "message_start" else obj["id"]
-                assert isinstance(rid, str)
-                return rid
+                return _id_of(json.loads(line[5:]))
         raise AssertionError(f"no event in {body[:200]!r}")
-    rid = json.loads(body)["id"]
+    return _id_of(json.loads(body))
+
+
+def _id_of(obj: dict[str, object]) -> str:
+    if obj.get("type") == "message_start":
+        obj = obj["message"]  # type: ignore[assignment]
+    elif "meta_info" in obj:
+        obj = obj["meta_info"]  # type: ignore[assignment]
+    rid = obj["id"]
     assert isinstance(rid, str)
     return rid

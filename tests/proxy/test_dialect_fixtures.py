@@ -38,7 +38,8 @@ class Expect:
     rid: str | None = None
     """The engine's id of the answer (``response_id``): the top-level ``id`` of an
     OpenAI-style body or first chunk, Anthropic's ``message.id``, the Responses API's
-    ``response.id`` — not a tool call's or an output item's id."""
+    ``response.id`` — not a tool call's or an output item's id —, SGLang's first
+    ``meta_info.id``."""
 
 
 SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
@@ -96,14 +97,19 @@ CASES: dict[str, Expect] = {
                             "Request failed during generation: Server error: CUDA out of memory"),
     # SGLang /generate: completion_tokens 1, 2, 5, 6, then 6 again with the finish_reason
     # (no new token: not content); prompt 7; no model named
-    "sglang_generate_stream.sse": Expect("sglang", True, SSE, (1, 1, 3, 1), 7, 6, None),
+    # (the id: every event's meta_info.id, SGLang's rid)
+    "sglang_generate_stream.sse": Expect("sglang", True, SSE, (1, 1, 3, 1), 7, 6, None,
+                                         rid="5e1f"),
     # incremental text: counts 1, 3, 4 (the last event has no line end, completed at EOF)
-    "sglang_incremental_crlf.sse": Expect("sglang", True, SSE, (1, 2, 1), 7, 4, None),
+    "sglang_incremental_crlf.sse": Expect("sglang", True, SSE, (1, 2, 1), 7, 4, None,
+                                          rid="5e1f"),
     # batch: index 0 counts 1, 2, 3 (prompt 5) and index 1 counts 1, 3 (prompt 6),
-    # interleaved 0, 1, 0, 1, 0
-    "sglang_batch_stream.sse": Expect("sglang", True, SSE, (1, 1, 1, 2, 1), 11, 6, None),
+    # interleaved 0, 1, 0, 1, 0; the id: the first event's (index 0, b_0), not b_1
+    "sglang_batch_stream.sse": Expect("sglang", True, SSE, (1, 1, 1, 2, 1), 11, 6, None,
+                                      rid="b_0"),
     "sglang_error_midstream.sse": Expect("sglang", True, SSE, (1, 1), 7, 2, None,
-                                         "The server is not ready to handle requests."),
+                                         "The server is not ready to handle requests.",
+                                         rid="5e1f"),
     # real llama.cpp Responses API: 22 non-empty output_text deltas (the message's
     # output_item.added and content_part.added are not content); response.completed's
     # usage 37/23 (23 includes the end-of-sequence token, in no delta)
@@ -138,9 +144,9 @@ CASES: dict[str, Expect] = {
                                      rid="msg_02"),
     "ollama_chat.json": Expect("ollama", False, JSON, (3,), 26, 3, "llama3.2"),
     "tgi_generate.json": Expect("tgi", False, JSON, (3,), None, 3, None),
-    "sglang_generate.json": Expect("sglang", False, JSON, (6,), 7, 6, None),
+    "sglang_generate.json": Expect("sglang", False, JSON, (6,), 7, 6, None, rid="5e1f"),
     # a batch answer: a list of two outputs, 3 + 4 tokens, prompts 5 + 6
-    "sglang_batch.json": Expect("sglang", False, JSON, (7,), 11, 7, None),
+    "sglang_batch.json": Expect("sglang", False, JSON, (7,), 11, 7, None, rid="b_0"),
 }
 
 

@@ -2,7 +2,8 @@
 response has no ``X-Request-Id``): the *top-level* id of an OpenAI-style stream's first
 chunk — not a tool call's, whichever order the engine writes its keys in — at every byte
 boundary, cut and made safe like the model; and the ``X-Request-Id`` the response head
-picks out. (Every dialect fixture's id, at every split: test_dialect_fixtures.py.)"""
+picks out; SGLang's ``meta_info.id``. (Every dialect fixture's id, at every split:
+test_dialect_fixtures.py.)"""
 
 from __future__ import annotations
 
@@ -160,6 +161,70 @@ def test_anthropic_and_the_responses_api_name_theirs_in_their_first_event() -> N
     r.feed(b'event: response.output_item.added\ndata: {"type":"response.output_item.added",'
            b'"item":{"id":"msg_1","type":"message"}}\n\n')
     assert r.response_id == "resp_9"
+
+
+# -- SGLang's /generate: meta_info.id ----------------------------------------------------
+
+RID = "0f8c2c3e5a3b4c1d9e7f6a5b4c3d2e1f"  # SGLang's rid: uuid4().hex unless the client gave one
+
+
+def sglang_event(text: str, done: int, rid: str = RID, finish: object = None,
+                 index: int | None = None) -> bytes:
+    """One output event as SGLang writes it (orjson: no spaces; the output so far)."""
+    meta = {"id": rid, "finish_reason": finish, "prompt_tokens": 7,
+            "weight_version": "default", "completion_tokens": done, "cached_tokens": 0}
+    out: dict[str, Any] = {"text": text, "output_ids": list(range(100, 100 + done)),
+                           "meta_info": meta}
+    if index is not None:
+        out["index"] = index
+    return sse(out)
+
+
+@pytest.mark.parametrize("first_len", [6, 1500], ids=["small", "past META_ONLY_BYTES"])
+def test_sglang_names_meta_info_id_at_every_split(first_len: int) -> None:
+    """The id is ``meta_info.id``, read at every byte boundary; a first event past
+    ``META_ONLY_BYTES`` (read by its ``meta_info`` alone, on the fast path when whole)
+    names it too."""
+    from llmtop.proxy.dialects.sglang import META_ONLY_BYTES, SGLangStreamParser
+
+    text = "P" * first_len
+    first = sglang_event(text, 1)
+    assert (len(first) >= META_ONLY_BYTES) == (first_len > 1000)
+    raw = (first + sglang_event(text + " is", 2)
+           + sglang_event(text + " is", 2, finish={"type": "length", "length": 2})
+           + b"data: [DONE]\n\n")
+    whole = SGLangStreamParser()
+    assert whole.feed(first) == (1, 1)
+    assert whole.response_id == RID  # the live row asks after the first event
+    for pieces in every_split(raw):
+        p = make_parser("sglang", True, "text/event-stream", "/generate")
+        got = [p.feed(piece) for piece in pieces] + [p.finish()]
+        assert (p.response_id, p.usage_completion_tokens, p.ended) == (RID, 2, True), pieces
+        assert sum(t for _, t in got) == 2
+
+
+def test_sglang_batch_names_its_first_outputs_id_and_odd_ids_are_none() -> None:
+    raw = (sglang_event("A", 1, "b_0", index=0) + sglang_event("B", 1, "b_1", index=1)
+           + sglang_event("AB", 2, "b_0", index=0) + b"data: [DONE]\n\n")
+    for pieces in every_split(raw):
+        p = make_parser("sglang", True, "text/event-stream", "/generate")
+        for piece in pieces:
+            p.feed(piece)
+        p.finish()
+        assert p.response_id == "b_0", pieces
+    body = make_parser("sglang", False, "application/json", "/generate")
+    body.feed(b"[" + sglang_event("A", 1, "b_0")[6:-2] + b","
+              + sglang_event("B", 1, "b_1")[6:-2] + b"]")
+    body.finish()
+    assert body.response_id == "b_0"
+    for odd in (None, "", 7):
+        p = make_parser("sglang", True, "text/event-stream", "/generate")
+        p.feed(sglang_event("a", 1, odd) + sglang_event("ab", 2, odd))  # type: ignore[arg-type]
+        assert (p.response_id, p.usage_completion_tokens) == (None, 2), odd
+    long = make_parser("sglang", False, "application/json", "/generate")
+    long.feed(sglang_event("a", 1, "r" * 300)[6:-2])
+    long.finish()
+    assert long.response_id == "r" * MAX_UPSTREAM_ID_CHARS
 
 
 @pytest.mark.parametrize(("dialect", "path", "body"), [

@@ -1,8 +1,8 @@
 """A record's ``upstream_id`` is the id the client itself saw — the body's ``chatcmpl-…``
-or ``msg_…`` from ``llmtop sim``, streamed or not, served directly or through aiohttp's
-path — unless the response has an ``X-Request-Id``: then that header (the engine's id in
-its logs, vLLM ``--enable-request-id-headers``, OpenAI). An open request's live row shows
-it as soon as the head or the stream has named it."""
+or ``msg_…``, or SGLang's ``meta_info.id``, from ``llmtop sim``, streamed or not, served
+directly or through aiohttp's path — unless the response has an ``X-Request-Id``: then
+that header (the engine's id in its logs, vLLM ``--enable-request-id-headers``, OpenAI).
+An open request's live row shows it as soon as the head or the stream has named it."""
 
 from __future__ import annotations
 
@@ -36,7 +36,14 @@ CASES = {
                                           "stream": True, "messages": MESSAGES}),
     "anthropic json": ("/v1/messages", {"model": "claude-x", "max_tokens": 4,
                                         "messages": MESSAGES}),
+    # SGLang's native API: the id is meta_info.id
+    "sglang stream": ("/generate", {"text": "hello there", "stream": True,
+                                    "sampling_params": {"max_new_tokens": 4}}),
+    "sglang json": ("/generate", {"text": "hello there",
+                                  "sampling_params": {"max_new_tokens": 4}}),
 }
+PREFIX = {"openai": "chatcmpl-", "anthropic": "msg_", "sglang": "sglang-"}
+"""The simulator's ids, per API (``llmtop.sim.handlers``)."""
 
 
 def _raw(path: str, body: dict[str, Any], extra: bytes = b"") -> bytes:
@@ -104,8 +111,8 @@ async def test_the_record_names_the_id_the_client_saw_on_both_paths() -> None:
     assert len(records) == len(seen) == 2 * len(CASES)
     for (name, direct, rid), rec in zip(seen, records, strict=True):
         assert rec.outcome == "ok" and rec.stream == name.endswith("stream"), (name, rec)
-        prefix = "msg_" if name.startswith("anthropic") else "chatcmpl-"
-        assert rid.startswith(prefix), (name, rid)
+        assert rec.dialect == name.split()[0], (name, rec)
+        assert rid.startswith(PREFIX[rec.dialect]), (name, rid)
         assert rec.upstream_id == rid, (name, direct, rec)
     assert len({rid for _, _, rid in seen}) == len(seen)  # each request its own
 
@@ -187,10 +194,58 @@ async def test_an_open_requests_row_shows_the_id_once_named() -> None:
     assert [r.upstream_id for r in records] == live
 
 
-async def _post(url: str, path: str) -> bytes:
+async def _post(url: str, path: str, body: dict[str, Any] | None = None) -> bytes:
     reader, writer = await asyncio.open_connection(*_hostport(url))
     try:
-        writer.write(_raw(path, {"model": "m1", "stream": True, "messages": MESSAGES}))
+        writer.write(_raw(path, body or {"model": "m1", "stream": True,
+                                         "messages": MESSAGES}))
         return await _read_response(reader)
     finally:
         writer.close()
+
+
+def _sglang_events(rid: str, n: int) -> list[bytes]:
+    """An SGLang ``/generate`` stream as SGLang writes it: the output so far in each event,
+    ``meta_info.id`` its rid, then ``[DONE]``."""
+    out = []
+    for k in range(1, n + 1):
+        meta = {"id": rid, "finish_reason": {"type": "length", "length": n} if k == n else None,
+                "prompt_tokens": 3, "weight_version": "default", "completion_tokens": k,
+                "cached_tokens": 0}
+        out.append(b"data: " + json.dumps({"text": "a" * k, "output_ids": list(range(k)),
+                                           "meta_info": meta},
+                                          separators=(",", ":")).encode() + b"\n\n")
+    return [*out, b"data: [DONE]\n\n"]
+
+
+async def test_an_sglang_answers_meta_info_id_is_the_live_rows_and_the_records() -> None:
+    """An upstream answering like SGLang's ``/generate``: the open request's row names its
+    ``meta_info.id`` once the first event has come, and so does its record; with an
+    ``X-Request-Id`` the header's id is taken instead."""
+    async with scripted_upstream() as up:
+        up.responder = lambda seen: Script(
+            chunks=_sglang_events("e1a5c0ffee", 3), gap_s=0.4,
+            headers={"Content-Type": "text/event-stream",
+                     **({"X-Request-Id": "hdr-7"} if b'"header"' in seen.body else {})})
+        async with running_proxy(up.url) as (proxy, url, recs):
+
+            async def row_id(body: dict[str, Any]) -> tuple[Any, bytes]:
+                client = asyncio.create_task(_post(url, "/generate", body))
+                deadline = time.monotonic() + 5
+                while True:
+                    rows = [a.to_json_dict(time.perf_counter_ns())
+                            for a in list(proxy.active.values())]
+                    if rows and rows[0]["chunks"] >= 1:
+                        break
+                    assert time.monotonic() < deadline, rows
+                    await asyncio.sleep(0.01)
+                return rows[0]["upstream_id"], await client
+
+            body = {"text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 3}}
+            live, got = await row_id(body)
+            headed, _ = await row_id({**body, "rid": "header"})
+            records = await recs.wait(2)
+    assert seen_id(got) == "e1a5c0ffee"  # what the client read
+    assert (live, headed) == ("e1a5c0ffee", "hdr-7")
+    assert [(r.dialect, r.completion_tokens, r.upstream_id) for r in records] == [
+        ("sglang", 3, "e1a5c0ffee"), ("sglang", 3, "hdr-7")]

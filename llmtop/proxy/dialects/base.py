@@ -43,7 +43,8 @@ class StreamParser(Protocol):
         """The engine's own id of the answer, when its body gives one: the top-level ``id``
         of an OpenAI-style stream's first chunk or JSON body (``chatcmpl-…``, ``cmpl-…``;
         the Responses API's ``response.id``, ``resp_…``), Anthropic's ``message_start``
-        ``message.id`` (``msg_…``); at most 128 characters, safe text
+        ``message.id`` (``msg_…``), SGLang's ``meta_info.id`` (its ``/generate``: the
+        first output's); at most 128 characters, safe text
         (``_common.upstream_id_text``). Ollama and TGI name none. Read where the model is
         read, once; the OpenAI stream parser decodes it from its first event when asked."""
         ...

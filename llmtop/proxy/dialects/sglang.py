@@ -39,7 +39,13 @@ sequence's latest count, ``usage_prompt_tokens`` the sum of their ``prompt_token
 ``n`` > 1 SGLang reports the prompt once per sample, and so does the sum). Without
 ``completion_tokens`` (not SGLang itself: something SGLang-shaped), an event with text
 or token ids counts one token and the usage stays unknown (``token_source`` ``chunks``).
-``data: [DONE]`` ends the stream. An ``error`` object, or an ``abort`` finish, sets
+``data: [DONE]`` ends the stream. The answer's id (``response_id``, the record's
+``upstream_id`` when the response has no ``X-Request-Id``) is ``meta_info.id``, SGLang's
+``rid`` (the request's own ``rid`` when it gave one, else a uuid4 hex): the first output
+event's, or the first output's of a body; a batch names its first sequence's (streamed:
+the sequence of the first event). It is read from the ``meta_info`` every event has
+decoded anyway, at a sequence's first event (with its ``prompt_tokens``), so the events
+after it cost nothing more. An ``error`` object, or an ``abort`` finish, sets
 ``error`` (its kind: ``err_type`` and ``status_code``). Events grow with the output (the
 whole output so far in each): one of ``META_ONLY_BYTES`` or more is read by its
 ``meta_info`` alone, found in the bytes, so that the forwarding path's cost per event
@@ -200,13 +206,17 @@ class SGLangStreamParser(SSEStreamParser):
 
     def _count(self, meta: object, index: int) -> int | None:
         """The tokens an output event of sequence ``index`` adds (0: no content); None
-        when its ``meta_info`` has no ``completion_tokens``."""
+        when its ``meta_info`` has no ``completion_tokens``. A sequence's first event
+        gives its ``prompt_tokens``, and the answer's id when none was read yet."""
         if not isinstance(meta, dict):
             return None
         prompts = self._prompts
-        if index not in prompts and (prompt := count(meta.get("prompt_tokens"))) is not None:
-            prompts[index] = prompt
-            self.usage_prompt_tokens = sum(prompts.values())
+        if index not in prompts:  # a sequence's first event (SGLang's: every one names it)
+            if self._response_id is None:
+                self._set_response_id(meta.get("id"))
+            if (prompt := count(meta.get("prompt_tokens"))) is not None:
+                prompts[index] = prompt
+                self.usage_prompt_tokens = sum(prompts.values())
         done = count(meta.get("completion_tokens"))
         if done is None:
             return None
@@ -236,6 +246,7 @@ class SGLangBodyParser(JSONBodyParser):
             if _fail_on(self, out, meta):
                 continue
             if isinstance(meta, dict):
+                self._set_response_id(meta.get("id"))  # the first output's (see the module)
                 done = count(meta.get("completion_tokens"))
                 if done is not None:
                     completion = (completion or 0) + done
