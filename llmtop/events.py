@@ -103,8 +103,9 @@ class RequestRecord:
     response's ``X-Request-Id`` header when it has one, else the id its body names
     (OpenAI-style ``chatcmpl-…``/``cmpl-…``/``resp_…``, Anthropic ``msg_…``, SGLang's
     ``/generate`` ``meta_info.id``); None when neither (Ollama, TGI's native API, an
-    answer the proxy made itself). At most 128 characters; not secret, no prompt text.
-    (Last: recordings and wires without it read as None.)"""
+    answer the proxy made itself); ``llmtop bench``'s records the same, as its client read
+    the answer. At most 128 characters; not secret, no prompt text. (Last: recordings and
+    wires without it read as None.)"""
 
     # -- derived figures (definitions in shared/docs/domain.md) --------------------------
 

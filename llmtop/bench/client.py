@@ -10,7 +10,10 @@ counted as the proxy counts it: one token per content event, or — once this cl
 learned from complete streams that the model packs several tokens into an event —
 estimated at that rate (``token_source`` ``estimate``), so a broken stream from an engine
 that packs three tokens an event is not read as a third of its tokens. The
-result is a :class:`~llmtop.events.RequestRecord`, the same event the proxy produces.
+result is a :class:`~llmtop.events.RequestRecord`, the same event the proxy produces, with
+its ``upstream_id`` as the proxy gives it too: the response's ``X-Request-Id``, else the id
+the body named (the first event's ``chatcmpl-…``/``cmpl-…``), so that a bench run can be
+looked up in the engine's logs.
 
 A failed request's ``error`` reads ``"<kind>: <detail>"`` (``connection refused: …``,
 ``HTTP 500: …``, ``timeout: …``): :func:`error_kind` gives the kind, which the summary counts.
@@ -32,6 +35,7 @@ import itertools
 import json
 import time
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from types import SimpleNamespace
@@ -45,6 +49,7 @@ from llmtop.config import host_field_netloc, socket_netloc
 from llmtop.events import Outcome, RequestRecord, TokenSource
 from llmtop.net_errors import connect_failure_kind
 from llmtop.proxy.chunk_math import ChunkCounts, seconds_since
+from llmtop.proxy.dialects._common import upstream_id_text
 from llmtop.proxy.dialects.base import StreamParser
 from llmtop.proxy.dialects.registry import make_parser
 from llmtop.proxy.token_rate import TokenRates
@@ -62,6 +67,8 @@ class _Attempt:
     head: bool = False
     """The response's head arrived (from then on nothing is resent)."""
     status: int = 0
+    request_id: str | None = None
+    """The response's ``X-Request-Id`` (see :func:`request_id`)."""
     offsets: array[int] = field(default_factory=lambda: array("q"))
     """perf_counter_ns of each content chunk's read (packed: 8 bytes a chunk, read in place
     when the record is built)."""
@@ -223,6 +230,7 @@ class BenchClient:
         ) as resp:
             at.head = True
             at.status = resp.status
+            at.request_id = request_id(resp.headers.getall("X-Request-Id", ()))
             at.parser = make_parser("openai", True, resp.content_type)
             async for data in resp.content.iter_any():
                 now = perf_counter_ns()
@@ -240,6 +248,9 @@ class BenchClient:
         # on the loop that measures the other requests: long streams are built in bulk
         # (llmtop.proxy.chunk_math), as the proxy builds its records
         parser, offsets, status = at.parser, at.offsets, at.status
+        # the engine's id: its X-Request-Id, else the one the body named (the parser reads
+        # it from the first event now, off the stream's reads)
+        upstream_id = at.request_id if at.request_id is not None else parser.response_id
         counts = ChunkCounts(at.counts)
         usage = getattr(parser, "usage_completion_tokens", None)
         prompt = getattr(parser, "usage_prompt_tokens", None)
@@ -275,7 +286,19 @@ class BenchClient:
             chunk_tokens=counts.scaled(None if source == "chunks" else completion),
             concurrency_at_start=concurrency,
             error=error,
+            upstream_id=upstream_id,
         )
+
+
+def request_id(values: Iterable[str]) -> str | None:
+    """The engine's id of a request from its response's ``X-Request-Id`` fields, as the
+    proxy takes it (``llmtop.proxy.upstream_head``): the first non-empty one, without its
+    spaces, at most 128 characters of safe text; None when there is none."""
+    for value in values:
+        rid = upstream_id_text(value.strip())
+        if rid is not None:
+            return rid
+    return None
 
 
 def failure_kind(exc: aiohttp.ClientError) -> str:
