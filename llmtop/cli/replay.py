@@ -82,19 +82,28 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace, path: str) -> int:
+    """The TUI over ``path``. A rotated recording's notes (other series, missing parts)
+    are not printed before it, where its screen would hide them while it runs: the TUI
+    shows them as it starts (``ReplaySource.notes``), and they are printed once it has
+    ended, where the terminal keeps them."""
     from llmtop.recording.errors import RecordingError
 
     try:
         source = tui_source(resolve_recording(path, args.series if path == args.file else None,
-                                              "llmtop replay"), speed=args.speed)
+                                              "llmtop replay", quiet=True), speed=args.speed)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
-    if args.start:
-        source.seek(args.start)
-    if not sys.stdout.isatty():
-        raise UsageError("the TUI needs a terminal; without one, `llmtop report FILE` "
-                         "gives the recording's figures")
-    from llmtop.tui import run_tui
+    try:
+        if args.start:
+            source.seek(args.start)
+        if not sys.stdout.isatty():
+            raise UsageError("the TUI needs a terminal; without one, `llmtop report FILE` "
+                             "gives the recording's figures")
+        from llmtop.tui import run_tui
 
-    return run_tui(source, refresh_hz=args.refresh_hz, window_s=WINDOW_CHOICES[args.window],
-                   title=f"llmtop replay {Path(args.file).name}")
+        return run_tui(source, refresh_hz=args.refresh_hz,
+                       window_s=WINDOW_CHOICES[args.window],
+                       title=f"llmtop replay {Path(args.file).name}")
+    finally:
+        for note in source.notes:
+            print(f"llmtop replay: {note}", file=sys.stderr, flush=True)

@@ -435,6 +435,14 @@ class ReplaySource:
     def paused(self) -> bool:
         return self._paused
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the reader of a rotated recording should be told (``Series.notes``: other
+        series, missing parts, parts recorded under other conditions), for the TUI to show
+        (``llmtop.tui.source.HasNotes``); none for a file read alone."""
+        src = self.source
+        return src.notes if isinstance(src, Series) else ()
+
     def _target_pos(self) -> float:
         if self._paused:
             return self._anchor_pos

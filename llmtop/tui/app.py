@@ -26,7 +26,13 @@ from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.record import RecordPrompt
 from llmtop.tui.screens.user_detail import UserDetail
 from llmtop.tui.snapview import WINDOWS, SnapView
-from llmtop.tui.source import ReplayControl, ReportsDown, SnapshotSource, SourceUnavailable
+from llmtop.tui.source import (
+    HasNotes,
+    ReplayControl,
+    ReportsDown,
+    SnapshotSource,
+    SourceUnavailable,
+)
 from llmtop.tui.widgets.header import HeaderStatus
 
 Clock = Callable[[], float]
@@ -36,6 +42,9 @@ DASHBOARD_ACTIONS = frozenset({"sort", "reverse_sort", "filter"})
 REPLAY_ACTIONS = frozenset({"replay_pause", "seek", "speed"})
 STOP_POLL_S = 0.2
 """How often the app looks at its ``stop`` event."""
+NOTE_TIMEOUT_S = 30.0
+"""How long the source's notes (``HasNotes``) stay on screen: long enough to be read once
+the first figures have drawn the eye (Textual's default is 5 s); a click dismisses one."""
 
 
 def proposed_recording_path(now: float) -> str:
@@ -140,6 +149,10 @@ class LlmtopApp(App[int]):
         self.palette = Palette.from_variables(self.get_css_variables(),
                                                no_color=self.no_color)
         self._show()
+        if isinstance(self.source, HasNotes):
+            for note in self.source.notes:
+                self.notify(note, title="note", severity="warning", timeout=NOTE_TIMEOUT_S,
+                            markup=False)
         if self.refresh_hz > 0:
             self.set_interval(1.0 / self.refresh_hz, self._tick)
         if self.stop_event is not None:

@@ -106,6 +106,19 @@ class ReportsDown(Protocol):
         ...
 
 
+@runtime_checkable
+class HasNotes(Protocol):
+    """Optional capability of a source: what the user should be told as the TUI starts (a
+    rotated recording's replay: other series left out, parts missing). The app shows each
+    as a notification: lines the command printed on stderr just before would be under the
+    TUI's screen while it runs."""
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """One line each; none most of the time."""
+        ...
+
+
 def normalize_admin_url(url: str) -> str:
     """``HOST:PORT`` or ``http(s)://HOST:PORT[/prefix]`` → ``http(s)://HOST:PORT[/prefix]``.
     Raises ``ValueError`` with a one-line message for anything else."""

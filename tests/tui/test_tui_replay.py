@@ -3,13 +3,24 @@ the real ReplaySource on an injected wall clock."""
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import os
+import pty
+import struct
+import sys
+import termios
 import time
 from pathlib import Path
 
+from textual.widgets._toast import Toast
 from tui_support import FIXED_NOW, RealAdmin, screen_text, shows, until
 
+from llmtop.events import RequestRecord
+from llmtop.recording.reader import RecordingReader
 from llmtop.recording.replay import ReplaySource
-from llmtop.tui.app import LlmtopApp
+from llmtop.recording.writer import Recorder
+from llmtop.tui.app import NOTE_TIMEOUT_S, LlmtopApp
 from llmtop.tui.screens.help import HelpScreen
 
 WIDE = (160, 48)
@@ -85,3 +96,114 @@ async def test_replay_has_no_recording_key(tmp_path: Path) -> None:
         text = screen_text(app)
         assert "pause / resume the replay" in text
         assert "start recording" not in text
+
+
+
+def rotated_recording(stem: Path, n: int = 60) -> list[Path]:
+    """A rotated recording of ``n`` requests (a proxy's ``--record STEM`` with
+    ``rotate_mb``), written by llmtop's recorder: its parts, in order."""
+    rec = Recorder(stem, header={"upstream": "http://up:1", "slo": {}}, flush_s=0.05,
+                   order_hold_s=0.0, rotate_bytes=2000)
+    rec.start()
+    for first in range(0, n, 10):  # ten at a time, each ten written before the next
+        now = time.time()
+        rec.on_events([RequestRecord(
+            f"r{k}", f"u{k % 3}", "m", "openai", "/v1/chat/completions", True, 200, "ok",
+            now - 1.0, 0.2, 0.5, 10, 5, "usage", (0.2, 0.3, 0.4, 0.45, 0.5), (1,) * 5, 1)
+            for k in range(first, first + 10)])
+        deadline = time.monotonic() + 30
+        while rec.status()["queued"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+    rec.stop()
+    parts = [Path(rec.status()["path"])]  # the last part: asked after the stop, whose
+    # writes may rotate once more
+    while True:
+        with RecordingReader(parts[0]) as r:
+            prev = r.header["previous"]
+        if prev is None:
+            return parts
+        parts.insert(0, parts[0].with_name(prev))
+
+
+async def test_a_rotated_recordings_notes_are_shown_as_the_replay_starts(
+    tmp_path: Path,
+) -> None:
+    """``llmtop replay STEM`` with a part missing: the note that says so is shown in the
+    TUI (its line on stderr would be under the screen), for longer than Textual's 5 s; a
+    file read alone has none."""
+    from llmtop.cli.common import resolve_recording
+    from llmtop.cli.replay import tui_source
+
+    stem = tmp_path / "prod.jsonl"
+    parts = rotated_recording(stem)
+    assert len(parts) >= 3, parts
+    parts[1].unlink()
+    src = tui_source(resolve_recording(str(stem), None, "llmtop replay", quiet=True))
+    (note,) = src.notes
+    assert "part 2 of" in note and "missing" in note
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=WIDE, notifications=True) as pilot:  # (off by default)
+        await until(pilot, lambda: app.refreshes > 0)
+        await shows(pilot, "missing (deleted")
+        (toast,) = app.screen.query(Toast)
+        shown = " ".join(str(toast.render()).split())
+        assert " ".join(note.split()) in shown, shown
+        assert [(n.message, n.severity, n.timeout) for n in app._notifications] == [
+            (note, "warning", NOTE_TIMEOUT_S)]
+        assert NOTE_TIMEOUT_S > app.NOTIFICATION_TIMEOUT
+
+    alone = ReplaySource(parts[0], wall=Wall())
+    assert alone.notes == ()
+    app = LlmtopApp(alone, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=WIDE, notifications=True) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause()
+        assert not app.screen.query(Toast)
+
+
+async def test_replay_of_a_stem_in_a_pty_shows_its_note_then_prints_it_after() -> None:
+    """``llmtop replay STEM`` as a user runs it: the note is not printed before the TUI
+    (its screen would cover it), is on the TUI's screen, and is printed on stderr once the
+    TUI has left the screen, where the terminal keeps it."""
+    import tempfile
+
+    from test_tui_run_pty import ANSI, _close, _until_written, press_until_exit
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stem = Path(tmp) / "prod.jsonl"
+        parts = rotated_recording(stem)
+        parts[1].unlink()
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "replay", str(stem), stdin=slave, stdout=slave,
+            stderr=slave, start_new_session=True,
+            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"})
+        os.close(slave)
+        out = bytearray()
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            try:
+                out.extend(os.read(master, 65536))
+            except OSError:
+                loop.remove_reader(master)
+
+        loop.add_reader(master, readable)
+        try:
+            await _until_written(out, b"\x1b[?1049h", 60)  # the TUI takes the screen
+            enter = bytes(out).index(b"\x1b[?1049h")
+            assert b"llmtop replay: " not in bytes(out)[:enter]  # (it would be hidden)
+            for _ in range(600):  # drawn, with the note in a toast
+                screen = ANSI.sub(b"", bytes(out)[enter:])
+                if b"users" in screen and b"missing" in screen:
+                    break
+                await asyncio.sleep(0.05)
+            assert b"users" in screen and b"missing" in screen, screen[-3000:]
+            assert await press_until_exit(proc, master, b"q") == 0
+            line = f"llmtop replay: {stem}: part 2 of {len(parts)} missing".encode()
+            await _until_written(out, line)
+        finally:
+            await _close(proc, master)
+    leave = bytes(out).rindex(b"\x1b[?1049l")  # the TUI leaves the alternate screen
+    assert bytes(out).index(b"llmtop replay: ") > leave, bytes(out)[:2000]
