@@ -7,8 +7,10 @@ import contextlib
 import ipaddress
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+
+from aiohttp import web
 
 
 @contextlib.contextmanager
@@ -67,3 +69,21 @@ def link_local_v6() -> str | None:
         if scope == "20":  # link
             return f"{ipaddress.IPv6Address(int(addr, 16))}%{name}"
     return None
+
+
+@contextlib.asynccontextmanager
+async def chat_engine(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """``handle`` served as an engine's ``POST /v1/chat/completions`` on 127.0.0.1 (a
+    port of its own); yields the base URL."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()

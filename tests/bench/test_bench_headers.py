@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from net_support import chat_engine
 
 SSE_OK = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
           b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1}}\n\n'
@@ -36,16 +37,8 @@ async def keyed_engine(seen: list[dict[str, str]]) -> AsyncIterator[str]:
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with chat_engine(handle) as url:
+        yield url
 
 
 async def bench(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

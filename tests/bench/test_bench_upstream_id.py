@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from aiohttp import web
+from net_support import chat_engine
 
 from llmtop.bench.client import BenchClient, bench_session
 from llmtop.bench.workload import BenchRequest
@@ -70,16 +71,8 @@ async def engine_with_request_ids() -> AsyncIterator[str]:
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with chat_engine(handle) as url:
+        yield url
 
 
 async def test_x_request_id_is_taken_before_the_bodys_id() -> None:

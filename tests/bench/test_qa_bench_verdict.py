@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from aiohttp import web
+from net_support import chat_engine
 
 SSE_OK = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
           b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'
@@ -36,16 +37,8 @@ async def hiccup_upstream(bad: range) -> AsyncIterator[str]:
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with chat_engine(handle) as url:
+        yield url
 
 
 async def bench(url: str, *extra: str) -> tuple[int, str, str]:
