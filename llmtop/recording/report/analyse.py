@@ -16,8 +16,12 @@ the session's mean and max in ``conditions.in_flight`` and each ``series`` point
 The dict (``REPORT_VERSION`` 1) has these sections: ``report_version``, ``source``
 (file, header, completeness), ``conditions``, ``latency``, ``throughput``, ``outcomes``,
 ``slo``, ``capacity``, ``users``, ``models``, ``by_concurrency``, ``warnings``, ``gpus``,
-``engine``, ``series`` (time series for plots), ``gpu_series``, ``distributions``.
-Latencies are seconds, ``None`` where there is no data.
+``engine``, ``series`` (time series for plots), ``gpu_series``, ``distributions``,
+``slowest`` (:mod:`llmtop.recording.report.slowest`: ``{"k": K, "ttft": [...], "e2e":
+[...]}``, the K requests with the longest TTFT and the K with the longest E2E, slowest
+first, each ``{"id", "upstream_id", "t_start", "user", "model", "outcome", "status",
+"stream", "ttft_s", "e2e_s", "output_tokens"}``; ``upstream_id`` ``None`` when the engine
+named none). Latencies are seconds, ``None`` where there is no data.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from llmtop.recording.reader import Progress, read_header
 from llmtop.recording.replay import DEFAULT_LOOKAHEAD_S, ReplayEngine, config_for
 from llmtop.recording.report.fmt import PERCENTILE_NOTE
 from llmtop.recording.report.inflight import in_flight
+from llmtop.recording.report.slowest import SLOWEST, Slowest
 
 REPORT_VERSION: Final = 1
 PCTS: Final = (50.0, 90.0, 95.0, 99.0)
@@ -115,8 +120,9 @@ class _IntDist:
 class _Collector:
     """What the aggregator does not keep, gathered in one pass as events are read."""
 
-    def __init__(self, slo: Slo) -> None:
+    def __init__(self, slo: Slo, slowest: int = SLOWEST) -> None:
         self.slo = slo
+        self.slowest = Slowest(slowest)
         self.models: Counter[str] = Counter()
         self.models_ok: Counter[str] = Counter()
         """Models of the requests that succeeded: a failed request records the name it was
@@ -197,6 +203,7 @@ class _Collector:
         self.firsts.append(end if r.ttft_s is None else r.t_start + min(r.ttft_s, r.e2e_s))
         if self.last_end is None or end > self.last_end:
             self.last_end = end
+        self.slowest.add(r)
         self._pending.append(r)
         self._pending_chunks += len(r.chunk_offsets_s)
         if len(self._pending) >= _BATCH or self._pending_chunks >= _BATCH_CHUNKS:
@@ -472,12 +479,14 @@ def analyse(
     progress: Progress | None = None,
     tick_s: float = 1.0,
     top_users: int = 50,
+    slowest: int = SLOWEST,
 ) -> dict[str, Any]:
     """Read the recording (twice when it holds requests longer than the replay's read-ahead)
     and build the report dict (see the module docstring).
 
     ``slo`` overrides the recording's objectives (keys ``ttft_s``, ``itl_p95_s``,
-    ``tpot_s``, ``e2e_s``, ``target``; ``None`` unsets one).
+    ``tpot_s``, ``e2e_s``, ``target``; ``None`` unsets one). ``slowest``: how many
+    requests each slowest list names.
     A rotated recording's stem (or its :class:`~llmtop.recording.parts.Series`) is read
     whole, its parts as one recording.
     """
@@ -485,7 +494,7 @@ def analyse(
     eff_slo = Slo.from_config(config_for(read_header(path), slo))
     lookahead = DEFAULT_LOOKAHEAD_S
     while True:
-        c = _Collector(eff_slo)
+        c = _Collector(eff_slo, slowest)
         eng = ReplayEngine(path, slo=slo, tick_s=tick_s, top_users=top_users,
                            progress=progress, observer=c, lookahead_s=lookahead)
         series, step, window = _replay(eng, c)
@@ -607,6 +616,7 @@ def analyse(
         "engine_series": _bucketed(c.engine_buckets, begin, plot_step,
                                    ("running", "waiting", "kv_cache_usage")),
         "distributions": _distributions(final),
+        "slowest": c.slowest.as_dict(),
     }
     eng.close()
     out: dict[str, Any] = _plain(report)

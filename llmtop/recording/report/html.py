@@ -30,7 +30,14 @@ from llmtop.recording.report.fmt import (
     when,
 )
 from llmtop.recording.report.plots import PLOTS, compare_knee
-from llmtop.recording.report.text import LATENCY_HEADER, latency_rows
+from llmtop.recording.report.text import (
+    LATENCY_HEADER,
+    SLOWEST_HEADER,
+    SLOWEST_LISTS,
+    latency_rows,
+    slowest_none,
+    slowest_rows,
+)
 
 CSS = """
 :root { --fg:#1d2230; --muted:#5b6275; --line:#d9dce3; --bad:#c0392b; --ok:#1e7b34;
@@ -112,6 +119,23 @@ def conditions_section(r: dict[str, Any]) -> str:
     return "<h2>Conditions</h2>" + kv_table(rows)
 
 
+def slowest_section(r: dict[str, Any]) -> str:
+    s = r.get("slowest") or {}
+    parts = ["<h2>Slowest requests</h2>",
+             '<p class="note">Each named by llmtop\'s id and the engine\'s own (upstream id), '
+             "to look it up in the engine's logs; start times UTC.</p>"]
+    for key, label in SLOWEST_LISTS:
+        rows = s.get(key) or []
+        label = label[0].upper() + label[1:]  # "By TTFT" (str.capitalize: "By ttft")
+        if rows:
+            parts.append(f"<h3>{esc(label)}</h3>")
+            parts.append(grid(SLOWEST_HEADER, slowest_rows(rows), f"slowest-{key}"))
+        else:
+            parts.append(f'<p class="note">{esc(label)}: '
+                         f"{esc(slowest_none(r, key))}.</p>")
+    return "".join(parts)
+
+
 def render_html(r: dict[str, Any]) -> str:
     """The complete page."""
     src = r["source"]
@@ -159,6 +183,8 @@ def render_html(r: dict[str, Any]) -> str:
                         pct(u.get("slo_attainment")), num(u.get("errors"), 0),
                         num(u.get("timeouts"), 0)] for u in users]))
     parts.append(figure(r, "plot-users", "Output tokens per second and TTFT p95 per user."))
+
+    parts.append(slowest_section(r))
 
     o = r["outcomes"]
     parts.append("<h2>Errors and timeouts</h2>")

@@ -73,6 +73,38 @@ def latency_rows(lat: dict[str, Any]) -> list[list[str]]:
 
 LATENCY_HEADER = ("", "samples", "p50", "p90", "p95", "p99", "max")
 
+SLOWEST_HEADER = ("start (UTC)", "user", "model", "outcome", "status", "TTFT", "E2E",
+                  "out tok", "id", "upstream id")
+SLOWEST_LISTS = (("ttft", "by TTFT"), ("e2e", "by E2E"))
+
+
+def slowest_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """A slowest list's rows as cells (plain text: the caller escapes for its medium);
+    "-" where the engine named no id of its own."""
+    return [[when(x["t_start"]).removesuffix(" UTC"), str(x["user"]), x["model"] or NA,
+             x["outcome"], str(x["status"]), secs(x["ttft_s"]), secs(x["e2e_s"]),
+             num(x["output_tokens"], 0), x["id"], x["upstream_id"] or "-"] for x in rows]
+
+
+def slowest_none(r: dict[str, Any], key: str) -> str:
+    """What an empty slowest list says."""
+    if not r["conditions"]["requests"]:
+        return "none (no requests in the recording)"
+    return "none (no request had a first token)" if key == "ttft" else "none"
+
+
+def slowest_lines(r: dict[str, Any]) -> list[str]:
+    s = r.get("slowest") or {}
+    out = ["SLOWEST REQUESTS (llmtop's id; upstream id: the engine's, for its logs)"]
+    for key, label in SLOWEST_LISTS:
+        rows = s.get(key) or []
+        if not rows:
+            out.append(f"  {label}: {slowest_none(r, key)}")
+            continue
+        out.append(f"  {label}:")
+        out += table(slowest_rows(rows), SLOWEST_HEADER, "    ", left=True)
+    return out
+
 
 def conditions_lines(r: dict[str, Any]) -> list[str]:
     c = r["conditions"]
@@ -145,6 +177,9 @@ def render_text(r: dict[str, Any]) -> str:
         if len(users) > 25:
             out.append(f"  … and {len(users) - 25} more")
         out.append("")
+
+    out += slowest_lines(r)
+    out.append("")
 
     o = r["outcomes"]
     out += [
