@@ -17,6 +17,7 @@ from llmtop.cli.common import (
     term_as_exit,
     write_failed,
 )
+from llmtop.recording.report.slowest import SLOWEST
 
 NAME = "report"
 HELP = "offline analysis of a recording (text, JSON or an HTML page with plots)"
@@ -24,8 +25,10 @@ DESCRIPTION = """\
 Analyse a recording (.jsonl or .jsonl.gz): the conditions it was made under (upstream,
 models, SLOs, duration, input/output lengths, concurrency, arrival rate), then TTFT, ITL,
 chunk gap, TPOT and E2E percentiles, system and per-user tokens/s, errors and timeouts,
-SLO attainment, goodput, capacity at SLO, the warnings that fired, GPU peaks. The figures
-come from the same aggregation code as the live view.
+SLO attainment, goodput, capacity at SLO, the warnings that fired, GPU peaks, and the
+slowest requests by TTFT and by E2E, each with llmtop's id and the engine's (upstream id),
+to find them in the engine's logs. The figures come from the same aggregation code as the
+live view.
 
 A rotated recording (recording.rotate_mb / rotate_s) is read whole when FILE is the stem
 given to --record (prod.jsonl.gz for its parts prod.<time>.jsonl.gz): its parts in order,
@@ -59,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-tpot", type=float, metavar="S", help="TPOT SLO in seconds")
     p.add_argument("--slo-e2e", type=float, metavar="S", help="end-to-end SLO in seconds")
     p.add_argument("--slo-target", type=float, metavar="F", help="attainment target (0-1]")
+    p.add_argument("--slowest", type=int, metavar="N", default=SLOWEST,
+                   help=f"name the N slowest requests by TTFT and by E2E (default {SLOWEST}; "
+                        "0 leaves the section out; a comparison's text and HTML show none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -119,6 +125,8 @@ def _report(args: argparse.Namespace) -> int:
     from llmtop.recording.spool import STDIN, display_name, rereadable
 
     slo = slo_from_args(args)
+    if args.slowest < 0:
+        raise UsageError(f"--slowest must be 0 or more, got {args.slowest}")
     if args.output is not None and not args.output.strip():  # (an unset shell variable)
         raise UsageError(f"-o '{args.output}' is empty: give a file name, or leave -o out "
                          "for standard output")
@@ -151,7 +159,8 @@ def _report(args: argparse.Namespace) -> int:
             for f, c, p in zip(files, copies, paths, strict=True):
                 name = Path(display_name(f)).name
                 progress = None if args.quiet else stderr_progress(f"llmtop report: {name}")
-                report = analyse(p, slo=slo or None, progress=progress)
+                report = analyse(p, slo=slo or None, progress=progress,
+                                 slowest=args.slowest)
                 if c != f:
                     report["source"].update(file=name, path=display_name(f))
                 reports.append(report)

@@ -200,3 +200,43 @@ def test_memory_is_k_rows_and_the_order_is_exact() -> None:
     for r in recs[:10]:
         off.add(r)
     assert off.as_dict() == {"k": 0, "ttft": [], "e2e": []}
+
+
+def test_slowest_flag_sets_k_and_0_leaves_the_section_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.jsonl"
+    known(path)
+    capsys.readouterr()
+    assert main(["report", str(path), "--format", "json", "-q", "--slowest", "2"]) == 0
+    s = json.loads(capsys.readouterr().out)["slowest"]
+    assert s["k"] == 2
+    assert [x["id"] for x in s["ttft"]] == TTFT_ORDER[:2]
+    assert [x["id"] for x in s["e2e"]] == E2E_ORDER[:2]
+    assert main(["report", str(path), "-q", "--slowest", "2"]) == 0
+    section = text_section(capsys.readouterr().out)
+    assert [r[8] for r in text_list(section, "by E2E")] == E2E_ORDER[:2]
+
+    assert main(["report", str(path), "-q", "--slowest", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "SLOWEST" not in text and "PER USER" in text and "ERRORS AND TIMEOUTS" in text
+    assert "\n\n\n" not in text
+    assert main(["report", str(path), "-q", "--slowest", "0", "--format", "html"]) == 0
+    assert "Slowest requests" not in capsys.readouterr().out
+    assert main(["report", str(path), "-q", "--slowest", "0", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["slowest"] == {"k": 0, "ttft": [], "e2e": []}
+
+    assert main(["report", str(path), "-q", "--slowest", "-1"]) != 0
+    assert "--slowest must be 0 or more" in capsys.readouterr().err
+
+
+def test_a_comparison_shows_them_only_in_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    known(a)
+    known(b)
+    capsys.readouterr()
+    assert main(["report", str(a), str(b), "-q"]) == 0
+    assert "SLOWEST" not in capsys.readouterr().out
+    assert main(["report", str(a), str(b), "-q", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [[x["id"] for x in r["slowest"]["ttft"]] for r in doc["reports"]] == [TTFT_ORDER] * 2

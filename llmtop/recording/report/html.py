@@ -120,7 +120,10 @@ def conditions_section(r: dict[str, Any]) -> str:
 
 
 def slowest_section(r: dict[str, Any]) -> str:
+    """The slowest requests (nothing with ``--slowest 0``)."""
     s = r.get("slowest") or {}
+    if not s.get("k"):
+        return ""
     parts = ["<h2>Slowest requests</h2>",
              '<p class="note">Each named by llmtop\'s id and the engine\'s own (upstream id), '
              "to look it up in the engine's logs; start times UTC.</p>"]
@@ -184,7 +187,8 @@ def render_html(r: dict[str, Any]) -> str:
                         num(u.get("timeouts"), 0)] for u in users]))
     parts.append(figure(r, "plot-users", "Output tokens per second and TTFT p95 per user."))
 
-    parts.append(slowest_section(r))
+    if slowest := slowest_section(r):
+        parts.append(slowest)
 
     o = r["outcomes"]
     parts.append("<h2>Errors and timeouts</h2>")

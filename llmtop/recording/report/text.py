@@ -94,7 +94,10 @@ def slowest_none(r: dict[str, Any], key: str) -> str:
 
 
 def slowest_lines(r: dict[str, Any]) -> list[str]:
+    """The SLOWEST REQUESTS section (none with ``--slowest 0``)."""
     s = r.get("slowest") or {}
+    if not s.get("k"):
+        return []
     out = ["SLOWEST REQUESTS (llmtop's id; upstream id: the engine's, for its logs)"]
     for key, label in SLOWEST_LISTS:
         rows = s.get(key) or []
@@ -178,8 +181,8 @@ def render_text(r: dict[str, Any]) -> str:
             out.append(f"  … and {len(users) - 25} more")
         out.append("")
 
-    out += slowest_lines(r)
-    out.append("")
+    slowest = slowest_lines(r)
+    out += [*slowest, ""] if slowest else []
 
     o = r["outcomes"]
     out += [
