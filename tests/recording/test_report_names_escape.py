@@ -91,3 +91,19 @@ def test_report_json_escapes_every_control_and_keeps_each_value(
     text = json.dumps(json.loads(out), ensure_ascii=False)
     for user in HOSTILE_USERS:
         assert json.dumps(user, ensure_ascii=False) in text, user
+
+
+def test_report_html_has_no_control_characters(tmp_path: Path) -> None:
+    """The HTML report (its tables and its plots' SVG text) shows a client's control
+    characters as the text report does, ``\\xNN``, and drops bidi overrides: an RLO in a
+    user name drew the cells after it reversed in the browser, and a raw ESC reached the
+    plots (matplotlib: "Glyph 27 missing from font")."""
+    path, out = tmp_path / "r.jsonl", tmp_path / "r.html"
+    hostile_recording(path)
+    assert main(["report", str(path), "--format", "html", "-o", str(out), "-q"]) == 0
+    page = out.read_text(encoding="utf-8")
+    hostile = frozenset([0x00, 0x07, 0x1B, 0x9B, 0x202C, 0x202E])
+    assert not hostile & set(map(ord, page)), sorted(hostile & set(map(ord, page)))
+    assert "\\x1b]0;PWNED-TITLE\\x1b\\" in page  # a user: shown, escaped
+    assert "\\x1b[8mhidden-model" in page  # a model
+    assert "abcevil" in page and "日本語のユーザー名" in page

@@ -38,6 +38,7 @@ from llmtop.recording.report.text import (
     slowest_none,
     slowest_rows,
 )
+from llmtop.textsafe import printable
 
 CSS = """
 :root { --fg:#1d2230; --muted:#5b6275; --line:#d9dce3; --bad:#c0392b; --ok:#1e7b34;
@@ -66,7 +67,11 @@ code { background: var(--head); padding: 0 3px; border-radius: 3px; }
 
 
 def esc(v: Any) -> str:
-    return html.escape("" if v is None else str(v), quote=True)
+    """``v`` as HTML text: markup escaped, and control characters shown as ``\\xNN``
+    with bidi overrides removed (:func:`~llmtop.textsafe.printable`), as the text report
+    shows them: a user name or error text from a client or an upstream carrying an RLO
+    drew the cells after it reversed, and an ESC or BEL went into the page as it was."""
+    return html.escape("" if v is None else printable(str(v)), quote=True)
 
 
 def kv_table(rows: Sequence[tuple[str, str]]) -> str:

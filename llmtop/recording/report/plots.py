@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from llmtop.recording.report.fmt import user_name
+from llmtop.textsafe import printable
 
 SLO_COLOR: Final = "#c0392b"
 COLORS: Final = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
@@ -31,8 +32,10 @@ _METADATA: Final = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 
 
 def _label(s: Any) -> str:
-    """A user-controlled string safe for matplotlib (no mathtext)."""
-    return str(s).replace("$", r"\$")
+    """A user-controlled string safe for matplotlib: no mathtext, control characters shown
+    as ``\\xNN`` and bidi overrides removed (:func:`~llmtop.textsafe.printable`; a raw
+    ESC went into the SVG, and matplotlib warned of a missing glyph)."""
+    return printable(str(s)).replace("$", r"\$")
 
 
 def _svg(fig: Figure, plot_id: str) -> str:
