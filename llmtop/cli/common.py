@@ -139,10 +139,11 @@ def resolve_recording(path: str, series: int | None, label: str, *,
                       quiet: bool = False) -> Source:
     """``path`` as the recording commands read it (:func:`llmtop.recording.parts.resolve`:
     a file itself, a rotated recording's stem its series of parts), what the reader should
-    know of it told on stderr (one line each, not with ``quiet``); a
+    know of it told on stderr (one line each, not with ``quiet``: a series' notes, a file
+    with parts named after it too); a
     :class:`UsageError` when it is neither."""
     from llmtop.recording.errors import RecordingError
-    from llmtop.recording.parts import Series, resolve
+    from llmtop.recording.parts import Series, file_note, resolve
 
     if series is not None and series < 1:
         raise UsageError(f"--series must be 1 or more, got {series}")
@@ -150,9 +151,11 @@ def resolve_recording(path: str, series: int | None, label: str, *,
         src = resolve(path, series=series)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
-    if isinstance(src, Series) and not quiet:
-        for note in src.notes:
-            print(f"{label}: {note}", file=sys.stderr, flush=True)
+    if not quiet:
+        notes = src.notes if isinstance(src, Series) else [file_note(src)]
+        for note in notes:
+            if note:
+                print(f"{label}: {note}", file=sys.stderr, flush=True)
     return src
 
 

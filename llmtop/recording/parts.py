@@ -169,17 +169,24 @@ def _series(parts: list[_Part]) -> list[list[_Part]]:
 
 def resolve(path: str | Path, *, series: int | None = None) -> Source:
     """``path`` itself when it exists (a file, a pipe, a directory: the reader says what it
-    is) — unless ``series`` is given, which only a stem takes —, else the series of parts
+    is) — unless ``series`` is given, which only a stem takes (a regular file with parts
+    named after it too: those parts, :func:`file_note`) —, else the series of parts
     named after it (the newest, or the ``series``-th, 1 = the oldest). A
     :class:`RecordingError` when there is neither, or no such series."""
     p = Path(path)
+    found: list[list[_Part]] | None = None
     if os.path.lexists(p):
-        if series is not None:
-            raise RecordingError(f"{p}: a file, read alone: --series picks among the series "
-                                 "of a rotated recording, given by its stem")
-        return path
+        # (a file at the stem itself — an old recording, left where a rotating --record
+        # then named its stem — is read alone; --series reads the parts beside it)
+        found = _series(_parts(p)) if series is not None and os.path.isfile(p) else []
+        if not found:
+            if series is not None:
+                raise RecordingError(f"{p}: a file, read alone: --series picks among the "
+                                     "series of a rotated recording, given by its stem")
+            return path
     base, ext = split_stem(p.name)
-    found = _series(_parts(p))
+    if found is None:
+        found = _series(_parts(p))
     if not found:
         raise RecordingError(f"{p}: no such file, nor parts of a rotated recording named "
                              f"after it ({base}.<time>{ext})")
@@ -194,7 +201,8 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
     if count > 1:
         others = count - 1
         notes.append(
-            f"{p}: {count} series of parts with this stem (the proxy was restarted): "
+            f"{p}: {count} series of parts with this stem (the recording was started again "
+            "with it: a proxy restarted, or a recording stopped and started): "
             f"reading series {index} (from {chosen[0].path.name}"
             f"{', the newest' if index == count else ''}); "
             f"{others} other{'s' if others > 1 else ''} left out: --series N reads the "
@@ -215,6 +223,26 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
                          f"{chosen[0].path.name}: the whole is read with the first's")
     return Series(stem=p, files=tuple(q.path for q in chosen), numbers=tuple(numbers),
                   missing=tuple(missing), index=index, count=count, notes=tuple(notes))
+
+
+def file_note(path: str | Path) -> str | None:
+    """What to tell of a regular file read alone while parts of a rotated recording are
+    named after it too (a rotating ``--record`` given the name of an existing recording:
+    the parts went beside it, and the stem reads the old file): that they are there and
+    how to read them; None otherwise. A look at the file's folder, made only for a
+    regular file (not a pipe, not ``-``)."""
+    p = Path(path)
+    if not os.path.isfile(p):
+        return None
+    found = _series(_parts(p))
+    if not found:
+        return None
+    base, ext = split_stem(p.name)
+    n = len(found)
+    how = ("--series 1 reads them whole" if n == 1 else
+           f"--series N reads the N-th series of them whole (1 = the oldest, {n} the newest)")
+    return (f"{p}: a file, read alone; parts of a rotated recording are named after it too "
+            f"({base}.<time>{ext}, from {found[-1][0].path.name}): {how}")
 
 
 def _condition(header: dict[str, Any], what: str) -> Any:
