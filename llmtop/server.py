@@ -265,8 +265,13 @@ class Observers:
         notes: list[str] = []
         if self.recording.status() is not None:
             done = self.recording.stop()
-            parts = (f" in {_n(done['part'], 'part')} (the last {done.get('path')})"
-                     if done.get("part") else "")
+            n, keep = done.get("part") or 0, self.recording.keep
+            # (with keep, the parts this run made are its newest: those past keep are gone,
+            # and their requests with them — "in 37 parts: 8265 requests" alone promised
+            # all of it to whoever then reads the stem)
+            gone = (f"; the oldest{'' if n - keep == 1 else f' {n - keep}'} deleted by keep "
+                    f"{keep}" if keep and n > keep else "")
+            parts = (f" in {_n(n, 'part')} (the last {done.get('path')}{gone})" if n else "")
             notes.append(
                 f"llmtop: recording {done.get('stem') or done.get('path')}{parts}: "
                 f"{done.get('requests', 0)} requests"

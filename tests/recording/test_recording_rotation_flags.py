@@ -51,3 +51,6 @@ async def test_keep_from_the_flag_trims_the_parts(work: Path, tap: Tap,
     numbers = [read_part(p)[0]["part"] for p in parts]
     assert len(parts) == 2 and numbers[0] >= 3 and numbers == [numbers[0], numbers[0] + 1], (
         numbers, out)
+    # the summary says the parts are gone, not only how many there were
+    said = [ln for ln in proxy.out if f"recording {stem} in {numbers[1]} parts" in ln]
+    assert len(said) == 1 and f"the oldest {numbers[1] - 2} deleted by keep 2)" in said[0], out
