@@ -10,7 +10,6 @@ from pathlib import Path
 
 from llmtop.cli.common import (
     UsageError,
-    add_series_argument,
     add_slo_spec_argument,
     resolve_recording,
     slo_from_args,
@@ -43,6 +42,7 @@ examples:
   llmtop report before.jsonl.gz after.jsonl.gz
   llmtop report today.jsonl.gz --slo-ttft 0.3 --format json -o today.json
   llmtop report prod.jsonl.gz --series 1      (a stem: the first run's parts)
+  llmtop report prod.jsonl.gz prod.jsonl.gz --series 1,2   (before and after a restart)
 """
 
 
@@ -51,7 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a recording (.jsonl or .jsonl.gz), or a rotated recording's stem; "
                         "- reads standard input")
     p.add_argument("file2", metavar="FILE2", nargs="?", help="a second recording to compare")
-    add_series_argument(p)
+    p.add_argument("--series", type=series_spec, metavar="N[,M]",
+                   help="a rotated recording given by its stem reads its newest series of "
+                        "parts (a proxy restarted with the same --record starts a new one); "
+                        "N reads the N-th instead, 1 = the oldest; with two: N,M reads the "
+                        "N-th of FILE and the M-th of FILE2 (one N: the N-th of each)")
     p.add_argument("--format", choices=("text", "json", "html"), default="text",
                    help="output format (default text)")
     p.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
@@ -66,6 +70,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"name the N slowest requests by TTFT and by E2E (default {SLOWEST}; "
                         "0 leaves the section out; a comparison's text and HTML show none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def series_spec(text: str) -> tuple[int, ...]:
+    """``--series N`` or ``N,M`` (FILE's and FILE2's: the series of one stem before and
+    after a restart compared — one N read from each file could not do it)."""
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        out = ()
+    if not 1 <= len(out) <= 2:
+        raise argparse.ArgumentTypeError(f"'{text}' is not N or N,M (e.g. 1, or 1,2)")
+    return out
 
 
 def check_output(path: str) -> Path:
@@ -132,12 +148,18 @@ def _report(args: argparse.Namespace) -> int:
                          "for standard output")
     out = check_output(args.output) if args.output else None
     files = [args.file] + ([args.file2] if args.file2 else [])
+    series: tuple[int, ...] = args.series or ()
+    if len(series) > len(files):
+        raise UsageError(f"--series {args.series[0]},{args.series[1]} names a series for each "
+                         "of two recordings: give FILE2, or one N")
+    by_file = [None if not series else series[min(i, len(series) - 1)]
+               for i in range(len(files))]
     if out is not None:
         from llmtop.recording.parts import source_files
         from llmtop.recording.paths import refuse_input_as_output
 
-        inputs = [f for x in files if x != STDIN
-                  for f in source_files(resolve_recording(x, args.series, "llmtop report",
+        inputs = [f for x, n in zip(files, by_file, strict=True) if x != STDIN
+                  for f in source_files(resolve_recording(x, n, "llmtop report",
                                                           quiet=True))]
         try:
             refuse_input_as_output([out], inputs)
@@ -151,9 +173,9 @@ def _report(args: argparse.Namespace) -> int:
             copies = [stack.enter_context(rereadable(f, None if args.quiet else "llmtop report"))
                       for f in files]
             # (a stem: its parts, the notes on them said once, before the long reads)
-            paths = [resolve_recording(p, args.series if p == f else None, "llmtop report",
+            paths = [resolve_recording(p, n if p == f else None, "llmtop report",
                                        quiet=args.quiet)
-                     for f, p in zip(files, copies, strict=True)]
+                     for f, p, n in zip(files, copies, by_file, strict=True)]
             for p in paths[1:]:  # a bad FILE2 is told before FILE is analysed, not minutes after
                 read_header(p)
             for f, c, p in zip(files, copies, paths, strict=True):

@@ -121,3 +121,28 @@ def test_a_stem_stopped_and_started_through_the_admin_api(tmp_path: Path) -> Non
     assert "proxy was restarted" not in said[0] and "stopped and started" in said[0], err
     report, _ = report_json(str(stem), "--series", "1")
     assert report["conditions"]["requests"] == 40
+
+
+def test_one_stem_before_and_after_a_restart_compared(tmp_path: Path) -> None:
+    """``report STEM STEM --series 1,2``: the run before a restart beside the run after it
+    (the comparison a restart for an upgrade calls for). Before, ``--series N`` was one
+    number read from each file, so the two sides were always the same series; the
+    labels also said ``prod.jsonl`` twice."""
+    stem = tmp_path / "prod.jsonl.gz"
+    for n, first in ((30, 0), (50, 1000)):
+        rec = Recorder(stem, header={"upstream": "http://u:8000"}, flush_s=0.1,
+                       order_hold_s=0.0, rotate_bytes=300)
+        rec.start()
+        feed(rec, n, first=first)
+        rec.stop()
+
+    report, _ = report_json(str(stem), str(stem), "--series", "1,2")
+    assert [r["conditions"]["requests"] for r in report["reports"]] == [30, 50]
+    assert (report["a"], report["b"]) == ("prod.jsonl.gz (series 1)", "prod.jsonl.gz (series 2)")
+    report, _ = report_json(str(stem), str(stem), "--series", "2")  # one N: each file's
+    assert [r["conditions"]["requests"] for r in report["reports"]] == [50, 50]
+    for bad in ("1,2,3", "x", "1,"):
+        p = run_cli("report", str(stem), str(stem), "--series", bad)
+        assert p.returncode == 2 and "--series" in p.stderr, p.stderr
+    p = run_cli("report", str(stem), "--series", "1,2")  # two series, one file
+    assert p.returncode == 2 and "FILE2" in p.stderr, p.stderr

@@ -57,7 +57,7 @@ from llmtop.metrics.ingest import (
 )
 from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
-from llmtop.recording.parts import Source, resolve, source_path
+from llmtop.recording.parts import Series, Source, resolve, source_path
 from llmtop.recording.reader import Progress, read_header
 from llmtop.recording.replay import DEFAULT_LOOKAHEAD_S, ReplayEngine, config_for
 from llmtop.recording.report.fmt import PERCENTILE_NOTE
@@ -565,6 +565,8 @@ def analyse(
             "problems": list(reader.problems),
             "dropped_by_recorder": footer.get("dropped") if footer else None,
             "events": reader.events_read,
+            # (a rotated recording's stem: which of its series was read, 1 = the oldest)
+            **({"series": path.index} if isinstance(path, Series) else {}),
         },
         "conditions": conditions,
         "latency": {m: dict(lat[m]) for m in METRICS},

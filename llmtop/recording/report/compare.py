@@ -168,10 +168,15 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             ratio = vb / va
         rows.append({"figure": label, "a": va, "b": vb, "ratio_b_over_a": ratio,
                      "lower_is_better": lower_better})
+    la, lb = a["source"]["file"], b["source"]["file"]
+    sa, sb = a["source"].get("series"), b["source"].get("series")
+    if la == lb and sa is not None and sb is not None and sa != sb:
+        # one stem before and after a restart (report STEM STEM --series 1,2)
+        la, lb = f"{la} (series {sa})", f"{lb} (series {sb})"
     return {
         "comparison_version": 1,
-        "a": a["source"]["file"],
-        "b": b["source"]["file"],
+        "a": la,
+        "b": lb,
         "conditions_match": not warnings,
         "slo_only_differs": only_slo,
         "warnings": warnings,
