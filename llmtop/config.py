@@ -97,7 +97,8 @@ class RecordingConfig:
     """...or once it has been open this many seconds (whichever first); 0 = off."""
     keep: int = 0
     """With rotation, keep at most this many parts of a recording, deleting the oldest
-    (only parts it made); 0 = keep every part."""
+    (the stem's parts: this run's and those an earlier run with the same path left;
+    nothing else); 0 = keep every part."""
 
 
 @dataclass

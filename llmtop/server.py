@@ -230,8 +230,11 @@ class Observers:
             except RecordingError as exc:
                 raise StartupError(str(exc)) from exc
             if st.get("part"):
+                gone = st.get("deleted_earlier") or 0
                 self.say(f"llmtop: recording to {cfg.recording.path} in parts, the first "
-                         f"{st['path']}")
+                         f"{st['path']}"
+                         + (f" (keep {cfg.recording.keep}: deleted the oldest "
+                            f"{_n(gone, 'part')} an earlier run left)" if gone else ""))
             else:
                 self.say(f"llmtop: recording to {cfg.recording.path}")
 

@@ -345,7 +345,13 @@ class Recorder:
         self.part = 0
         """The current part's number (1, 2, …; 0 before start)."""
         self._parts: deque[tuple[Path, tuple[int, int] | None]] = deque()
-        """The parts this recorder made and has not deleted (``keep``), oldest first."""
+        """The parts this recorder made and has not deleted (``keep``), oldest first — after
+        those an earlier run with the same stem left, found at start."""
+        self._earlier = 0  # how many of those are the earlier runs' (at the front)
+        self.deleted_earlier = 0
+        """Parts an earlier run left that ``keep`` deleted (at start, mostly: a restart
+        with a smaller ``keep`` deletes at once what it no longer keeps — said, not
+        silent)."""
         self._part_started = 0.0
         self._part_lines = 0  # this part's lines, the header included (the footer's count)
         self._part_requests = 0
@@ -442,6 +448,7 @@ class Recorder:
                 with contextlib.suppress(OSError):  # (gone since it was listed)
                     st = os.stat(found)
                     self._parts.append((found, (st.st_dev, st.st_ino)))
+            self._earlier = len(self._parts)
         self._open_part(self.started_at)
         self._running = True
         self._thread = threading.Thread(
@@ -540,10 +547,13 @@ class Recorder:
         counted."""
         while self.keep and len(self._parts) > self.keep:
             path, identity = self._parts.popleft()
+            earlier = self._earlier > 0
+            self._earlier -= earlier
             with contextlib.suppress(OSError):
                 st = os.stat(path)
                 if identity is None or (st.st_dev, st.st_ino) == identity:
                     path.unlink()
+                    self.deleted_earlier += earlier
 
     @property
     def queued_chunks(self) -> int:
@@ -635,11 +645,13 @@ class Recorder:
         """``path, started_at, requests, lines, dropped, bytes`` (+ ``queued``, ``error``,
         ``ended_at`` once stopped). ``bytes`` counts what reached the file (compressed for
         ``.gz``). With rotation ``path`` is the current part's (the last one once
-        stopped), ``part`` its number and ``stem`` the path given; the counts and
-        ``bytes`` are the whole recording's, every part together."""
+        stopped), ``part`` its number, ``stem`` the path given and ``deleted_earlier``
+        the parts an earlier run with that stem left that ``keep`` deleted; the counts
+        and ``bytes`` are the whole recording's, every part together."""
         sink = self._sink
         nbytes = self._bytes_done + sink.nbytes if sink is not None else self._bytes_final
-        rotation = {"part": self.part, "stem": str(self.path)} if self.rotating else {}
+        rotation = ({"part": self.part, "stem": str(self.path),
+                     "deleted_earlier": self.deleted_earlier} if self.rotating else {})
         return {
             "path": str(self.part_path),
             "started_at": self.started_at,

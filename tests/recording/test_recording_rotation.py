@@ -246,9 +246,11 @@ def test_keep_counts_the_parts_an_earlier_run_left(tmp_path: Path, suffix: str) 
     second = rotating(stem, rotate_bytes=size, keep=3)
     # its first part open, run 1's oldest are gone: its 2 newest and this part remain
     assert [p for p in run1 if p.exists()] == run1[-2:]
+    assert second.status()["deleted_earlier"] == len(run1) - 2  # (the start line says so)
     feed(second, 120)
     st = second.stop()
     assert st["part"] >= 4, st
+    assert st["deleted_earlier"] == len(run1)  # run 1's parts, not run 2's own
     left = [read_part(p)[0] for p in tmp_path.iterdir() if p != impostor]
     assert sorted(h["part"] for h in left) == [st["part"] - 2, st["part"] - 1, st["part"]]
     assert all(h["started_at"] >= st["started_at"] for h in left), (left, st)  # run 2's

@@ -4,11 +4,12 @@ every flag). Parts of 10 kB fill with a few rounds of traffic through the byte-e
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from disk_support import Proxy, Tap, no_traceback
-from test_recording_rotation import check_chain, parts_of, read_part
+from test_recording_rotation import check_chain, feed, parts_of, read_part, rotating
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,3 +55,30 @@ async def test_keep_from_the_flag_trims_the_parts(work: Path, tap: Tap,
     # the summary says the parts are gone, not only how many there were
     said = [ln for ln in proxy.out if f"recording {stem} in {numbers[1]} parts" in ln]
     assert len(said) == 1 and f"the oldest {numbers[1] - 2} deleted by keep 2)" in said[0], out
+
+
+async def test_a_restart_says_what_keep_deleted_at_start(work: Path, sim_url: str) -> None:
+    """A proxy restarted with ``--keep 2`` where an earlier run left 4+ parts: keep
+    deletes all but the newest at once (with its own first part, 2) — said on the start
+    line, not silent (a restart with a smaller keep deleting hours of recordings)."""
+    stem = work / "again.jsonl"
+    first = rotating(stem, rotate_bytes=3000)
+    feed(first, 120)
+    first.stop()
+    run1 = parts_of(work, "again")
+    assert len(run1) >= 4, run1
+    proxy = Proxy(sim_url, stem, work, extra=("--rotate-mb", "1", "--keep", "2"))
+    try:
+        for _ in range(300):  # (the recording starts just after the proxy listens)
+            if await proxy.recording() is not None:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        code = proxy.stop()
+    out, err = "\n".join(proxy.out), "\n".join(proxy.err)
+    assert code == 0, (out, err)
+    no_traceback(out, err)
+    assert [p for p in run1 if p.exists()] == run1[-1:]
+    said = [ln for ln in proxy.out if ln.startswith(f"llmtop: recording to {stem} in parts")]
+    assert len(said) == 1, out
+    assert f"(keep 2: deleted the oldest {len(run1) - 1} parts an earlier run left)" in said[0]
