@@ -234,7 +234,8 @@ class Observers:
                 self.say(f"llmtop: recording to {cfg.recording.path} in parts, the first "
                          f"{st['path']}"
                          + (f" (keep {cfg.recording.keep}: deleted the oldest "
-                            f"{_n(gone, 'part')} an earlier run left)" if gone else ""))
+                            f"{'part' if gone == 1 else f'{gone} parts'} an earlier run left)"
+                            if gone else ""))
             else:
                 self.say(f"llmtop: recording to {cfg.recording.path}")
 
