@@ -24,6 +24,7 @@ from llmtop.tui.palette import Palette
 from llmtop.tui.screens.dashboard import Dashboard
 from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.record import RecordPrompt
+from llmtop.tui.screens.request_detail import RequestDetail
 from llmtop.tui.screens.user_detail import UserDetail
 from llmtop.tui.snapview import WINDOWS, SnapView
 from llmtop.tui.source import (
@@ -34,6 +35,7 @@ from llmtop.tui.source import (
     SourceUnavailable,
 )
 from llmtop.tui.widgets.header import HeaderStatus
+from llmtop.tui.widgets.requests import RequestsTable
 
 Clock = Callable[[], float]
 SEEK_S = 10.0
@@ -286,6 +288,8 @@ class LlmtopApp(App[int]):
         for screen in self.screen_stack:
             if isinstance(screen, Dashboard | UserDetail):
                 screen.apply(self.view, self.palette, self.active, status)
+            elif isinstance(screen, RequestDetail):
+                screen.follow(self.active, self.palette)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -347,6 +351,12 @@ class LlmtopApp(App[int]):
 
     def on_dashboard_user_selected(self, message: Dashboard.UserSelected) -> None:
         self.open_user(message.user)
+
+    def on_requests_table_request_selected(
+            self, message: RequestsTable.RequestSelected) -> None:
+        """``enter`` on an active request (the dashboard's table or a user's detail): its
+        fields, from the rows already fetched, following it as they refresh."""
+        self.push_screen(RequestDetail(message.row, self.palette))
 
     def open_user(self, user: str) -> None:
         """Push the detail screen for ``user`` and fill it from the latest snapshot."""

@@ -330,10 +330,12 @@ async def test_r_twice_while_the_proxy_answers_sends_one_stop() -> None:
 
 def test_the_readmes_keys_are_the_bound_ones() -> None:
     """README.md's "Keys" line names every key the TUI shows in its footer (the app's, the
-    dashboard's tab, the users table's enter), and nothing else."""
+    dashboard's tab, the users table's and the active requests' enter), and nothing
+    else."""
     from textual.binding import Binding
 
     from llmtop.tui.screens.dashboard import Dashboard
+    from llmtop.tui.widgets.requests import RequestsTable
     from llmtop.tui.widgets.users import UsersTable
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
@@ -343,7 +345,7 @@ def test_the_readmes_keys_are_the_bound_ones() -> None:
              "-": "minus"}
     documented = {names.get(k, k) for k in re.findall(r"`([^`]+)`", section)}
     bound = set()
-    for cls in (LlmtopApp, Dashboard, UsersTable):
+    for cls in (LlmtopApp, Dashboard, UsersTable, RequestsTable):
         for b in cls.BINDINGS:
             if isinstance(b, Binding) and b.show:
                 bound.add(b.key.split(",")[0])

@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+REQUEST_KEY = ("enter", "on an active request: its fields, the engine's id among them")
+"""The one panel key a user's detail has too (its table is of active requests)."""
 KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit"),
     ("p", "pause / resume the display (the proxy keeps measuring)"),
@@ -21,13 +23,16 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("r", "start recording (asks for a file on the proxy's machine) / stop"),
     ("tab", "move focus between panels"),
     ("enter", "on a user: that user's detail (escape goes back)"),
+    REQUEST_KEY,
     ("d", "toggle dark / light"),
     ("?", "this help"),
 )
 DASHBOARD_ONLY = frozenset({"s / S", "/", "tab", "enter"})
-"""Keys of the dashboard's panels, which do nothing in a user's detail."""
+"""Keys of the dashboard's panels, which do nothing in a user's detail (its enter, on a
+request, is :data:`DETAIL_KEYS`')."""
 DETAIL_KEYS: tuple[tuple[str, str], ...] = (
     ("esc / backspace", "back to the dashboard"),
+    REQUEST_KEY,
 )
 REPLAY_KEYS: tuple[tuple[str, str], ...] = (
     ("space", "pause / resume the replay"),
@@ -49,8 +54,8 @@ NOTES = (
 
 def help_table(replay: bool, detail: bool = False) -> Table:
     """The keys that apply: a replay's (no recording; seek, speed), and in a user's detail
-    (``detail``) none of the dashboard's panel keys (sort, filter, tab, enter) but the way
-    back."""
+    (``detail``) none of the dashboard's panel keys (sort, filter, tab, enter on a user)
+    but the way back, and enter on a request."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.widgets import DataTable
 
 from llmtop.textsafe import printable
@@ -160,11 +162,23 @@ class RequestsTable(DataTable[Text]):
     whose id contains it. ``layout`` says the columns (by default :data:`ONE_USER` for
     one user's table, else :data:`SEVERAL_USERS`). Columns that do not fit the width
     are left out whole, the least useful first (``layout.keep``); ids, users and models
-    are cut with "…"."""
+    are cut with "…". ``enter`` on a row posts :class:`RequestSelected` with that row
+    (the app opens its fields: the engine's id and all)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select_cursor", "request", show=True),
+    ]
 
     DEFAULT_CSS = """
     RequestsTable { height: 1fr; overflow-x: hidden; }
     """
+
+    class RequestSelected(Message):
+        """``enter`` on a request row: the app opens that request's fields."""
+
+        def __init__(self, row: Mapping[str, Any]) -> None:
+            super().__init__()
+            self.row = row
 
     def __init__(self, *, id: str | None = None, user: str | None = None,
                  layout: Layout | None = None) -> None:
@@ -178,6 +192,22 @@ class RequestsTable(DataTable[Text]):
         """The columns shown at the current width, and their widths."""
         self._last: tuple[Sequence[Mapping[str, Any]], Palette, float | None] | None = None
         self._rendered: object = None
+        self._rows: list[Mapping[str, Any]] = []
+        """The requests shown, in row order (row key ``str(i)`` is ``_rows[i]``)."""
+
+    def request_for(self, row_key: object) -> Mapping[str, Any] | None:
+        """The request shown on the row with this key, as its latest row carries it."""
+        key = getattr(row_key, "value", row_key)
+        if not isinstance(key, str) or not key.isdigit() or int(key) >= len(self._rows):
+            return None
+        return self._rows[int(key)]
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table is self:
+            event.stop()
+            row = self.request_for(event.row_key)
+            if row is not None:
+                self.post_message(self.RequestSelected(row))
 
     def on_resize(self) -> None:
         if self._last is not None:
@@ -203,6 +233,9 @@ class RequestsTable(DataTable[Text]):
             and matches(as_str(r.get("user")) or "", self.filter_text)
         ]
         ordered = order_requests(picked)[:MAX_ROWS]
+        # before the early return below: the cells may be the same while fields the table
+        # does not show (the engine's id) have moved on
+        self._rows = ordered
         layout = self.columns_layout
         full = [request_cells(r, palette, ttft_slo) for r in ordered]
         natural = {
