@@ -71,3 +71,10 @@ def test_user_detail(snap_compare: SnapCompare) -> None:
     """The detail screen of the first user (batch-job) with its active requests."""
     assert snap_compare(app_for("saturated"), terminal_size=(160, 48),
                         run_before=after_data("enter"))
+
+
+def test_request_detail(snap_compare: SnapCompare) -> None:
+    """Enter on the oldest active request (r-4400, waiting): its fields in a modal over
+    the dashboard, the engine's id "not named yet"."""
+    assert snap_compare(app_for("saturated"), terminal_size=(160, 48),
+                        run_before=after_data("tab", "enter"))
