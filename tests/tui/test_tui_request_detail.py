@@ -124,7 +124,7 @@ async def test_enter_on_a_request_shows_its_engine_id_follows_it_and_says_finish
 
 async def test_a_request_that_ends_unnamed_says_none(admin: RealAdmin) -> None:
     """An engine that never named the request: "not named yet" while open, "none" once
-    it has ended (it can no longer be named)."""
+    it has ended (it can no longer be named); q closes the modal, not the app."""
     open_request(admin, "r-anon", "bob", age_s=3)
     app = LlmtopApp(AdminSource([admin.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=WIDE) as pilot:
@@ -134,6 +134,9 @@ async def test_a_request_that_ends_unnamed_says_none(admin: RealAdmin) -> None:
         assert await app.refresh_now()
         await until(pilot, lambda: field(app, "engine id") == "none", what="none")
         assert field(app, "state") == "finished"
+        await pilot.press("q")  # the modal's q closes it; it does not quit the app
+        await until(pilot, lambda: app.screen is app.dashboard, what="closed")
+        assert app.is_running
 
 
 async def test_hostile_strings_in_the_modal_are_shown_not_interpreted(
