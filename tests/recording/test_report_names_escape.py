@@ -97,7 +97,8 @@ def test_report_html_has_no_control_characters(tmp_path: Path) -> None:
     """The HTML report (its tables and its plots' SVG text) shows a client's control
     characters as the text report does, ``\\xNN``, and drops bidi overrides: an RLO in a
     user name drew the cells after it reversed in the browser, and a raw ESC reached the
-    plots (matplotlib: "Glyph 27 missing from font")."""
+    plots. A CJK user name in the plots warns of no missing glyph (the suite makes a
+    warning an error): the SVG's text is drawn by the browser's fonts."""
     path, out = tmp_path / "r.jsonl", tmp_path / "r.html"
     hostile_recording(path)
     assert main(["report", str(path), "--format", "html", "-o", str(out), "-q"]) == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -33,14 +34,21 @@ _METADATA: Final = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 
 def _label(s: Any) -> str:
     """A user-controlled string safe for matplotlib: no mathtext, control characters shown
-    as ``\\xNN`` and bidi overrides removed (:func:`~llmtop.textsafe.printable`; a raw
-    ESC went into the SVG, and matplotlib warned of a missing glyph)."""
+    as ``\\xNN`` and bidi overrides removed (:func:`~llmtop.textsafe.printable`: a raw
+    ESC went into the SVG)."""
     return printable(str(s)).replace("$", r"\$")
 
 
 def _svg(fig: Figure, plot_id: str) -> str:
+    """The figure as an inline SVG whose text stays text (the browser draws it in its own
+    fonts). matplotlib's "Glyph N missing from font" warnings are dropped: it measures
+    the text with its own font, which has no CJK, so a user named in Japanese printed one
+    warning per character on stderr for a page that shows the name correctly."""
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": plot_id}):
+    with (matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": plot_id}),
+          warnings.catch_warnings()):
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font",
+                                category=UserWarning)
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
     start = text.find("<svg")
