@@ -275,6 +275,13 @@ class Observers:
             # all of it to whoever then reads the stem)
             gone = (f"; the oldest{'' if n - keep == 1 else f' {n - keep}'} deleted by keep "
                     f"{keep}" if keep and n > keep else "")
+            # (and an earlier run's parts that keep deleted as this run's took their place:
+            # the start line counted only those deleted when the first part opened)
+            later = (done.get("deleted_earlier") or 0) - (done.get("deleted_earlier_at_start")
+                                                          or 0)
+            if later > 0:
+                gone += (f", with {_n(later, 'more part')} an earlier run left" if gone else
+                         f"; keep {keep} deleted {_n(later, 'more part')} an earlier run left")
             parts = (f" in {_n(n, 'part')} (the last {done.get('path')}{gone})" if n else "")
             notes.append(
                 f"llmtop: recording {done.get('stem') or done.get('path')}{parts}: "

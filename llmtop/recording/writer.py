@@ -352,6 +352,9 @@ class Recorder:
         """Parts an earlier run left that ``keep`` deleted (at start, mostly: a restart
         with a smaller ``keep`` deletes at once what it no longer keeps — said, not
         silent)."""
+        self.deleted_earlier_at_start = 0
+        """How many of those went when the first part opened (the start line's count; the
+        rest went later, as this run's parts took their place: the exit line says so)."""
         self._part_started = 0.0
         self._part_lines = 0  # this part's lines, the header included (the footer's count)
         self._part_requests = 0
@@ -450,6 +453,7 @@ class Recorder:
                     self._parts.append((found, (st.st_dev, st.st_ino)))
             self._earlier = len(self._parts)
         self._open_part(self.started_at)
+        self.deleted_earlier_at_start = self.deleted_earlier
         self._running = True
         self._thread = threading.Thread(
             target=self._run, name=f"llmtop-recorder:{self.path.name}", daemon=True
@@ -645,13 +649,16 @@ class Recorder:
         """``path, started_at, requests, lines, dropped, bytes`` (+ ``queued``, ``error``,
         ``ended_at`` once stopped). ``bytes`` counts what reached the file (compressed for
         ``.gz``). With rotation ``path`` is the current part's (the last one once
-        stopped), ``part`` its number, ``stem`` the path given and ``deleted_earlier``
-        the parts an earlier run with that stem left that ``keep`` deleted; the counts
-        and ``bytes`` are the whole recording's, every part together."""
+        stopped), ``part`` its number, ``stem`` the path given, ``deleted_earlier``
+        the parts an earlier run with that stem left that ``keep`` deleted and
+        ``deleted_earlier_at_start`` how many of them went when the first part opened;
+        the counts and ``bytes`` are the whole recording's, every part together."""
         sink = self._sink
         nbytes = self._bytes_done + sink.nbytes if sink is not None else self._bytes_final
         rotation = ({"part": self.part, "stem": str(self.path),
-                     "deleted_earlier": self.deleted_earlier} if self.rotating else {})
+                     "deleted_earlier": self.deleted_earlier,
+                     "deleted_earlier_at_start": self.deleted_earlier_at_start}
+                    if self.rotating else {})
         return {
             "path": str(self.part_path),
             "started_at": self.started_at,

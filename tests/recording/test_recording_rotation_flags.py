@@ -82,3 +82,32 @@ async def test_a_restart_says_what_keep_deleted_at_start(work: Path, sim_url: st
     said = [ln for ln in proxy.out if ln.startswith(f"llmtop: recording to {stem} in parts")]
     assert len(said) == 1, out
     assert f"(keep 2: deleted the oldest {len(run1) - 1} parts an earlier run left)" in said[0]
+
+
+async def test_the_exit_line_counts_an_earlier_runs_parts_deleted_later(work: Path,
+                                                                        tap: Tap) -> None:
+    """``--keep 3`` where an earlier run left 4+ parts: the first part's opening deletes all
+    but its 2 newest (the start line says so), and the next parts delete those 2 as they
+    take their place. The exit line counts these too; they were said nowhere (the exit
+    line counted only this run's own parts past keep)."""
+    stem = work / "later.jsonl"
+    first = rotating(stem, rotate_bytes=3000)
+    feed(first, 120)
+    first.stop()
+    run1 = parts_of(work, "later")
+    assert len(run1) >= 4, run1
+    proxy = Proxy(tap.url, stem, work, extra=("--rotate-mb", "0.01", "--keep", "3"))
+    try:
+        await proxy.until(lambda s: s["part"] >= 3, tap, max_rounds=160)
+    finally:
+        code = proxy.stop()
+    out, err = "\n".join(proxy.out), "\n".join(proxy.err)
+    assert code == 0, (out, err)
+    no_traceback(out, err)
+    assert not any(p.exists() for p in run1)
+    started = [ln for ln in proxy.out if ln.startswith(f"llmtop: recording to {stem} in parts")]
+    assert len(started) == 1, out
+    assert f"(keep 3: deleted the oldest {len(run1) - 2} parts an earlier run left)" \
+        in started[0]
+    said = [ln for ln in proxy.out if ln.startswith(f"llmtop: recording {stem} in ")]
+    assert len(said) == 1 and "2 more parts an earlier run left" in said[0], out
