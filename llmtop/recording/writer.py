@@ -42,9 +42,14 @@ start; ``-2``, ``-3`` when two would share a second), each a complete recording 
 takes alone: its header (with ``part`` and ``previous``, the preceding part's file name),
 the warnings still raised when it opened (state ``raised``, with their ``since``), its
 lines, its footer with its own counts. The writer thread closes a part between two writes
-— once the file reaches ``rotate_bytes`` as written (compressed bytes for ``.gz``; seen at
-each pass's flush, or after a batch for a plain file) or ``rotate_s`` after it opened — so
-each line goes to exactly one part, in time order there. A part that cannot be opened
+— once the file reaches ``rotate_bytes`` as written or ``rotate_s`` after it opened — so
+each line goes to exactly one part, in time order there. A plain part's batch ends at the
+line that takes it to ``rotate_bytes``: the part ends within one line (and its footer) of
+the limit. A ``.gz`` part's size is the compressed bytes the compressor has given out,
+seen after each batch (up to 4,096 lines) and at each pass's flush; the compressor holds
+back what it has not yet given out (until its output block fills, or the pass's flush), so
+a ``.gz`` part can end past the limit by one batch's lines compressed plus what the
+compressor held back (a few kB to tens of kB for typical lines). A part that cannot be opened
 (disk full, permission) stops the recording as a failed write does. ``keep``: the oldest
 parts of the stem are deleted past that many — this recorder's and those an earlier run
 with the same stem left (nothing else is touched).
@@ -268,6 +273,7 @@ class _Sink:
             st = os.fstat(raw.fileno())
             if stat.S_ISREG(st.st_mode):
                 self.identity = (st.st_dev, st.st_ino)
+        self.gz = gz
         self._gz = (
             gzip.GzipFile(filename="", mode="wb", fileobj=self._out, mtime=0)
             if gz
@@ -702,6 +708,10 @@ class Recorder:
         while held and held[0][0] <= cutoff:
             chunk: list[bytes] = []
             requests = 0
+            # a plain part rotating by size: the batch ends at the line that takes the file
+            # to rotate_bytes (the lines after it stay held, for the next part), so a part
+            # ends within one line of the limit, not up to a batch past it
+            room = self._plain_room()
             while held and held[0][0] <= cutoff and len(chunk) < _BATCH_LINES:
                 ev = pop(held)[2]
                 if type(ev) is RequestRecord:
@@ -709,12 +719,17 @@ class Recorder:
                 if isinstance(ev, WarningEvent) and not self._is_transition(ev):
                     continue  # a raised warning's new figures: for the live view only
                 try:
-                    chunk.append(dumps_line(event_dict(ev)))
+                    line = dumps_line(event_dict(ev))
                 except (TypeError, ValueError, AttributeError):
                     self._dropped_write += 1  # not an event: counted, never kills the thread
                     continue
+                chunk.append(line)
                 if isinstance(ev, RequestRecord):
                     requests += 1
+                if room is not None:
+                    room -= len(line)
+                    if room <= 0:
+                        break
             if self.error is not None:
                 self._count_lost(chunk, requests)
                 continue
@@ -748,6 +763,15 @@ class Recorder:
                 self._rotate(self._boundary(cutoff, now))
         if self._untold:
             self._tell_error()
+
+    def _plain_room(self) -> int | None:
+        """The bytes a plain (not ``.gz``) part rotating by size takes before it is closed;
+        None when the batch is not cut by size (no ``rotate_bytes``, or a ``.gz`` part,
+        whose compressed size is known only as the compressor gives it out)."""
+        sink = self._sink
+        if not self.rotate_bytes or sink is None or sink.gz:
+            return None
+        return self.rotate_bytes - sink.nbytes
 
     def _due(self, now: float) -> bool:
         """Whether the current part is to be closed: its file reached ``rotate_bytes``

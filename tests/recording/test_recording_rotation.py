@@ -190,6 +190,31 @@ def test_rotate_s_closes_parts_by_time(tmp_path: Path) -> None:
     assert sorted(ids) == sorted(f"r{i}" for i in range(80))
 
 
+def test_a_plain_part_ends_within_one_line_of_rotate_bytes(tmp_path: Path) -> None:
+    """300 requests given at once (one writer batch, ~130 kB) with ``rotate_bytes`` 3000:
+    each plain part closes at the line that takes it to the limit, the rest going to the
+    next part — every part within one line and its footer of 3000 bytes, every request
+    once. The size was checked only after a batch of up to 4,096 lines: the first part
+    took the whole batch (~44 times the limit)."""
+    rec = rotating(tmp_path / "b.jsonl", rotate_bytes=3000)
+    now = unix_now()
+    rec.on_events([request(k, now - 1.0) for k in range(300)])
+    deadline = time.monotonic() + 60
+    while rec.status()["queued"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    st = rec.stop()
+    parts = parts_of(tmp_path, "b")
+    assert len(parts) == st["part"] >= 30, st
+    for p in parts:
+        lines = p.read_bytes().splitlines(keepends=True)
+        longest = max(len(x) for x in lines[1:-1]) if len(lines) > 2 else 0
+        assert p.stat().st_size <= 3000 + longest + len(lines[-1]), (p, p.stat().st_size)
+        # and the part is full up to the limit, not cut short (but the last)
+        if p != parts[-1]:
+            assert p.stat().st_size - len(lines[-1]) >= 3000, (p, p.stat().st_size)
+    assert sorted(check_chain(parts)) == sorted(f"r{i}" for i in range(300))
+
+
 def test_parts_share_a_second_get_a_suffix(tmp_path: Path) -> None:
     """A part is named for its UTC start to the second; a second part in that second
     gets ``-2`` (and so on)."""
@@ -262,7 +287,8 @@ def test_a_raised_warning_opens_each_next_part(tmp_path: Path) -> None:
     ``raised``, its ``since`` the raise's time), so a part alone knows it; once cleared,
     the parts after it do not carry it."""
     rec = rotating(tmp_path / "w.jsonl", rotate_bytes=3000)
-    t0 = unix_now()
+    t0 = unix_now() - 2.0  # (before the first requests: written in part 1, not cut off
+    # from it by the size check within a batch)
     rec.on_events([WarningEvent(t=t0, code="QUEUEING", severity="warning", message="q",
                                 state="raised")])
     feed(rec, 60)
