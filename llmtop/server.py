@@ -285,9 +285,14 @@ class Observers:
             parts = (f" in {_n(n, 'part')} (the last {done.get('path')}{gone})" if n else "")
             notes.append(
                 f"llmtop: recording {done.get('stem') or done.get('path')}{parts}: "
-                f"{done.get('requests', 0)} requests"
+                + (f"at least {done.get('requests', 0)} requests, up to "
+                   f"{done['unsure_requests']} more in the file's last lines"
+                   if done.get("unsure_requests") else f"{done.get('requests', 0)} requests")
                 + (f", {done['dropped']} lines dropped" if done.get("dropped") else "")
-                + (f"; it stopped writing: {done['error']} (the file may hold fewer)"
+                # (a failed write or flush: the counts were settled against the file; other
+                # failures — the file gone, a close — may leave it holding fewer)
+                + (f"; it stopped writing: {done['error']}"
+                   + ("" if done.get("counts_settled") else " (the file may hold fewer)")
                    if done.get("error") else "")
             )
         if self._runner is not None:

@@ -17,6 +17,10 @@ file. ``os.fsync`` (surviving a power cut) is done once, when the recording is s
 fsync per flush would cost a disk round trip several times a second for no gain against a
 killed process.
 
+A write or flush that fails (a full disk) takes part of what it was given: the counts are
+then settled against the file (``Recorder._settle``): exact for a plain file (its size
+says how many whole lines got in), a bound for ``.gz`` (``unsure_requests``).
+
 Order: the interface promises the lines after the header in time order — a reading or a
 warning at its ``t``, a request when it ended (``t_start + e2e_s``,
 :func:`llmtop.recording.reader.event_time`). They reach the recorder a moment out of that
@@ -100,6 +104,11 @@ writing (a failed write, the file gone from its path) — the process says so at
 only in its summary at exit."""
 
 _BATCH_LINES = 4096  # lines serialised per write() call
+_UNFLUSHED_KEEP: Final = 1 << 20
+"""The bytes of a plain file's lines written since its last flush that the writer keeps
+(beyond the newest batch), to settle its counts against the file's size if a write fails:
+more than any write buffer in front of the file holds (``open``'s is 8 kB or the file
+system's block size)."""
 ORDER_HOLD_S: Final = 0.25
 """How long a line waits in the writer, so that lines published a moment out of time
 order are written in it (module docstring); at most ``0.6 * flush_s``."""
@@ -135,6 +144,8 @@ def part_name(stem: Path, started_at: float, n: int = 1) -> Path:
 
 
 _REQUEST_FIELDS: Final = tuple(f.name for f in dataclasses.fields(RequestRecord))
+_REQUEST_LINE: Final = b'{"type":"request"'
+"""How a request's line begins (:func:`event_dict` puts ``type`` first)."""
 
 
 def event_dict(ev: Any) -> dict[str, Any]:
@@ -396,6 +407,22 @@ class Recorder:
         self._bytes_final = 0
         self.requests = 0
         self.lines = 0
+        self._flushed = (0, 0, 0, 0, 0)
+        """(lines, requests, part lines, part requests, the part's bytes) when the file last
+        held everything counted: its header written, or a pass's flush done."""
+        self._unflushed: deque[tuple[list[bytes], int, int]] = deque()
+        """The batches (lines, requests, bytes) written since then: what a failed write or
+        flush may have left out of the file, in part (:meth:`_settle`). A plain file's
+        keep their lines (the newest :data:`_UNFLUSHED_KEEP` bytes only); a ``.gz``
+        file's, their counts."""
+        self._unflushed_bytes = 0
+        self.unsure_requests = 0
+        """Requests that may or may not be in the file: those written to a ``.gz`` stream
+        since its last flush when a write failed (its compressed bytes on disk cannot be
+        taken back to lines). A plain file's are settled exactly, from its size."""
+        self.counts_settled = False
+        """Whether the counts were settled against the file when it stopped writing (a failed
+        write or flush): exact for a plain file, a bound (``unsure_requests``) for ``.gz``."""
         self.error: str | None = None
         self.on_error = on_error
         self._untold = False
@@ -536,6 +563,7 @@ class Recorder:
         self._part_requests = 0
         self._part_dropped = (self.dropped, self.dropped_requests)
         self.lines += len(lines)
+        self._mark_flushed(sink)
         if self.rotating:
             self._parts.append((path, sink.identity))
             self._prune()
@@ -658,7 +686,10 @@ class Recorder:
         stopped), ``part`` its number, ``stem`` the path given, ``deleted_earlier``
         the parts an earlier run with that stem left that ``keep`` deleted and
         ``deleted_earlier_at_start`` how many of them went when the first part opened;
-        the counts and ``bytes`` are the whole recording's, every part together."""
+        the counts and ``bytes`` are the whole recording's, every part together. Once a
+        write or flush failed, ``counts_settled`` says the counts were taken from the file
+        (:meth:`_settle`): ``requests`` are then in it, ``unsure_requests`` more may be
+        (``.gz``: its last lines, cut off at the failure)."""
         sink = self._sink
         nbytes = self._bytes_done + sink.nbytes if sink is not None else self._bytes_final
         rotation = ({"part": self.part, "stem": str(self.path),
@@ -677,6 +708,8 @@ class Recorder:
             "queued": len(self._queue) + len(self._held),
             "bytes": nbytes,
             "error": self.error,
+            "unsure_requests": self.unsure_requests,
+            "counts_settled": self.counts_settled,
             **rotation,
         }
 
@@ -737,16 +770,18 @@ class Recorder:
                 sink = self._sink
                 if sink is None:
                     return
+                data = b"".join(chunk)
                 try:
-                    sink.write_lines(b"".join(chunk))
+                    sink.write_lines(data)
                 except OSError as exc:
                     self._fail(f"write failed: {exc.strerror or exc}")
-                    self._count_lost(chunk, requests)
+                    self._settle(sink, chunk, requests)
                     continue
             self.lines += len(chunk)
             self.requests += requests
             self._part_lines += len(chunk)
             self._part_requests += requests
+            self._written(sink, chunk, requests, len(data))
             if self.rotate_bytes and sink.nbytes >= self.rotate_bytes:
                 self._rotate(self._boundary(cutoff, now))
         if self.error is None:
@@ -757,7 +792,9 @@ class Recorder:
                         sink.flush()
                     except OSError as exc:
                         self._fail(f"flush failed: {exc.strerror or exc}")
+                        self._settle(sink, [], 0)
                     else:
+                        self._mark_flushed(sink)
                         self._check_still_there(sink)
             if self.rotating and not final and self._due(now):
                 self._rotate(self._boundary(cutoff, now))
@@ -867,6 +904,78 @@ class Recorder:
         self._raised.pop(ev.code, None)
         self._since.pop(ev.code, None)
         return True
+
+    def _mark_flushed(self, sink: _Sink) -> None:
+        """The file holds everything counted so far (a flush or the header done)."""
+        self._flushed = (self.lines, self.requests, self._part_lines, self._part_requests,
+                         sink.nbytes)
+        self._unflushed.clear()
+        self._unflushed_bytes = 0
+
+    def _written(self, sink: _Sink, chunk: list[bytes], requests: int, nbytes: int) -> None:
+        """A batch written (once a batch, not a line): kept until the flush. A plain
+        file's batches more than :data:`_UNFLUSHED_KEEP` bytes behind the newest are in
+        the file whatever fails next (no write buffer in front of it holds that much):
+        they are counted as flushed, and not kept."""
+        u = self._unflushed
+        if sink.gz:
+            u.append(([], requests, 0))
+            return
+        u.append((chunk, requests, nbytes))
+        self._unflushed_bytes += nbytes
+        while self._unflushed_bytes - u[0][2] >= _UNFLUSHED_KEEP:
+            c, r, b = u.popleft()
+            self._unflushed_bytes -= b
+            lines0, requests0, part_lines0, part_requests0, nbytes0 = self._flushed
+            self._flushed = (lines0 + len(c), requests0 + r, part_lines0 + len(c),
+                             part_requests0 + r, nbytes0 + b)
+
+    def _settle(self, sink: _Sink, chunk: list[bytes], requests: int) -> None:
+        """After a failed write (of ``chunk``) or flush: count what reached the file of the
+        lines written since the last flush, the rest as dropped. A full disk takes part of
+        a write; counting the whole batch as dropped said fewer requests than the file
+        held, counting it as written more. A plain file's size says how many whole lines
+        got in; a ``.gz`` file's compressed bytes do not: those lines are counted as
+        ``unsure_requests`` (the summary's "up to N more"), neither written nor dropped.
+        On the failure path only: the normal path keeps the batches since the flush
+        (:meth:`_written`)."""
+        batches = [*self._unflushed, *([(chunk, requests, 0)] if chunk else [])]
+        self._unflushed.clear()
+        self._unflushed_bytes = 0
+        self.counts_settled = True
+        lines0, requests0, part_lines0, part_requests0, nbytes0 = self._flushed
+        self.lines, self.requests = lines0, requests0
+        self._part_lines, self._part_requests = part_lines0, part_requests0
+        room = self._bytes_in_file(sink)
+        if room is None:
+            self.unsure_requests += sum(r for _, r, _ in batches)
+            return
+        room -= nbytes0
+        got_lines = got_requests = 0
+        for line in (x for c, _, _ in batches for x in c):  # whole lines, up to the size
+            room -= len(line)
+            if room < 0:
+                break
+            got_lines += 1
+            got_requests += line.startswith(_REQUEST_LINE)
+        self.lines += got_lines
+        self.requests += got_requests
+        self._part_lines += got_lines
+        self._part_requests += got_requests
+        total_lines = sum(len(c) for c, _, _ in batches)
+        total_requests = sum(r for _, r, _ in batches)
+        self._dropped_write += total_lines - got_lines
+        self._dropped_write_requests += total_requests - got_requests
+
+    @staticmethod
+    def _bytes_in_file(sink: _Sink) -> int | None:
+        """The plain file's size now (None for ``.gz``, or what has no size)."""
+        if sink.gz or sink.identity is None:
+            return None
+        try:
+            return os.fstat(sink.raw.fileno()).st_size
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def _count_lost(self, chunk: list[bytes], requests: int) -> None:
         self._dropped_write += len(chunk)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -202,6 +203,20 @@ async def test_file_size_limit_mid_recording(work: Path, tap: Tap, suffix: str,
         _stopped(proxy, "File too large")
     assert path.stat().st_size <= fsize
     _readable(path, work, at_least=1)
+    # the summary's count is the file's (a plain file), or a bound that holds (.gz): it
+    # counted the failing write's lines as dropped, or a failed flush's as written
+    with RecordingReader(path) as r:
+        held = sum(isinstance(e, RequestRecord) for e in r)
+    (said,) = [ln for ln in proxy.out if ln.startswith(f"llmtop: recording {path}: ")]
+    m = re.search(r": (?:at least )?(\d+) requests(?:, up to (\d+) more in the file's "
+                  r"last lines)?", said)
+    assert m is not None, said
+    n, more = int(m[1]), int(m[2] or 0)
+    if suffix == ".jsonl":
+        assert n == held and not more, (held, said)
+    else:
+        assert n <= held <= n + more, (held, said)
+    assert "may hold fewer" not in said, said
 
 
 # -- the file or its directory taken away ----------------------------------------------------
