@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from llmtop.clock import unix_now
 from llmtop.events import EngineReading, Event, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.writer import Recorder
 
@@ -134,3 +135,15 @@ class FullDisk(FakeDisk):
         if self.writes >= 1:
             raise OSError(28, "No space left on device")
         return super().write(data)
+
+
+def feed(rec: Recorder, n: int, *, first: int = 0) -> None:
+    """``n`` requests (ids ``first``…), ten at a time (~3.5 kB of lines), each ten written
+    before the next are given (however busy the machine, each batch is a writer pass of
+    its own)."""
+    for i in range(first, first + n, 10):
+        now = unix_now()
+        rec.on_events([request(k, now - 1.0) for k in range(i, min(i + 10, first + n))])
+        deadline = time.monotonic() + 30
+        while rec.status()["queued"] and time.monotonic() < deadline:
+            time.sleep(0.01)

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import pytest
 from disk_support import ROOT, Proxy, Tap, child_env, no_traceback
-from rec_helpers import FakeDisk, request
+from rec_helpers import FakeDisk, feed, request
 from test_recording_proxy import traffic
 
 from llmtop.clock import unix_now
@@ -76,17 +76,6 @@ def rotating(path: Path, **kw: Any) -> Recorder:
                    order_hold_s=0.0, **kw)
     rec.start()
     return rec
-
-
-def feed(rec: Recorder, n: int, *, first: int = 0) -> None:
-    """``n`` requests, ten at a time (~3.5 kB of lines), each ten written before the next
-    are given (however busy the machine, each batch is a writer pass of its own)."""
-    for i in range(first, first + n, 10):
-        now = unix_now()
-        rec.on_events([request(k, now - 1.0) for k in range(i, min(i + 10, first + n))])
-        deadline = time.monotonic() + 30
-        while rec.status()["queued"] and time.monotonic() < deadline:
-            time.sleep(0.01)
 
 
 # -- through the proxy -------------------------------------------------------------------

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from disk_support import Proxy, Tap, no_traceback
-from test_recording_rotation import check_chain, feed, parts_of, read_part, rotating
+from rec_helpers import feed
+from test_recording_rotation import check_chain, parts_of, read_part, rotating
 
 pytestmark = pytest.mark.timeout(240)
 

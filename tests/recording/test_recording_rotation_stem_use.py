@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rec_helpers import request
+from rec_helpers import feed
 
 from llmtop.bus import EventBus
-from llmtop.clock import unix_now
 from llmtop.recording.writer import Recorder, RecordingController
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,16 +33,6 @@ def report_json(*args: str) -> tuple[dict[str, Any], str]:
     p = run_cli("report", *args, "--format", "json")
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout), p.stderr
-
-
-def feed(rec: Recorder, n: int, *, first: int = 0) -> None:
-    """``n`` requests, ten at a time, each ten written before the next are given."""
-    for i in range(first, first + n, 10):
-        now = unix_now()
-        rec.on_events([request(k, now - 1.0) for k in range(i, min(i + 10, first + n))])
-        deadline = time.monotonic() + 30
-        while rec.status()["queued"] and time.monotonic() < deadline:
-            time.sleep(0.01)
 
 
 def parts_of(stem: Path) -> list[Path]:

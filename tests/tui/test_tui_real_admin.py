@@ -7,7 +7,6 @@ import gzip
 import json
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from llmtop.tui.source import AdminSource
 from llmtop.tui.widgets.users import FOLD_KEY
 
 WIDE = (160, 48)
-
-
-@pytest.fixture
-async def admin() -> AsyncIterator[RealAdmin]:
-    srv = RealAdmin()
-    await srv.start()
-    yield srv
-    await srv.stop()
 
 
 async def test_r_enter_records_to_the_proposed_file(

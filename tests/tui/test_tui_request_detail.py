@@ -5,11 +5,9 @@ aggregator's rows on a socket), two of them attached at once, and a real replay.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from textual.containers import VerticalScroll
 from textual.pilot import Pilot
 from tui_support import FIXED_NOW, RealAdmin, screen_text, until
@@ -24,14 +22,6 @@ from llmtop.tui.screens.user_detail import UserDetail
 from llmtop.tui.source import AdminSource
 
 WIDE = (160, 48)
-
-
-@pytest.fixture
-async def admin() -> AsyncIterator[RealAdmin]:
-    srv = RealAdmin()
-    await srv.start()
-    yield srv
-    await srv.stop()
 
 
 def open_request(admin: RealAdmin, rid: str, user: str, *, age_s: float,
