@@ -40,8 +40,11 @@ def analytic_capacity(max_num_seqs: int, step_s: float, itl_slo: float) -> int:
 
 async def test_search_finds_the_simulators_knee() -> None:
     """--search lands within one step of the analytic capacity (max_num_seqs = 4 here:
-    every request past it waits ~a request's duration, far over the TTFT SLO)."""
-    c = cfg(**{"slo.ttft_s": 0.12, "slo.itl_p95_s": 0.05})
+    every request past it waits ~a request's duration, 450+ ms, over the TTFT SLO).
+    Below the knee TTFT is 23-62 ms: the SLO of 250 ms leaves room for a stall of the
+    shared machine, where 120 ms failed level 1 in one CI run (one request of its 8 at
+    168 ms, and nothing met the target)."""
+    c = cfg(**{"slo.ttft_s": 0.25, "slo.itl_p95_s": 0.05})
     async with running_sim("tiny", seed=3) as sim:
         prof = get_profile("tiny")
         client = BenchClient(sim.url)
