@@ -72,13 +72,11 @@ def link_local_v6() -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def chat_engine(
-    handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
-) -> AsyncIterator[str]:
-    """``handle`` served as an engine's ``POST /v1/chat/completions`` on 127.0.0.1 (a
-    port of its own); yields the base URL."""
+async def serving(*routes: web.RouteDef) -> AsyncIterator[str]:
+    """``routes`` (``web.get("/metrics", handle)``, …) served on 127.0.0.1 (a port of its
+    own); yields the base URL."""
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", handle)
+    app.router.add_routes(routes)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -87,3 +85,13 @@ async def chat_engine(
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def chat_engine(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """``handle`` served as an engine's ``POST /v1/chat/completions`` on 127.0.0.1 (a
+    port of its own); yields the base URL."""
+    async with serving(web.post("/v1/chat/completions", handle)) as url:
+        yield url

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from net_support import serving
 
 from llmtop.config import Config
 from llmtop.engines import metrics_url_for, open_engine_scraper
@@ -47,17 +48,9 @@ async def gateway() -> AsyncIterator[str]:
     async def engine_metrics(request: web.Request) -> web.Response:
         return web.Response(text=vllm, content_type="text/plain")
 
-    app = web.Application()
-    app.router.add_get("/metrics", root_metrics)
-    app.router.add_get("/llama/metrics", engine_metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serving(web.get("/metrics", root_metrics),
+                       web.get("/llama/metrics", engine_metrics)) as url:
+        yield url
 
 
 @pytest.mark.parametrize("suffix", ["/llama", "/llama/v1"])

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from aiohttp import web
+from net_support import serving
 
 from llmtop.engines.exposition import iter_samples
 from llmtop.engines.scraper import EngineScraper, ScrapeError
@@ -32,21 +33,12 @@ BAD_LINES = {
 
 
 @contextlib.asynccontextmanager
-async def serving(body: str) -> AsyncIterator[str]:
+async def serving_metrics(body: str) -> AsyncIterator[str]:
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(text=body, content_type="text/plain")
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-    finally:
-        await runner.cleanup()
-
+    async with serving(web.get("/metrics", metrics)) as url:
+        yield url + "/metrics"
 
 @pytest.mark.parametrize("line", BAD_LINES.values(), ids=list(BAD_LINES))
 def test_reader_refuses_in_linear_time(line: str) -> None:
@@ -58,7 +50,7 @@ def test_reader_refuses_in_linear_time(line: str) -> None:
 
 @pytest.mark.parametrize("line", BAD_LINES.values(), ids=list(BAD_LINES))
 async def test_scrape_of_such_a_line_fails_at_once(line: str) -> None:
-    async with serving(GOOD + line + "\n") as url, aiohttp.ClientSession() as session:
+    async with serving_metrics(GOOD + line + "\n") as url, aiohttp.ClientSession() as session:
         sc = EngineScraper(url, session, lambda e: None)
         t0 = time.perf_counter()
         with pytest.raises(ScrapeError, match="is not Prometheus text") as info:

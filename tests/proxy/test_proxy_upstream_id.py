@@ -176,17 +176,8 @@ async def test_an_open_requests_row_shows_the_id_once_named() -> None:
         async with running_proxy(up.url) as (proxy, url, recs):
 
             async def row_id(path: str) -> Any:
-                client = asyncio.create_task(_post(url, path))
-                deadline = time.monotonic() + 5
-                while True:
-                    rows = [a.to_json_dict(time.perf_counter_ns())
-                            for a in list(proxy.active.values())]
-                    if rows and rows[0]["chunks"] >= 1:
-                        break
-                    assert time.monotonic() < deadline, rows
-                    await asyncio.sleep(0.01)
-                await client
-                return rows[0]["upstream_id"]
+                row, _ = await _first_chunk_row(proxy, url, path)
+                return row["upstream_id"]
 
             live = [await row_id("/v1/chat/completions"), await row_id("/v1/completions")]
             records = await recs.wait(2)
@@ -202,6 +193,21 @@ async def _post(url: str, path: str, body: dict[str, Any] | None = None) -> byte
         return await _read_response(reader)
     finally:
         writer.close()
+
+
+async def _first_chunk_row(proxy: ProxyServer, url: str, path: str,
+                           body: dict[str, Any] | None = None) -> tuple[dict[str, Any], bytes]:
+    """Post ``body`` to ``path`` and take the open request's row once its first chunk has
+    come (the live view an operator reads mid-stream); then the answer the client read."""
+    client = asyncio.create_task(_post(url, path, body))
+    deadline = time.monotonic() + 5
+    while True:
+        rows = [a.to_json_dict(time.perf_counter_ns()) for a in list(proxy.active.values())]
+        if rows and rows[0]["chunks"] >= 1:
+            break
+        assert time.monotonic() < deadline, rows
+        await asyncio.sleep(0.01)
+    return rows[0], await client
 
 
 def _sglang_events(rid: str, n: int) -> list[bytes]:
@@ -230,16 +236,8 @@ async def test_an_sglang_answers_meta_info_id_is_the_live_rows_and_the_records()
         async with running_proxy(up.url) as (proxy, url, recs):
 
             async def row_id(body: dict[str, Any]) -> tuple[Any, bytes]:
-                client = asyncio.create_task(_post(url, "/generate", body))
-                deadline = time.monotonic() + 5
-                while True:
-                    rows = [a.to_json_dict(time.perf_counter_ns())
-                            for a in list(proxy.active.values())]
-                    if rows and rows[0]["chunks"] >= 1:
-                        break
-                    assert time.monotonic() < deadline, rows
-                    await asyncio.sleep(0.01)
-                return rows[0]["upstream_id"], await client
+                row, got = await _first_chunk_row(proxy, url, "/generate", body)
+                return row["upstream_id"], got
 
             body = {"text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 3}}
             live, got = await row_id(body)
