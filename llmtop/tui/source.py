@@ -26,6 +26,17 @@ from llmtop.net_errors import connect_failure
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
 SNAPSHOT_KEYS = frozenset({"version", "window_s"})
 """Fields every llmtop snapshot has had: a reply without them is not an llmtop admin API."""
+SNAPSHOT_VERSION = 1
+"""The snapshot ``version`` this llmtop reads (``llmtop.metrics.snapshot.VERSION``, not
+imported: the TUI never loads the metrics code). A proxy that sends another one changed
+what some field means (``shared/docs/interfaces.md``): its figures shown or merged as
+version 1's would be wrong without a word, so it is named down with the reason instead."""
+NOT_ADMIN_404 = ("HTTP 404: not an llmtop admin API — a proxy's --listen port instead of "
+                 "its --admin one?")
+"""A 404 for the snapshot, which an llmtop admin API always serves: an engine, the proxy's
+forwarding port (which hands the path to the engine) or some other server. Its own 404
+text (an HTML page's first line, an engine's JSON error) said nothing an operator could
+act on."""
 REQUESTS_PATH = "/llmtop/v1/requests"
 RECORDING_PATH = "/llmtop/v1/recording"
 
@@ -212,6 +223,19 @@ def per_proxy_path(path: str, i: int) -> str:
     return f"{path}-{i}"
 
 
+def _check_version(version: object) -> None:
+    """:class:`_Failure` unless ``version`` is :data:`SNAPSHOT_VERSION`."""
+    if type(version) is int and version == SNAPSHOT_VERSION:
+        return
+    shown = json.dumps(version)[:20] if isinstance(version, str | int | float | None) else (
+        type(version).__name__)
+    if type(version) is int and version > SNAPSHOT_VERSION:
+        raise _Failure(f"its snapshot is version {shown}, newer than this llmtop reads "
+                       f"({SNAPSHOT_VERSION}): attach with that proxy's llmtop version")
+    raise _Failure(f"its snapshot version {shown} is not one this llmtop reads "
+                   f"({SNAPSHOT_VERSION})")
+
+
 SHARED_SNAPSHOT_AGE_S = 0.5
 """What the TUI commands accept as a snapshot's age: rates and percentiles are over 10 s
 or more, and a screen polling at 10 Hz then costs the proxy two snapshots a second."""
@@ -308,6 +332,8 @@ class AdminSource:
                                         headers=self._auth.get(url)) as resp:
                 if resp.status in (401, 403):
                     raise _Failure(f"HTTP {resp.status}: the admin token was refused")
+                if resp.status == 404 and path == SNAPSHOT_PATH:
+                    raise _Failure(NOT_ADMIN_404)
                 if resp.status != 200:
                     reason = _error_text(await resp.text())
                     raise _Failure(f"HTTP {resp.status} {reason}".strip())
@@ -318,7 +344,7 @@ class AdminSource:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _Failure(_short(exc)) from None
         except ValueError:
-            raise _Failure("reply is not JSON") from None
+            raise _Failure("reply is not JSON: not an llmtop admin API") from None
 
     async def _snapshot_from(self, url: str, params: dict[str, str]) -> dict[str, Any] | None:
         key = (url, "&".join(f"{k}={v}" for k, v in sorted(params.items())))
@@ -334,6 +360,7 @@ class AdminSource:
                 raise _Failure("reply is not a snapshot object")
             if not snap.keys() >= SNAPSHOT_KEYS:
                 raise _Failure("not an llmtop admin API (its reply has no snapshot fields)")
+            _check_version(snap["version"])
         except _Failure as exc:
             self.errors[url] = str(exc)
             self._kept.pop(key, None)
@@ -364,7 +391,8 @@ class AdminSource:
         if not ok:
             if len(self.urls) == 1:
                 raise SourceUnavailable(f"{self.urls[0]}: {self.errors[self.urls[0]]}")
-            raise SourceUnavailable(f"none of {len(self.urls)} proxies answers")
+            raise SourceUnavailable(f"none of {len(self.urls)} proxies answers: " + "; ".join(
+                f"{u}: {self.errors[u]}" for u in self.urls))
         if len(self.urls) == 1 or self._merge is None:
             return ok[0]
         try:
@@ -443,7 +471,10 @@ class AdminSource:
         up = len(self.urls) - len(down)
         if not down:
             return f"{len(self.urls)} proxies"
-        return f"{up}/{len(self.urls)} proxies up · down: " + ", ".join(down)
+        # each with why: "down" alone left a refused token, a wrong port, a proxy of
+        # another version and a dead host looking the same
+        return f"{up}/{len(self.urls)} proxies up · down: " + ", ".join(
+            f"{u} ({self.errors[u]})" for u in down)
 
     def down_label(self) -> str | None:
         """With several proxies, "1/3 proxies down" while some do not answer (with one,
