@@ -311,6 +311,11 @@ class AdminSource:
         """HTTP requests made so far (what polling costs the proxies; benchmarks read it)."""
         self.errors: dict[str, str | None] = dict.fromkeys(self.urls)
         """Per URL: ``None`` while it answers, else why it did not (last attempt)."""
+        self._started: dict[str, float] = {}
+        """Per URL, the ``started_at`` of the proxy that last answered there."""
+        self.restarted: dict[str, float] = {}
+        """Per URL, when (the proxy's ``started_at``, unix s) a proxy answered there that
+        is not the one that answered before: restarted, its counts from zero again."""
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -366,6 +371,11 @@ class AdminSource:
             self._kept.pop(key, None)
             return None
         self.errors[url] = None
+        started = snap.get("started_at")
+        if isinstance(started, int | float) and not isinstance(started, bool):
+            if self._started.get(url, started) != started:
+                self.restarted[url] = float(started)
+            self._started[url] = float(started)
         rows = snap.pop("active_requests", None)  # an older proxy leaves it out
         active = rows if isinstance(rows, list) else None
         if active is not None:
@@ -394,9 +404,9 @@ class AdminSource:
             raise SourceUnavailable(f"none of {len(self.urls)} proxies answers: " + "; ".join(
                 f"{u}: {self.errors[u]}" for u in self.urls))
         if len(self.urls) == 1 or self._merge is None:
-            return ok[0]
+            return self._with_restarts(ok[0], window_s)
         try:
-            return self._merge(ok)
+            return self._with_restarts(self._merge(ok), window_s)
         except ValueError as exc:  # e.g. proxies answering for different windows
             first_error = exc
         # one proxy the others cannot merge with must not blank the view: leave it out
@@ -409,8 +419,26 @@ class AdminSource:
             except ValueError:
                 continue
             self.errors[odd] = f"cannot be merged with the others ({first_error})"
-            return merged
+            return self._with_restarts(merged, window_s)
         raise SourceUnavailable(f"cannot merge the proxies' snapshots: {first_error}")
+
+    def _with_restarts(self, snap: dict[str, Any], window_s: int | None) -> dict[str, Any]:
+        """``snap`` with a ``PROXY_RESTARTED`` warning for each proxy that restarted within
+        its window (the whole session: since attach began). Its counters start from zero
+        again: without a word, the fleet's whole-session figures went back by all it had
+        counted, and the header read "2 proxies" as before."""
+        now = snap.get("time")
+        notes = [
+            {"code": "PROXY_RESTARTED", "severity": "info", "since": at,
+             "message": f"the proxy at {url} restarted: what it counted before is gone, so "
+                        "figures over a span from before then leave it out"}
+            for url, at in self.restarted.items()
+            if window_s is None or not isinstance(now, int | float) or now - at < window_s]
+        if not notes:
+            return snap
+        warnings = snap.get("warnings")  # a copy: ``snap`` may be kept for the next fetch
+        return {**snap, "warnings": [*(warnings if isinstance(warnings, list) else []),
+                                     *notes]}
 
     async def active_requests(self) -> list[dict[str, Any]]:
         params = {"state": "active"}

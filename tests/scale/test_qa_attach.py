@@ -175,3 +175,50 @@ async def test_proxies_with_different_slos_say_so() -> None:
         finally:
             await source.close()
         assert not [w for w in snap["warnings"] if w["code"] == "MIXED_SLO"]
+
+
+
+async def test_a_proxy_killed_and_restarted_says_so_and_never_counts_negative() -> None:
+    """QA: one of two proxies (the other with ``--workers 2``) killed with SIGKILL and
+    started again on the same addresses: while down it is named with the reason and the
+    merged figures are the other's (none negative); once back, its counters start from
+    zero, so the fleet's whole-session figures went back by all it had counted — and the
+    header read "2 proxies" as before, without a word. Now a PROXY_RESTARTED warning
+    names it."""
+    async with running_sim("tiny", max_num_seqs=16) as sim:
+        flags = ("--upstream", sim.url, "--gpu-source", "none")
+        a, proxy_a, admin_a = await start_run(*flags, "--listen", "127.0.0.1:0",
+                                              "--admin", "127.0.0.1:0")
+        b, proxy_b, admin_b = await start_run(*flags, "--listen", "127.0.0.1:0",
+                                              "--admin", "127.0.0.1:0", "--workers", "2")
+        source = AdminSource([admin_a, admin_b], merge=fleet_merge())
+        try:
+            await traffic(proxy_a, 5)
+            await traffic(proxy_b, 3)
+            snap = await settled(source, 8)
+            assert snap["system"]["requests"] == 8
+            assert not [w for w in snap["warnings"] if w["code"] == "PROXY_RESTARTED"]
+            first_start = snap["started_at"]
+            a.kill()
+            await a.wait()
+            snap = await source.fetch(None)
+            assert snap["system"]["requests"] == 3  # b's alone: not 8, nor below 3
+            assert source.describe() == f"1/2 proxies up · down: {admin_a} (connection refused)"
+            a, _, _ = await start_run(*flags, "--listen", proxy_a.removeprefix("http://"),
+                                      "--admin", admin_a.removeprefix("http://"))
+            await traffic(proxy_a, 1)
+            snap = await settled(source, 4)
+            assert (snap["system"]["requests"], snap["sources"]) == (4, 2)
+            assert source.describe() == "2 proxies"
+            (note,) = [w for w in snap["warnings"] if w["code"] == "PROXY_RESTARTED"]
+            assert f"the proxy at {admin_a} restarted" in note["message"]
+            assert note["since"] > first_start  # when the new one started
+            snap = await source.fetch(60)  # within the window too; b is named for nothing
+            assert [w["message"] for w in snap["warnings"]
+                    if w["code"] == "PROXY_RESTARTED"] == [note["message"]]
+        finally:
+            await source.close()
+            for p in (a, b):
+                if p.returncode is None:
+                    p.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(p.communicate(), 60)
