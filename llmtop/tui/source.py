@@ -311,6 +311,8 @@ class AdminSource:
         """HTTP requests made so far (what polling costs the proxies; benchmarks read it)."""
         self.errors: dict[str, str | None] = dict.fromkeys(self.urls)
         """Per URL: ``None`` while it answers, else why it did not (last attempt)."""
+        self._down_since: dict[str, float] = {}
+        """Per URL, since when (unix s) it has been left out."""
         self._started: dict[str, float] = {}
         """Per URL, the ``started_at`` of the proxy that last answered there."""
         self.restarted: dict[str, float] = {}
@@ -367,7 +369,7 @@ class AdminSource:
                 raise _Failure("not an llmtop admin API (its reply has no snapshot fields)")
             _check_version(snap["version"])
         except _Failure as exc:
-            self.errors[url] = str(exc)
+            self._down(url, str(exc))
             self._kept.pop(key, None)
             return None
         self.errors[url] = None
@@ -384,6 +386,10 @@ class AdminSource:
             # built at least `age` before we asked: young enough until then + max_age
             self._kept[key] = _Kept(asked - age + self.max_age_s, snap, active)
         return snap
+
+    def _down(self, url: str, why: str) -> None:
+        self._down_since.setdefault(url, time.time())
+        self.errors[url] = why
 
     # -- SnapshotSource ----------------------------------------------------------------------
 
@@ -404,9 +410,9 @@ class AdminSource:
             raise SourceUnavailable(f"none of {len(self.urls)} proxies answers: " + "; ".join(
                 f"{u}: {self.errors[u]}" for u in self.urls))
         if len(self.urls) == 1 or self._merge is None:
-            return self._with_restarts(ok[0], window_s)
+            return self._with_notes(ok[0], window_s)
         try:
-            return self._with_restarts(self._merge(ok), window_s)
+            return self._with_notes(self._merge(ok), window_s)
         except ValueError as exc:  # e.g. proxies answering for different windows
             first_error = exc
         # one proxy the others cannot merge with must not blank the view: leave it out
@@ -418,17 +424,29 @@ class AdminSource:
                 merged = rest[0] if len(rest) == 1 else self._merge(rest)
             except ValueError:
                 continue
-            self.errors[odd] = f"cannot be merged with the others ({first_error})"
-            return self._with_restarts(merged, window_s)
+            self._down(odd, f"cannot be merged with the others ({first_error})")
+            return self._with_notes(merged, window_s)
         raise SourceUnavailable(f"cannot merge the proxies' snapshots: {first_error}")
 
-    def _with_restarts(self, snap: dict[str, Any], window_s: int | None) -> dict[str, Any]:
-        """``snap`` with a ``PROXY_RESTARTED`` warning for each proxy that restarted within
-        its window (the whole session: since attach began). Its counters start from zero
-        again: without a word, the fleet's whole-session figures went back by all it had
-        counted, and the header read "2 proxies" as before."""
+    def _with_notes(self, snap: dict[str, Any], window_s: int | None) -> dict[str, Any]:
+        """``snap`` with what attach knows of the proxies and they cannot say themselves:
+
+        - ``PROXY_DOWN`` for each one left out, with why (the header names it down, but
+          "down" alone left a refused token, a wrong port, a proxy of another snapshot
+          version and a dead host looking the same);
+        - ``PROXY_RESTARTED`` for each one that restarted within the window (the whole
+          session: since attach began). Its counters start from zero again: without a
+          word, the fleet's whole-session figures went back by all it had counted, and
+          the header read "2 proxies" as before."""
+        for url, why in self.errors.items():
+            if why is None:  # (one that answers but cannot be merged stays down since then)
+                self._down_since.pop(url, None)
         now = snap.get("time")
         notes = [
+            {"code": "PROXY_DOWN", "severity": "warning", "since": self._down_since[url],
+             "message": f"the proxy at {url} is left out: {why}"}
+            for url, why in self.errors.items() if why is not None and len(self.urls) > 1]
+        notes += [
             {"code": "PROXY_RESTARTED", "severity": "info", "since": at,
              "message": f"the proxy at {url} restarted: what it counted before is gone, so "
                         "figures over a span from before then leave it out"}
@@ -499,10 +517,9 @@ class AdminSource:
         up = len(self.urls) - len(down)
         if not down:
             return f"{len(self.urls)} proxies"
-        # each with why: "down" alone left a refused token, a wrong port, a proxy of
-        # another version and a dead host looking the same
-        return f"{up}/{len(self.urls)} proxies up · down: " + ", ".join(
-            f"{u} ({self.errors[u]})" for u in down)
+        # (why each is down is a PROXY_DOWN warning: here it would push the list out of
+        # the header at all but the widest screens)
+        return f"{up}/{len(self.urls)} proxies up · down: " + ", ".join(down)
 
     def down_label(self) -> str | None:
         """With several proxies, "1/3 proxies down" while some do not answer (with one,

@@ -181,10 +181,10 @@ async def test_proxies_with_different_slos_say_so() -> None:
 async def test_a_proxy_killed_and_restarted_says_so_and_never_counts_negative() -> None:
     """QA: one of two proxies (the other with ``--workers 2``) killed with SIGKILL and
     started again on the same addresses: while down it is named with the reason and the
-    merged figures are the other's (none negative); once back, its counters start from
-    zero, so the fleet's whole-session figures went back by all it had counted — and the
-    header read "2 proxies" as before, without a word. Now a PROXY_RESTARTED warning
-    names it."""
+    merged figures are the other's (none negative), and a PROXY_DOWN warning says why;
+    once back, its counters start from zero, so the fleet's whole-session figures went
+    back by all it had counted — and the header read "2 proxies" as before, without a
+    word. Now a PROXY_RESTARTED warning names it."""
     async with running_sim("tiny", max_num_seqs=16) as sim:
         flags = ("--upstream", sim.url, "--gpu-source", "none")
         a, proxy_a, admin_a = await start_run(*flags, "--listen", "127.0.0.1:0",
@@ -203,13 +203,16 @@ async def test_a_proxy_killed_and_restarted_says_so_and_never_counts_negative() 
             await a.wait()
             snap = await source.fetch(None)
             assert snap["system"]["requests"] == 3  # b's alone: not 8, nor below 3
-            assert source.describe() == f"1/2 proxies up · down: {admin_a} (connection refused)"
+            assert source.describe() == f"1/2 proxies up · down: {admin_a}"
+            assert [w["message"] for w in snap["warnings"] if w["code"] == "PROXY_DOWN"] == [
+                f"the proxy at {admin_a} is left out: connection refused"]
             a, _, _ = await start_run(*flags, "--listen", proxy_a.removeprefix("http://"),
                                       "--admin", admin_a.removeprefix("http://"))
             await traffic(proxy_a, 1)
             snap = await settled(source, 4)
             assert (snap["system"]["requests"], snap["sources"]) == (4, 2)
             assert source.describe() == "2 proxies"
+            assert not [w for w in snap["warnings"] if w["code"] == "PROXY_DOWN"]
             (note,) = [w for w in snap["warnings"] if w["code"] == "PROXY_RESTARTED"]
             assert f"the proxy at {admin_a} restarted" in note["message"]
             assert note["since"] > first_start  # when the new one started

@@ -6,8 +6,8 @@ sockets: each must be named with a reason that says what is wrong, and never mer
 - The proxy's forwarding port (``--listen``) instead of its ``--admin`` one hands the
   snapshot path to the engine, whose 404 was shown as "HTTP 404 {"error": {"message": …"; a
   web server's HTML page as "HTTP 404 <!DOCTYPE html>".
-- With several proxies the header said only "down: URL", whatever the reason (a refused
-  token, a dead host, one of the above)."""
+- With several proxies the screen said only "down: URL", whatever the reason (a refused
+  token, a dead host, one of the above): now a PROXY_DOWN warning for each gives it."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ from llmtop.metrics.snapshot import VERSION
 from llmtop.proxy.server import ProxyServer
 from llmtop.sim.server import running_sim
 from llmtop.tui.source import SNAPSHOT_PATH, SNAPSHOT_VERSION, AdminSource, SourceUnavailable
+
+
+def down_notes(snap: dict[str, Any]) -> list[str]:
+    return [w["message"] for w in snap["warnings"] if w["code"] == "PROXY_DOWN"]
 
 
 def test_attach_reads_the_version_the_proxy_writes() -> None:
@@ -77,7 +81,8 @@ async def test_a_proxy_of_another_snapshot_version_is_named_not_merged(
             await alone.close()
     assert merged["system"]["requests"] == 3  # this proxy's only: the odd one not added in
     assert [u["requests"] for u in merged["users"]] == [3]
-    assert fleet.describe() == f"1/2 proxies up · down: {odd} ({why})"
+    assert fleet.describe() == f"1/2 proxies up · down: {odd}"
+    assert down_notes(merged) == [f"the proxy at {odd} is left out: {why}"]
     assert str(info.value) == f"{odd}: {why}"
 
 
@@ -129,12 +134,13 @@ async def test_an_address_that_is_no_admin_api_says_so(admin: RealAdmin, target:
             await alone.close()
     assert merged["system"]["requests"] == 1
     assert str(info.value) == f"{url}: {why}"
-    assert fleet.describe() == f"1/2 proxies up · down: {url} ({why})"
+    assert down_notes(merged) == [f"the proxy at {url} is left out: {why}"]
 
 
 async def test_every_down_proxy_is_named_with_its_reason(admin: RealAdmin) -> None:
     """A refused token beside a page that is no admin API: each with its own reason, in
-    the header (describe) and, when none answers, in the one-line error."""
+    a warning while the others show and, when none answers, in the one-line error; the
+    warnings go once the proxies answer."""
     admin.request(1, "alice")
     guarded = RealAdmin()
     guarded.ctx.admin_token = "tok"
@@ -144,17 +150,21 @@ async def test_every_down_proxy_is_named_with_its_reason(admin: RealAdmin) -> No
             fleet = AdminSource([admin.url, guarded.url, page], merge=fleet_merge())
             none = AdminSource([guarded.url, page], merge=fleet_merge())
             try:
-                await fleet.fetch(None)
+                merged = await fleet.fetch(None)
                 with pytest.raises(SourceUnavailable) as info:
                     await none.fetch(None)
+                guarded.ctx.admin_token = ""
+                healed = await fleet.fetch(None)
             finally:
                 await fleet.close()
                 await none.close()
     finally:
         await guarded.stop()
     refused = "HTTP 401: the admin token was refused"
-    assert fleet.describe() == (f"1/3 proxies up · down: {guarded.url} ({refused}), "
-                                f"{page} ({NOT_ADMIN})")
+    assert down_notes(merged) == [f"the proxy at {guarded.url} is left out: {refused}",
+                                  f"the proxy at {page} is left out: {NOT_ADMIN}"]
+    assert down_notes(healed) == [f"the proxy at {page} is left out: {NOT_ADMIN}"]
+    assert fleet.describe() == f"2/3 proxies up · down: {page}"
     assert str(info.value) == (f"none of 2 proxies answers: {guarded.url}: {refused}; "
                                f"{page}: {NOT_ADMIN}")
     assert "\n" not in str(info.value) and json.dumps(str(info.value))
