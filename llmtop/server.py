@@ -108,6 +108,20 @@ def _recording_failed(path: Path, error: str) -> None:
                  "summary)", sys.stderr)
 
 
+def _other_writers(stem: str, parts: Sequence[str]) -> None:
+    """Another live process is writing this stem (a restart that overlapped the old
+    process, or two proxies given one ``--record``): one line on stderr, naming its part.
+    The recording starts all the same — a proxy does not fail to start over a recording;
+    the old process of an overlapping restart is about to exit — as a series of its own
+    beside the other's, and ``keep`` leaves the parts the other is writing."""
+    if parts:
+        pipe_out.say(f"llmtop: warning: another live process is recording to {stem}: it is "
+                     f"writing {', '.join(parts)} (a restart before the old process exited, "
+                     "or two proxies given one --record?); this recording goes on beside "
+                     "it as a series of its own and keep leaves the parts it is writing; "
+                     "give each proxy its own --record", sys.stderr)
+
+
 def _n(n: int, noun: str) -> str:
     """``1 request``, ``2 requests``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -230,12 +244,17 @@ class Observers:
             except RecordingError as exc:
                 raise StartupError(str(exc)) from exc
             if st.get("part"):
+                _other_writers(cfg.recording.path, st.get("others_writing") or [])
                 gone = st.get("deleted_earlier") or 0
+                left = st.get("left_held_at_start") or 0
+                kept = ([f"deleted the oldest {'part' if gone == 1 else f'{gone} parts'} an "
+                         "earlier run left"] if gone else []) + (
+                    [f"left {_n(left, 'part')} another live process is writing"]
+                    if left else [])
                 self.say(f"llmtop: recording to {cfg.recording.path} in parts, the first "
                          f"{st['path']}"
-                         + (f" (keep {cfg.recording.keep}: deleted the oldest "
-                            f"{'part' if gone == 1 else f'{gone} parts'} an earlier run left)"
-                            if gone else ""))
+                         + (f" (keep {cfg.recording.keep}: {'; '.join(kept)})"
+                            if kept else ""))
             else:
                 self.say(f"llmtop: recording to {cfg.recording.path}")
 
@@ -282,6 +301,10 @@ class Observers:
             if later > 0:
                 gone += (f", with {_n(later, 'more part')} an earlier run left" if gone else
                          f"; keep {keep} deleted {_n(later, 'more part')} an earlier run left")
+            left = done.get("left_held") or 0
+            if left:  # (another live process was writing them: two recorders on one stem)
+                gone += (f"; keep {keep} left {_n(left, 'part')} another live process was "
+                         "writing")
             parts = (f" in {_n(n, 'part')} (the last {done.get('path')}{gone})" if n else "")
             notes.append(
                 f"llmtop: recording {done.get('stem') or done.get('path')}{parts}: "

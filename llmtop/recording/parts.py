@@ -110,9 +110,9 @@ class _Part:
     header: dict[str, Any]
 
 
-def _parts(stem: Path) -> list[_Part]:
-    """The stem's parts in its folder, by start time (files named like parts whose header
-    is not a part's are left out)."""
+def _named(stem: Path) -> list[tuple[Path, re.Match[str]]]:
+    """The files in the stem's folder named like its parts (their names only: nothing is
+    opened), each with its name's match (group 1: the ``-N`` after the time)."""
     base, ext = split_stem(stem.name)
     pattern = re.compile(re.escape(base) + r"\.\d{8}T\d{6}Z(?:-(\d+))?" + re.escape(ext) + "$")
     folder = stem.parent if str(stem.parent) else Path(".")
@@ -120,12 +120,21 @@ def _parts(stem: Path) -> list[_Part]:
         names = os.listdir(folder)
     except OSError:
         return []
+    return [(folder / name, m) for name in names if (m := pattern.match(name)) is not None]
+
+
+def named_parts(stem: Path) -> list[Path]:
+    """The files named like the stem's parts, by name (nothing is read of them: a
+    recorder starting looks for a part another process is writing among these)."""
+    return sorted(path for path, _ in _named(stem))
+
+
+def _parts(stem: Path) -> list[_Part]:
+    """The stem's parts in its folder, by start time (files named like parts whose header
+    is not a part's are left out)."""
     found: list[tuple[float, int, str, _Part]] = []
-    for name in names:
-        m = pattern.match(name)
-        if m is None:
-            continue
-        path = folder / name
+    for path, m in _named(stem):
+        name = path.name
         h = _peek_header(path)
         if h is None:
             continue

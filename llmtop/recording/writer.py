@@ -56,7 +56,9 @@ a ``.gz`` part can end past the limit by one batch's lines compressed plus what 
 compressor held back (a few kB to tens of kB for typical lines). A part that cannot be opened
 (disk full, permission) stops the recording as a failed write does. ``keep``: the oldest
 parts of the stem are deleted past that many — this recorder's and those an earlier run
-with the same stem left (nothing else is touched).
+with the same stem left (nothing else is touched) — but a part another live process is
+still writing (two recorders on one stem: each locks the part it writes,
+:mod:`llmtop.recording.partlock`), which is left until it is closed.
 
 The recording never carries prompt or completion text: the events themselves don't.
 """
@@ -92,6 +94,7 @@ from llmtop.events import (
     outside_dialect,
 )
 from llmtop.recording.errors import RecordingBusy, RecordingError
+from llmtop.recording.partlock import held_elsewhere, lock_part
 
 FORMAT = "llmtop-recording"
 VERSION = 1
@@ -361,10 +364,18 @@ class Recorder:
         """The file being written (the current part when rotating)."""
         self.part = 0
         """The current part's number (1, 2, …; 0 before start)."""
-        self._parts: deque[tuple[Path, tuple[int, int] | None]] = deque()
+        self._parts: deque[tuple[Path, tuple[int, int] | None, bool]] = deque()
         """The parts this recorder made and has not deleted (``keep``), oldest first — after
-        those an earlier run with the same stem left, found at start."""
-        self._earlier = 0  # how many of those are the earlier runs' (at the front)
+        those an earlier run with the same stem left, found at start (``True``: an earlier
+        run's) — each with its (device, inode) when opened or found."""
+        self.others_writing: tuple[Path, ...] = ()
+        """Parts of this stem another live process was writing when this recorder started
+        (their lock held: :mod:`llmtop.recording.partlock`): two recorders on one stem."""
+        self.left_held: set[Path] = set()
+        """Parts ``keep`` would have deleted but left, as another live process was writing
+        them (deleted at a later prune once that process has closed them)."""
+        self.left_held_at_start = 0
+        """How many of those the first part's opening left (the start line's count)."""
         self.deleted_earlier = 0
         """Parts an earlier run left that ``keep`` deleted (at start, mostly: a restart
         with a smaller ``keep`` deletes at once what it no longer keeps — said, not
@@ -476,17 +487,21 @@ class Recorder:
             raise RecordingError(f"{self.path}: this recorder was already started")
         refuse_other_compression(self.path)
         self.started_at = unix_now()
-        if self.rotating and self.keep:
+        if self.rotating:
             # (here: the finder reads parts as the reader does, and imports this module)
-            from llmtop.recording.parts import part_files
+            from llmtop.recording.parts import named_parts, part_files
 
-            for found in part_files(self.path):
+            # another live process writing this stem (looked for before this recorder's
+            # own first part, whose lock would count): said at start; this one goes on
+            self.others_writing = tuple(p for p in named_parts(self.path)
+                                        if held_elsewhere(p))
+            for found in part_files(self.path) if self.keep else ():
                 with contextlib.suppress(OSError):  # (gone since it was listed)
                     st = os.stat(found)
-                    self._parts.append((found, (st.st_dev, st.st_ino)))
-            self._earlier = len(self._parts)
+                    self._parts.append((found, (st.st_dev, st.st_ino), True))
         self._open_part(self.started_at)
         self.deleted_earlier_at_start = self.deleted_earlier
+        self.left_held_at_start = len(self.left_held)
         self._running = True
         self._thread = threading.Thread(
             target=self._run, name=f"llmtop-recorder:{self.path.name}", daemon=True
@@ -538,6 +553,9 @@ class Recorder:
                     if n >= 1000:
                         raise RecordingError(exists_message(path)) from None
                     n += 1
+        if self.rotating:  # before its header: a file is a part to others once it has one
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # (no descriptor)
+                lock_part(raw.fileno())
         sink = _Sink(raw, path.name.endswith(".gz"))
         part_extra = ({"part": self.part + 1, "previous": previous} if self.rotating else {})
         lines = [dumps_line(self._header_dict(started_at, part_extra))]
@@ -565,7 +583,7 @@ class Recorder:
         self.lines += len(lines)
         self._mark_flushed(sink)
         if self.rotating:
-            self._parts.append((path, sink.identity))
+            self._parts.append((path, sink.identity, False))
             self._prune()
 
     def _carried(self, code: str, ev: WarningEvent, t: float) -> bytes:
@@ -582,16 +600,22 @@ class Recorder:
         daily with hourly parts and ``keep = 168`` holds a week on disk, not a week per
         restart). Nothing else: a file moved away or replaced since is left alone, and
         a file named like a part whose first line is not a part's header was never
-        counted."""
+        counted. A part another live process is writing (its lock held: two recorders on
+        one stem) is left, and not counted, until a prune finds it closed."""
+        held: list[tuple[Path, tuple[int, int] | None, bool]] = []
         while self.keep and len(self._parts) > self.keep:
-            path, identity = self._parts.popleft()
-            earlier = self._earlier > 0
-            self._earlier -= earlier
+            path, identity, earlier = entry = self._parts.popleft()
+            state = held_elsewhere(path, identity)
+            if state:
+                held.append(entry)
+                self.left_held.add(path)
+                continue
+            if state is None:  # gone, moved or replaced since: not this recorder's to delete
+                continue
             with contextlib.suppress(OSError):
-                st = os.stat(path)
-                if identity is None or (st.st_dev, st.st_ino) == identity:
-                    path.unlink()
-                    self.deleted_earlier += earlier
+                path.unlink()
+                self.deleted_earlier += earlier
+        self._parts.extendleft(reversed(held))
 
     @property
     def queued_chunks(self) -> int:
@@ -685,7 +709,11 @@ class Recorder:
         ``.gz``). With rotation ``path`` is the current part's (the last one once
         stopped), ``part`` its number, ``stem`` the path given, ``deleted_earlier``
         the parts an earlier run with that stem left that ``keep`` deleted and
-        ``deleted_earlier_at_start`` how many of them went when the first part opened;
+        ``deleted_earlier_at_start`` how many of them went when the first part opened,
+        ``others_writing`` the parts of the stem another live process was writing when
+        this recording started (two recorders on one stem), ``left_held`` the parts
+        ``keep`` left as another live process was writing them and
+        ``left_held_at_start`` how many of those when the first part opened;
         the counts and ``bytes`` are the whole recording's, every part together. Once a
         write or flush failed, ``counts_settled`` says the counts were taken from the file
         (:meth:`_settle`): ``requests`` are then in it, ``unsure_requests`` more may be
@@ -694,7 +722,10 @@ class Recorder:
         nbytes = self._bytes_done + sink.nbytes if sink is not None else self._bytes_final
         rotation = ({"part": self.part, "stem": str(self.path),
                      "deleted_earlier": self.deleted_earlier,
-                     "deleted_earlier_at_start": self.deleted_earlier_at_start}
+                     "deleted_earlier_at_start": self.deleted_earlier_at_start,
+                     "others_writing": [str(p) for p in self.others_writing],
+                     "left_held": len(self.left_held),
+                     "left_held_at_start": self.left_held_at_start}
                     if self.rotating else {})
         return {
             "path": str(self.part_path),
