@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from llmtop.recording_names import nameless
 from llmtop.textsafe import printable
 
 DIALECT_SETTINGS: Final = ("auto", "openai", "anthropic", "ollama", "tgi", "sglang", "other")
@@ -886,6 +887,8 @@ def validate(cfg: Config, names: KeyNames | None = None) -> None:
             # QA: gpu.interval_s = 1e-6 was accepted — a busy loop
             raise ConfigError(f"{key} must be at least {least:g} (seconds; {why}), got {v:g}")
     _validate_rotation(cfg.recording, name)
+    if cfg.recording.path and (unnamed := nameless(cfg.recording.path)):
+        raise ConfigError(f"{name('recording.path')} {printable(unnamed)}")
     if not cfg.warnings.stall_s > 0:
         raise ConfigError(f"warnings.stall_s must be more than 0 (seconds), "
                           f"got {cfg.warnings.stall_s}")

@@ -41,7 +41,8 @@ from llmtop.events import Event, WarningEvent
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.reader import GZIP_MAGIC, MAX_PROBLEMS, Progress, RecordingReader
 from llmtop.recording.validate import clean_slo
-from llmtop.recording.writer import FORMAT, split_stem
+from llmtop.recording.writer import FORMAT
+from llmtop.recording_names import split_stem
 
 _PEEK: Final = 65536
 """Bytes read of a part to find its header (a header line is well under 1 kB): a day of

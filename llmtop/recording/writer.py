@@ -95,6 +95,7 @@ from llmtop.events import (
 )
 from llmtop.recording.errors import RecordingBusy, RecordingError
 from llmtop.recording.partlock import held_elsewhere, lock_part
+from llmtop.recording_names import nameless, split_stem
 
 FORMAT = "llmtop-recording"
 VERSION = 1
@@ -125,16 +126,6 @@ class _Serialisable(Protocol):
 
 def _default_opener(path: Path, overwrite: bool) -> IO[bytes]:
     return open(path, "wb" if overwrite else "xb")
-
-
-_RECORDING_SUFFIXES: Final = (".jsonl.gz", ".jsonl")
-
-
-def split_stem(name: str) -> tuple[str, str]:
-    """A stem's file name as (base, extension): ``prod.jsonl.gz`` → (``prod``,
-    ``.jsonl.gz``); the parts are ``<base>.<UTC start>[-N]<extension>``."""
-    ext = next((s for s in _RECORDING_SUFFIXES if name.endswith(s)), Path(name).suffix)
-    return (name[:-len(ext)] if ext else name), ext
 
 
 def part_name(stem: Path, started_at: float, n: int = 1) -> Path:
@@ -486,6 +477,7 @@ class Recorder:
         if self._running or self._sink is not None:
             raise RecordingError(f"{self.path}: this recorder was already started")
         refuse_other_compression(self.path)
+        refuse_nameless(self.path)
         self.started_at = unix_now()
         if self.rotating:
             # (here: the finder reads parts as the reader does, and imports this module)
@@ -1042,6 +1034,14 @@ def refuse_other_compression(path: Path) -> None:
             "use a .jsonl.gz name for a compressed recording")
 
 
+def refuse_nameless(path: Path) -> None:
+    """:class:`RecordingError` for a path whose file name is only a recording suffix
+    (``DIR/.jsonl``: :func:`llmtop.recording_names.nameless`)."""
+    why = nameless(str(path))
+    if why is not None:
+        raise RecordingError(why)
+
+
 def check_recording_path(path: str, *, overwrite: bool = False, rotating: bool = False) -> None:
     """:class:`RecordingError` when a recorder would certainly refuse ``path`` (an existing
     file unless ``overwrite`` — or ``rotating``: the path is then the parts' stem, never
@@ -1052,6 +1052,7 @@ def check_recording_path(path: str, *, overwrite: bool = False, rotating: bool =
         raise RecordingError("recording path is empty")
     p = Path(path)
     refuse_other_compression(p)
+    refuse_nameless(p)
     if p.is_dir():
         raise RecordingError(f"{p}: is a directory")
     if p.exists() and not rotating and not (overwrite and p.is_file()):
