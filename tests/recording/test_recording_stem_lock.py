@@ -16,6 +16,7 @@ import asyncio
 import fcntl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,17 @@ def test_keep_leaves_the_part_another_recorder_is_writing(tmp_path: Path, suffix
     assert Path(done_second["path"]).exists() and Path(done_first["path"]).exists()
 
 
+async def _lines(lines: list[str], pick: Callable[[str], bool]) -> list[str]:
+    """The lines of a child's output that ``pick`` takes, once there is one (up to 30 s):
+    the admin API can answer before the thread reading the child's pipe has read the
+    start lines printed just before, on a busy machine."""
+    for _ in range(300):
+        if got := [ln for ln in lines if pick(ln)]:
+            return got
+        await asyncio.sleep(0.1)
+    return []
+
+
 def _exit_line(proxy: Proxy, stem: Path) -> str:
     said = [ln for ln in proxy.out if ln.startswith(f"llmtop: recording {stem} in ")]
     assert len(said) == 1, proxy.out
@@ -141,10 +153,11 @@ async def test_two_proxies_on_one_stem(work: Path, tap: Tap, extra: tuple[str, .
         assert is_part(writing, header), "B's keep deleted the part A is writing"
         assert st_b["others_writing"] == [str(writing)], st_b
         assert st_b["left_held_at_start"] == 1, st_b
-        started = [ln for ln in b.out if ln.startswith(f"llmtop: recording to {stem} in parts")]
+        started = await _lines(b.out, lambda ln: ln.startswith(f"llmtop: recording to {stem} in "
+                                                              "parts"))
         assert len(started) == 1 and "left 1 part another live process is writing" \
             in started[0], b.out
-        warned = [ln for ln in b.err if "another live process is recording to" in ln]
+        warned = await _lines(b.err, lambda ln: "another live process is recording to" in ln)
         assert len(warned) == 1 and str(writing) in warned[0], b.err
         # both go on: A through its next parts (the one B left is then free), B through its
         await a.until(lambda s: s["part"] >= st_a["part"] + 2, tap, max_rounds=160)
@@ -199,7 +212,7 @@ async def test_a_killed_recorders_lock_blocks_nothing(work: Path, tap: Tap) -> N
         assert not any(p.exists() for p in dead), "a dead process's part was kept"
         assert writing.exists(), "keep deleted the part a live recorder is writing"
         assert st_b["others_writing"] == [str(writing)], st_b
-        warned = [ln for ln in b.err if "another live process is recording to" in ln]
+        warned = await _lines(b.err, lambda ln: "another live process is recording to" in ln)
         assert len(warned) == 1 and str(writing) in warned[0], b.err
         assert not any(str(p) in warned[0] for p in dead)
         feed(live, 10, first=100)
