@@ -82,14 +82,17 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path: Path, suffix: str) -> No
 
 
 class SlowFile(FakeDisk):
-    """A file whose every write takes `delay` seconds: a disk slower than the traffic."""
+    """A file whose every write after the header (start() writes that one) takes `delay`
+    seconds, or until `release` is set: a disk slower than the traffic."""
 
     def __init__(self, path: Path, delay: float) -> None:
         super().__init__(path)
         self.delay = delay
+        self.release = threading.Event()
 
     def write(self, data: bytes) -> int:
-        time.sleep(self.delay)
+        if self.writes:
+            self.release.wait(self.delay)
         return super().write(data)
 
 
@@ -98,7 +101,11 @@ def test_slow_disk_never_blocks_publishing_and_counts_drops(tmp_path: Path) -> N
     sinks: list[SlowFile] = []
 
     def opener(p: Path, overwrite: bool) -> SlowFile:
-        sinks.append(SlowFile(p, delay=0.3))
+        # a write takes 10 s while the test publishes (1.5 s): a publisher that waited for
+        # one would be held past the loop's end, 5+ s over the bound below, which leaves
+        # room for a stalled machine (with 0.3 s writes and a 0.1 s bound, a 0.1 s pause of
+        # the test process inside on_events read as blocking)
+        sinks.append(SlowFile(p, delay=10.0))
         return sinks[0]
 
     rec = Recorder(path, header={"upstream": "u"}, queue_max=500, flush_s=0.2,
@@ -117,9 +124,10 @@ def test_slow_disk_never_blocks_publishing_and_counts_drops(tmp_path: Path) -> N
         total += len(batch)
         time.sleep(0.005)
     st = rec.status()
+    sinks[0].release.set()
     assert st["dropped"] > 0 and st["dropped_requests"] == st["dropped"]
-    # one slow write takes 0.3 s; publishing never waited for one
-    assert max(durations) < 0.1, f"on_events blocked for {max(durations):.3f} s"
+    # one slow write takes 10 s; publishing never waited for one
+    assert max(durations) < 2.0, f"on_events blocked for {max(durations):.3f} s"
     final = rec.stop()
     assert final["dropped"] >= st["dropped"]
     assert final["requests"] + final["dropped_requests"] == total
