@@ -172,6 +172,15 @@ async def test_with_and_without_proxy_agree() -> None:
                                                             for r in via.records} == {4}
 
 
+def interpolated_between(values: list[float], q: float) -> tuple[float, float]:
+    """The two order statistics np.percentile(values, q) interpolates between. HDR's rank
+    rule reports one of them (to 3 significant digits); where they lie apart, as one stalled
+    request puts them, the interpolated figure is neither."""
+    v = sorted(values)
+    pos = (len(v) - 1) * q / 100
+    return v[int(np.floor(pos))], v[int(np.ceil(pos))]
+
+
 async def test_vllm_benchmark_definitions_agree_on_the_same_records() -> None:
     """vLLM's vllm/benchmarks/serve.py, applied by hand to our records: TTFT is the first
     content chunk minus the send time, TPOT is (latency − ttft)/(output_len − 1) with
@@ -188,13 +197,17 @@ async def test_vllm_benchmark_definitions_agree_on_the_same_records() -> None:
               for r in recs]
     v_itl = [g for r in recs for g in r.chunk_gaps_s()]
     ours_itl = [x for r in recs for x in r.itl_samples_s()]
-    assert s.latency["ttft"]["p50"] == pytest.approx(float(np.percentile(ttfts, 50)), rel=0.01)
-    assert s.latency["ttft"]["p99"] == pytest.approx(float(np.percentile(ttfts, 99)),
-                                                     rel=0.05)
-    ours_tpot = [t for r in recs if (t := r.tpot_s()) is not None]
+    for q in (50, 99):
+        lo, hi = interpolated_between(ttfts, q)
+        assert lo * (1 - 2e-3) <= s.latency["ttft"][f"p{q}"] <= hi * (1 + 2e-3), (q, lo, hi)
     # our E2E ends with the last byte (usage chunk, [DONE]); vLLM's latency with the last
-    # content chunk: the difference is the last step's few ms spread over 23 tokens
-    assert float(np.mean(ours_tpot)) == pytest.approx(float(np.mean(v_tpot)), rel=0.05)
+    # content chunk: the difference is the time after the last content chunk, spread over
+    # the n - 1 tokens (a few ms unstalled, but the length of a stall that falls there: a
+    # 5 % bound on the means failed when one did)
+    for r, v in zip(recs, v_tpot, strict=True):
+        n = r.completion_tokens or 0
+        tail = (r.e2e_s - r.chunk_offsets_s[-1]) / (n - 1)
+        assert r.tpot_s() == pytest.approx(v + tail, rel=1e-9, abs=1e-12), r.id
     # same time, counted per chunk (vLLM) or per token (ours): the ratio of the means is the
     # mean tokens per chunk — 2 here, a little more where a read carried two chunks
     assert sum(ours_itl) == pytest.approx(sum(v_itl), rel=1e-9)
