@@ -67,9 +67,10 @@ class _Dechunker:
 
 async def _client_stream(url: str, body: dict[str, Any]) -> tuple[float, list[float], bytes]:
     """A raw HTTP/1.1 client on a connection opened beforehand: t_send is when the request
-    was written to the socket; every read is timestamped as it returns. Content chunks are
+    was written to the socket; every read is timestamped as it returns. Content events are
     told apart with the same parser the proxy uses, on the bytes the client received.
-    Returns (t_send, content chunk times, body), times from perf_counter."""
+    Returns (t_send, one time per content event: its read's, body), times from
+    perf_counter."""
     host, port = url.removeprefix("http://").split(":")
     payload = json.dumps(body).encode()
     request = (f"POST {CHAT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
@@ -97,8 +98,7 @@ async def _client_stream(url: str, body: dict[str, Any]) -> tuple[float, list[fl
             body_bytes = dechunk.feed(data)
             got += body_bytes
             events, _ = parser.feed(body_bytes)
-            if events:
-                times.append(now)
+            times += [now] * events
     finally:
         writer.close()
         await writer.wait_closed()
@@ -123,34 +123,46 @@ async def test_timestamps_agree_with_the_client_and_tokens_with_the_engine() -> 
         records = await recs.wait(10)
         truth = {t["id"]: t for t in await _ground_truth(s, sim.url)}
 
-    # pair each record with the client that sent it by token count and start order
-    by_start = sorted(records, key=lambda r: r.t_start)
-    client = sorted(measured, key=lambda m: m[0])
-    ttft_diffs, chunk_diffs, engine_lag = [], [], []
-    for rec, (t_send, times) in zip(by_start, client, strict=True):
-        assert rec.outcome == "ok" and rec.token_source == "usage"
-        assert len(rec.chunk_offsets_s) == len(times), "one client chunk per proxy chunk"
-        assert rec.ttft_s is not None
-        ttft_diffs.append(abs((times[0] - t_send) - rec.ttft_s))
-        for off, t in zip(rec.chunk_offsets_s, times, strict=True):
-            chunk_diffs.append(abs((t - t_send) - off))
-    # token counts: every record equals the engine's own count for one finished request
-    engine_counts = sorted(t["completion_tokens"] for t in truth.values())
-    assert sorted(r.completion_tokens or 0 for r in records) == engine_counts
-    assert all(t["state"] == "finished" for t in truth.values())
-    # the proxy writes each chunk after the engine wrote it, shortly after
+    # Per content event (one token each here): when the proxy stamped it (just before its
+    # write), when the client read it, when the engine wrote it. Chunks two sides read as
+    # one (a slow read) share a time. Pairs go by token count (max_tokens differs per
+    # request), not start order, which concurrent requests may not keep.
+    by_tokens = {len(times): (t_send, times) for t_send, times in measured}
+    assert len(by_tokens) == len(measured) == len(records)
+    ttft_diffs, event_diffs, engine_lag = [], [], []
+    sim_chunks = {t["completion_tokens"]: t["chunks"] for t in truth.values()}
     for rec in records:
-        sim_chunks = next(t["chunks"] for t in truth.values()
-                          if t["completion_tokens"] == rec.completion_tokens)
-        for off, sim_t in zip(rec.chunk_offsets_s, sim_chunks, strict=True):
-            engine_lag.append((rec.t_start + off) - sim_t)
-    p99_ttft, p99_chunk = _p99(ttft_diffs), _p99(chunk_diffs)
-    print(f"\n|client - proxy| TTFT p99 {p99_ttft * 1e3:.2f} ms, chunk times p99 "
-          f"{p99_chunk * 1e3:.2f} ms over {len(chunk_diffs)} chunks; proxy write - engine "
-          f"write p50 {statistics.median(engine_lag) * 1e3:.2f} ms, p99 "
-          f"{_p99(engine_lag) * 1e3:.2f} ms")
-    assert p99_ttft < 0.020 and p99_chunk < 0.020
-    assert _p99(engine_lag) < 0.020 and min(engine_lag) > -0.005
+        assert rec.outcome == "ok" and rec.token_source == "usage"
+        assert rec.ttft_s is not None and rec.completion_tokens is not None
+        assert rec.completion_tokens in by_tokens, "one client event per token the proxy saw"
+        t_send, times = by_tokens[rec.completion_tokens]
+        proxy = [off for off, k in zip(rec.chunk_offsets_s, rec.chunk_tokens, strict=True)
+                 for _ in range(k)]
+        assert len(proxy) == len(times) == len(sim_chunks[rec.completion_tokens])
+        ttft_diffs.append((times[0] - t_send) - rec.ttft_s)
+        event_diffs += [(t - t_send) - off for off, t in zip(proxy, times, strict=True)]
+        engine_lag += [(rec.t_start + off) - sim_t
+                       for off, sim_t in zip(proxy, sim_chunks[rec.completion_tokens],
+                                             strict=True)]
+    # token counts: every record equals the engine's own count for one finished request
+    assert sorted(r.completion_tokens or 0 for r in records) == sorted(sim_chunks)
+    assert all(t["state"] == "finished" for t in truth.values())
+    print(f"\nclient - proxy: TTFT p50 {statistics.median(ttft_diffs) * 1e3:.2f} ms, max "
+          f"{max(ttft_diffs) * 1e3:.2f} ms; event times p50 "
+          f"{statistics.median(event_diffs) * 1e3:.2f} ms, p99 {_p99(event_diffs) * 1e3:.2f} "
+          f"ms over {len(event_diffs)} events; proxy write - engine write p50 "
+          f"{statistics.median(engine_lag) * 1e3:.2f} ms, p99 {_p99(engine_lag) * 1e3:.2f} ms")
+    # The client started its clock before the proxy, and read each event after the proxy
+    # stamped it: never earlier, whatever stalls (1 µs: float vs integer ns). The proxy
+    # wrote each event after the engine (5 ms: the record's start is wall time).
+    assert min(ttft_diffs) > -1e-6 and min(event_diffs) > -1e-6
+    assert min(engine_lag) > -0.005
+    # And shortly after: unstalled the p99s are 1-2 ms. A freeze of the test process holds
+    # the few events in flight at that moment (0.4 s at the p99 of 170 in one run with random
+    # 100-500 ms freezes), so the bound is on the medians: a proxy that stamped, wrote or read
+    # late as a rule still fails it, one whose stamps a stall happened to cross does not.
+    assert statistics.median(ttft_diffs) < 0.020 and statistics.median(event_diffs) < 0.020
+    assert statistics.median(engine_lag) < 0.020
 
 
 @pytest.mark.parametrize(
