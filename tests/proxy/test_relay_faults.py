@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from aiohttp import web
+from loop_ticks import LoopTicks
 from test_proxy_support import (
     Script,
     ScriptedUpstream,
@@ -23,30 +24,6 @@ from test_proxy_support import (
 
 SSE = {"Content-Type": "text/event-stream"}
 CHAT = "/v1/chat/completions"
-
-
-class LoopTicks:
-    """A task that counts 20 ms sleeps on the event loop the test, the proxy and the upstream
-    share: how long something took, in wake-ups of that loop. A freeze of the whole process
-    (another job, a slow disk, GC) holds the ticks with everything else, where seconds
-    would count it against the proxy; a tick never catches up after one."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(0.02)
-            self.n += 1
-
-    async def __aenter__(self) -> LoopTicks:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
 
 
 def _free_port() -> int:
@@ -439,7 +416,7 @@ async def test_connection_closes_as_the_408_goes_out() -> None:
         (rec,) = await recs.wait(1)
     assert (first + rest).startswith(b"HTTP/1.1 408")
     assert rest.endswith(b"}")  # the whole JSON error body came before the close
-    # in wake-ups of the shared loop (see LoopTicks), not seconds (< 0.5 s): unstalled 0;
+    # in wake-ups of the shared loop (see loop_ticks), not seconds (< 0.5 s): unstalled 0;
     # closed by the next-head timer instead, idle_s (1 s) later: ~48
     assert took <= 20, f"closed {gap:.2f} s, {took} ticks after the 408 (idle_s 1 s)"
     assert rec.status == 408
