@@ -29,24 +29,29 @@ def test_tasks_with_nested_periods_wake_at_the_same_instants() -> None:
     """A 0.25 s task and a 0.5 s task started at different moments meet on the grid: every
     wake-up of the slower one is a wake-up of the faster one."""
 
-    async def main() -> tuple[list[float], list[float]]:
+    async def main() -> tuple[list[float], list[tuple[float, float]]]:
         loop = asyncio.get_running_loop()
-        fast: list[float] = []
-        slow: list[float] = []
+        fast: list[tuple[float, float]] = []
+        slow: list[tuple[float, float]] = []
 
-        async def every(period: float, out: list[float], n: int) -> None:
+        async def every(period: float, out: list[tuple[float, float]], n: int) -> None:
             for _ in range(n):
-                await asyncio.sleep(grid_delay(loop.time(), period))
-                out.append(loop.time())
+                now = loop.time()
+                d = grid_delay(now, period)
+                await asyncio.sleep(d)
+                out.append((now + d, loop.time()))  # (aimed at, woke)
 
         t = asyncio.ensure_future(every(0.25, fast, 5))
         await asyncio.sleep(0.07)  # the slow one starts later, off the grid
         await every(0.5, slow, 2)
         await t
-        return fast, slow
+        return [woke for _, woke in fast], slow
 
     fast, slow = asyncio.run(main())
-    for t in slow:
+    for aimed, t in slow:
         nearest = min(fast, key=lambda f: abs(f - t))
-        assert abs(nearest - t) < 0.02  # the same grid point (the loop's wake-up jitter)
-        assert abs(t / 0.5 - round(t / 0.5)) * 0.5 < 0.02
+        assert abs(nearest - t) < 0.02  # the same wake-up (the loop's jitter)
+        # aimed at the grid, woken no sooner: how much later is the machine's business (the
+        # wake-up itself within 20 ms of the grid failed whenever the process was held then)
+        assert abs(aimed / 0.5 - round(aimed / 0.5)) < 1e-6
+        assert t >= aimed
