@@ -41,9 +41,14 @@ def analytic_capacity(max_num_seqs: int, step_s: float, itl_slo: float) -> int:
 async def test_search_finds_the_simulators_knee() -> None:
     """--search lands within one step of the analytic capacity (max_num_seqs = 4 here:
     every request past it waits ~a request's duration, 450+ ms, over the TTFT SLO).
-    Below the knee TTFT is 23-62 ms: the SLO of 250 ms leaves room for a stall of the
+    Below the knee TTFT is 23-62 ms: the SLO of 250 ms leaves room for a slow moment of the
     shared machine, where 120 ms failed level 1 in one CI run (one request of its 8 at
-    168 ms, and nothing met the target)."""
+    168 ms, and nothing met the target). A longer freeze puts every request in flight over
+    any SLO that still tells the knee apart, so the target leaves room for one: 85 % lets
+    level 1 miss 1 of its 8, level 2 2 of 14, and level 4, missing 4 of 24 (83 %), is
+    bisected to 3, within one of the knee; 95 % failed level 1 on one frozen request.
+    Unstalled: 1, 2, 4 at 100 %; 5 at 78 %, 6 at 58 %, 8 at 17 % (a freeze only lowers
+    them), so the search still stops at 4."""
     c = cfg(**{"slo.ttft_s": 0.25, "slo.itl_p95_s": 0.05})
     async with running_sim("tiny", seed=3) as sim:
         prof = get_profile("tiny")
@@ -54,7 +59,7 @@ async def test_search_finds_the_simulators_knee() -> None:
             run = await run_closed(client, wl, int(n), duration_s=2.5, warmup_s=0.5)
             return summarize(run, c)
 
-        result = await search(level, integer=True, start_levels=[1, 2, 4, 8], target=0.95,
+        result = await search(level, integer=True, start_levels=[1, 2, 4, 8], target=0.85,
                               max_level=16)
     assert result.best is not None
     knee = prof.max_num_seqs
