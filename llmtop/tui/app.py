@@ -31,9 +31,11 @@ from llmtop.tui.source import (
     HasNotes,
     ReplayControl,
     ReportsDown,
+    ReportsStaleRows,
     SnapshotSource,
     SourceUnavailable,
 )
+from llmtop.tui.stale_rows import StaleRows
 from llmtop.tui.widgets.header import HeaderStatus
 from llmtop.tui.widgets.requests import RequestsTable
 
@@ -122,6 +124,8 @@ class LlmtopApp(App[int]):
         self.replay_paused = False
         self.view = SnapView(None)
         self.active: list[Mapping[str, Any]] = []
+        self.active_stale = StaleRows()
+        """Which of :attr:`active` the last fetch could not refresh (kept, said so)."""
         self.palette = Palette()
         self.dashboard = Dashboard()
         self.refreshes = 0
@@ -203,10 +207,7 @@ class LlmtopApp(App[int]):
                     f"{type(exc).__name__}: {exc}")
                 self._disconnected(why)
             return False
-        try:
-            active: list[Mapping[str, Any]] = list(await self.source.active_requests())
-        except Exception:
-            active = []
+        active, stale = await self._active_requests()
         if ticket < self._applied or window != self.window_s:
             return False  # overtaken by a newer fetch (e.g. `w` during a timer fetch)
         self._applied = ticket
@@ -214,13 +215,34 @@ class LlmtopApp(App[int]):
             self.notify("reconnected", severity="information", markup=False)
         self.connected, self.error, self.has_data = True, None, True
         self._last_data = self._monotonic()
-        self.view, self.active = SnapView(snap), active
+        self.view, self.active, self.active_stale = SnapView(snap), active, stale
         self.refreshes += 1
         self._show()
         return True
 
+    async def _active_requests(self) -> tuple[list[Mapping[str, Any]], StaleRows]:
+        """The active requests, and which of them are not the latest: when they cannot be
+        had the rows on screen stay, marked, for an empty list would say that no request
+        is open (and an open request's modal that it has finished)."""
+        try:
+            active: list[Mapping[str, Any]] = list(await self.source.active_requests())
+        except Exception as exc:  # a source bug as well: the figures still show
+            why = str(exc) if isinstance(exc, SourceUnavailable) else (
+                f"{type(exc).__name__}: {exc}")
+            return list(self.active), StaleRows(everything=_first_line(why))
+        if isinstance(self.source, ReportsStaleRows):
+            return active, StaleRows.of_proxies(self.source.stale_rows())
+        return active, StaleRows()
+
+    def rows_stale(self) -> StaleRows:
+        """Which active rows on screen are not the latest: all of them while
+        disconnected (they are the last ones had), else what the last fetch said."""
+        if not self.connected:
+            return StaleRows(everything=self.error or "no answer")
+        return self.active_stale
+
     def _disconnected(self, why: str) -> None:
-        first_line = why.splitlines()[0] if why else "no answer"
+        first_line = _first_line(why)
         if self.connected:
             self.notify(f"disconnected: {first_line}", severity="warning", markup=False)
         self.connected, self.error = False, first_line
@@ -284,12 +306,12 @@ class LlmtopApp(App[int]):
         return f"{state}replay {where} ×{rp.speed:g}"
 
     def _show(self) -> None:
-        status = self.status()
+        status, stale = self.status(), self.rows_stale()
         for screen in self.screen_stack:
             if isinstance(screen, Dashboard | UserDetail):
-                screen.apply(self.view, self.palette, self.active, status)
+                screen.apply(self.view, self.palette, self.active, status, stale=stale)
             elif isinstance(screen, RequestDetail):
-                screen.follow(self.active, self.palette)
+                screen.follow(self.active, self.palette, stale)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -356,13 +378,14 @@ class LlmtopApp(App[int]):
             self, message: RequestsTable.RequestSelected) -> None:
         """``enter`` on an active request (the dashboard's table or a user's detail): its
         fields, from the rows already fetched, following it as they refresh."""
-        self.push_screen(RequestDetail(message.row, self.palette))
+        self.push_screen(RequestDetail(message.row, self.palette, self.rows_stale()))
 
     def open_user(self, user: str) -> None:
         """Push the detail screen for ``user`` and fill it from the latest snapshot."""
         screen = UserDetail(user)
         self.push_screen(screen)
-        screen.apply(self.view, self.palette, self.active, self.status())
+        screen.apply(self.view, self.palette, self.active, self.status(),
+                     stale=self.rows_stale())
 
     # -- recording -------------------------------------------------------------------------
 
@@ -463,6 +486,10 @@ class LlmtopApp(App[int]):
             slower = [s for s in SPEEDS if s < current]
             rp.speed = slower[-1] if slower else SPEEDS[0]
         self._show()
+
+
+def _first_line(why: str) -> str:
+    return why.splitlines()[0] if why else "no answer"
 
 
 def _reply_path(reply: Mapping[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ import asyncio
 import importlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
@@ -63,7 +63,9 @@ class SnapshotSource(Protocol):
         ...
 
     async def active_requests(self) -> list[dict[str, Any]]:
-        """Requests open right now (the ``/llmtop/v1/requests?state=active`` shape)."""
+        """Requests open right now (the ``/llmtop/v1/requests?state=active`` shape).
+        Raises :class:`SourceUnavailable` when it cannot: the app then keeps the rows it
+        has, marked as not refreshed (an empty list would say that nothing is open)."""
         ...
 
     async def recording(self, action: str, path: str | None) -> dict[str, Any]:
@@ -114,6 +116,18 @@ class ReportsDown(Protocol):
 
     def down_label(self) -> str | None:
         """A short state for the header ("1/3 proxies down"), ``None`` when all answer."""
+        ...
+
+
+@runtime_checkable
+class ReportsStaleRows(Protocol):
+    """Optional capability of a source over several proxies: when some of them could not
+    give their active requests, :meth:`SnapshotSource.active_requests` gives those
+    proxies' last rows along with the others' fresh ones, and this says whose and why."""
+
+    def stale_rows(self) -> Mapping[str, str]:
+        """Per proxy (the ``proxy`` field of its rows), why its rows in the last
+        ``active_requests()`` are its last known ones; empty when all are fresh."""
         ...
 
 
@@ -303,6 +317,15 @@ class AdminSource:
         self._active: dict[str, list[dict[str, Any]]] = {}
         """Per URL, the active requests that came with the last snapshot (``active=1``),
         until :meth:`active_requests` takes them."""
+        self._unanswered: dict[str, str] = {}
+        """Per URL whose snapshot failed in the last :meth:`fetch`, why: its active
+        requests are not asked for separately (that would wait out a second timeout)."""
+        self._rows: dict[str, list[dict[str, Any]]] = {}
+        """Per URL, its last active requests had, shown again while it cannot give them
+        (several proxies: one proxy's failure must not blank its rows as if none were
+        open, nor anyone else's)."""
+        self._stale: dict[str, str] = {}
+        """Per URL whose rows in the last :meth:`active_requests` are its kept ones, why."""
         self._kept: dict[tuple[str, str], _Kept] = {}
         """Per (URL, query), the last snapshot and until when (monotonic) it is young
         enough for ``max_age_s``: a screen ticking faster than that asks no proxy for
@@ -370,6 +393,7 @@ class AdminSource:
             _check_version(snap["version"])
         except _Failure as exc:
             self._down(url, str(exc))
+            self._unanswered[url] = str(exc)
             self._kept.pop(key, None)
             return None
         self.errors[url] = None
@@ -398,6 +422,7 @@ class AdminSource:
         if self.max_age_s > 0:
             params["max_age"] = f"{self.max_age_s:g}"
         self._active.clear()
+        self._unanswered.clear()
         if len(self.urls) > 1:
             params["user_histograms"] = "1"  # per-user percentiles then merge exactly
         else:
@@ -459,29 +484,50 @@ class AdminSource:
                                      *notes]}
 
     async def active_requests(self) -> list[dict[str, Any]]:
+        """Each proxy's rows: those that came with its snapshot, else (an older proxy)
+        from ``/requests``. A proxy that cannot give them keeps its last rows, named by
+        :meth:`stale_rows`; with one proxy, :class:`SourceUnavailable` says why."""
         params = {"state": "active"}
         if self.max_age_s > 0:
             params["max_age"] = f"{self.max_age_s:g}"
 
-        async def one(url: str) -> list[dict[str, Any]]:
+        async def one(url: str) -> list[dict[str, Any]] | str:
+            """The proxy's rows, or why it has none to give now."""
             got: Any = self._active.pop(url, None)  # came with the snapshot just fetched
             if got is None:
+                unanswered = self._unanswered.pop(url, None)
+                if unanswered is not None:
+                    return unanswered
                 try:
                     got = await self._get(url, REQUESTS_PATH, params)
-                except _Failure:
-                    return []
+                except _Failure as exc:
+                    return str(exc)
             if isinstance(got, dict):
                 got = got.get("requests")
             if not isinstance(got, list):
-                return []
+                return "reply is not a list of requests"
             rows = [r for r in got if isinstance(r, dict)]
             if len(self.urls) > 1:
                 for r in rows:
                     r.setdefault("proxy", url)
             return rows
 
-        lists = await asyncio.gather(*(one(u) for u in self.urls))
-        return [r for rows in lists for r in rows]
+        results = await asyncio.gather(*(one(u) for u in self.urls))
+        self._stale.clear()
+        out: list[dict[str, Any]] = []
+        for url, got in zip(self.urls, results, strict=True):
+            if isinstance(got, str):
+                if len(self.urls) == 1:
+                    raise SourceUnavailable(got)
+                self._stale[url] = got
+                out += self._rows.get(url, [])
+            else:
+                self._rows[url] = got
+                out += got
+        return out
+
+    def stale_rows(self) -> Mapping[str, str]:
+        return dict(self._stale)
 
     async def recording(self, action: str, path: str | None) -> dict[str, Any]:
         results: list[dict[str, Any]] = []

@@ -81,7 +81,9 @@ async def test_fetch_passes_the_window_and_returns_the_snapshot() -> None:
 
 
 async def test_unreachable_proxy_raises_source_unavailable() -> None:
-    """Nothing listening: SourceUnavailable naming the URL; describe() says it is down."""
+    """Nothing listening: SourceUnavailable naming the URL; describe() says it is down.
+    Its active requests are unavailable too, not an empty list ("nothing open"), and
+    are not asked for again (a second timeout to wait out)."""
     srv = AdminServer("low_load")
     await srv.start()
     url = srv.url
@@ -90,7 +92,9 @@ async def test_unreachable_proxy_raises_source_unavailable() -> None:
     with pytest.raises(SourceUnavailable, match="connection refused"):
         await src.fetch(60)
     assert "down: connection refused" in src.describe()
-    assert await src.active_requests() == []
+    with pytest.raises(SourceUnavailable, match="connection refused"):
+        await src.active_requests()
+    assert src.gets == 1
     await src.close()
 
 

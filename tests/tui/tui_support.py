@@ -3,6 +3,8 @@ server on 127.0.0.1 port 0 serving the same fixtures, and screen reading for pil
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import io
 import json
@@ -121,6 +123,13 @@ class AdminServer:
         self.recording_bodies: list[dict[str, Any]] = []
         self.raw_reply: str | None = None
         """When set, the snapshot route answers exactly this text."""
+        self.requests_fault: str | None = None
+        """How the requests route fails, when set: ``"500"`` (an error reply),
+        ``"stall"`` (no answer for a minute) or ``"reset"`` (the connection closed
+        without an answer). The snapshot route still answers."""
+        self.requests_asked = 0
+        self._stop = asyncio.Event()
+        """Set by :meth:`stop`: a stalled answer ends then (stopping waits for it)."""
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -147,6 +156,14 @@ class AdminServer:
     async def _requests(self, request: web.Request) -> web.Response:
         if not self._authorised(request):
             return web.json_response({"error": "unauthorised"}, status=401)
+        self.requests_asked += 1
+        if self.requests_fault == "500":
+            return web.json_response({"error": "registry unavailable"}, status=500)
+        if self.requests_fault == "reset" and request.transport is not None:
+            request.transport.abort()
+        if self.requests_fault in ("stall", "reset"):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), 60)
         return web.json_response(self.requests)
 
     async def _recording(self, request: web.Request) -> web.Response:
@@ -174,9 +191,11 @@ class AdminServer:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
+        self._stop.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self._stop = asyncio.Event()
 
 
 class RealAdmin:

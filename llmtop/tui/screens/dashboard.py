@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Input
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import SnapView
+from llmtop.tui.stale_rows import StaleRows
 from llmtop.tui.widgets.capacity import CapacityLine
 from llmtop.tui.widgets.engine import EnginePanel
 from llmtop.tui.widgets.gpu import GpuPanel
@@ -58,10 +59,11 @@ class Dashboard(Screen[None]):
         self.gpu = GpuPanel(id="gpu", classes="panel")
         self.engine = EnginePanel(id="engine", classes="panel")
         self.users = UsersTable(id="users")
-        self.requests = RequestsTable(id="requests")
+        self.requests = RequestsTable(id="requests", title="active requests")
         self.filter_input = Input(placeholder="filter users…", id="filter")
         self.users_box = Vertical(id="users-box", classes="panel")
         self._active: Sequence[Mapping[str, Any]] = ()
+        self._stale = StaleRows()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="head"):
@@ -91,7 +93,6 @@ class Dashboard(Screen[None]):
         self.engine.border_title = "engine"
         self.gpu.border_title = "GPU"
         self.users_box.border_title = "users"
-        self.requests.border_title = "active requests"
         self.users.focus()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -105,9 +106,12 @@ class Dashboard(Screen[None]):
         palette: Palette,
         active: Sequence[Mapping[str, Any]],
         status: HeaderStatus,
+        *,
+        stale: StaleRows | None = None,
     ) -> None:
-        """Show one snapshot (and the active requests) in every panel."""
-        self._active = active
+        """Show one snapshot (and the active requests, ``stale`` saying which of them the
+        last fetch could not refresh) in every panel."""
+        self._active, self._stale = active, stale or StaleRows()
         self.header.set_status(status)
         for panel in (
             self.header, self.warnings, self.capacity, self.latency,
@@ -117,7 +121,7 @@ class Dashboard(Screen[None]):
         self.latency.border_title = f"latency · {fmt.window(status.window_s)}"
         self.users.show(view, palette)
         self.users_box.border_subtitle = self.users.subtitle()
-        self.requests.show_requests(active, palette, view.slo.ttft_s)
+        self.requests.show_requests(active, palette, view.slo.ttft_s, self._stale.label())
 
     def action_next_panel(self) -> None:
         """Wide: move focus to the next panel. Narrow, where only one table fits: swap
@@ -141,7 +145,7 @@ class Dashboard(Screen[None]):
             self.users_box.border_subtitle = self.users.subtitle()
             self.requests.filter_text = event.value
             self.requests.show_requests(self._active, self.users.palette,
-                                        self.users.view.slo.ttft_s)
+                                        self.users.view.slo.ttft_s, self._stale.label())
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input is self.filter_input:

@@ -5,7 +5,8 @@ request sits at "waiting 40 s").
 Nothing is fetched for it: the rows come with every snapshot, and the app hands each new
 list to :meth:`RequestDetail.follow`. A request that is no longer in the list has ended:
 the modal says "finished" and keeps its last figures rather than closing under the
-reader (who may be copying the id)."""
+reader (who may be copying the id). A list that could not be fetched says nothing of
+whether it has: the modal then says that it could not refresh, with the last figures."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import as_num, as_str, dicts
+from llmtop.tui.stale_rows import StaleRows
 
 NOT_NAMED = "not named yet"
 """The engine's id while the request is open and neither the response head nor the body
@@ -32,6 +34,7 @@ has named it (it can come later in the stream)."""
 NONE = "none"
 """The engine's id of a request that ended without one being named."""
 FINISHED = "finished"
+NOT_REFRESHED = "could not refresh"
 
 
 def request_key(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -117,12 +120,16 @@ class RequestDetail(ModalScreen[None]):
     }
     """
 
-    def __init__(self, row: Mapping[str, Any], palette: Palette | None = None) -> None:
+    def __init__(self, row: Mapping[str, Any], palette: Palette | None = None,
+                 stale: StaleRows | None = None) -> None:
         super().__init__()
         self.key = request_key(row)
         self.row: Mapping[str, Any] = row
         """The request's last row seen (kept when it ends)."""
         self.finished = False
+        self.not_refreshed = (stale or StaleRows()).why(self.key[0])
+        """Why the last list did not refresh the request (its figures are the last
+        ones had); ``None`` when it did."""
         self.palette = palette or Palette()
         self.body = Static(id="request-fields")
 
@@ -135,15 +142,19 @@ class RequestDetail(ModalScreen[None]):
     def on_mount(self) -> None:
         self._render_fields()
 
-    def follow(self, active: Sequence[Mapping[str, Any]], palette: Palette) -> None:
+    def follow(self, active: Sequence[Mapping[str, Any]], palette: Palette,
+               stale: StaleRows | None = None) -> None:
         """The request's row in the latest active list, or "finished" (and the last
-        figures) when it is no longer there."""
+        figures) when it is no longer there. ``stale`` says which rows the list could
+        not refresh: when the request's are among them, its row (kept) is not news, and
+        its absence not an end."""
         self.palette = palette
+        self.not_refreshed = (stale or StaleRows()).why(self.key[0])
         row = next((r for r in dicts(active) if request_key(r) == self.key), None)
-        if row is None:
-            self.finished = True
-        else:  # a replay seeked back to before its end shows it open again
+        if row is not None:  # a replay seeked back to before its end shows it open again
             self.row, self.finished = row, False
+        elif self.not_refreshed is None:
+            self.finished = True
         if self.is_mounted:
             self._render_fields()
 
@@ -156,9 +167,15 @@ class RequestDetail(ModalScreen[None]):
         self.body.update(table)
         box = self.query_one(VerticalScroll)
         box.border_title = Text(f"request {printable(as_str(self.row.get('id')) or '?')}")
-        box.border_subtitle = (
-            Text(f"{FINISHED} · its last figures", style=self.palette.warn)
-            if self.finished else "")
+        if self.finished:
+            box.border_subtitle = Text(f"{FINISHED} · its last figures",
+                                       style=self.palette.warn)
+        elif self.not_refreshed is not None:
+            box.border_subtitle = Text(
+                f"{NOT_REFRESHED} ({printable(self.not_refreshed)}) · its last figures",
+                style=self.palette.warn)
+        else:
+            box.border_subtitle = ""
 
     def action_close(self) -> None:
         self.dismiss(None)

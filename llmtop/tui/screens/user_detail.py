@@ -19,6 +19,7 @@ from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import FoldKey, SnapView, as_num, as_str
+from llmtop.tui.stale_rows import StaleRows
 from llmtop.tui.widgets.base import ViewPanel
 from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
 from llmtop.tui.widgets.requests import FOLD, ONE_USER, RequestsTable
@@ -181,8 +182,10 @@ class UserDetail(Screen[None]):
         self.header = HeaderBar(id="user-header")
         self.summary = UserSummary(user)
         # the fold's requests: every user's but the tracked ones' (see apply)
+        who = FOLD_LABEL if self.fold else printable(user) or "(empty)"
         self.requests = RequestsTable(id="user-requests", user=None if self.fold else user,
-                                      layout=FOLD if self.fold else ONE_USER)
+                                      layout=FOLD if self.fold else ONE_USER,
+                                      title=f"active requests of {who}")
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -191,8 +194,6 @@ class UserDetail(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        who = FOLD_LABEL if self.fold else printable(self.user) or "(empty)"
-        self.requests.border_title = Text(f"active requests of {who}")
         self.requests.focus()
 
     def apply(
@@ -201,6 +202,8 @@ class UserDetail(Screen[None]):
         palette: Palette,
         active: Sequence[Mapping[str, Any]],
         status: HeaderStatus,
+        *,
+        stale: StaleRows | None = None,
     ) -> None:
         self.header.set_status(status)
         self.header.show(view, palette)
@@ -208,7 +211,8 @@ class UserDetail(Screen[None]):
         if self.fold:  # the requests of every user not tracked
             names = (as_str(u.get("user")) for u in view.items("users") if not is_fold(u))
             self.requests.exclude = frozenset(n for n in names if n is not None)
-        self.requests.show_requests(active, palette, view.slo.ttft_s)
+        self.requests.show_requests(active, palette, view.slo.ttft_s,
+                                    (stale or StaleRows()).label())
         self.fit()
 
     def on_resize(self, event: events.Resize) -> None:

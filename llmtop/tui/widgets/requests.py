@@ -181,16 +181,22 @@ class RequestsTable(DataTable[Text]):
             self.row = row
 
     def __init__(self, *, id: str | None = None, user: str | None = None,
-                 layout: Layout | None = None) -> None:
+                 layout: Layout | None = None, title: str = "") -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.only_user = user
         self.columns_layout = layout or (SEVERAL_USERS if user is None else ONE_USER)
         self.exclude: frozenset[str] = frozenset()
         """Users whose requests are left out (the detail of "(others)": the tracked ones)."""
         self.filter_text = ""
+        self.title = title
+        """The border's title (plain text); a word that the rows are old (not refreshed)
+        follows it."""
+        self.border_title = Text(title)
         self.shown_columns: dict[str, int] = {}
         """The columns shown at the current width, and their widths."""
-        self._last: tuple[Sequence[Mapping[str, Any]], Palette, float | None] | None = None
+        self._last: tuple[Sequence[Mapping[str, Any]], Palette, float | None,
+                          str | None] | None = None
+        self._titled: tuple[str, str | None, str] | None = None
         self._rendered: object = None
         self._rows: list[Mapping[str, Any]] = []
         """The requests shown, in row order (row key ``str(i)`` is ``_rows[i]``)."""
@@ -213,6 +219,17 @@ class RequestsTable(DataTable[Text]):
         if self._last is not None:
             self.show_requests(*self._last)
 
+    def _set_title(self, stale: str | None, palette: Palette) -> None:
+        titled = (self.title, stale, palette.warn)
+        if titled == self._titled:
+            return
+        self._titled = titled
+        title = Text(self.title)
+        if stale:
+            title.append(" · ")
+            title.append(printable(stale), style=f"bold {palette.warn}")
+        self.border_title = title
+
     def _available(self, rows: int) -> int:
         """The cells the columns may take: the width, less the scrollbar when the rows
         (and the header) are more than the height."""
@@ -223,9 +240,13 @@ class RequestsTable(DataTable[Text]):
         return width - bar
 
     def show_requests(
-        self, rows: Sequence[Mapping[str, Any]], palette: Palette, ttft_slo: float | None
+        self, rows: Sequence[Mapping[str, Any]], palette: Palette, ttft_slo: float | None,
+        stale: str | None = None,
     ) -> None:
-        self._last = (rows, palette, ttft_slo)
+        """Show ``rows``; ``stale``, when set, says why they are the last ones had, not
+        the latest (in the title, in the warning colour)."""
+        self._last = (rows, palette, ttft_slo, stale)
+        self._set_title(stale, palette)
         picked = [
             r for r in dicts(rows)  # a request that is not an object is left out
             if (self.only_user is None or as_str(r.get("user")) == self.only_user)
