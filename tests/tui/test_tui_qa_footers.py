@@ -9,6 +9,7 @@ from tui_support import FIXED_NOW, FixtureSource, ReplayFixtureSource, screen_te
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.help import HelpBox, HelpScreen
+from llmtop.tui.screens.request_detail import RequestDetail
 from llmtop.tui.screens.user_detail import UserDetail
 
 MAIN_KEYS = ("quit", "pause", "window", "rec", "theme", "detail", "panels", "sort",
@@ -111,3 +112,42 @@ async def test_the_help_opened_in_a_users_detail_lists_the_keys_that_apply_there
         assert ("seek 10 s" in in_detail) == replay
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, UserDetail))
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["live", "replay"])
+async def test_a_requests_modal_footer_lists_the_replay_keys_that_drive_it(
+        replay: bool) -> None:
+    """With a request's fields open, space, ←/→ and +/- still pause, seek and speed the
+    replay (priority bindings; the modal follows the request through them: a user
+    watches it while stepping), but the modal's footer said only "esc/q close". It lists
+    them where there is a replay, and they do what it says with the modal staying open;
+    live, there are none to list. The help says they work there too."""
+    src = ReplayFixtureSource("saturated") if replay else FixtureSource("saturated")
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.dashboard.requests.row_count > 0)
+        await pilot.press("tab", "enter")
+        await until(pilot, lambda: isinstance(app.screen, RequestDetail)
+                    and "close" in footer(app), what="the modal's footer")
+        line = footer(app)
+        assert "esc/q close" in line, line
+        listed = ("space play/pause", "← -10 s", "→ +10 s", "+ faster", "- slower")
+        for key in listed:
+            assert (key in line) == replay, (key, line)
+        for key in ("q quit", "p pause", "w window", "r rec", "d theme"):
+            assert key not in line, (key, line)  # the main screen's: not the modal's
+        if replay:  # in the order of the keys' rows in the help
+            assert "esc/q close space play/pause ← -10 s → +10 s + faster - slower" in line
+        if not replay:
+            return
+        assert isinstance(src, ReplayFixtureSource)
+        await pilot.press("space", "right", "plus")
+        await until(pilot, lambda: src.paused and src.seeks == [10.0] and src.speed == 2.0,
+                    what="the replay paused, seeked and sped from the modal")
+        assert isinstance(app.screen, RequestDetail)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.dashboard)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.pause()
+        assert "(all three in a request's fields too)" in _help_text(app)

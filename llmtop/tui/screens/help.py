@@ -35,9 +35,11 @@ DETAIL_KEYS: tuple[tuple[str, str], ...] = (
     REQUEST_KEY,
 )
 REPLAY_KEYS: tuple[tuple[str, str], ...] = (
+    # (all three in a request's fields too, which follow the replay: said on the row
+    # that has the room, for another line would overflow the help at 80×24)
     ("space", "pause / resume the replay"),
     ("← / →", "seek 10 s back / forward"),
-    ("+ / -", "replay faster / slower"),
+    ("+ / -", "replay faster / slower (all three in a request's fields too)"),
 )
 COLOURS = "Colours: green ≤ 80% of the SLO, yellow up to it, red over it. "
 NO_COLOURS = ("NO_COLOR is set: over the SLO is bold and underlined, close to it "

@@ -35,6 +35,28 @@ NONE = "none"
 """The engine's id of a request that ended without one being named."""
 FINISHED = "finished"
 NOT_REFRESHED = "could not refresh"
+REPLAY_BINDINGS: tuple[Binding, ...] = (
+    Binding("space", "app.replay_pause", "play/pause"),
+    Binding("left", "app.seek(-1)", "-10 s"),
+    Binding("right", "app.seek(1)", "+10 s"),
+    Binding("plus,equals_sign", "app.speed(1)", "faster"),
+    Binding("minus", "app.speed(-1)", "slower"),
+)
+"""The replay's keys, which still drive it with the modal open (the app's priority
+bindings: stepping a replay while watching one request is what the modal follows it
+for). Repeated here for the footer, which shows only the modal's own bindings; the
+app's ``check_action`` hides them, and lets those keys through, where there is no
+replay."""
+
+
+class FieldsBox(VerticalScroll, inherit_bindings=False):
+    """The modal's box: it scrolls up and down, not sideways (its fields fold to its
+    width), so ← and → are the replay's alone and the footer lists them in their place
+    (the box's own binding of a key comes first in the footer's order)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        b for b in VerticalScroll.BINDINGS if isinstance(b, Binding)
+        and b.key not in ("left", "right", "ctrl+pageup", "ctrl+pagedown")]
 
 
 def request_key(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -105,11 +127,13 @@ class RequestDetail(ModalScreen[None]):
     """One active request's fields; escape or q closes it.
 
     It has its own footer, as the help has: a modal screen takes every key, so the main
-    screen's keys do nothing while it is open (the replay's space and arrows still play
-    the recording, and the modal follows the request through them)."""
+    screen's keys do nothing while it is open — but a replay's (space, ←/→, +/-) still
+    play the recording, the modal following the request through them, and its footer
+    says so (:data:`REPLAY_BINDINGS`)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "close", key_display="esc/q"),
+        *REPLAY_BINDINGS,
     ]
 
     DEFAULT_CSS = """
@@ -134,7 +158,7 @@ class RequestDetail(ModalScreen[None]):
         self.body = Static(id="request-fields")
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll() as box:
+        with FieldsBox() as box:
             box.border_title = "request"
             yield self.body
         yield Footer(compact=True, show_command_palette=False)
