@@ -4,20 +4,12 @@ admin API, and one-line errors for bad arguments."""
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
-import pty
-import re
-import struct
 import subprocess
 import sys
-import termios
 
 import pytest
+from pty_support import llmtop_in_pty
 from tui_support import AdminServer
-
-ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>78]|\x1bP.*?\x1b\\",
-                  re.S)
 
 
 @pytest.mark.parametrize(
@@ -53,50 +45,16 @@ async def test_attach_in_a_pty_shows_live_users_and_quits_on_q() -> None:
     figures from the admin API, and `q` exits with code 0."""
     srv = AdminServer("saturated")
     await srv.start()
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "36"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llmtop", "attach", srv.url, "--refresh-hz", "10",
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-    )
-    os.close(slave)
-    out = bytearray()
-    loop = asyncio.get_running_loop()
-    got = asyncio.Event()
-
-    def readable() -> None:
-        try:
-            out.extend(os.read(master, 65536))
-        except OSError:
-            loop.remove_reader(master)
-        got.set()
-
-    loop.add_reader(master, readable)
-
-    async def screen_has(*needles: bytes, limit_s: float = 60.0) -> bytes:
-        deadline = loop.time() + limit_s
-        while True:
-            plain = ANSI.sub(b"", bytes(out))
-            if all(n in plain for n in needles):
-                return plain
-            if loop.time() > deadline:
-                raise AssertionError(f"not on screen: {needles!r}; got {plain[-2000:]!r}")
-            got.clear()
-            try:
-                await asyncio.wait_for(got.wait(), 1.0)
-            except TimeoutError:
-                pass
-
     try:
-        await screen_has(b"batch-job", b"key:3f9a1c2e", b"1,453")
+        run = await llmtop_in_pty("attach", srv.url, "--refresh-hz", "10", cols=120, rows=36)
+    except BaseException:
+        await srv.stop()
+        raise
+    try:
+        await run.until_on_screen(b"batch-job", b"key:3f9a1c2e", b"1,453")
         assert srv.windows and srv.windows[0] == "60"
-        os.write(master, b"q")
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        run.press(b"q")
+        assert await asyncio.wait_for(run.proc.wait(), 30) == 0
     finally:
-        loop.remove_reader(master)
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        os.close(master)
+        await run.close()
         await srv.stop()

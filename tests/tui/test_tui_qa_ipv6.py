@@ -57,16 +57,16 @@ async def test_run_with_its_tui_on_v6_names_the_bracketed_proxy() -> None:
     the start-up line and the TUI's header both give the bracketed proxy URL."""
     if not loopback_v6():
         pytest.skip("no ::1 on this machine")
-    from test_tui_run_pty import ANSI, _close, _run_in_pty
+    from pty_support import llmtop_run_in_pty
 
     from llmtop.sim.server import running_sim
 
     async with running_sim("tiny", host="::1") as sim:
-        proc, master, out = await _run_in_pty(sim.url, listen="[::1]:0")
+        run = await llmtop_run_in_pty(sim.url, listen="[::1]:0")
         try:
-            text = ANSI.sub(b"", bytes(out)).decode(errors="replace")
+            text = run.screen().decode(errors="replace")
         finally:
-            await _close(proc, master)
+            await run.close()
     printed = re.search(r"llmtop: proxy listening on (http://\[::1\]:[1-9][0-9]*)", text)
     assert printed is not None, text[-2000:]
     assert f"proxy {printed.group(1)}" in text, text[-2000:]

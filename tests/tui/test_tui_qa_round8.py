@@ -11,7 +11,7 @@ import re
 
 import aiohttp
 import pytest
-from test_tui_run_pty import ANSI, _close, _run_in_pty, _until_written, press_until_exit
+from pty_support import llmtop_run_in_pty
 from tui_support import FIXED_NOW, FixtureSource, screen_text, until
 
 from llmtop.sim.server import running_sim
@@ -101,9 +101,9 @@ async def test_run_prints_both_addresses_on_the_main_screen_and_names_the_admin_
     and in its scrollback, when the TUI exits; nothing clears it), the header names the
     admin port, and that address is the admin API."""
     async with running_sim("tiny") as sim:
-        proc, master, out = await _run_in_pty(sim.url, cols=100, rows=30)
+        run = await llmtop_run_in_pty(sim.url, cols=100, rows=30)
         try:
-            before, alt, _ = bytes(out).partition(b"\x1b[?1049h")
+            before, alt, _ = bytes(run.out).partition(b"\x1b[?1049h")
             assert alt, "the TUI did not use the alternate screen"
             proxy = re.search(rb"llmtop: proxy listening on http://127\.0\.0\.1:[0-9]+\r?\n",
                               before)
@@ -113,18 +113,18 @@ async def test_run_prints_both_addresses_on_the_main_screen_and_names_the_admin_
             url, port = admin[1].decode(), admin[2].decode()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 30
-            while f"admin :{port}".encode() not in ANSI.sub(b"", bytes(out)):
-                assert loop.time() < deadline, ANSI.sub(b"", bytes(out))[-3000:]
+            while f"admin :{port}".encode() not in run.screen():
+                assert loop.time() < deadline, run.screen()[-3000:]
                 await asyncio.sleep(0.2)
             async with aiohttp.ClientSession() as s, \
                     s.get(url + "/llmtop/v1/snapshot") as r:
                 assert r.status == 200 and (await r.json())["version"] == 1
-            assert await press_until_exit(proc, master, b"q") == 0
-            await _until_written(out, b"llmtop: served", 10)  # what it prints on its way out
-            raw = bytes(out)
+            assert await run.press_until_exit(b"q") == 0
+            await run.until_written(b"llmtop: served", 10)  # what it prints on its way out
+            raw = bytes(run.out)
             _, left, after = raw.rpartition(b"\x1b[?1049l")
             assert left and b"llmtop: served" in after, raw[-2000:]
             for clear in (b"\x1b[2J", b"\x1b[3J", b"\x1bc"):  # the main screen is kept
                 assert clear not in before + after, (clear, before + after)
         finally:
-            await _close(proc, master)
+            await run.close()

@@ -4,15 +4,10 @@ the real ReplaySource on an injected wall clock."""
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
-import pty
-import struct
-import sys
-import termios
 import time
 from pathlib import Path
 
+from pty_support import llmtop_in_pty
 from textual.widgets._toast import Toast
 from tui_support import FIXED_NOW, RealAdmin, screen_text, shows, until
 
@@ -167,43 +162,26 @@ async def test_replay_of_a_stem_in_a_pty_shows_its_note_then_prints_it_after() -
     TUI has left the screen, where the terminal keeps it."""
     import tempfile
 
-    from test_tui_run_pty import ANSI, _close, _until_written, press_until_exit
-
     with tempfile.TemporaryDirectory() as tmp:
         stem = Path(tmp) / "prod.jsonl"
         parts = rotated_recording(stem)
         parts[1].unlink()
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "llmtop", "replay", str(stem), stdin=slave, stdout=slave,
-            stderr=slave, start_new_session=True,
-            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"})
-        os.close(slave)
-        out = bytearray()
-        loop = asyncio.get_running_loop()
-
-        def readable() -> None:
-            try:
-                out.extend(os.read(master, 65536))
-            except OSError:
-                loop.remove_reader(master)
-
-        loop.add_reader(master, readable)
+        run = await llmtop_in_pty("replay", str(stem), cols=160, rows=40)
         try:
-            await _until_written(out, b"\x1b[?1049h", 60)  # the TUI takes the screen
-            enter = bytes(out).index(b"\x1b[?1049h")
-            assert b"llmtop replay: " not in bytes(out)[:enter]  # (it would be hidden)
+            await run.until_written(b"\x1b[?1049h", 60)  # the TUI takes the screen
+            enter = bytes(run.out).index(b"\x1b[?1049h")
+            assert b"llmtop replay: " not in bytes(run.out)[:enter]  # (it would be hidden)
             for _ in range(600):  # drawn, with the note in a toast
-                screen = ANSI.sub(b"", bytes(out)[enter:])
+                screen = run.screen(enter)
                 if b"users" in screen and b"missing" in screen:
                     break
                 await asyncio.sleep(0.05)
             assert b"users" in screen and b"missing" in screen, screen[-3000:]
-            assert await press_until_exit(proc, master, b"q") == 0
+            assert await run.press_until_exit(b"q") == 0
             line = f"llmtop replay: {stem}: part 2 of {len(parts)} missing".encode()
-            await _until_written(out, line)
+            await run.until_written(line)
         finally:
-            await _close(proc, master)
-    leave = bytes(out).rindex(b"\x1b[?1049l")  # the TUI leaves the alternate screen
-    assert bytes(out).index(b"llmtop replay: ") > leave, bytes(out)[:2000]
+            await run.close()
+    out = bytes(run.out)
+    leave = out.rindex(b"\x1b[?1049l")  # the TUI leaves the alternate screen
+    assert out.index(b"llmtop replay: ") > leave, out[:2000]
