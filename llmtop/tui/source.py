@@ -22,6 +22,7 @@ import orjson
 from llmtop.admin import AGE_HEADER
 from llmtop.config import ConfigError, check_zone, has_control_char, socket_netloc
 from llmtop.net_errors import connect_failure
+from llmtop.tui.retries import Retries
 
 SNAPSHOT_PATH = "/llmtop/v1/snapshot"
 SNAPSHOT_KEYS = frozenset({"version", "window_s"})
@@ -262,6 +263,28 @@ class _Kept:
     active: list[dict[str, Any]] | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """One try at a proxy's snapshot, as it ended."""
+
+    seq: int
+    """The order tries were started in: an answer to an older try than the last one
+    applied is late, and changes nothing (it would put an older state back)."""
+    key: str
+    """The query it asked (window, max_age …): a try finished in the background may have
+    asked another window than the refresh that takes it."""
+    asked: float
+    done: float
+    snap: dict[str, Any] | None
+    age: float | None
+    why: str
+    """Why it failed (``snap`` is ``None``)."""
+
+
+def _query(params: dict[str, str]) -> str:
+    return "&".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
 def _age(header: str | None) -> float | None:
     """:data:`AGE_HEADER`'s seconds; ``None`` when absent or not a number of seconds (an
     older proxy: its reply may be up to ``max_age`` old already, so it is not kept)."""
@@ -278,7 +301,9 @@ class AdminSource:
     With several URLs every fetch asks all of them at once and merges the snapshots
     exactly (histogram by histogram) with ``merge`` (default: ``llmtop.metrics.merge``).
     Proxies that do not answer are left out and named by :meth:`describe`; only when
-    none answers does :meth:`fetch` raise :class:`SourceUnavailable`.
+    none answers does :meth:`fetch` raise :class:`SourceUnavailable`. One that failed is
+    tried again after a backoff, in the background (:mod:`llmtop.tui.retries`): the
+    refreshes go at the pace of the proxies that answer.
     """
 
     def __init__(
@@ -341,6 +366,13 @@ class AdminSource:
         self.restarted: dict[str, float] = {}
         """Per URL, when (the proxy's ``started_at``, unix s) a proxy answered there that
         is not the one that answered before: restarted, its counts from zero again."""
+        self._retries: Retries[_Answer] = Retries()
+        """With several URLs, those whose last try failed: when each is tried again, and
+        that try (one proxy alone is asked at every fetch: the app's own retry pace)."""
+        self._tries = 0
+        """Tries at a snapshot started so far (:attr:`_Answer.seq`)."""
+        self._newest: dict[str, int] = {}
+        """Per URL, the newest try whose answer was applied."""
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -376,14 +408,11 @@ class AdminSource:
         except ValueError:
             raise _Failure("reply is not JSON: not an llmtop admin API") from None
 
-    async def _snapshot_from(self, url: str, params: dict[str, str]) -> dict[str, Any] | None:
-        key = (url, "&".join(f"{k}={v}" for k, v in sorted(params.items())))
-        asked = time.monotonic()
-        kept = self._kept.get(key)
-        if kept is not None and asked < kept.until:  # the proxy would send the same bytes
-            if kept.active is not None:
-                self._active[url] = kept.active
-            return kept.snap
+    async def _try(self, url: str, params: dict[str, str]) -> _Answer:
+        """One try at ``url``'s snapshot; never raises (it may run as a task nobody
+        awaits)."""
+        self._tries += 1
+        seq, asked = self._tries, time.monotonic()
         try:
             snap, age = await self._get_aged(url, SNAPSHOT_PATH, params)
             if not isinstance(snap, dict):
@@ -392,24 +421,68 @@ class AdminSource:
                 raise _Failure("not an llmtop admin API (its reply has no snapshot fields)")
             _check_version(snap["version"])
         except _Failure as exc:
-            self._down(url, str(exc))
-            self._unanswered[url] = str(exc)
-            self._kept.pop(key, None)
+            return _Answer(seq, _query(params), asked, time.monotonic(), None, None, str(exc))
+        return _Answer(seq, _query(params), asked, time.monotonic(), snap, age, "")
+
+    async def _snapshot_from(self, url: str, params: dict[str, str]) -> dict[str, Any] | None:
+        kept = self._kept.get((url, _query(params)))
+        if kept is not None and time.monotonic() < kept.until:
+            # young enough for max_age: the proxy would send the same bytes
+            if kept.active is not None:
+                self._active[url] = kept.active
+            return kept.snap
+        return self._apply(url, await self._try(url, params))
+
+    def _apply(self, url: str, got: _Answer) -> dict[str, Any] | None:
+        """What ``got`` says of ``url``, remembered unless a newer try's answer was
+        already (a late answer put back an older proxy's start, an older snapshot to keep,
+        a failure after a success); the snapshot, ``None`` when it failed."""
+        late = got.seq < self._newest.get(url, 0)
+        if not late:
+            self._newest[url] = got.seq
+        if got.snap is None:
+            self._unanswered[url] = got.why
+            if not late:
+                self._down(url, got.why)
+                self._kept.pop((url, got.key), None)
+                if len(self.urls) > 1:
+                    self._retries.failed(url, got.done)
             return None
+        snap = got.snap
+        rows = snap.pop("active_requests", None)  # an older proxy leaves it out
+        if late:
+            return snap  # (the fetch that asked it merges it; the newer answer stands)
+        self._retries.answered(url)
         self.errors[url] = None
         started = snap.get("started_at")
         if isinstance(started, int | float) and not isinstance(started, bool):
             if self._started.get(url, started) != started:
                 self.restarted[url] = float(started)
             self._started[url] = float(started)
-        rows = snap.pop("active_requests", None)  # an older proxy leaves it out
         active = rows if isinstance(rows, list) else None
         if active is not None:
             self._active[url] = active
-        if self.max_age_s > 0 and age is not None:
+        if self.max_age_s > 0 and got.age is not None:
             # built at least `age` before we asked: young enough until then + max_age
-            self._kept[key] = _Kept(asked - age + self.max_age_s, snap, active)
+            self._kept[(url, got.key)] = _Kept(got.asked - got.age + self.max_age_s, snap,
+                                               active)
         return snap
+
+    def _taken(self, url: str, query: str) -> dict[str, Any] | None:
+        """For a URL waiting to be tried again: its try in the background, if it has
+        finished, and its snapshot when it answered what this fetch asks; else ``None``
+        (and its rows are not asked for: that would wait for it after all)."""
+        got = self._retries.take(url)
+        if got is not None and got.snap is not None and got.key != query:
+            # it answered another window's query (`w` meanwhile): not merged as this
+            # one's, but it answers: asked with the others from the next fetch on
+            if got.seq >= self._newest.get(url, 0):
+                self._retries.answered(url)
+            got = None
+        if got is None:
+            self._unanswered[url] = self.errors[url] or "no answer yet"
+            return None
+        return self._apply(url, got)
 
     def _down(self, url: str, why: str) -> None:
         self._down_since.setdefault(url, time.time())
@@ -427,7 +500,7 @@ class AdminSource:
             params["user_histograms"] = "1"  # per-user percentiles then merge exactly
         else:
             params["histograms"] = "0"  # only a merge reads them
-        snaps = await asyncio.gather(*(self._snapshot_from(u, params) for u in self.urls))
+        snaps = await self._gather(params)
         ok = [s for s in snaps if s is not None]
         if not ok:
             if len(self.urls) == 1:
@@ -453,12 +526,32 @@ class AdminSource:
             return self._with_notes(merged, window_s)
         raise SourceUnavailable(f"cannot merge the proxies' snapshots: {first_error}")
 
+    async def _gather(self, params: dict[str, str]) -> list[dict[str, Any] | None]:
+        """Each URL's snapshot, ``None`` for those that did not answer. Those that failed
+        before are tried in the background when due (:class:`Retries`), waited for only
+        as long as the others take. When none of them answered before, all are tried
+        (the app's own retry pace while disconnected, as with one proxy) and waited for:
+        nothing else is to be shown."""
+        query = _query(params)
+        asked = [u for u in self.urls if u not in self._retries]
+        self._retries.start_due(time.monotonic(), lambda url: self._try(url, params),
+                                every=not asked)
+        got = dict(zip(asked, await asyncio.gather(
+            *(self._snapshot_from(u, params) for u in asked)), strict=True))
+        pending = self._retries.pending()
+        if pending and not any(s is not None for s in got.values()):
+            await asyncio.wait(pending)
+        for url in self.urls:
+            if url not in got:  # waiting for its backoff, or for its try's answer
+                got[url] = self._taken(url, query)
+        return [got[u] for u in self.urls]
+
     def _with_notes(self, snap: dict[str, Any], window_s: int | None) -> dict[str, Any]:
         """``snap`` with what attach knows of the proxies and they cannot say themselves:
 
         - ``PROXY_DOWN`` for each one left out, with why (the header names it down, but
           "down" alone left a refused token, a wrong port, a proxy of another snapshot
-          version and a dead host looking the same);
+          version and a dead host looking the same), and when it is tried next;
         - ``PROXY_RESTARTED`` for each one that restarted within the window (the whole
           session: since attach began). Its counters start from zero again: without a
           word, the fleet's whole-session figures went back by all it had counted, and
@@ -466,10 +559,11 @@ class AdminSource:
         for url, why in self.errors.items():
             if why is None:  # (one that answers but cannot be merged stays down since then)
                 self._down_since.pop(url, None)
-        now = snap.get("time")
+        now, tick = snap.get("time"), time.monotonic()
         notes = [
             {"code": "PROXY_DOWN", "severity": "warning", "since": self._down_since[url],
-             "message": f"the proxy at {url} is left out: {why}"}
+             "message": f"the proxy at {url} is left out: {why}"
+                        f"{self._retries.note(url, tick)}"}
             for url, why in self.errors.items() if why is not None and len(self.urls) > 1]
         notes += [
             {"code": "PROXY_RESTARTED", "severity": "info", "since": at,
@@ -576,6 +670,7 @@ class AdminSource:
         return f"{down}/{len(self.urls)} proxies down"
 
     async def close(self) -> None:
+        await self._retries.close()  # before the session they use
         if self._session is not None:
             await self._session.close()
             self._session = None

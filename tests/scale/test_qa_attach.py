@@ -205,7 +205,7 @@ async def test_a_proxy_killed_and_restarted_says_so_and_never_counts_negative() 
             assert snap["system"]["requests"] == 3  # b's alone: not 8, nor below 3
             assert source.describe() == f"1/2 proxies up · down: {admin_a}"
             assert [w["message"] for w in snap["warnings"] if w["code"] == "PROXY_DOWN"] == [
-                f"the proxy at {admin_a} is left out: connection refused"]
+                f"the proxy at {admin_a} is left out: connection refused (next try in 1 s)"]
             a, _, _ = await start_run(*flags, "--listen", proxy_a.removeprefix("http://"),
                                       "--admin", admin_a.removeprefix("http://"))
             await traffic(proxy_a, 1)

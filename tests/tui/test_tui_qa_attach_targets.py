@@ -7,11 +7,14 @@ sockets: each must be named with a reason that says what is wrong, and never mer
   snapshot path to the engine, whose 404 was shown as "HTTP 404 {"error": {"message": …"; a
   web server's HTML page as "HTTP 404 <!DOCTYPE html>".
 - With several proxies the screen said only "down: URL", whatever the reason (a refused
-  token, a dead host, one of the above): now a PROXY_DOWN warning for each gives it."""
+  token, a dead host, one of the above): now a PROXY_DOWN warning for each gives it, and
+  when it is tried again (after a backoff: ``llmtop.tui.retries``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +36,16 @@ from llmtop.tui.source import SNAPSHOT_PATH, SNAPSHOT_VERSION, AdminSource, Sour
 
 def down_notes(snap: dict[str, Any]) -> list[str]:
     return [w["message"] for w in snap["warnings"] if w["code"] == "PROXY_DOWN"]
+
+
+def down_reasons(snap: dict[str, Any]) -> list[str]:
+    """:func:`down_notes` without when each is tried next (it depends on the clock)."""
+    return [re.sub(r" \((next try in \d+ s|trying again now)\)$", "", note)
+            for note in down_notes(snap)]
+
+
+FIRST_TRY = " (next try in 1 s)"
+"""What a PROXY_DOWN warning ends with in the fetch where the proxy first failed."""
 
 
 def test_attach_reads_the_version_the_proxy_writes() -> None:
@@ -82,7 +95,7 @@ async def test_a_proxy_of_another_snapshot_version_is_named_not_merged(
     assert merged["system"]["requests"] == 3  # this proxy's only: the odd one not added in
     assert [u["requests"] for u in merged["users"]] == [3]
     assert fleet.describe() == f"1/2 proxies up · down: {odd}"
-    assert down_notes(merged) == [f"the proxy at {odd} is left out: {why}"]
+    assert down_notes(merged) == [f"the proxy at {odd} is left out: {why}{FIRST_TRY}"]
     assert str(info.value) == f"{odd}: {why}"
 
 
@@ -134,7 +147,7 @@ async def test_an_address_that_is_no_admin_api_says_so(admin: RealAdmin, target:
             await alone.close()
     assert merged["system"]["requests"] == 1
     assert str(info.value) == f"{url}: {why}"
-    assert down_notes(merged) == [f"the proxy at {url} is left out: {why}"]
+    assert down_notes(merged) == [f"the proxy at {url} is left out: {why}{FIRST_TRY}"]
 
 
 async def test_every_down_proxy_is_named_with_its_reason(admin: RealAdmin) -> None:
@@ -155,15 +168,21 @@ async def test_every_down_proxy_is_named_with_its_reason(admin: RealAdmin) -> No
                     await none.fetch(None)
                 guarded.ctx.admin_token = ""
                 healed = await fleet.fetch(None)
+                for _ in range(200):  # asked again once its backoff (1 s) is over
+                    if len(down_notes(healed)) == 1:
+                        break
+                    await asyncio.sleep(0.05)
+                    healed = await fleet.fetch(None)
             finally:
                 await fleet.close()
                 await none.close()
     finally:
         await guarded.stop()
     refused = "HTTP 401: the admin token was refused"
-    assert down_notes(merged) == [f"the proxy at {guarded.url} is left out: {refused}",
-                                  f"the proxy at {page} is left out: {NOT_ADMIN}"]
-    assert down_notes(healed) == [f"the proxy at {page} is left out: {NOT_ADMIN}"]
+    assert down_notes(merged) == [
+        f"the proxy at {guarded.url} is left out: {refused}{FIRST_TRY}",
+        f"the proxy at {page} is left out: {NOT_ADMIN}{FIRST_TRY}"]
+    assert down_reasons(healed) == [f"the proxy at {page} is left out: {NOT_ADMIN}"]
     assert fleet.describe() == f"2/3 proxies up · down: {page}"
     assert str(info.value) == (f"none of 2 proxies answers: {guarded.url}: {refused}; "
                                f"{page}: {NOT_ADMIN}")

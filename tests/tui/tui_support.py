@@ -18,6 +18,7 @@ from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
 
+from llmtop.admin import AGE_HEADER
 from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import EventBus
 from llmtop.config import Config
@@ -123,6 +124,13 @@ class AdminServer:
         self.recording_bodies: list[dict[str, Any]] = []
         self.raw_reply: str | None = None
         """When set, the snapshot route answers exactly this text."""
+        self.snapshot_delay_s = 0.0
+        """How long the snapshot route waits before it answers (a proxy that never
+        answers: longer than the client's timeout). It answers the snapshot as it was
+        when asked; stopping the server ends the wait."""
+        self.age_s: float | None = None
+        """When set, the snapshot's age the route says (``X-Llmtop-Age``): a source with
+        ``max_age_s`` keeps it."""
         self.requests_fault: str | None = None
         """How the requests route fails, when set: ``"500"`` (an error reply),
         ``"stall"`` (no answer for a minute) or ``"reset"`` (the connection closed
@@ -151,7 +159,11 @@ class AdminServer:
             return web.Response(text=self.raw_reply, content_type="application/json")
         snap = copy.deepcopy(self.snapshot)
         snap["window_s"] = None if window == "all" else int(window or 60)
-        return web.json_response(snap)
+        if self.snapshot_delay_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.snapshot_delay_s)
+        headers = {} if self.age_s is None else {AGE_HEADER: f"{self.age_s:g}"}
+        return web.json_response(snap, headers=headers)
 
     async def _requests(self, request: web.Request) -> web.Response:
         if not self._authorised(request):
