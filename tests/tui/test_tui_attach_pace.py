@@ -125,11 +125,10 @@ async def test_a_try_that_answers_a_window_no_longer_asked_is_not_merged() -> No
     the whole session's figures (the merge would refuse it and name the proxy down as
     "cannot be merged"): the proxy is asked for the right window, and merged."""
     a, b = await two()
-    timeout = 0.5
-    src = AdminSource([a.url, b.url], merge=window_merge, timeout_s=timeout)
+    src = AdminSource([a.url, b.url], merge=window_merge, timeout_s=1.0)
     try:
         assert (await src.fetch(60))["system"]["rps"] == pytest.approx(LOW_RPS)
-        b.snapshot_delay_s = 0.3  # answers now, within the timeout, not within a's time
+        b.snapshot_delay_s = 0.5  # answers now, within the timeout, not within a's time
         await asyncio.sleep(retries.FIRST_S + 0.1)
         asked = len(b.windows)
         snap = await src.fetch(60)  # its try starts, in the background
