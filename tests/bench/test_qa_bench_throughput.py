@@ -38,9 +38,17 @@ async def test_closed_loop_throughput_matches_littles_law() -> None:
 
 async def test_level_shorter_than_a_request_still_measures() -> None:
     """A window shorter than two requests back to back still counts the ones that finished
-    in it (it used to count none, and the level read as 'finished no request')."""
+    in it (it used to count none, and the level read as 'finished no request').
+
+    48 tokens take the tiny simulator ~0.95 s for the first four requests (its four slots)
+    and ~1.9 s for the four queued behind them; the window (0.3 s to 1.8 s) ends ~0.85 s
+    after the first four finish, so they land in it through a freeze of the machine that
+    long (the simulator never bursts to catch up, so a freeze delays every request by its
+    length). Counting only requests that started in the window still finds none: the first
+    to start after the warm-up (at ~0.95 s) finish at ~2.8 s, and freezes only delay
+    them."""
     async with running_sim("tiny", seed=3) as sim:
-        run = await run_closed(BenchClient(sim.url), workload(32), 8, duration_s=0.8,
-                               warmup_s=0.2)
+        run = await run_closed(BenchClient(sim.url), workload(48), 8, duration_s=1.5,
+                               warmup_s=0.3)
     assert len(run.records) >= 4
-    assert run.warmup_records == 0  # nothing finished in the first 0.2 s
+    assert run.warmup_records == 0  # nothing finished in the first 0.3 s
