@@ -9,10 +9,12 @@ the reasoning):
 
 * requests, ok and errors per level; completion and prompt tokens per level, and each
   completed answer's length is what the engine's own ``tokens_predicted_total`` counted;
-* at every rank the proxy's TTFT and E2E are ≤ the client's, and within ``HOP_S``;
+* each completed request's TTFT and E2E at the proxy lie inside the client's (paired by the
+  engine's response id: the proxy stamps after the client sends and before it reads), and
+  in each level the lower median of the differences is within ``HOP_S``;
 * the snapshot, ``/metrics`` and ``llmtop report`` of the proxy's recording agree exactly;
-  bench's SLO attainment and the proxy's differ only by requests within ``HOP_S`` of the
-  TTFT objective.
+  bench's SLO attainment and the proxy's differ only by requests whose TTFT met the
+  objective at the proxy and not at the client.
 """
 
 from __future__ import annotations
@@ -41,9 +43,14 @@ from llmtop.events import RequestRecord
 from llmtop.metrics.slo import Slo, meets_slo
 
 HOP_S = 0.3
-"""The hop from client to proxy and back: 1–5 ms measured here; a CPU-only engine (at the
+"""The hop from client to proxy and back: 1–7 ms measured here; a CPU-only engine (at the
 lowest priority) still shares two cores with the proxy and the client, hence the room. A
-TTFT that left out the engine's queue (0.5–2 s at concurrency 4) would still fail."""
+TTFT that left out the engine's queue (0.5–2 s at concurrency 4) would still fail. Only the
+lower median of a level's requests is held to it: a pause of the machine (or of the bench
+or proxy process) inside a hop adds its length to that request's difference and to those of
+the requests in the same hop at that moment (the four sent together at concurrency 4), and
+one 0.3 s pause failed a bound on every request; a proxy that under-counts TTFT or E2E
+under-counts most of a level's requests, past the median."""
 SLO_TTFT_S = 1.0
 """Between what one request alone and four at once see from a CPU-only engine (~0.5 s and
 up to ~3 s here), so requests fall both sides of it."""
@@ -62,6 +69,15 @@ def record(d: dict[str, Any]) -> RequestRecord:
 
 def ranked(records: list[dict[str, Any]], key: str) -> list[float]:
     return sorted(r[key] for r in records if r[key] is not None)
+
+
+def paired(client: list[dict[str, Any]], proxied: list[dict[str, Any]]
+           ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The completed requests of a level, client's and proxy's record of each, by the
+    engine's response id (both read it)."""
+    by_id = {r["upstream_id"]: r for r in proxied if r["outcome"] == "ok"}
+    return [(c, by_id[c["upstream_id"]]) for c in client
+            if c["outcome"] == "ok" and c["upstream_id"] in by_id]
 
 
 async def test_bench_through_llmtop_agrees_with_the_proxy_and_the_engine(
@@ -128,25 +144,34 @@ async def test_bench_through_llmtop_agrees_with_the_proxy_and_the_engine(
     assert snapshot["system"]["input_tokens"] == metrics["llmtop_input_tokens_total"] == \
         summary["throughput"]["input_tokens"] == prompt_sum(recorded)
 
-    # latency: the proxy's interval inside the client's
+    # latency: each request's interval at the proxy inside the client's, by the engine's id
     for lv in levels:
         label = f"{lv.step['mode']} {lv.step['level']}"
-        for key in ("ttft_s", "e2e_s"):
+        for key in ("ttft_s", "e2e_s"):  # ranks, every record (errors have no id)
             client, proxied = ranked(lv.client, key), ranked(lv.proxy, key)
             assert len(client) == len(proxied), (label, key)
-            gaps = [c - p for c, p in zip(client, proxied, strict=True)]
-            assert min(gaps) >= 0 and max(gaps) <= HOP_S, (label, key, gaps)
+            assert all(c >= p for c, p in zip(client, proxied, strict=True)), (label, key)
+        pairs = paired(lv.client, lv.proxy)
+        assert len(pairs) == lv.step["ok"], label
+        for key in ("ttft_s", "e2e_s"):
+            gaps = sorted(c[key] - p[key] for c, p in pairs)
+            assert gaps[0] >= 0, (label, key, gaps)
+            assert gaps[(len(gaps) - 1) // 2] <= HOP_S, (label, key, gaps)
+        for c, p in pairs:  # and its start: the client sent first (1 ms of anchor slack)
+            assert p["t_start"] - c["t_start"] >= -1e-3, (label, c, p)
 
-    # SLOs: computed the same way; the proxy's count differs only by requests near the limit
+    # SLOs: computed the same way; the proxy's count differs only by requests whose TTFT met
+    # the objective at the proxy and not at the client (the hop between them)
     client_met = proxy_met = 0
     for lv in levels:
         c = [r for r in lv.client if meets_slo(record(r), SLO)]
         p = [r for r in lv.proxy if meets_slo(record(r), SLO)]
-        near = sum(1 for r in lv.client if r["outcome"] == "ok"
-                   and SLO_TTFT_S < r["ttft_s"] <= SLO_TTFT_S + HOP_S)
         assert lv.step["slo_attainment"] * lv.step["requests"] == \
             pytest.approx(len(c))
-        assert len(c) <= len(p) <= len(c) + near
+        for cr, pr in paired(lv.client, lv.proxy):
+            met_c, met_p = meets_slo(record(cr), SLO), meets_slo(record(pr), SLO)
+            assert met_c == met_p or (met_p and pr["ttft_s"] <= SLO_TTFT_S < cr["ttft_s"]), \
+                (cr, pr)
         client_met += len(c)
         proxy_met += len(p)
     met_views = (snapshot["system"]["slo_met"], metrics["llmtop_slo_met_requests_total"],
