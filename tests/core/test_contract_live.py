@@ -518,15 +518,17 @@ def test_recording_lines_come_in_time_order(session: Session) -> None:
     """After the header, in time order: a reading or warning at its ``t``, a request when it
     ended. The writer holds lines to write them so (tests/recording/test_recording_order.py
     pins that exactly); live, a line that reaches it later than the hold — an engine scrape
-    slower than 0.25 s on a starved machine, a worker's record the coordinator took late —
-    may still be written after a later one: tolerated here up to 0.4 s (without the hold,
-    --workers 2 stepped back 0.3 s within a few seconds of load)."""
+    slower than 0.25 s, a worker's record the coordinator took late, either held up by a
+    pause of the machine — is written when it comes, however far back that is. So at most
+    one line may step back, by any amount: a bound on the step (0.4 s) failed on one pause
+    past it, and caught nothing (without the hold this session steps back 0-3 times, by at
+    most 0.25 s, with --workers 2; never in one process); a count catches 4 of 6 such runs."""
     times = []
     for r in session.recording[1:-1]:
         times.append(r["t_start"] + r["e2e_s"] if r["type"] == "request" else r["t"])
     assert len(times) > 10
-    worst = max((a - b for a, b in itertools.pairwise(times)), default=0.0)
-    assert worst < 0.4, f"a line {worst:.6f} s earlier than the one before it"
+    back = [round(a - b, 6) for a, b in itertools.pairwise(times) if a > b]
+    assert len(back) <= 1, f"lines earlier than the one before them, by {back} s"
 
 
 def test_a_cut_off_last_line_is_accepted(session: Session, tmp_path: Path) -> None:
