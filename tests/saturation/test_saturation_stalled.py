@@ -72,8 +72,15 @@ class _Slot:
 
 async def test_a_hung_engine_is_upstream_stalled_and_clears_when_it_serves(
         engine: _Engine) -> None:
+    """The ITL objective is 1 s, not the scenarios' 200 ms: the three requests in flight
+    stream 4 chunks each (3 ITL samples, whose P95 is their largest), so one pause of the
+    test process over 200 ms while they streamed (client, proxy and engine share it) made
+    all three miss at once (SLO_ITL: 94 % of 51, on one 0.26 s freeze). The hang itself must
+    still raise no SLO_ITL: its 4 s before the first token counted as a gap would miss 1 s
+    too."""
     stall = 6 * SCALE
-    async with pipeline(_Slot(engine.url), **{"warnings.stall_s": stall}) as p:  # type: ignore[arg-type]
+    async with pipeline(_Slot(engine.url), **{"warnings.stall_s": stall,  # type: ignore[arg-type]
+                                               "slo.itl_p95_s": 1.0}) as p:
         load = ClosedLoop(p.url, 3, max_tokens=4)
         raised = await p.wait_for("UPSTREAM_STALLED", within=stall + 20 * SCALE)
         assert raised is not None, p.describe()
