@@ -83,20 +83,27 @@ async def test_a_proxy_of_another_snapshot_version_is_named_not_merged(
     # another proxy's snapshot, as real as this one's, but of another version
     other = {**await real_snapshot(admin), "version": version, "host": "gpu-node-2"}
     async with answering(other) as odd:
-        fleet = AdminSource([admin.url, odd], merge=fleet_merge())
-        alone = AdminSource([odd])
-        try:
-            merged = await fleet.fetch(None)
-            with pytest.raises(SourceUnavailable) as info:
-                await alone.fetch(None)
-        finally:
-            await fleet.close()
-            await alone.close()
+        merged, described, info = await with_and_alone(admin, odd)
     assert merged["system"]["requests"] == 3  # this proxy's only: the odd one not added in
     assert [u["requests"] for u in merged["users"]] == [3]
-    assert fleet.describe() == f"1/2 proxies up · down: {odd}"
+    assert described == f"1/2 proxies up · down: {odd}"
     assert down_notes(merged) == [f"the proxy at {odd} is left out: {why}{FIRST_TRY}"]
-    assert str(info.value) == f"{odd}: {why}"
+    assert info == f"{odd}: {why}"
+
+
+async def with_and_alone(admin: RealAdmin, url: str) -> tuple[dict[str, Any], str, str]:
+    """The merged snapshot of ``admin`` attached with ``url``, that attach's header label,
+    and what attaching to ``url`` alone raises (:class:`SourceUnavailable`'s text)."""
+    fleet = AdminSource([admin.url, url], merge=fleet_merge())
+    alone = AdminSource([url])
+    try:
+        merged = await fleet.fetch(None)
+        with pytest.raises(SourceUnavailable) as info:
+            await alone.fetch(None)
+    finally:
+        await fleet.close()
+        await alone.close()
+    return merged, fleet.describe(), str(info.value)
 
 
 @asynccontextmanager
@@ -136,17 +143,10 @@ async def test_an_address_that_is_no_admin_api_says_so(admin: RealAdmin, target:
                                                        why: str) -> None:
     admin.request(1, "alice")
     async with target() as url:
-        fleet = AdminSource([admin.url, url], merge=fleet_merge())
-        alone = AdminSource([url])
-        try:
-            merged = await fleet.fetch(None)
-            with pytest.raises(SourceUnavailable) as info:
-                await alone.fetch(None)
-        finally:
-            await fleet.close()
-            await alone.close()
+        merged, described, info = await with_and_alone(admin, url)
     assert merged["system"]["requests"] == 1
-    assert str(info.value) == f"{url}: {why}"
+    assert info == f"{url}: {why}"
+    assert described == f"1/2 proxies up · down: {url}"
     assert down_notes(merged) == [f"the proxy at {url} is left out: {why}{FIRST_TRY}"]
 
 
