@@ -30,7 +30,9 @@ So the writer holds each line ``order_hold_s`` (:data:`ORDER_HOLD_S`; the coordi
 workers longer) and writes what it holds by time. The hold is at most ``0.6 * flush_s``, so
 a line is still written within ``0.85 * flush_s`` of being queued (the hold, then the next
 pass of the writer: the durability above). A line that comes later than the hold (an engine
-scrape slower than it; a coordinator that fell behind) is written when it comes.
+scrape slower than it; a coordinator that fell behind) is written when it comes, and counted:
+the footer's ``out_of_order``, each part's own, and the status's, the whole recording's, are
+the lines written after a later line (in the part; a failed write's batch is not counted).
 
 Warnings: the saturation monitor publishes a raised warning again (state ``raised``) when
 its figures change, for the live view. The recording keeps only the transitions — a code's
@@ -378,6 +380,11 @@ class Recorder:
         self._part_lines = 0  # this part's lines, the header included (the footer's count)
         self._part_requests = 0
         self._part_dropped = (0, 0)  # dropped, dropped_requests when this part opened
+        self._part_out_of_order = 0
+        self._part_newest = -math.inf  # the latest time written to this part
+        self.out_of_order = 0
+        """Lines written after a later one (each part's own order): lines that reached the
+        writer later than its hold, which it writes when they come (see Order above)."""
         self._part_extra: dict[str, Any] = {}
         self._bytes_done = 0  # what reached the parts closed before this one
         self.header_extra = dict(header)
@@ -572,6 +579,8 @@ class Recorder:
         self._part_lines = len(lines)
         self._part_requests = 0
         self._part_dropped = (self.dropped, self.dropped_requests)
+        self._part_out_of_order = 0
+        self._part_newest = -math.inf
         self.lines += len(lines)
         self._mark_flushed(sink)
         if self.rotating:
@@ -684,7 +693,8 @@ class Recorder:
 
     def _footer_dict(self, ended_at: float) -> dict[str, Any]:
         """The footer of the part being closed (of the file, without rotation): its own
-        requests, lines (the footer included) and what was dropped while it was open."""
+        requests, lines (the footer included), what was dropped while it was open and its
+        lines written after a later one (``out_of_order``)."""
         dropped, dropped_requests = self._part_dropped
         return {
             "type": "footer",
@@ -693,6 +703,7 @@ class Recorder:
             "lines": self._part_lines + 1,
             "dropped": self.dropped - dropped,
             "dropped_requests": self.dropped_requests - dropped_requests,
+            "out_of_order": self._part_out_of_order,
         }
 
     def status(self) -> dict[str, Any]:
@@ -709,7 +720,8 @@ class Recorder:
         the counts and ``bytes`` are the whole recording's, every part together. Once a
         write or flush failed, ``counts_settled`` says the counts were taken from the file
         (:meth:`_settle`): ``requests`` are then in it, ``unsure_requests`` more may be
-        (``.gz``: its last lines, cut off at the failure)."""
+        (``.gz``: its last lines, cut off at the failure). ``out_of_order``: the lines
+        written after a later line of their part, every part together."""
         sink = self._sink
         nbytes = self._bytes_done + sink.nbytes if sink is not None else self._bytes_final
         rotation = ({"part": self.part, "stem": str(self.path),
@@ -733,6 +745,7 @@ class Recorder:
             "error": self.error,
             "unsure_requests": self.unsure_requests,
             "counts_settled": self.counts_settled,
+            "out_of_order": self.out_of_order,
             **rotation,
         }
 
@@ -764,12 +777,14 @@ class Recorder:
         while held and held[0][0] <= cutoff:
             chunk: list[bytes] = []
             requests = 0
+            late = 0
+            newest = self._part_newest
             # a plain part rotating by size: the batch ends at the line that takes the file
             # to rotate_bytes (the lines after it stay held, for the next part), so a part
             # ends within one line of the limit, not up to a batch past it
             room = self._plain_room()
             while held and held[0][0] <= cutoff and len(chunk) < _BATCH_LINES:
-                ev = pop(held)[2]
+                at, _, ev = pop(held)
                 if type(ev) is RequestRecord:
                     self._chunks_out += len(ev.chunk_offsets_s)
                 if isinstance(ev, WarningEvent) and not self._is_transition(ev):
@@ -780,6 +795,10 @@ class Recorder:
                     self._dropped_write += 1  # not an event: counted, never kills the thread
                     continue
                 chunk.append(line)
+                if at < newest:
+                    late += 1
+                else:
+                    newest = at
                 if isinstance(ev, RequestRecord):
                     requests += 1
                 if room is not None:
@@ -804,6 +823,9 @@ class Recorder:
             self.requests += requests
             self._part_lines += len(chunk)
             self._part_requests += requests
+            self._part_newest = newest
+            self._part_out_of_order += late
+            self.out_of_order += late
             self._written(sink, chunk, requests, len(data))
             if self.rotate_bytes and sink.nbytes >= self.rotate_bytes:
                 self._rotate(self._boundary(cutoff, now))

@@ -64,6 +64,45 @@ def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) 
     got = _times(path)
     assert [k for k, _ in got] == ["engine", "r1", "warning", "gpu", "r2"], got
     assert [t for _, t in got] == sorted(t for _, t in got)
+    footer = json.loads(path.read_text().splitlines()[-1])
+    assert footer["out_of_order"] == 0 and rec.status()["out_of_order"] == 0
+
+
+def _written_late(times: list[float]) -> int:
+    newest, late = float("-inf"), 0
+    for t in times:
+        if t < newest:
+            late += 1
+        newest = max(newest, t)
+    return late
+
+
+def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
+        tmp_path: Path) -> None:
+    """A line that reaches the writer after its hold (a scrape slower than it, a worker's
+    batch held up by a pause of the machine) is written when it comes, after a later line:
+    the footer and the status count such lines, so a reader knows the order was not kept
+    and by how many lines (tests/core/test_contract_live.py checks a live session's file
+    against the count)."""
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, header={"upstream": "u"}, flush_s=0.2)
+    rec.start()
+    now = unix_now()
+    rec.on_events([GpuReading(t=now - 0.01, index=0, name="g", mem_used_bytes=1,
+                              mem_total_bytes=2)])
+    deadline = time.monotonic() + 10
+    while rec.status()["lines"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert rec.status()["lines"] == 2 and rec.status()["out_of_order"] == 0
+    # two late lines, the second earlier than the first, then one in order
+    rec.on_events([_request(1, now - 0.3), _request(2, now - 0.5)])
+    rec.on_events([_request(3, unix_now())])
+    rec.stop()
+    got = _times(path)
+    assert [k for k, _ in got] == ["gpu", "r2", "r1", "r3"], got
+    footer = json.loads(path.read_text().splitlines()[-1])
+    assert footer["out_of_order"] == rec.status()["out_of_order"] == 2
+    assert _written_late([t for _, t in got]) == 2
 
 
 def test_the_hold_is_bounded_by_what_a_kill_may_lose() -> None:
