@@ -33,7 +33,7 @@ from test_recording_proxy import traffic
 from llmtop.clock import unix_now
 from llmtop.config import ConfigError, load_config
 from llmtop.events import RequestRecord, WarningEvent
-from llmtop.recording.reader import RecordingReader
+from llmtop.recording.reader import RecordingReader, event_time
 from llmtop.recording.writer import Recorder, part_name
 from llmtop.server import LlmtopServer
 from llmtop.sim.server import running_sim
@@ -67,6 +67,12 @@ def check_chain(parts: list[Path]) -> list[str]:
         assert footer is not None, p
         mine = [e.id for e in events if isinstance(e, RequestRecord)]
         assert footer["requests"] == len(mine), (p, footer)
+        # and its lines written after a later one of the part (a line later than the hold)
+        newest, late = float("-inf"), 0
+        for t in map(event_time, events):
+            late += t < newest
+            newest = max(newest, t)
+        assert footer["out_of_order"] == late, (p, footer)
         ids += mine
     return ids
 
