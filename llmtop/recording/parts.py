@@ -47,7 +47,7 @@ from llmtop.recording_names import split_stem
 _PEEK: Final = 65536
 """Bytes read of a part to find its header (a header line is well under 1 kB): a day of
 hourly parts is 24 small reads, not 24 MiB-sized ones."""
-_FOOTER_SUMS: Final = ("requests", "lines", "dropped", "dropped_requests")
+_FOOTER_SUMS: Final = ("requests", "lines", "dropped", "dropped_requests", "out_of_order")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import pytest
 
 from llmtop.clock import unix_now
 from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
+from llmtop.recording.parts import open_recording
 from llmtop.recording.writer import ORDER_HOLD_S, Recorder, line_time
 from llmtop.server import COORDINATOR_ORDER_HOLD_S
 from llmtop.workers import FORWARD_INTERVAL_S
@@ -133,3 +134,40 @@ def test_a_line_without_a_time_or_ahead_of_the_clock_is_not_held_for_ever(
     assert rec.status()["lines"] == 2  # the header and the reading, before stop
     rec.stop()
     assert line_time(object()) is None
+
+
+def test_each_part_counts_its_own_lines_out_of_order_and_the_stem_sums_them(
+        tmp_path: Path) -> None:
+    """With rotation each part's footer counts the lines written after a later one of that
+    part (a part read alone is in order but for those); the status and a reader given the
+    stem say the whole recording's, every part's together."""
+    stem = tmp_path / "prod.jsonl"
+    rec = Recorder(stem, header={"upstream": "u"}, flush_s=0.1, order_hold_s=0.0,
+                   rotate_bytes=1200)
+    rec.start()
+
+    def written(n: int) -> None:
+        deadline = time.monotonic() + 10
+        while rec.status()["requests"] < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rec.status()["requests"] == n
+
+    for i in range(0, 16, 2):  # a request, then one that ended 5 s before it came late
+        rec.on_events([_request(i, unix_now())])
+        written(i + 1)
+        rec.on_events([_request(i + 1, unix_now() - 5)])
+        written(i + 2)
+    rec.stop()
+    parts = sorted(tmp_path.glob("prod.*.jsonl"))
+    assert len(parts) >= 3, parts
+    counts = []
+    for p in parts:
+        times = [t for _, t in _times(p)]
+        footer = json.loads(p.read_text().splitlines()[-1])
+        assert footer["out_of_order"] == _written_late(times), (p, footer)
+        counts.append(footer["out_of_order"])
+    assert sum(1 for c in counts if c) >= 2, counts  # late lines in more than one part
+    assert rec.status()["out_of_order"] == sum(counts)
+    with open_recording(str(stem)) as r:
+        list(r)
+        assert r.footer is not None and r.footer["out_of_order"] == sum(counts)
