@@ -211,6 +211,17 @@ def _fill(port: int) -> list[socket.socket]:
     return held
 
 
+def _fill_all(pid: int, port: int, idle: list[socket.socket]) -> None:
+    """:func:`_fill`, again until the process holds every descriptor it may (a quiet
+    0.3 s is not proof: a paused proxy closes a refused client's socket later, and a
+    descriptor free then let the next stream be served, 200 for the 502 looked for)."""
+    deadline = time.monotonic() + 30
+    idle.extend(_fill(port))
+    while _fds(pid) < LIMIT:
+        assert time.monotonic() < deadline, (_fds(pid), LIMIT)
+        idle.extend(_fill(port))
+
+
 def _fill_workers(port: int, idle: list[socket.socket]) -> None:
     """Kept-alive clients of the proxy's port into ``idle`` until six in a row are closed
     unanswered: every worker full (the kernel hands each new one to any of them)."""
@@ -275,10 +286,9 @@ def test_a_surge_past_the_open_file_limit_is_refused_clearly_and_recovers(
                     assert isinstance(got, asyncio.Task)
                     held.append(got)
                 assert refused, "the limit was never reached"
-                idle.extend(_fill(admin_port))
-                n = _fds(pid)
+                _fill_all(pid, admin_port, idle)
                 spare.close()  # one descriptor free: a client is accepted, its upstream not
-                _fds_below(pid, n)
+                _fds_below(pid, LIMIT)
                 refused.append(await _stream(s, url))
                 assert refused[-1][0] == 502, refused[-1]
                 # a surge while saturated: every one refused, none served
@@ -293,7 +303,7 @@ def test_a_surge_past_the_open_file_limit_is_refused_clearly_and_recovers(
                 async with adm.post(admin + "/llmtop/v1/recording",
                                     json={"action": "stop"}) as r:
                     seen["stop"] = (r.status, await r.text())
-                idle.extend(_fill(admin_port))  # the descriptor the recording had
+                _fill_all(pid, admin_port, idle)  # the descriptor the recording had
                 async with adm.post(admin + "/llmtop/v1/recording", json={
                         "action": "start", "path": str(tmp_path / "b.jsonl")}) as r:
                     seen["start"] = (r.status, await r.text())
@@ -368,7 +378,7 @@ def test_clients_it_cannot_accept_are_said_once_and_served_when_descriptors_free
     idle: list[socket.socket] = []
     try:
         assert asyncio.run(_serves(url, 1)) == [200]
-        idle = _fill(int(admin.rsplit(":", 1)[1]))
+        _fill_all(proxy.proc.pid, int(admin.rsplit(":", 1)[1]), idle)
         assert asyncio.run(_serves(url, 3)) == ["dropped"] * 3
         _until_said(proxy, "out of file descriptors")  # the probe: once a second
         for c in idle:
@@ -428,7 +438,7 @@ def test_engine_scraping_without_descriptors_says_why_and_recovers(tmp_path: Pat
                 statuses.append(got)
 
             await until("vllm engine at")
-            idle.extend(_fill(int(admin.rsplit(":", 1)[1])))
+            _fill_all(proxy.proc.pid, int(admin.rsplit(":", 1)[1]), idle)
             await until("out of file descriptors")
             for c in idle:
                 c.close()
@@ -618,7 +628,7 @@ def test_clients_it_cannot_accept_raise_out_of_files_on_the_admin_api_until_clea
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as adm:
             assert await _serves(url, 1) == [200]
             seen["before"] = await _fds_warning(adm, admin)
-            idle.extend(_fill(int(admin.rsplit(":", 1)[1])))
+            _fill_all(proxy.proc.pid, int(admin.rsplit(":", 1)[1]), idle)
             seen["dropped"] = await _serves(url, 2)
             seen["raised"] = await _until_fds_warning(adm, admin, True, 20)
             for c in idle:
