@@ -295,6 +295,10 @@ def _age(header: str | None) -> float | None:
     return age if age is not None and 0.0 <= age <= 3600.0 else None  # also NaN
 
 
+_DONE = {"start": "recording started", "stop": "recording stopped"}
+"""What an action did, for the error that says where it went through."""
+
+
 class AdminSource:
     """Snapshots from one or several running proxies' admin APIs over HTTP.
 
@@ -624,8 +628,11 @@ class AdminSource:
         return dict(self._stale)
 
     async def recording(self, action: str, path: str | None) -> dict[str, Any]:
-        results: list[dict[str, Any]] = []
-        for i, url in enumerate(self.urls, start=1):
+        """Every proxy asked at once, each to its own file (:func:`per_proxy_path`). One
+        that refuses or cannot be reached does not keep the others from being asked: the
+        error names it, and the proxies where the action went through."""
+
+        async def one(i: int, url: str) -> dict[str, Any] | str:
             body: dict[str, Any] = {"action": action}
             if path:
                 body["path"] = path if len(self.urls) == 1 else per_proxy_path(path, i)
@@ -634,20 +641,26 @@ class AdminSource:
                                              headers=self._auth.get(url)) as resp:
                     text = await resp.text()
                     if resp.status >= 400:
-                        raise SourceUnavailable(
-                            f"recording {action} refused by {url}: HTTP {resp.status} "
-                            f"{_error_text(text)}"
-                        )
+                        return (f"recording {action} refused by {url}: HTTP {resp.status} "
+                                f"{_error_text(text)}")
                     try:
-                        reply = await resp.json(content_type=None)
+                        reply = json.loads(text)
                     except ValueError:
                         reply = {}
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise SourceUnavailable(f"recording {action} at {url}: {_short(exc)}") from None
-            results.append(reply if isinstance(reply, dict) else {"reply": reply})
-        if len(results) == 1:
-            return results[0]
-        return {"proxies": results}
+                return f"recording {action} at {url}: {_short(exc)}"
+            return reply if isinstance(reply, dict) else {"reply": reply}
+
+        results = await asyncio.gather(*(one(i, u) for i, u in enumerate(self.urls, 1)))
+        failed = [r for r in results if isinstance(r, str)]
+        if failed:
+            done = [u for u, r in zip(self.urls, results, strict=True) if not isinstance(r, str)]
+            went = f"; {_DONE.get(action, action + ' done')} at {', '.join(done)}" if done else ""
+            raise SourceUnavailable("; ".join(failed) + went)
+        replies = [r for r in results if not isinstance(r, str)]
+        if len(replies) == 1:
+            return replies[0]
+        return {"proxies": replies}
 
     def describe(self) -> str:
         down = [u for u, e in self.errors.items() if e is not None]

@@ -224,6 +224,43 @@ async def test_recording_on_several_proxies_uses_one_file_each() -> None:
         await b.stop()
 
 
+async def test_one_proxy_down_does_not_keep_the_others_from_starting_or_stopping() -> None:
+    """The proxies were asked one after another and the first refusal ended it: a stop
+    refused by the first proxy (down, or not recording) left the others recording, and a
+    start refused by the second never reached the third. Each is asked; the error names
+    the refusal and the proxies where the action went through."""
+    a, down, c = AdminServer("low_load"), AdminServer("low_load"), AdminServer("low_load")
+    for s in (a, down, c):
+        await s.start()
+    await down.stop()  # its port now refuses connections
+    src = AdminSource([a.url, down.url, c.url], merge=sum_merge)
+    try:
+        with pytest.raises(SourceUnavailable) as got:
+            await src.recording("start", "x.jsonl")
+        assert str(got.value) == (
+            f"recording start at {down.url}: connection refused; "
+            f"recording started at {a.url}, {c.url}")
+        assert a.recording_bodies == [{"action": "start", "path": "x-1.jsonl"}]
+        assert c.recording_bodies == [{"action": "start", "path": "x-3.jsonl"}]
+        src2 = AdminSource([down.url, a.url, c.url], merge=sum_merge)
+        try:
+            with pytest.raises(SourceUnavailable, match=(
+                    f"^recording stop at {down.url}: .*; recording stopped at "
+                    f"{a.url}, {c.url}$")):
+                await src2.recording("stop", None)
+        finally:
+            await src2.close()
+        assert a.recording_bodies[-1] == c.recording_bodies[-1] == {"action": "stop"}
+        assert a.snapshot["recording"] is None and c.snapshot["recording"] is None
+        await down.start()  # all answer: one reply each, as before
+        reply = await src.recording("start", "y.jsonl")
+        assert [p["path"] for p in reply["proxies"]] == ["y-1.jsonl", "y-2.jsonl", "y-3.jsonl"]
+    finally:
+        await src.close()
+        for s in (a, down, c):
+            await s.stop()
+
+
 async def test_a_target_that_is_not_llmtop_or_cannot_be_merged_leaves_the_others() -> None:
     """QA: `attach GOOD http://server-answering-{json}` blanked the merged view of both
     ("cannot merge … different windows"). A reply without the snapshot's fields is a
