@@ -182,11 +182,18 @@ def _merge_gpus(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def _merge_recordings(recordings: list[Any]) -> Any:
     """The first proxy's recording status; with several recording, its path names how many
     more (QA: `attach A B` showed only A's file although B recorded too) and ``paths``
-    lists them all."""
+    lists them all. A recording that stopped writing on any proxy is the merged ``error``
+    (its file named), and ``others_writing`` joins each one's: the screens' REC FAILED and
+    REC SHARED were the first proxy's alone."""
     if len(recordings) < 2 or not all(isinstance(r, dict) for r in recordings):
         return recordings[0] if recordings else None
     paths = [str(r.get("path") or "") for r in recordings]
-    return {**recordings[0], "path": f"{paths[0]} (+{len(paths) - 1} more)", "paths": paths}
+    errors = [f"{p}: {r['error']}" for p, r in zip(paths, recordings, strict=True)
+              if r.get("error")]
+    others = [str(x) for r in recordings if isinstance(r.get("others_writing"), list)
+              for x in r["others_writing"]]
+    return {**recordings[0], "path": f"{paths[0]} (+{len(paths) - 1} more)", "paths": paths,
+            "error": "; ".join(errors) or None, "others_writing": others}
 
 
 def _merge_warnings(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -189,6 +189,15 @@ class SnapView:
         rec = self.raw.get("recording")
         return isinstance(rec, Mapping) and bool(rec.get("error"))
 
+    @property
+    def recording_shared(self) -> bool:
+        """Whether another live process was writing the recording's stem when it started
+        (its status's ``others_writing``: two proxies given one ``--record``, a restart
+        before the old process exited): the proxy's stderr says so at start, unseen under
+        the TUI, and the two series sit side by side in one directory."""
+        rec = self.raw.get("recording")
+        return isinstance(rec, Mapping) and bool(rec.get("others_writing"))
+
     def user(self, name: str) -> Mapping[str, Any] | None:
         """The row of user ``name``; :data:`FOLD_KEY` names the row of every user past the
         top N (``tracked`` false, named "other" in the snapshot), so that a real user

@@ -166,3 +166,20 @@ def test_every_proxys_recording_is_named() -> None:
     assert m["path"] == "/r/a.jsonl (+1 more)" and m["paths"] == ["/r/a.jsonl", "/r/b.jsonl"]
     assert merge_snapshots([c, a])["recording"] == a["recording"]  # one: as it is
     assert merge_snapshots([c, c])["recording"] is None
+    assert m["error"] is None and m["others_writing"] == []
+
+
+def test_a_failed_or_shared_recording_on_any_proxy_is_the_merged_ones() -> None:
+    """The merged status was the first proxy's: B's recording stopped writing (a full
+    disk) and attach still showed a plain REC; B sharing its stem with another live
+    process was not said either."""
+    agg = Aggregator(Config(), clock=Clock())
+    a, b = agg.snapshot(60), agg.snapshot(60)
+    a["recording"] = {"path": "/r/a.jsonl", "recording": True, "error": None}
+    b["recording"] = {"path": "/r/b.jsonl", "recording": True,
+                      "error": "write failed: No space left on device",
+                      "others_writing": ["/r/b.20261207T010000Z.jsonl"]}
+    m = merge_snapshots([a, b])["recording"]
+    assert m["error"] == "/r/b.jsonl: write failed: No space left on device"
+    assert m["others_writing"] == ["/r/b.20261207T010000Z.jsonl"]
+    assert m["path"] == "/r/a.jsonl (+1 more)"

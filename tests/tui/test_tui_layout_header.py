@@ -120,6 +120,24 @@ async def test_a_recording_that_stopped_writing_shows_rec_failed(size: tuple[int
     assert "● REC" in line1 and "FAILED" not in line1, line1
 
 
+@pytest.mark.parametrize("size", [(160, 30), (40, 20)])
+async def test_a_stem_another_process_writes_shows_rec_shared(size: tuple[int, int]) -> None:
+    """Another live process was writing the recording's stem when it started (its status's
+    ``others_writing``): the proxy's stderr says so at start, unseen under the TUI, which
+    showed a plain REC. A failed recording says FAILED first."""
+    src = demo_source()
+    src.snapshot["recording"] = {"path": "demo.20261207T010000Z.jsonl", "recording": True,
+                                 "error": None, "others_writing": ["demo.20261207T005900Z.jsonl"]}
+    line1 = (await first_lines(make_app(src, proxy=PROXY, admin=ADMIN), size))[0]
+    assert "● REC SHARED" in line1 and "window 60 s" in line1, line1
+    src.snapshot["recording"]["error"] = "write failed: File too large"
+    line1 = (await first_lines(make_app(src, proxy=PROXY, admin=ADMIN), size))[0]
+    assert "● REC FAILED" in line1 and "SHARED" not in line1, line1
+    src.snapshot["recording"].update(error=None, others_writing=[])
+    line1 = (await first_lines(make_app(src, proxy=PROXY, admin=ADMIN), size))[0]
+    assert "● REC" in line1 and "SHARED" not in line1, line1
+
+
 async def test_disconnected_and_paused_beat_the_addresses_at_40_columns() -> None:
     """The state is the most important thing line 1 says: at 40 columns a down proxy
     still reads DISCONNECTED, and PAUSED shows too."""

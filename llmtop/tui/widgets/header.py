@@ -154,8 +154,10 @@ class HeaderBar(ViewPanel):
             parts["replay"] = Text(st.replay, pal.accent)
         rec = v.recording_path
         # a recording that stopped writing (disk full, file gone): the proxy's stderr and
-        # summary say so, but under the TUI neither is seen until it exits
-        label = "● REC FAILED" if v.recording_failed else "● REC"
+        # summary say so, but under the TUI neither is seen until it exits; so is another
+        # live process writing its stem (two proxies given one --record)
+        label = ("● REC FAILED" if v.recording_failed
+                 else "● REC SHARED" if v.recording_shared else "● REC")
         if rec is not None:
             parts["rec"] = _rec(rec, pal.bad, label)
         upstream = v.text("upstream")
