@@ -147,3 +147,13 @@ def feed(rec: Recorder, n: int, *, first: int = 0) -> None:
         deadline = time.monotonic() + 30
         while rec.status()["queued"] and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def written_late(times: list[float]) -> int:
+    """How many of a file's line times come after a later one (the writer's
+    ``out_of_order``: lines that reached it after its hold)."""
+    newest, late = -math.inf, 0
+    for t in times:
+        late += t < newest
+        newest = max(newest, t)
+    return late

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rec_helpers import written_late
 
 from llmtop.clock import unix_now
 from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
@@ -43,6 +44,14 @@ def _times(path: Path) -> list[tuple[str, float]]:
     return out
 
 
+def _until(rec: Recorder, key: str, n: int) -> None:
+    """Wait until the recorder's status counts ``n`` of ``key`` written (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while rec.status()[key] < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert rec.status()[key] == n
+
+
 def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     rec = Recorder(path, header={"upstream": "u"}, flush_s=0.4)
@@ -56,10 +65,7 @@ def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) 
     rec.on_events([EngineReading(t=now - 0.08, kind="vllm")])
     rec.on_events([WarningEvent(t=now - 0.03, code="QUEUEING", severity="warning",
                                 message="m", state="raised")])
-    deadline = time.monotonic() + 10
-    while rec.status()["lines"] < 5 and time.monotonic() < deadline:
-        time.sleep(0.05)  # the hold (at most 0.6 flush_s) passes: written, not at stop
-    assert rec.status()["lines"] == 5
+    _until(rec, "lines", 5)  # the hold (at most 0.6 flush_s) passes: written, not at stop
     rec.on_events([_request(2, unix_now())])
     rec.stop()
     got = _times(path)
@@ -67,15 +73,6 @@ def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) 
     assert [t for _, t in got] == sorted(t for _, t in got)
     footer = json.loads(path.read_text().splitlines()[-1])
     assert footer["out_of_order"] == 0 and rec.status()["out_of_order"] == 0
-
-
-def _written_late(times: list[float]) -> int:
-    newest, late = float("-inf"), 0
-    for t in times:
-        if t < newest:
-            late += 1
-        newest = max(newest, t)
-    return late
 
 
 def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
@@ -91,10 +88,8 @@ def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
     now = unix_now()
     rec.on_events([GpuReading(t=now - 0.01, index=0, name="g", mem_used_bytes=1,
                               mem_total_bytes=2)])
-    deadline = time.monotonic() + 10
-    while rec.status()["lines"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert rec.status()["lines"] == 2 and rec.status()["out_of_order"] == 0
+    _until(rec, "lines", 2)
+    assert rec.status()["out_of_order"] == 0
     # two late lines, the second earlier than the first, then one in order
     rec.on_events([_request(1, now - 0.3), _request(2, now - 0.5)])
     rec.on_events([_request(3, unix_now())])
@@ -103,7 +98,7 @@ def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
     assert [k for k, _ in got] == ["gpu", "r2", "r1", "r3"], got
     footer = json.loads(path.read_text().splitlines()[-1])
     assert footer["out_of_order"] == rec.status()["out_of_order"] == 2
-    assert _written_late([t for _, t in got]) == 2
+    assert written_late([t for _, t in got]) == 2
 
 
 def test_the_hold_is_bounded_by_what_a_kill_may_lose() -> None:
@@ -128,10 +123,7 @@ def test_a_line_without_a_time_or_ahead_of_the_clock_is_not_held_for_ever(
     ahead = unix_now() + 3600
     rec.on_events([GpuReading(t=ahead, index=0, name="g", mem_used_bytes=1,
                               mem_total_bytes=2)])
-    deadline = time.monotonic() + 10
-    while rec.status()["lines"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert rec.status()["lines"] == 2  # the header and the reading, before stop
+    _until(rec, "lines", 2)  # the header and the reading, before stop
     rec.stop()
     assert line_time(object()) is None
 
@@ -146,17 +138,11 @@ def test_each_part_counts_its_own_lines_out_of_order_and_the_stem_sums_them(
                    rotate_bytes=1200)
     rec.start()
 
-    def written(n: int) -> None:
-        deadline = time.monotonic() + 10
-        while rec.status()["requests"] < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert rec.status()["requests"] == n
-
     for i in range(0, 16, 2):  # a request, then one that ended 5 s before it came late
         rec.on_events([_request(i, unix_now())])
-        written(i + 1)
+        _until(rec, "requests", i + 1)
         rec.on_events([_request(i + 1, unix_now() - 5)])
-        written(i + 2)
+        _until(rec, "requests", i + 2)
     rec.stop()
     parts = sorted(tmp_path.glob("prod.*.jsonl"))
     assert len(parts) >= 3, parts
@@ -164,7 +150,7 @@ def test_each_part_counts_its_own_lines_out_of_order_and_the_stem_sums_them(
     for p in parts:
         times = [t for _, t in _times(p)]
         footer = json.loads(p.read_text().splitlines()[-1])
-        assert footer["out_of_order"] == _written_late(times), (p, footer)
+        assert footer["out_of_order"] == written_late(times), (p, footer)
         counts.append(footer["out_of_order"])
     assert sum(1 for c in counts if c) >= 2, counts  # late lines in more than one part
     assert rec.status()["out_of_order"] == sum(counts)

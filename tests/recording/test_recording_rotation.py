@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import pytest
 from disk_support import ROOT, Proxy, Tap, child_env, no_traceback
-from rec_helpers import FakeDisk, feed, request
+from rec_helpers import FakeDisk, feed, request, written_late
 from test_recording_proxy import traffic
 
 from llmtop.clock import unix_now
@@ -68,11 +68,8 @@ def check_chain(parts: list[Path]) -> list[str]:
         mine = [e.id for e in events if isinstance(e, RequestRecord)]
         assert footer["requests"] == len(mine), (p, footer)
         # and its lines written after a later one of the part (a line later than the hold)
-        newest, late = float("-inf"), 0
-        for t in map(event_time, events):
-            late += t < newest
-            newest = max(newest, t)
-        assert footer["out_of_order"] == late, (p, footer)
+        assert footer["out_of_order"] == written_late([event_time(e) for e in events]), (
+            p, footer)
         ids += mine
     return ids
 
