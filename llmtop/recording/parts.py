@@ -6,11 +6,13 @@ header names its ``part`` number and the ``previous`` part's file. Every command
 a recording by path (report, replay, export) goes through :func:`open_recording`, so a
 path that is no file but names parts reads them as one recording:
 
-- parts are found by name, then grouped by their headers into *series*: a chain of
-  ``previous`` links from a ``part: 1`` header. A proxy restarted with the same stem
+- parts are found by name, then grouped by their headers into *series*: the parts whose
+  header names the same ``first`` part (exact, whichever parts are gone), or, for parts
+  written before headers had ``first``, a chain of ``previous`` links from a ``part: 1``
+  header. A proxy restarted with the same stem
   starts a new series at part 1; the series are separate recordings and the newest is
   read unless :func:`resolve` is asked for another (``--series N``, 1 = the oldest).
-  A part whose predecessor is gone (``keep``, or by hand) joins the latest series
+  An older part whose predecessor is gone (``keep``, or by hand) joins the latest series
   before it that ends below the missing part (else it begins one); the numbers missing
   are told.
 - read as one: the first part's header (``part``/``previous`` replaced by ``parts``, the
@@ -109,6 +111,8 @@ class _Part:
     previous: str | None
     started_at: float
     header: dict[str, Any]
+    first: str | None
+    """The file name of its series' first part (written since stop 41; None before)."""
 
 
 def _named(stem: Path) -> list[tuple[Path, re.Match[str]]]:
@@ -142,9 +146,9 @@ def _parts(stem: Path) -> list[_Part]:
         number, started = h.get("part"), h.get("started_at")
         if type(number) is not int or number < 1 or not isinstance(started, int | float):
             continue
-        previous = h.get("previous")
+        previous, first = h.get("previous"), h.get("first")
         part = _Part(path, number, previous if isinstance(previous, str) else None,
-                     float(started), h)
+                     float(started), h, first if isinstance(first, str) and first else None)
         found.append((part.started_at, int(m.group(1) or 1), name, part))
     found.sort(key=lambda x: x[:3])
     return [x[3] for x in found]
@@ -160,7 +164,16 @@ def _series(parts: list[_Part]) -> list[list[_Part]]:
     """Parts grouped into series (module docstring), each in part order, oldest first."""
     series: list[list[_Part]] = []
     of: dict[str, list[_Part]] = {}
+    runs: dict[str, list[_Part]] = {}  # by ``first``: exact, whatever keep deleted
     for p in parts:
+        if p.first is not None:
+            chain = runs.get(p.first)
+            if chain is None:
+                chain = runs[p.first] = []
+                series.append(chain)
+            chain.append(p)
+            of[p.path.name] = chain
+            continue
         chain = of.get(p.previous) if p.previous and p.number > 1 else None
         if chain is None and p.number > 1:
             # its predecessor is gone: the latest series before it whose last part is
@@ -298,6 +311,7 @@ class SeriesReader:
         h = dict(self._reader.header)
         h.pop("part", None)
         h.pop("previous", None)
+        h.pop("first", None)
         h["parts"] = _ranges(list(series.numbers))  # ("1-720": a month of hourly parts)
         self.header = h
         self._started = False

@@ -45,22 +45,22 @@ with the figures of that moment).
 Rotation (``rotate_bytes`` / ``rotate_s``, off by default): the path given is a stem, and
 the recording is a series of parts, ``prod.20261206T140000Z.jsonl.gz`` (the part's UTC
 start; ``-2``, ``-3`` when two would share a second), each a complete recording any reader
-takes alone: its header (with ``part`` and ``previous``, the preceding part's file name),
-the warnings still raised when it opened (state ``raised``, with their ``since``), its
-lines, its footer with its own counts. The writer thread closes a part between two writes
-— once the file reaches ``rotate_bytes`` as written or ``rotate_s`` after it opened — so
-each line goes to exactly one part, in time order there. A plain part's batch ends at the
-line that takes it to ``rotate_bytes``: the part ends within one line (and its footer) of
-the limit. A ``.gz`` part's size is the compressed bytes the compressor has given out,
-seen after each batch (up to 4,096 lines) and at each pass's flush; the compressor holds
-back what it has not yet given out (until its output block fills, or the pass's flush), so
-a ``.gz`` part can end past the limit by one batch's lines compressed plus what the
-compressor held back (a few kB to tens of kB for typical lines). A part that cannot be opened
-(disk full, permission) stops the recording as a failed write does. ``keep``: the oldest
-parts of the stem are deleted past that many — this recorder's and those an earlier run
-with the same stem left (nothing else is touched) — but a part another live process is
-still writing (two recorders on one stem: each locks the part it writes,
-:mod:`llmtop.recording.partlock`), which is left until it is closed.
+takes alone: its header (with ``part``, ``previous``, the preceding part's file name, and
+``first``, the run's first part's), the warnings still raised when it opened (state
+``raised``, with their ``since``), its lines, its footer with its own counts. The writer
+thread closes a part between two writes — once the file reaches ``rotate_bytes`` as written
+or ``rotate_s`` after it opened — so each line goes to exactly one part, in time order
+there. A plain part's batch ends at the line that takes it to ``rotate_bytes``: the part
+ends within one line (and its footer) of the limit. A ``.gz`` part's size is the compressed
+bytes the compressor has given out, seen after each batch (up to 4,096 lines) and at each
+pass's flush; the compressor holds back what it has not yet given out (until its output
+block fills, or the pass's flush), so a ``.gz`` part can end past the limit by one batch's
+lines compressed plus what the compressor held back (a few kB to tens of kB for typical
+lines). A part that cannot be opened (disk full, permission) stops the recording as a
+failed write does. ``keep``: the oldest parts of the stem are deleted past that many — this
+recorder's and those an earlier run with the same stem left (nothing else is touched) — but
+a part another live process is still writing (two recorders on one stem: each locks the
+part it writes, :mod:`llmtop.recording.partlock`), which is left until it is closed.
 
 The recording never carries prompt or completion text: the events themselves don't.
 """
@@ -377,6 +377,7 @@ class Recorder:
         """How many of those went when the first part opened (the start line's count; the
         rest went later, as this run's parts took their place: the exit line says so)."""
         self._part_started = 0.0
+        self._first_part = ""  # the file name of this run's first part (rotating)
         self._part_lines = 0  # this part's lines, the header included (the footer's count)
         self._part_requests = 0
         self._part_dropped = (0, 0)  # dropped, dropped_requests when this part opened
@@ -556,7 +557,11 @@ class Recorder:
             with contextlib.suppress(OSError, ValueError, AttributeError):  # (no descriptor)
                 lock_part(raw.fileno())
         sink = _Sink(raw, path.name.endswith(".gz"))
-        part_extra = ({"part": self.part + 1, "previous": previous} if self.rotating else {})
+        # (``first``: the run's first part, the same in each of its parts: a reader groups
+        # two runs' parts on one stem exactly, however many of them keep deleted)
+        first = self._first_part or path.name
+        part_extra = ({"part": self.part + 1, "previous": previous, "first": first}
+                      if self.rotating else {})
         lines = [dumps_line(self._header_dict(started_at, part_extra))]
         if self.part:
             lines += [self._carried(code, ev, started_at) for code, ev in self._raised.items()]
@@ -573,6 +578,7 @@ class Recorder:
             raise RecordingError(f"{path}: cannot write: {exc.strerror}") from None
         self._sink = sink
         self.part_path = path
+        self._first_part = first if self.rotating else ""
         self.part += 1
         self._part_extra = part_extra
         self._part_started = started_at

@@ -293,6 +293,46 @@ def test_a_restarted_run_whose_first_parts_keep_deleted(tmp_path: Path) -> None:
     assert f"parts 1-{k} of" in err and "2 series" in err, err
 
 
+def test_two_runs_are_told_apart_by_their_first_part_whatever_keep_deleted(
+        tmp_path: Path) -> None:
+    """Series 1 ended at part n, and series 2's first n + 1 parts are gone: by ``previous``
+    links alone series 2's part n + 2 joined series 1 (the latest series ending below
+    its missing predecessor), one recording of two runs. Each part's header names its
+    run's first part (``first``): two series, exactly. Parts written before headers had
+    ``first`` are still grouped by their links (the old guess)."""
+    stem = tmp_path / "f.jsonl"
+    first = Run(stem)
+    first.feed(10)
+    old = first.stop()
+    second = Run(stem)
+    second.feed(90, first=1000)
+    new = second.stop()
+    n = len(old)
+    assert len(new) >= n + 3, (old, new)
+    for p in new[:n + 1]:
+        p.unlink()
+    heads = [json.loads(p.read_text().split("\n", 1)[0]) for p in old + new[n + 1:]]
+    assert {h["first"] for h in heads[:n]} == {old[0].name}
+    assert {h["first"] for h in heads[n:]} == {new[0].name}
+    src = resolve(stem)
+    assert not isinstance(src, str | Path)
+    assert (src.files, src.missing, src.index, src.count) == (
+        tuple(new[n + 1:]), tuple(range(1, n + 2)), 2, 2)
+    report, err = report_json(str(stem))
+    assert report["conditions"]["requests"] == len(alone(new[n + 1:])[0])
+    assert "first" not in report["conditions"]["extra"], report["conditions"]["extra"]
+    assert "2 series" in err and f"parts 1-{n + 1} of" in err, err
+
+    for p in old + new[n + 1:]:  # as written before ``first``: the links' guess
+        head, rest = p.read_text().split("\n", 1)
+        h = json.loads(head)
+        del h["first"]
+        p.write_text(json.dumps(h) + "\n" + rest)
+    src = resolve(stem)
+    assert not isinstance(src, str | Path)
+    assert src.files == tuple(old + new[n + 1:]) and src.count == 1
+
+
 def test_a_crashed_last_part_and_a_part_of_another_upstream(tmp_path: Path) -> None:
     """The last part without its footer (the recorder still running, or killed) and a half
     line at its end: read as a cut-off file is, the whole not complete. A part whose
