@@ -385,18 +385,20 @@ async def test_answers_say_their_age_and_the_tui_keeps_them_until_max_age(
         _, _, shared = await get(srv.url + path + "&max_age=5")
         assert 0.05 <= float(shared[AGE_HEADER]) < 5, path
 
-    first = AdminSource([srv.url], max_age_s=1.0)
-    late = AdminSource([srv.url], max_age_s=1.0)
+    # (3 s: a pause of the machine under the 2.4 s left between the shared answer and the
+    # next fetch; 1 s left 0.4 s, which a loaded machine can take)
+    first = AdminSource([srv.url], max_age_s=3.0)
+    late = AdminSource([srv.url], max_age_s=3.0)
     try:
         await first.fetch(60)  # the proxy builds one (age 0)
         await asyncio.sleep(0.6)
-        snap = await late.fetch(60)  # shared: 0.6 s old already, so young for 0.4 s more
+        snap = await late.fetch(60)  # shared: 0.6 s old already, so young for 2.4 s more
         assert late.gets == 1 and snap["system"]["requests"] == 6
         assert await late.fetch(60) is snap and late.gets == 1  # kept: no request
         assert [r["id"] for r in await late.active_requests()] == ["live"]
         srv.bus.publish(rec(70, "dave"))
         srv.bus.drain()
-        await asyncio.sleep(0.6)  # 1.2 s old: were the age ignored it would still be kept (0.6 s)
+        await asyncio.sleep(2.6)  # 3.2 s old: were the age ignored it would still be kept (2.6 s)
         again = await late.fetch(60)
         assert late.gets == 2 and again["system"]["requests"] == 7
     finally:
