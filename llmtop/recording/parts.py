@@ -9,12 +9,11 @@ path that is no file but names parts reads them as one recording:
 - parts are found by name, then grouped by their headers into *series*: the parts whose
   header names the same ``first`` part (exact, whichever parts are gone), or, for parts
   written before headers had ``first``, a chain of ``previous`` links from a ``part: 1``
-  header. A proxy restarted with the same stem
-  starts a new series at part 1; the series are separate recordings and the newest is
-  read unless :func:`resolve` is asked for another (``--series N``, 1 = the oldest).
-  An older part whose predecessor is gone (``keep``, or by hand) joins the latest series
-  before it that ends below the missing part (else it begins one); the numbers missing
-  are told.
+  header. A proxy restarted with the same stem starts a new series at part 1; the series
+  are separate recordings and the newest is read unless :func:`resolve` is asked for
+  another (``--series N``, 1 = the oldest). An older part whose predecessor is gone
+  (``keep``, or by hand) joins the latest series before it that ends below the missing
+  part (else it begins one); the numbers missing are told.
 - read as one: the first part's header (``part``/``previous`` replaced by ``parts``, the
   numbers read, such as ``"1-4, 6"``), each part's events in order, and the warnings a
   part carries at its start (raised at its ``started_at``, repeating a raise the part
