@@ -648,7 +648,10 @@ async def test_the_head_is_relayed_from_the_upstreams_own_read_without_a_pause(
 
 
 async def test_half_a_head_sent_behind_a_direct_request_still_times_out() -> None:
-    async with _direct(["a", "b"], gap_s=0.1, proxy={"timeouts__idle_s": 0.5}
+    # idle_s is also the upstream's allowed silence mid-stream: a pause of the test process
+    # (upstream and proxy share it) between the two chunks 0.1 s apart counts as silence,
+    # so the limit leaves room for one (at 0.5 s a 0.45 s pause cut the warm-up stream)
+    async with _direct(["a", "b"], gap_s=0.1, proxy={"timeouts__idle_s": 1.0}
                        ) as (_, proxy, recs, reader, writer):
         writer.write(_request())
         await reader.readuntil(b"\r\n\r\n")  # the response has started
