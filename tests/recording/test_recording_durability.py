@@ -49,20 +49,50 @@ CHILD = textwrap.dedent(
 )
 
 
+class Pauses:
+    """A thread sleeping 10 ms at a time, noting each sleep that took 50 ms longer: when
+    this process was not running (a paused machine pauses the child with it)."""
+
+    def __init__(self) -> None:
+        self.gaps: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        last = time.time()
+        while not self._stop.wait(0.01):
+            now = time.time()
+            if now - last > 0.06:
+                self.gaps.append((last + 0.01, now))
+            last = now
+
+    def lost(self, lo: float, hi: float) -> float:
+        """Seconds of [lo, hi] the sleeper lost."""
+        self._stop.set()
+        self._thread.join()
+        return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in self.gaps)
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_kill_9_loses_at_most_the_last_second(tmp_path: Path, suffix: str) -> None:
+    """What a request line needs is the writer's next passes — the hold, then a write and a
+    flush, within 0.85 s of being queued — so 'the last second' is of running time: a
+    pause of the machine in the last second before the kill (the child stopped with this
+    process: 'q165 missing' after a 0.5 s one) adds its length to what may be lost."""
     path = tmp_path / f"killed{suffix}"
     finished: dict[str, float] = {}
+    pauses = Pauses()
     with subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
                           text=True) as proc:
         assert proc.stdout is not None
         deadline = time.monotonic() + 30
         first: float | None = None
-        for line in proc.stdout:  # ~2.5 s of steady traffic
+        for line in proc.stdout:  # ~2.5 s of steady traffic (more, if paused: 200 lines)
             rid, t = line.split()
             finished[rid] = float(t)
             first = first or float(t)
-            if float(t) - first > 2.5 or time.monotonic() > deadline:
+            if (float(t) - first > 2.5 and len(finished) >= 200) or time.monotonic() > deadline:
                 break
         kill_t = time.time()
         os.kill(proc.pid, signal.SIGKILL)
@@ -71,14 +101,16 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path: Path, suffix: str) -> No
             finished[rid] = float(t)
         proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
-    must_have = {rid for rid, t in finished.items() if t < kill_t - 1.0}
+    lost = pauses.lost(kill_t - 3.0, kill_t)
+    must_have = {rid for rid, t in finished.items() if t < kill_t - 1.0 - lost}
     assert len(must_have) > 50
     with RecordingReader(path) as r:
         got = {e.id for e in r if isinstance(e, RequestRecord)}
         assert r.footer is None  # killed: no footer
         assert r.truncated_lines <= 1
     missing = must_have - got
-    assert not missing, f"{len(missing)} requests finished >1 s before the kill are missing"
+    assert not missing, (f"{len(missing)} requests finished >1 s before the kill are missing "
+                         f"(paused {lost:.2f} s)")
 
 
 class SlowFile(FakeDisk):
