@@ -20,6 +20,8 @@ from rec_helpers import written_late
 from llmtop.clock import unix_now
 from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.parts import open_recording
+from llmtop.recording.report.analyse import analyse
+from llmtop.recording.report.text import render_text
 from llmtop.recording.writer import ORDER_HOLD_S, Recorder, line_time
 from llmtop.server import COORDINATOR_ORDER_HOLD_S
 from llmtop.workers import FORWARD_INTERVAL_S
@@ -73,6 +75,9 @@ def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) 
     assert [t for _, t in got] == sorted(t for _, t in got)
     footer = json.loads(path.read_text().splitlines()[-1])
     assert footer["out_of_order"] == 0 and rec.status()["out_of_order"] == 0
+    report = analyse(path)
+    assert report["source"]["out_of_order_lines"] == 0
+    assert "out of time order" not in render_text(report)
 
 
 def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
@@ -99,6 +104,11 @@ def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
     footer = json.loads(path.read_text().splitlines()[-1])
     assert footer["out_of_order"] == rec.status()["out_of_order"] == 2
     assert written_late([t for _, t in got]) == 2
+    # the report says so, in its JSON and in words
+    report = analyse(path)
+    assert report["source"]["out_of_order_lines"] == 2
+    assert ("  file            2 lines out of time order (written after a later one)"
+            in render_text(report).splitlines())
 
 
 def test_the_hold_is_bounded_by_what_a_kill_may_lose() -> None:

@@ -564,6 +564,9 @@ def analyse(
             "defaulted_lines": reader.defaulted_lines,
             "problems": list(reader.problems),
             "dropped_by_recorder": footer.get("dropped") if footer else None,
+            # lines the recorder wrote after a later one (a late worker batch or scrape):
+            # nothing here depends on the order, but a reader of the file may
+            "out_of_order_lines": footer.get("out_of_order") if footer else None,
             "events": reader.events_read,
             # (a rotated recording's stem: which of its series was read, 1 = the oldest)
             **({"series": path.index} if isinstance(path, Series) else {}),

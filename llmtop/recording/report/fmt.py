@@ -192,6 +192,8 @@ def file_notes(src: Any) -> list[str]:
          "requests with missing fields (defaults used)"),
         ("dropped_by_recorder", "event dropped by the recorder",
          "events dropped by the recorder"),
+        ("out_of_order_lines", "line out of time order (written after a later one)",
+         "lines out of time order (written after a later one)"),
     ):
         k = src.get(key)
         if isinstance(k, int) and k > 0:
