@@ -12,7 +12,7 @@ import importlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -295,6 +295,41 @@ def _age(header: str | None) -> float | None:
     return age if age is not None and 0.0 <= age <= 3600.0 else None  # also NaN
 
 
+@dataclass(slots=True)
+class _Proxy:
+    """What :class:`AdminSource` knows of one admin URL."""
+
+    auth: dict[str, str]
+    """The header carrying its admin token (none when it has none)."""
+    error: str | None = None
+    """``None`` while it answers, else why it did not (last attempt)."""
+    down_since: float | None = None
+    """Since when (unix s) it has been left out."""
+    started: float | None = None
+    """The ``started_at`` of the proxy that last answered there."""
+    restarted: float | None = None
+    """When (the proxy's ``started_at``, unix s) a proxy answered there that is not the
+    one that answered before: restarted, its counts from zero again."""
+    newest: int = 0
+    """The newest try whose answer was applied."""
+    kept: dict[str, _Kept] = field(default_factory=dict)
+    """Per query, the last snapshot and until when (monotonic) it is young enough for
+    ``max_age_s``: a screen ticking faster than that asks no proxy for the bytes it
+    already has."""
+    active: list[dict[str, Any]] | None = None
+    """The active requests that came with the last snapshot (``active=1``), until
+    :meth:`AdminSource.active_requests` takes them."""
+    unanswered: str | None = None
+    """Why its snapshot failed in the last :meth:`AdminSource.fetch`: its active requests
+    are not asked for separately (that would wait out a second timeout)."""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    """Its last active requests had, shown again while it cannot give them (several
+    proxies: one proxy's failure must not blank its rows as if none were open, nor
+    anyone else's)."""
+    stale: str | None = None
+    """Why its rows in the last :meth:`AdminSource.active_requests` are its kept ones."""
+
+
 _DONE = {"start": "recording started", "stop": "recording stopped"}
 """What an action did, for the error that says where it went through."""
 
@@ -329,11 +364,11 @@ class AdminSource:
         if any(has_control_char(tok) for tok in tokens):  # the request would never be sent
             raise ValueError("an admin token has a control character (a line end from a "
                              "token file?): no proxy could receive it; remove it")
-        self._auth: dict[str, dict[str, str]] = {
-            url: {"Authorization": f"Bearer {tok}"} if tok else {}
+        self._proxies: dict[str, _Proxy] = {
+            url: _Proxy({"Authorization": f"Bearer {tok}"} if tok else {})
             for url, tok in zip(self.urls, tokens * len(self.urls) if len(tokens) == 1
                                 else tokens, strict=True)}
-        """Per URL, the header carrying its admin token (none when it has none)."""
+        """Per URL, what is known of it (a URL given twice has one)."""
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._merge: MergeFn | None = merge
         self.max_age_s = max_age_s
@@ -343,40 +378,27 @@ class AdminSource:
         if len(self.urls) > 1 and self._merge is None:
             self._merge = load_merge()
         self._session: aiohttp.ClientSession | None = None
-        self._active: dict[str, list[dict[str, Any]]] = {}
-        """Per URL, the active requests that came with the last snapshot (``active=1``),
-        until :meth:`active_requests` takes them."""
-        self._unanswered: dict[str, str] = {}
-        """Per URL whose snapshot failed in the last :meth:`fetch`, why: its active
-        requests are not asked for separately (that would wait out a second timeout)."""
-        self._rows: dict[str, list[dict[str, Any]]] = {}
-        """Per URL, its last active requests had, shown again while it cannot give them
-        (several proxies: one proxy's failure must not blank its rows as if none were
-        open, nor anyone else's)."""
-        self._stale: dict[str, str] = {}
-        """Per URL whose rows in the last :meth:`active_requests` are its kept ones, why."""
-        self._kept: dict[tuple[str, str], _Kept] = {}
-        """Per (URL, query), the last snapshot and until when (monotonic) it is young
-        enough for ``max_age_s``: a screen ticking faster than that asks no proxy for
-        the bytes it already has."""
         self.gets = 0
         """HTTP requests made so far (what polling costs the proxies; benchmarks read it)."""
-        self.errors: dict[str, str | None] = dict.fromkeys(self.urls)
-        """Per URL: ``None`` while it answers, else why it did not (last attempt)."""
-        self._down_since: dict[str, float] = {}
-        """Per URL, since when (unix s) it has been left out."""
-        self._started: dict[str, float] = {}
-        """Per URL, the ``started_at`` of the proxy that last answered there."""
-        self.restarted: dict[str, float] = {}
-        """Per URL, when (the proxy's ``started_at``, unix s) a proxy answered there that
-        is not the one that answered before: restarted, its counts from zero again."""
         self._retries: Retries[_Answer] = Retries()
         """With several URLs, those whose last try failed: when each is tried again, and
         that try (one proxy alone is asked at every fetch: the app's own retry pace)."""
         self._tries = 0
         """Tries at a snapshot started so far (:attr:`_Answer.seq`)."""
-        self._newest: dict[str, int] = {}
-        """Per URL, the newest try whose answer was applied."""
+
+    @property
+    def errors(self) -> dict[str, str | None]:
+        """Per URL: ``None`` while it answers, else why it did not (last attempt). A
+        copy: changing it changes nothing here."""
+        return {url: p.error for url, p in self._proxies.items()}
+
+    @property
+    def restarted(self) -> dict[str, float]:
+        """Per URL where a proxy answered that is not the one that answered before
+        (restarted, its counts from zero again), when: that proxy's ``started_at`` (unix
+        s). A copy, in the order of :attr:`urls`."""
+        return {url: p.restarted for url, p in self._proxies.items()
+                if p.restarted is not None}
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -395,7 +417,7 @@ class AdminSource:
         self.gets += 1
         try:
             async with self._http().get(url + path, params=params,
-                                        headers=self._auth.get(url)) as resp:
+                                        headers=self._proxies[url].auth) as resp:
                 if resp.status in (401, 403):
                     raise _Failure(f"HTTP {resp.status}: the admin token was refused")
                 if resp.status == 404 and path == SNAPSHOT_PATH:
@@ -429,11 +451,12 @@ class AdminSource:
         return _Answer(seq, _query(params), asked, time.monotonic(), snap, age, "")
 
     async def _snapshot_from(self, url: str, params: dict[str, str]) -> dict[str, Any] | None:
-        kept = self._kept.get((url, _query(params)))
+        proxy = self._proxies[url]
+        kept = proxy.kept.get(_query(params))
         if kept is not None and time.monotonic() < kept.until:
             # young enough for max_age: the proxy would send the same bytes
             if kept.active is not None:
-                self._active[url] = kept.active
+                proxy.active = kept.active
             return kept.snap
         return self._apply(url, await self._try(url, params))
 
@@ -441,14 +464,15 @@ class AdminSource:
         """What ``got`` says of ``url``, remembered unless a newer try's answer was
         already (a late answer put back an older proxy's start, an older snapshot to keep,
         a failure after a success); the snapshot, ``None`` when it failed."""
-        late = got.seq < self._newest.get(url, 0)
+        proxy = self._proxies[url]
+        late = got.seq < proxy.newest
         if not late:
-            self._newest[url] = got.seq
+            proxy.newest = got.seq
         if got.snap is None:
-            self._unanswered[url] = got.why
+            proxy.unanswered = got.why
             if not late:
                 self._down(url, got.why)
-                self._kept.pop((url, got.key), None)
+                proxy.kept.pop(got.key, None)
                 if len(self.urls) > 1:
                     self._retries.failed(url, got.done)
             return None
@@ -457,19 +481,18 @@ class AdminSource:
         if late:
             return snap  # (the fetch that asked it merges it; the newer answer stands)
         self._retries.answered(url)
-        self.errors[url] = None
+        proxy.error = None
         started = snap.get("started_at")
         if isinstance(started, int | float) and not isinstance(started, bool):
-            if self._started.get(url, started) != started:
-                self.restarted[url] = float(started)
-            self._started[url] = float(started)
+            if proxy.started is not None and proxy.started != started:
+                proxy.restarted = float(started)
+            proxy.started = float(started)
         active = rows if isinstance(rows, list) else None
         if active is not None:
-            self._active[url] = active
+            proxy.active = active
         if self.max_age_s > 0 and got.age is not None:
             # built at least `age` before we asked: young enough until then + max_age
-            self._kept[(url, got.key)] = _Kept(got.asked - got.age + self.max_age_s, snap,
-                                               active)
+            proxy.kept[got.key] = _Kept(got.asked - got.age + self.max_age_s, snap, active)
         return snap
 
     def _taken(self, url: str, query: str) -> dict[str, Any] | None:
@@ -480,17 +503,20 @@ class AdminSource:
         if got is not None and got.snap is not None and got.key != query:
             # it answered another window's query (`w` meanwhile): not merged as this
             # one's, but it answers: asked with the others from the next fetch on
-            if got.seq >= self._newest.get(url, 0):
+            if got.seq >= self._proxies[url].newest:
                 self._retries.answered(url)
             got = None
         if got is None:
-            self._unanswered[url] = self.errors[url] or "no answer yet"
+            proxy = self._proxies[url]
+            proxy.unanswered = proxy.error or "no answer yet"
             return None
         return self._apply(url, got)
 
     def _down(self, url: str, why: str) -> None:
-        self._down_since.setdefault(url, time.time())
-        self.errors[url] = why
+        proxy = self._proxies[url]
+        if proxy.down_since is None:
+            proxy.down_since = time.time()
+        proxy.error = why
 
     # -- SnapshotSource ----------------------------------------------------------------------
 
@@ -498,8 +524,8 @@ class AdminSource:
         params = {"window": "all" if window_s is None else str(int(window_s)), "active": "1"}
         if self.max_age_s > 0:
             params["max_age"] = f"{self.max_age_s:g}"
-        self._active.clear()
-        self._unanswered.clear()
+        for proxy in self._proxies.values():
+            proxy.active = proxy.unanswered = None
         if len(self.urls) > 1:
             params["user_histograms"] = "1"  # per-user percentiles then merge exactly
         else:
@@ -508,9 +534,9 @@ class AdminSource:
         ok = [s for s in snaps if s is not None]
         if not ok:
             if len(self.urls) == 1:
-                raise SourceUnavailable(f"{self.urls[0]}: {self.errors[self.urls[0]]}")
+                raise SourceUnavailable(f"{self.urls[0]}: {self._proxies[self.urls[0]].error}")
             raise SourceUnavailable(f"none of {len(self.urls)} proxies answers: " + "; ".join(
-                f"{u}: {self.errors[u]}" for u in self.urls))
+                f"{u}: {self._proxies[u].error}" for u in self.urls))
         if len(self.urls) == 1 or self._merge is None:
             return self._with_notes(ok[0], window_s)
         try:
@@ -560,15 +586,15 @@ class AdminSource:
           session: since attach began). Its counters start from zero again: without a
           word, the fleet's whole-session figures went back by all it had counted, and
           the header read "2 proxies" as before."""
-        for url, why in self.errors.items():
-            if why is None:  # (one that answers but cannot be merged stays down since then)
-                self._down_since.pop(url, None)
+        for p in self._proxies.values():
+            if p.error is None:  # (one that answers but cannot be merged stays down since then)
+                p.down_since = None
         now, tick = snap.get("time"), time.monotonic()
         notes = [
-            {"code": "PROXY_DOWN", "severity": "warning", "since": self._down_since[url],
-             "message": f"the proxy at {url} is left out: {why}"
+            {"code": "PROXY_DOWN", "severity": "warning", "since": p.down_since,
+             "message": f"the proxy at {url} is left out: {p.error}"
                         f"{self._retries.note(url, tick)}"}
-            for url, why in self.errors.items() if why is not None and len(self.urls) > 1]
+            for url, p in self._proxies.items() if p.error is not None and len(self.urls) > 1]
         notes += [
             {"code": "PROXY_RESTARTED", "severity": "info", "since": at,
              "message": f"the proxy at {url} restarted: what it counted before is gone, so "
@@ -591,9 +617,11 @@ class AdminSource:
 
         async def one(url: str) -> list[dict[str, Any]] | str:
             """The proxy's rows, or why it has none to give now."""
-            got: Any = self._active.pop(url, None)  # came with the snapshot just fetched
+            proxy = self._proxies[url]
+            got: Any = proxy.active  # came with the snapshot just fetched
+            proxy.active = None
             if got is None:
-                unanswered = self._unanswered.pop(url, None)
+                unanswered, proxy.unanswered = proxy.unanswered, None
                 if unanswered is not None:
                     return unanswered
                 try:
@@ -611,21 +639,23 @@ class AdminSource:
             return rows
 
         results = await asyncio.gather(*(one(u) for u in self.urls))
-        self._stale.clear()
+        for proxy in self._proxies.values():
+            proxy.stale = None
         out: list[dict[str, Any]] = []
         for url, got in zip(self.urls, results, strict=True):
+            proxy = self._proxies[url]
             if isinstance(got, str):
                 if len(self.urls) == 1:
                     raise SourceUnavailable(got)
-                self._stale[url] = got
-                out += self._rows.get(url, [])
+                proxy.stale = got
+                out += proxy.rows
             else:
-                self._rows[url] = got
+                proxy.rows = got
                 out += got
         return out
 
     def stale_rows(self) -> Mapping[str, str]:
-        return dict(self._stale)
+        return {url: p.stale for url, p in self._proxies.items() if p.stale is not None}
 
     async def recording(self, action: str, path: str | None) -> dict[str, Any]:
         """Every proxy asked at once, each to its own file (:func:`per_proxy_path`). One
@@ -638,7 +668,7 @@ class AdminSource:
                 body["path"] = path if len(self.urls) == 1 else per_proxy_path(path, i)
             try:
                 async with self._http().post(url + RECORDING_PATH, json=body,
-                                             headers=self._auth.get(url)) as resp:
+                                             headers=self._proxies[url].auth) as resp:
                     text = await resp.text()
                     if resp.status >= 400:
                         return (f"recording {action} refused by {url}: HTTP {resp.status} "
@@ -663,10 +693,10 @@ class AdminSource:
         return {"proxies": replies}
 
     def describe(self) -> str:
-        down = [u for u, e in self.errors.items() if e is not None]
+        down = [u for u, p in self._proxies.items() if p.error is not None]
         if len(self.urls) == 1:
             url = self.urls[0]
-            return f"{url} (down: {self.errors[url]})" if down else url
+            return f"{url} (down: {self._proxies[url].error})" if down else url
         up = len(self.urls) - len(down)
         if not down:
             return f"{len(self.urls)} proxies"
@@ -677,7 +707,7 @@ class AdminSource:
     def down_label(self) -> str | None:
         """With several proxies, "1/3 proxies down" while some do not answer (with one,
         its being down is the app's DISCONNECTED state)."""
-        down = sum(e is not None for e in self.errors.values())
+        down = sum(p.error is not None for p in self._proxies.values())
         if len(self.urls) == 1 or not down:
             return None
         return f"{down}/{len(self.urls)} proxies down"
