@@ -526,6 +526,10 @@ class RecordingReader:
             "problems": list(self.problems),
             "complete": self.complete,
             "gzip_incomplete": self._chunks.gz_incomplete,
+            # the recorder's own counts (its footer): what it could not write, and what it
+            # wrote after a later line
+            "dropped_by_recorder": (self.footer or {}).get("dropped"),
+            "out_of_order_lines": (self.footer or {}).get("out_of_order"),
         }
 
 

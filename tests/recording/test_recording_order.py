@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from rec_helpers import written_late
 
+from llmtop.cli import main
 from llmtop.clock import unix_now
 from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.parts import open_recording
@@ -81,7 +82,7 @@ def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) 
 
 
 def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
-        tmp_path: Path) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A line that reaches the writer after its hold (a scrape slower than it, a worker's
     batch held up by a pause of the machine) is written when it comes, after a later line:
     the footer and the status count such lines, so a reader knows the order was not kept
@@ -109,6 +110,10 @@ def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
     assert report["source"]["out_of_order_lines"] == 2
     assert ("  file            2 lines out of time order (written after a later one)"
             in render_text(report).splitlines())
+    # and export, on stderr beside what it wrote
+    assert main(["export", str(path), "--hlog", str(tmp_path / "r.hlog")]) == 0
+    assert ("llmtop export: note: r.jsonl: 2 lines out of time order (written after a later one)"
+            in capsys.readouterr().err.splitlines())
 
 
 def test_the_hold_is_bounded_by_what_a_kill_may_lose() -> None:
