@@ -288,3 +288,19 @@ def test_nonfinite_cli_numbers_are_usage_errors(
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.hlog").exists()
+
+
+def test_the_recorders_own_counts_are_noted_by_report_and_export(
+        tmp_path: Path, base: tuple[list[dict[str, Any]], list[Event]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The footer's ``dropped`` (events the recorder could not write: rows the tables lack)
+    and ``out_of_order`` reach the user from both readers, not only the file."""
+    lines = [dict(d) for d in base[0]]
+    assert lines[-1]["type"] == "footer"
+    lines[-1].update(dropped=3, out_of_order=1)
+    path = _write(tmp_path / "c.jsonl", lines)
+    note = "3 events dropped by the recorder; 1 line out of time order (written after a later one)"
+    assert main(["report", str(path), "-q"]) == 0
+    assert f"  file            {note}" in capsys.readouterr().out.splitlines()
+    assert main(["export", str(path), "--hlog", str(tmp_path / "o.hlog")]) == 0
+    assert f"llmtop export: note: c.jsonl: {note}" in capsys.readouterr().err.splitlines()
