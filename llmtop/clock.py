@@ -10,7 +10,7 @@ is that after a step llmtop's times differ from the system clock by the step —
 instants, measured on the timeline llmtop started with.
 
 The anchor is never moved silently. :func:`set_anchor` (a worker of ``--workers N`` taking
-the coordinator's anchor, tests) and :func:`reanchor` (tests) are the only ways.
+the coordinator's anchor, tests) is the only way.
 
 ``--workers N``: the coordinator passes its anchor to each worker in the environment
 (:data:`ENV`, :func:`child_env`); a worker adopts it at import, so every process's records
@@ -107,11 +107,6 @@ def set_anchor(a: Anchor) -> Anchor:
     global _anchor
     old, _anchor = _anchor, a
     return old
-
-
-def reanchor() -> Anchor:
-    """Take a fresh anchor from the wall clock now (a deliberate jump: tests only)."""
-    return set_anchor(take_anchor())
 
 
 def child_env() -> dict[str, str]:

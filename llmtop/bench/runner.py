@@ -89,7 +89,7 @@ class Progress:
 
     def step(self, label: str) -> None:
         self.label = label
-        self._write(f"{label}: starting", force=True)
+        self._write(f"{label}: starting")
 
     def update(self, run: StepRun) -> None:
         now = time.monotonic()
@@ -108,7 +108,7 @@ class Progress:
         errors = f", errors: {errors_text(s.error_kinds)}" if s.error_kinds else ""
         gave_up = " (gave up: nothing succeeded)" if s.gave_up else ""
         self._write(f"{self.label}: {s.requests} requests, {s.output_tps:.0f} tok/s, "
-                    f"SLO attainment {att}{errors}{gave_up}", force=True, end=True)
+                    f"SLO attainment {att}{errors}{gave_up}", end=True)
 
     def end_line(self) -> None:
         """End a line left open on a terminal (before other output)."""
@@ -118,7 +118,7 @@ class Progress:
                 self.out.write("\n")
                 self.out.flush()
 
-    def _write(self, text: str, force: bool = False, end: bool = False) -> None:
+    def _write(self, text: str, end: bool = False) -> None:
         try:
             if self.tty:
                 self.out.write("\r\x1b[2K" + text + ("\n" if end else ""))

@@ -70,14 +70,13 @@ if TYPE_CHECKING:
     from llmtop.metrics.slo import Slo
 
 VERSION: Final = 1
-ROW_PS: Final = (50.0, 95.0, 99.0)
-"""Percentiles computed for user and model rows."""
 _ROW_METRICS: Final = (M_TTFT, M_ITL, M_TPOT, M_E2E)
 """Metrics with per-user and per-model histograms (chunk gaps: system only)."""
 
 
 SYSTEM_PS: Final = (50.0, 90.0, 95.0, 99.0)
-"""Percentiles computed for the system's ``latency`` (a superset of :data:`ROW_PS`)."""
+"""Percentiles computed for the system's ``latency``; user and model rows take p50, p95 and
+p99 of the same computation."""
 _NO_SUMMARY: Final = {"count": 0, "p50": None, "p90": None, "p95": None, "p99": None,
                       "max": None, "mean": None}
 

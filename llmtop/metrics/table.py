@@ -163,11 +163,6 @@ class CountTable:
         lo, hi = np.searchsorted(self.keys, [g * COUNTS_LEN, (g + 1) * COUNTS_LEN])
         return self.keys[lo:hi] - g * COUNTS_LEN, self.counts[lo:hi]
 
-    def range_slice(self, g_lo: int, g_hi: int) -> CountTable:
-        """Groups ``g_lo <= group < g_hi`` (a view)."""
-        lo, hi = np.searchsorted(self.keys, [g_lo * COUNTS_LEN, g_hi * COUNTS_LEN])
-        return CountTable(self.keys[lo:hi], self.counts[lo:hi])
-
     def remap_series(self, mapping: dict[int, int]) -> CountTable:
         """Move whole series to others (``{old: new}``), summing where they meet."""
         if not mapping or len(self) == 0:

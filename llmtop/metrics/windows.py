@@ -155,8 +155,6 @@ class Windows:
         self.coarse_ring: deque[Interval] = deque(maxlen=COARSE_N)
         self.run: dict[int, _Running] = {w: self._zero_running() for w in WINDOWS}
         self.all = Interval.new(start, start, shape)
-        self.generation = 0
-        """Bumped whenever any data or interval changes (cache key for snapshots)."""
         self._closed_sums: dict[int | None, _Closed] = {}
         """Per window: its completed intervals plus the open coarse interval, summed (what
         changes only when a fine interval closes). A view then queries this table and the
@@ -178,7 +176,6 @@ class Windows:
             self.cur.table = cur.plus(table) if len(cur) >= len(table) else table.plus(cur)
         if counters is not None:
             self.cur.counters += counters
-        self.generation += 1
 
     def add_to_total(self, column: int, values: I64) -> None:
         """Add ``values`` (one per series) to ``column`` of the all-time counters only —
@@ -188,7 +185,6 @@ class Windows:
         closed = self._closed_sums.get(None)  # "all" is the one window holding them
         if closed is not None:
             closed.counters[:, column] += values
-        self.generation += 1
 
     def sample(self, values: tuple[float, ...]) -> None:
         """Record one concurrency sample (in_flight, waiting, streaming)."""
@@ -196,7 +192,6 @@ class Windows:
         self.cur.conc_sum[:-1] += v
         self.cur.conc_sum[-1] += 1
         np.maximum(self.cur.conc_max, v, out=self.cur.conc_max)
-        self.generation += 1
 
     # -- rotation ------------------------------------------------------------------------
 
@@ -220,7 +215,6 @@ class Windows:
             self.coarse_cur = Interval.new(jump_to, jump_to, self.shape)
         while now >= self.cur.end:
             self._close_fine()
-        self.generation += 1
 
     def _close_fine(self) -> None:
         self._closed_sums.clear()
@@ -317,7 +311,6 @@ class Windows:
             r.table = r.table.remap_series(mapping)
             assert r.counters is not None
             _fold_rows(r.counters, mapping)
-        self.generation += 1
 
 
 def _fold_rows(m: I64, mapping: dict[int, int]) -> None:

@@ -296,7 +296,6 @@ class SeriesReader:
         self._progress = progress
         self._sizes = [_size(f) for f in series.files]
         self._total = sum(self._sizes)
-        self._done = 0  # bytes of the parts finished
         self._counts = dict.fromkeys(_COUNTS, 0)
         self.problems: list[str] = []
         self.bench_steps: list[dict[str, Any]] = []
@@ -376,7 +375,6 @@ class SeriesReader:
             self._note(f"{f.name}: {p}")
         self.bench_steps += r.bench_steps
         self._gz_incomplete = self._gz_incomplete or bool(r.summary()["gzip_incomplete"])
-        self._done += r.total_bytes
         self._last_footer = r.footer
         if r.footer is not None:
             self._footers.append(r.footer)
@@ -415,10 +413,6 @@ class SeriesReader:
     @property
     def lines_read(self) -> int:
         return self._counts["lines_read"]
-
-    @property
-    def bytes_read(self) -> int:
-        return self._done
 
     @property
     def total_bytes(self) -> int:

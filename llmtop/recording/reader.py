@@ -284,10 +284,6 @@ class RecordingReader:
         self._fh.close()
 
     @property
-    def bytes_read(self) -> int:
-        return self._chunks.read_bytes
-
-    @property
     def total_bytes(self) -> int:
         return self._chunks.total
 
