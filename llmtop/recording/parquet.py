@@ -170,7 +170,10 @@ def export_parquet(
     with open_recording(recording, progress=progress) as reader:
         try:
             out.mkdir(exist_ok=True)
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            if out.parent.is_dir():  # (a file system that makes nothing: /proc, /sys)
+                raise RecordingError(f"{out}: cannot create directory: {exc.strerror}"
+                                     ) from None
             raise RecordingError(f"{out}: cannot write: no directory {out.parent}") from None
         except FileExistsError:
             raise RecordingError(f"{out}: exists and is not a directory") from None

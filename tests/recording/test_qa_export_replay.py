@@ -211,3 +211,16 @@ def test_ctrl_c_mid_report_says_so(tmp_path: Path) -> None:
     assert p.returncode == 130, err
     assert "llmtop report: interrupted; no report written" in err and "Traceback" not in err
     assert sorted(f.name for f in tmp_path.iterdir()) == ["live.jsonl", "s.jsonl"]
+
+
+def test_parquet_into_a_file_system_that_makes_nothing_names_the_real_cause(
+        tmp_path: Path) -> None:
+    """``--parquet /proc/x``: mkdir fails with ENOENT though ``/proc`` is there; the error
+    said "no directory /proc", which is not so."""
+    rec = tmp_path / "s.jsonl"
+    write_recording(rec, session(5, duration_s=1))
+    p = subprocess.run([sys.executable, "-m", "llmtop", "export", str(rec), "--parquet",
+                        "/proc/llmtop-x"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.strip() == ("llmtop export: error: /proc/llmtop-x: cannot create "
+                                "directory: No such file or directory"), p.stderr
