@@ -1,0 +1,111 @@
+"""Run pytest while its whole process tree is paused now and then, as a loaded machine pauses it.
+
+CI runs on a shared 2-core machine whose scheduler sometimes stops the test process for
+hundreds of milliseconds. A test whose timing has no room for that fails there, rarely and
+never here. This runner makes such pauses happen on purpose: every ``--gap`` seconds
+(uniform between the two bounds) it sends SIGSTOP to pytest and every process below it,
+waits ``--freeze`` milliseconds, and sends SIGCONT. A test that passes under it has room
+for a pause of that size.
+
+    python tools/freeze_pytest.py [--freeze 200 600] [--gap 1 5] [--seed N] -- PYTEST ARGS
+
+The defaults (200-600 ms every 1-5 s) are what earlier CI failures looked like; pytest's
+output goes to this process's, and a last line says how many pauses there were and for how
+long in all. The exit status is pytest's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc: Linux only)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        ppid = int(stat[stat.rfind(")") + 2:].split()[1])  # (the name may hold spaces)
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass  # ended meanwhile
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="freeze_pytest.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--freeze", nargs=2, type=float, default=(200.0, 600.0),
+                   metavar=("MIN_MS", "MAX_MS"), help="each pause, ms (default 200 600)")
+    p.add_argument("--gap", nargs=2, type=float, default=(1.0, 5.0),
+                   metavar=("MIN_S", "MAX_S"), help="between pauses, s (default 1 5)")
+    p.add_argument("--seed", type=int, default=None, help="for the pauses' random sizes")
+    if "--" not in argv:
+        if "-h" in argv or "--help" in argv:
+            p.parse_args(argv)  # (prints the help and exits)
+        print("usage: freeze_pytest.py [--freeze MIN_MS MAX_MS] [--gap MIN_S MAX_S] "
+              "[--seed N] -- PYTEST ARGS", file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    args = p.parse_args(argv[:cut])
+    lo, hi = sorted(args.freeze)
+    glo, ghi = sorted(args.gap)
+    if lo < 0 or glo <= 0:
+        p.error("--freeze must be at least 0 ms and --gap above 0 s")
+    rng = random.Random(args.seed)
+    child = subprocess.Popen([sys.executable, "-m", "pytest", *argv[cut + 1:]])
+    pauses, frozen = 0, 0.0
+    try:
+        while child.poll() is None:
+            time.sleep(rng.uniform(glo, ghi))
+            if child.poll() is not None:
+                break
+            stopped = tree(child.pid)
+            signal_all(stopped, signal.SIGSTOP)
+            pause = rng.uniform(lo, hi) / 1000
+            time.sleep(pause)
+            # (a process started just before the stop is resumed too)
+            signal_all(sorted(set(tree(child.pid)) | set(stopped)), signal.SIGCONT)
+            pauses += 1
+            frozen += pause
+    except KeyboardInterrupt:
+        pass  # pytest got the Ctrl-C too (one process group): let it end and report
+    finally:
+        if child.poll() is None:
+            signal_all(tree(child.pid), signal.SIGCONT)
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except KeyboardInterrupt:
+            continue
+    print(f"freeze_pytest: {pauses} pauses, {frozen:.1f} s in all; pytest exit status {rc}",
+          flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
