@@ -20,7 +20,7 @@ from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import as_num, as_str, dicts
-from llmtop.tui.widgets.users import matches
+from llmtop.tui.widgets.users import available_cells, matches
 
 MAX_ROWS = 500
 LABELS: dict[str, tuple[str, bool]] = {
@@ -230,15 +230,6 @@ class RequestsTable(DataTable[Text]):
             title.append(printable(stale), style=f"bold {palette.warn}")
         self.border_title = title
 
-    def _available(self, rows: int) -> int:
-        """The cells the columns may take: the width, less the scrollbar when the rows
-        (and the header) are more than the height."""
-        width = self.size.width
-        if width <= 0:  # not laid out yet: everything, cut later if need be
-            return 10_000
-        bar = self.styles.scrollbar_size_vertical if rows + 1 > self.size.height else 0
-        return width - bar
-
     def show_requests(
         self, rows: Sequence[Mapping[str, Any]], palette: Palette, ttft_slo: float | None,
         stale: str | None = None,
@@ -264,7 +255,7 @@ class RequestsTable(DataTable[Text]):
                       *(row[key].cell_len for row in full)])
             for key in layout.columns
         }
-        shown = fit_columns(natural, self._available(len(full)), layout)
+        shown = fit_columns(natural, available_cells(self, len(full)), layout)
         clip = {**TEXT_WIDTH, **{k: w for k, w in shown.items() if k in TEXT_WIDTH}}
         if clip != TEXT_WIDTH:  # a text column narrower than its widest: cut again
             full = [request_cells(r, palette, ttft_slo, clip) for r in ordered]

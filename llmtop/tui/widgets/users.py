@@ -115,6 +115,16 @@ def user_label(name: str, width: int = USER_WIDTH) -> str:
     return fmt.name(name, width)
 
 
+def available_cells(table: DataTable[Text], rows: int) -> int:
+    """The cells a table's columns may take: its width, less the scrollbar when the rows
+    (and the header) are more than its height."""
+    width = table.size.width
+    if width <= 0:  # not laid out yet: everything, cut later if need be
+        return 10_000
+    bar = table.styles.scrollbar_size_vertical if rows + 1 > table.size.height else 0
+    return width - bar
+
+
 def matches(name: str, needle: str) -> bool:
     return not needle or needle.casefold() in name.casefold()
 
@@ -235,15 +245,6 @@ class UsersTable(DataTable[Text]):
     def on_resize(self) -> None:
         self.redraw()
 
-    def _available(self, rows: int) -> int:
-        """The cells the columns may take: the width, less the scrollbar when the rows
-        (and the header) are more than the height."""
-        width = self.size.width
-        if width <= 0:  # not laid out yet: everything, cut later if need be
-            return 10_000
-        bar = self.styles.scrollbar_size_vertical if rows + 1 > self.size.height else 0
-        return width - bar
-
     def _headers(self, visible: list[Column], widths: Mapping[str, int]) -> None:
         state = (self.sort_index, self.sort_reverse,
                  tuple((c.key, widths[c.key]) for c in visible))
@@ -275,7 +276,7 @@ class UsersTable(DataTable[Text]):
                         *(row[i].cell_len for row in table)])
             for i, c in enumerate(COLUMNS)
         }
-        visible, user_w = fit_columns(widths, self._available(len(table)),
+        visible, user_w = fit_columns(widths, available_cells(self, len(table)),
                                       self.sort_column.key)
         widths["user"] = user_w
         self._headers(visible, widths)
