@@ -31,13 +31,6 @@ def workload(prompt: int = 32, out: int = 24) -> Workload:
     return Workload(prompt_tokens=Length(prompt, prompt), max_tokens=Length(out, out), seed=1)
 
 
-def analytic_capacity(max_num_seqs: int, step_s: float, itl_slo: float) -> int:
-    """Closed loop on the simulator: up to max_num_seqs requests are decoded together and
-    none waits; one more and a request waits for a whole request's duration (≫ the TTFT
-    SLO). Within the slots, the batch size is limited by the ITL SLO."""
-    return max(c for c in range(1, max_num_seqs + 1) if step_s * c <= itl_slo * c) or 1
-
-
 async def test_search_finds_the_simulators_knee() -> None:
     """--search lands within one step of the analytic capacity (max_num_seqs = 4 here:
     every request past it waits ~a request's duration, 450+ ms, over the TTFT SLO).

@@ -153,7 +153,6 @@ class RecordingUpstream:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._changed = asyncio.Event()
 
     @property
     def requests(self) -> list[Framed]:
@@ -177,12 +176,6 @@ class RecordingUpstream:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=2.0)
 
-    async def wait_requests(self, n: int, within_s: float = 5.0) -> None:
-        async with asyncio.timeout(within_s):
-            while self.count < n:
-                self._changed.clear()
-                await self._changed.wait()
-
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -205,7 +198,6 @@ class RecordingUpstream:
                         got = frame_request(buf)
                     except FramingError as exc:
                         conn.errors.append(str(exc))
-                        self._changed.set()
                         return
                     if got is None:
                         break
@@ -214,7 +206,6 @@ class RecordingUpstream:
                     self.count += 1
                     req = Framed(method, target, headers, body, framing, self.count)
                     conn.requests.append(req)
-                    self._changed.set()
                     if not await self._answer(writer, req, conn):
                         return
         except ConnectionError:
@@ -222,7 +213,6 @@ class RecordingUpstream:
         finally:
             conn.closed = True
             self._tasks.discard(task)  # type: ignore[arg-type]
-            self._changed.set()
             self._writers.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()

@@ -372,13 +372,6 @@ class LlmtopProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def rss_bytes(self) -> int:
-        with open(f"/proc/{self.pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
-
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
