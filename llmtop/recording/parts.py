@@ -40,7 +40,13 @@ from typing import Any, Final
 
 from llmtop.events import Event, WarningEvent
 from llmtop.recording.errors import RecordingError
-from llmtop.recording.reader import GZIP_MAGIC, MAX_PROBLEMS, Progress, RecordingReader
+from llmtop.recording.reader import (
+    GZIP_MAGIC,
+    MAX_PROBLEMS,
+    Progress,
+    RecordingReader,
+    recorder_counts,
+)
 from llmtop.recording.validate import clean_slo
 from llmtop.recording.writer import FORMAT
 from llmtop.recording_names import split_stem
@@ -434,10 +440,7 @@ class SeriesReader:
             "problems": list(self.problems),
             "complete": self.complete,
             "gzip_incomplete": self._gz_incomplete,
-            # the recorder's own counts (its footer): what it could not write, and what it
-            # wrote after a later line
-            "dropped_by_recorder": (self.footer or {}).get("dropped"),
-            "out_of_order_lines": (self.footer or {}).get("out_of_order"),
+            **recorder_counts(self.footer),
             "parts": [f.name for f in self.series.files],
         }
 

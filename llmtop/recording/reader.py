@@ -20,7 +20,7 @@ import json
 import math
 import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Final
@@ -522,11 +522,16 @@ class RecordingReader:
             "problems": list(self.problems),
             "complete": self.complete,
             "gzip_incomplete": self._chunks.gz_incomplete,
-            # the recorder's own counts (its footer): what it could not write, and what it
-            # wrote after a later line
-            "dropped_by_recorder": (self.footer or {}).get("dropped"),
-            "out_of_order_lines": (self.footer or {}).get("out_of_order"),
+            **recorder_counts(self.footer),
         }
+
+
+def recorder_counts(footer: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The recorder's own counts from its footer, as a summary names them: the events it
+    could not write and the lines it wrote after a later one (None: no footer)."""
+    footer = footer or {}
+    return {"dropped_by_recorder": footer.get("dropped"),
+            "out_of_order_lines": footer.get("out_of_order")}
 
 
 def read_header(path: Source) -> dict[str, Any]:

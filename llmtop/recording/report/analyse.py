@@ -58,7 +58,7 @@ from llmtop.metrics.ingest import (
 from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
 from llmtop.recording.parts import Series, Source, resolve, source_path
-from llmtop.recording.reader import Progress, read_header
+from llmtop.recording.reader import Progress, read_header, recorder_counts
 from llmtop.recording.replay import DEFAULT_LOOKAHEAD_S, ReplayEngine, config_for
 from llmtop.recording.report.fmt import PERCENTILE_NOTE
 from llmtop.recording.report.inflight import in_flight
@@ -563,10 +563,7 @@ def analyse(
             "unknown_lines": reader.unknown_lines,
             "defaulted_lines": reader.defaulted_lines,
             "problems": list(reader.problems),
-            "dropped_by_recorder": footer.get("dropped") if footer else None,
-            # lines the recorder wrote after a later one (a late worker batch or scrape):
-            # nothing here depends on the order, but a reader of the file may
-            "out_of_order_lines": footer.get("out_of_order") if footer else None,
+            **recorder_counts(footer),
             "events": reader.events_read,
             # (a rotated recording's stem: which of its series was read, 1 = the oldest)
             **({"series": path.index} if isinstance(path, Series) else {}),
