@@ -158,15 +158,18 @@ class SimEngine:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._steps: deque[tuple[float, float, float, float]] = deque(maxlen=4096)
-        """(monotonic end, wall duration, DRAM bandwidth fraction, memory-busy fraction)."""
+        """(monotonic end, wall time busy, DRAM bandwidth fraction, memory-busy fraction).
+        Back-to-back steps tile the time line: a step is busy from the previous one's end
+        (or from the wake-up that started it), so a stalled host process (a pause, a
+        blocked loop) stretches the step it delays instead of reading as an idle GPU."""
         self.last_step_s = 0.0
         """Wall duration of the latest step (scaled by time_scale; 0 in firehose mode)."""
         self.steps = 0
         self.preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        self.success: dict[str, int] = {"stop": 0, "length": 0}
-        self.cancelled_total = 0
+        self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
+        """Finished requests by vLLM V1's ``finished_reason``; a cancellation is ``abort``."""
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
 
@@ -250,7 +253,7 @@ class SimEngine:
             req.kv_held = 0
         req.state = CANCELLED
         req.cancelled_at = time.time()
-        self.cancelled_total += 1
+        self.success["abort"] += 1
         req.event.set()
 
     # -- the scheduler -----------------------------------------------------------------
@@ -264,17 +267,18 @@ class SimEngine:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        next_t = loop.time()
+        next_t = busy_from = loop.time()
         while True:
             if not self._waiting and not self._running:
                 self._wake.clear()
                 await self._wake.wait()
-                next_t = loop.time()
+                next_t = busy_from = loop.time()
             model_s, bw_frac, busy_frac = self._plan()
             if not self._running:
                 # nothing admissible right now (only possible transiently): wait for news
                 self._wake.clear()
                 await self._wake.wait()
+                busy_from = loop.time()
                 continue
             if self.firehose:
                 self.last_step_s = 0.0
@@ -288,7 +292,9 @@ class SimEngine:
                 next_t = start + dur
                 self.last_step_s = dur
                 await asyncio.sleep(max(0.0, next_t - now))
-                self._steps.append((loop.time(), dur, bw_frac, busy_frac))
+                end = loop.time()
+                self._steps.append((end, end - busy_from, bw_frac, busy_frac))
+                busy_from = end
             self._emit()
 
     def _plan(self) -> tuple[float, float, float]:

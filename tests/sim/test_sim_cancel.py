@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import aiohttp
-from sim_support import chat_body
+from sim_support import chat_body, metric_values
 
 from llmtop.sim.server import running_sim
 
@@ -46,8 +46,12 @@ async def test_disconnect_mid_stream_is_noticed_quickly() -> None:
         await _until(lambda: sim.engine.state()["running"] == 0)
         steps = sim.engine.steps - steps  # none once it is cancelled: nothing else runs
         rec = sim.engine.records()[-1]
+        metrics = await metric_values(sim.url)
     assert rec["state"] == "cancelled"
     assert rec["cancelled_at"] is not None
+    # vLLM V1 counts an aborted request under finished_reason="abort"
+    assert metrics['vllm:request_success_total{finished_reason=abort}'] == 1
+    assert metrics['vllm:request_success_total{finished_reason=stop}'] == 0
     # noticed within a few ms of the close: counted in the engine's decode steps
     assert steps <= MAX_STEPS, steps
     assert rec["finished"] is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 import pytest
@@ -105,6 +106,32 @@ async def test_sim_gpu_state_and_requests_endpoints() -> None:
     assert all(keys <= set(r) for r in records)
     assert all(r["arrival"] <= r["admitted"] <= r["first_token"] <= r["chunks"][0]
                for r in records)
+
+
+async def test_a_stalled_host_does_not_read_as_an_idle_gpu() -> None:
+    """Steps run back to back while there is work, so the GPU is busy the whole time; a
+    host stall (here the loop blocked for 0.6 s, as a paused process or a busy machine
+    would) stretches the step it delays. Counting only each step's modelled duration read
+    such a window as ~40 % idle, and `test_sim_gpu_state_and_requests_endpoints` failed
+    under tools/freeze_pytest.py."""
+    engine = SimEngine(get_profile("tiny", time_scale=0.5))
+    await engine.start()
+    try:
+        reqs = [engine.submit(path="/x", stream=True, prompt_tokens=5, max_tokens=400)
+                for _ in range(3)]
+        await asyncio.sleep(GPU_WINDOW_S + 0.1)
+        steps = engine.steps
+        time.sleep(0.6)  # noqa: ASYNC251 - the stall under test
+        await asyncio.sleep(0.05)
+        gpu = engine.gpu()
+        assert all(r.state == "running" for r in reqs)
+        assert engine.steps > steps  # the delayed step ran, and more after it
+        assert gpu["util_gpu"] > 90
+        assert 0 < gpu["dram_bw_util"] <= gpu["mem_busy"] <= 100
+    finally:
+        await engine.stop()
+    await asyncio.sleep(GPU_WINDOW_S + 0.05)
+    assert engine.gpu()["util_gpu"] == 0  # idle once the window has passed
 
 
 async def test_firehose_has_no_pacing_and_no_limits() -> None:
