@@ -63,10 +63,11 @@ T = TypeVar("T")
 TICK_S = 0.5
 """How often the metrics rotate their intervals; the detectors run every second tick."""
 
-COORDINATOR_ORDER_HOLD_S = FORWARD_INTERVAL_S + 0.1
+COORDINATOR_ORDER_HOLD_S = FORWARD_INTERVAL_S + 0.25
 """How long the coordinator's recorder holds a line to write it in time order: a worker's
-records reach it up to one forwarding interval (and their trip) after the requests ended.
-(The recorder caps the hold at ``0.6 * flush_s``, for what a kill -9 may lose.)"""
+records reach it up to one forwarding interval (and their trip, and the coordinator's loop
+on a busy machine) after the requests ended. (The recorder caps the hold at
+``writer.HOLD_CAP * flush_s``, for what a kill -9 may lose.)"""
 
 
 class StartupError(RuntimeError):

@@ -23,7 +23,13 @@ from llmtop.events import EngineReading, GpuReading, RequestRecord, WarningEvent
 from llmtop.recording.parts import open_recording
 from llmtop.recording.report.analyse import analyse
 from llmtop.recording.report.text import render_text
-from llmtop.recording.writer import ORDER_HOLD_S, Recorder, line_time
+from llmtop.recording.writer import (
+    HOLD_CAP,
+    ORDER_HOLD_S,
+    PASSES_PER_FLUSH,
+    Recorder,
+    line_time,
+)
 from llmtop.server import COORDINATOR_ORDER_HOLD_S
 from llmtop.workers import FORWARD_INTERVAL_S
 
@@ -68,7 +74,7 @@ def test_lines_published_out_of_order_are_written_in_time_order(tmp_path: Path) 
     rec.on_events([EngineReading(t=now - 0.08, kind="vllm")])
     rec.on_events([WarningEvent(t=now - 0.03, code="QUEUEING", severity="warning",
                                 message="m", state="raised")])
-    _until(rec, "lines", 5)  # the hold (at most 0.6 flush_s) passes: written, not at stop
+    _until(rec, "lines", 5)  # the hold (at most 0.75 flush_s) passes: written, not at stop
     rec.on_events([_request(2, unix_now())])
     rec.stop()
     got = _times(path)
@@ -117,15 +123,41 @@ def test_a_line_later_than_the_hold_is_written_when_it_comes_and_counted(
 
 
 def test_the_hold_is_bounded_by_what_a_kill_may_lose() -> None:
-    """Held at most 0.6 flush_s (then written at the writer's next pass, flush_s / 4): a
+    """Held at most 0.75 flush_s (then written at the writer's next pass, flush_s / 8): a
     line queued more than flush_s before a kill -9 is still in the file
     (tests/recording/test_recording_durability.py)."""
-    assert Recorder("x.jsonl", header={}, flush_s=1.0).order_hold_s == ORDER_HOLD_S <= 0.6
-    assert Recorder("x.jsonl", header={}, flush_s=0.1).order_hold_s == pytest.approx(0.06)
-    assert Recorder("x.jsonl", header={}, flush_s=1.0, order_hold_s=0.9).order_hold_s == 0.6
-    # the coordinator of --workers N: a worker's forwarding interval and then some, within
-    # the cap at the default flush_s
-    assert FORWARD_INTERVAL_S < COORDINATOR_ORDER_HOLD_S <= 0.6
+    assert HOLD_CAP + 1 / PASSES_PER_FLUSH < 1
+    assert Recorder("x.jsonl", header={}, flush_s=1.0).order_hold_s == ORDER_HOLD_S <= 0.75
+    assert Recorder("x.jsonl", header={}, flush_s=0.1).order_hold_s == pytest.approx(0.075)
+    assert Recorder("x.jsonl", header={}, flush_s=1.0, order_hold_s=0.9).order_hold_s == 0.75
+    # the coordinator of --workers N: a worker's forwarding interval and a quarter second
+    # for its trip, within the cap at the default flush_s
+    assert FORWARD_INTERVAL_S + 0.2 < COORDINATOR_ORDER_HOLD_S <= 0.75
+
+
+def test_the_coordinator_waits_for_a_workers_batch_a_quarter_second_late(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker ships its records every FORWARD_INTERVAL_S; on a busy machine the batch and
+    the coordinator's loop add up to a quarter second more. The coordinator's hold covers
+    that: the late record still goes before a line of the same moment that came on time.
+    (Held 0.6 s, with the writer's passes every 0.25 s, a 2-worker recording at 256 paced
+    streams had ~1 % of its lines out of order, by up to 44 ms; this test failed then.)
+    The writer's clock is the test's, so it does not matter when the passes run."""
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr("llmtop.recording.writer.unix_now", lambda: clock[0])
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, header={"upstream": "u"}, flush_s=1.0,
+                   order_hold_s=COORDINATOR_ORDER_HOLD_S)
+    rec.start()
+    t0 = clock[0]
+    rec.on_events([GpuReading(t=t0, index=0, name="g", mem_used_bytes=1, mem_total_bytes=2)])
+    clock[0] = t0 + FORWARD_INTERVAL_S + 0.2
+    time.sleep(0.4)  # the writer's passes at that time (every 0.125 s)
+    rec.on_events([_request(1, t0 - 0.05)])  # ended before the reading, shipped late
+    clock[0] = t0 + 5
+    rec.stop()
+    assert [k for k, _ in _times(path)] == ["r1", "gpu"]
+    assert rec.status()["out_of_order"] == 0
 
 
 def test_a_line_without_a_time_or_ahead_of_the_clock_is_not_held_for_ever(
