@@ -4,8 +4,9 @@ CI runs on a shared 2-core machine whose scheduler sometimes stops the test proc
 hundreds of milliseconds. A test whose timing has no room for that fails there, rarely and
 never here. This runner makes such pauses happen on purpose: every ``--gap`` seconds
 (uniform between the two bounds) it sends SIGSTOP to pytest and every process below it,
-waits ``--freeze`` milliseconds, and sends SIGCONT. A test that passes under it has room
-for a pause of that size.
+waits ``--freeze`` milliseconds, and sends SIGCONT (not to a process that was stopped
+already: a test's own SIGSTOP stays). A test that passes under it has room for a pause of
+that size.
 
     python tools/freeze_pytest.py [--freeze 200 600] [--gap 1 5] [--seed N] -- PYTEST ARGS
 
@@ -46,6 +47,22 @@ def tree(root: int) -> list[int]:
     return out
 
 
+def stopped_already(pids: list[int]) -> set[int]:
+    """Those of ``pids`` that are stopped now (state T: a test's own SIGSTOP, as the tests
+    of a stuck worker send): the pauses leave them as they are, for a SIGCONT of ours would
+    end the test's stop and its test would wait for what then never comes."""
+    out: set[int] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2:][:1] in ("T", "t"):
+            out.add(pid)
+    return out
+
+
 def signal_all(pids: list[int], sig: signal.Signals) -> None:
     for pid in pids:
         try:
@@ -83,12 +100,14 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(rng.uniform(glo, ghi))
             if child.poll() is not None:
                 break
-            stopped = tree(child.pid)
+            found = tree(child.pid)
+            held = stopped_already(found)
+            stopped = [pid for pid in found if pid not in held]
             signal_all(stopped, signal.SIGSTOP)
             pause = rng.uniform(lo, hi) / 1000
             time.sleep(pause)
             # (a process started just before the stop is resumed too)
-            signal_all(sorted(set(tree(child.pid)) | set(stopped)), signal.SIGCONT)
+            signal_all(sorted((set(tree(child.pid)) | set(stopped)) - held), signal.SIGCONT)
             pauses += 1
             frozen += pause
     except KeyboardInterrupt:

@@ -48,6 +48,38 @@ def test_the_tree_is_paused_and_the_status_is_pytests(tmp_path: Path) -> None:
     assert int(last.split()[1]) >= 3  # pauses
 
 
+def test_a_process_the_test_stopped_stays_stopped(tmp_path: Path) -> None:
+    """The pauses resume only what they stopped: a worker a test has SIGSTOPped on purpose
+    (tests/scale/test_qa_workers.py) was resumed by the next pause's SIGCONT, and its
+    test waited 30 s for a report that the worker had stopped."""
+    body = """
+        import os, signal, subprocess, sys, time
+
+        def state(pid):
+            stat = open(f"/proc/{pid}/stat").read()
+            return stat[stat.rfind(")") + 2]
+
+        def test_stopped_child():
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            try:
+                os.kill(child.pid, signal.SIGSTOP)
+                while state(child.pid) != "T":
+                    time.sleep(0.01)
+                end = time.monotonic() + 1.5  # several pauses of the whole tree
+                states = set()
+                while time.monotonic() < end:
+                    states.add(state(child.pid))
+                    time.sleep(0.005)
+                assert states == {"T"}, states
+            finally:
+                child.kill()
+                child.wait()
+    """
+    r = _run(tmp_path, body, "--freeze", "50", "50", "--gap", "0.1", "0.2", "--seed", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert int(r.stdout.strip().splitlines()[-1].split()[1]) >= 3  # pauses
+
+
 def test_a_failing_run_keeps_its_exit_status(tmp_path: Path) -> None:
     r = _run(tmp_path, "def test_fails():\n    assert False\n", "--gap", "5", "5")
     assert r.returncode == 1, r.stdout + r.stderr
