@@ -131,6 +131,17 @@ class IngestClient:
         self._reader = self._writer = None
 
 
+def next_due(due: float, interval_s: float, now: float) -> float:
+    """When the next POST goes: on a fixed cadence from the last one's due time, not an
+    interval after the last one's answer, so a record waits in the worker at most one
+    interval however long the coordinator took to answer (and reaches the coordinator's
+    recorder within its hold: ``llmtop.server.COORDINATOR_ORDER_HOLD_S``). Past due (the
+    last POST, or a stall, took longer than an interval): now, and the cadence starts
+    again from there (one POST, not a burst to catch up)."""
+    due += interval_s
+    return max(due, now)
+
+
 class EventForwarder:
     """Worker side: a bus subscriber that ships events and open requests to the coordinator."""
 
@@ -194,9 +205,12 @@ class EventForwarder:
         # this worker's clients it cannot accept: said on its output, and as OUT_OF_FILES
         # on its bus, which this very loop ships to the coordinator (the screens see it)
         fds = OutOfFilesWarning(bus.publish, f"worker {self.worker}")
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         try:
             while True:
-                await asyncio.sleep(self.interval_s)
+                due = next_due(due, self.interval_s, loop.time())
+                await asyncio.sleep(max(0.0, due - loop.time()))
                 fds.tick()
                 bus.drain()
                 while await self.post() and self.buffer:

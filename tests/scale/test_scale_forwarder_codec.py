@@ -22,7 +22,7 @@ from llmtop import workers
 from llmtop.bus import EventBus
 from llmtop.events import ActiveRequest, Event, RequestRecord, WarningEvent
 from llmtop.proxy.dialects.registry import make_parser
-from llmtop.workers import EventForwarder, FleetActive, IngestClient, ingest_route
+from llmtop.workers import EventForwarder, FleetActive, IngestClient, ingest_route, next_due
 from llmtop.workers_wire import (
     ACTIVE_FIELDS,
     INGEST_PATH,
@@ -222,6 +222,17 @@ async def test_forwarder_ships_records_and_open_requests_exactly(
     assert [coordinator.fleet[k] for k in opened] == list(opened.values())
     assert fwd.fleet_in_flight == 3
     assert fwd.buffer == [] and fwd.dropped == 0
+
+
+def test_posts_keep_their_cadence_however_slow_the_answers() -> None:
+    """A record waits in a worker at most one interval: the next POST is due an interval
+    after the last one was due, not after its answer came (a coordinator answering in
+    0.2 s made the period 0.7 s, and a record could reach the coordinator's recorder after
+    its hold). Past due, it goes at once and the cadence starts again from then."""
+    assert next_due(10.0, 0.5, now=10.2) == 10.5  # the answer took 0.2 s: still 10.5
+    assert next_due(10.0, 0.5, now=10.7) == 10.7  # took longer than an interval: now
+    assert next_due(10.7, 0.5, now=10.7) == 11.2  # and from there on, no catching up
+    assert next_due(10.0, 0.5, now=13.0) == 13.0  # a long stall: one POST, not six
 
 
 async def test_a_backlog_goes_in_several_posts(coordinator: Coordinator,
