@@ -30,10 +30,10 @@ So the writer holds each line ``order_hold_s`` (:data:`ORDER_HOLD_S`; the coordi
 workers longer) and writes what it holds by time. The hold is at most ``0.75 * flush_s``
 (:data:`HOLD_CAP`), so a line is still written within ``0.875 * flush_s`` of being queued
 (the hold, then the next pass of the writer: the durability above). A line that comes later
-than the hold (an engine
-scrape slower than it; a coordinator that fell behind) is written when it comes, and counted:
-the footer's ``out_of_order``, each part's own, and the status's, the whole recording's, are
-the lines written after a later line (in the part; a failed write's batch is not counted).
+than the hold (an engine scrape slower than it; a coordinator that fell behind) is written
+when it comes, and counted: the footer's ``out_of_order``, each part's own, and the
+status's, the whole recording's, are the lines written after a later line (in the part; a
+failed write's batch is not counted).
 
 Warnings: the saturation monitor publishes a raised warning again (state ``raised``) when
 its figures change, for the live view. The recording keeps only the transitions — a code's
