@@ -1,8 +1,9 @@
 """Who made a request ("Who is the user" in shared/docs/interfaces.md).
 
 First match wins: the configured header (default ``X-LLMTOP-User``), the request body's
-``user`` field (OpenAI), the API key (``Authorization: Bearer …`` or ``x-api-key``) as a
-salted-hash pseudonym ``key:`` + 8 hex digits, then the client address — when the
+``user`` field (OpenAI), the API key (``Authorization: Bearer …``, else one of
+:data:`KEY_FIELDS`: ``x-api-key``, Azure OpenAI's ``api-key``, Gemini's ``x-goog-api-key``)
+as a salted-hash pseudonym ``key:`` + 8 hex digits, then the client address — when the
 connection comes from one of the ``trusted_proxies`` (a load balancer), the address it
 forwards (:mod:`llmtop.proxy.forwarded`). Names are always valid text (bytes that are
 not UTF-8 become U+FFFD). A raw key is never stored or returned: it is hashed with a
@@ -106,6 +107,12 @@ class _LowerKeys(dict[str, str]):
 _NO_FIELDS = _LowerKeys()
 
 
+KEY_FIELDS: Final = ("x-api-key", "api-key", "x-goog-api-key")
+"""Fields that carry an API key by themselves, in the order looked at (after a Bearer
+token): Anthropic's, Azure OpenAI's and Google Gemini's. Without the last two, every user of
+an Azure or Gemini-style endpoint behind one gateway was named by the gateway's address."""
+
+
 class IdentityResolver:
     """Maps a request to its user name; one per proxy (it holds the salt)."""
 
@@ -121,7 +128,7 @@ class IdentityResolver:
         self._trusted: TrustedProxies | None = trusted if trusted else None
         """None without ``trusted_proxies``: the address step is the peer's, at no cost."""
         self.header_names: frozenset[bytes] = frozenset(
-            {b"authorization", b"x-api-key"}
+            {b"authorization", *(f.encode() for f in KEY_FIELDS)}
             | ({user_header.lower().encode("latin-1", "replace")} if user_header else set()))
         """The only headers :meth:`resolve` reads (lower-case) — but for the forwarded
         client's (:data:`llmtop.proxy.forwarded.FIELDS`), read only from a trusted proxy:
@@ -160,16 +167,17 @@ class IdentityResolver:
         return _address(remote)
 
     def api_key(self, headers: Mapping[str, str]) -> str | None:
-        """The credential a request carries: a Bearer token, else ``x-api-key``, else the
-        whole ``Authorization`` value for other schemes."""
+        """The credential a request carries: a Bearer token, else the first of
+        :data:`KEY_FIELDS` sent, else the whole ``Authorization`` value for other schemes."""
         auth = headers.get("Authorization")
         if auth:
             scheme, _, token = auth.strip().partition(" ")
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
-        xkey = headers.get("x-api-key")
-        if xkey and xkey.strip():
-            return xkey.strip()
+        for name in KEY_FIELDS:
+            xkey = headers.get(name)
+            if xkey and xkey.strip():
+                return xkey.strip()
         if auth and auth.strip():
             return auth.strip()
         return None

@@ -40,8 +40,13 @@ def test_key_pseudonym_is_salted_stable_and_never_the_key() -> None:
     assert u1 == a.resolve(loose, None, None)
     assert u1 != b.resolve(bearer, None, None)
     assert "abcdef" not in u1
-    # x-api-key (Anthropic) names the same credential the same way
-    assert a.resolve({"x-api-key": "sk-live-abcdef123456"}, None, None) == u1
+    # x-api-key (Anthropic), api-key (Azure OpenAI) and x-goog-api-key (Gemini) name the
+    # same credential the same way; a Bearer token goes first, then the fields in that order
+    for field in ("x-api-key", "api-key", "x-goog-api-key", "Api-Key"):
+        assert a.resolve(CIMultiDict({field: " sk-live-abcdef123456"}), None, None) == u1
+    assert a.resolve({"api-key": "other", **bearer}, None, None) == u1
+    assert a.resolve({"x-goog-api-key": "sk-live-abcdef123456", "x-api-key": "other"},
+                     None, None) == a.resolve({"x-api-key": "other"}, None, None)
     # other auth schemes still become pseudonyms, never the raw value
     basic = a.resolve({"Authorization": "Basic dXNlcjpwYXNz"}, None, None)
     assert basic.startswith("key:") and "dXNl" not in basic
@@ -97,7 +102,8 @@ async def test_identity_over_the_wire() -> None:
 
 
 _NAMES = st.sampled_from([b"Authorization", b"authorization", b"AUTHORIZATION", b"x-api-key",
-                          b"X-Api-Key", b"X-LLMTOP-User", b"x-llmtop-user", b"X-Team",
+                          b"X-Api-Key", b"api-key", b"Api-Key", b"x-goog-api-key",
+                          b"X-LLMTOP-User", b"x-llmtop-user", b"X-Team",
                           b"Accept", b"Content-Type", b"User-Agent"])
 _VALUES = st.sampled_from([b"Bearer sk-1", b"bearer  sk-2 ", b"Basic abc", b"", b"  ",
                            b"alice", b"b\xc3\xb6b", b"\xff\xfe", b"sk-3", b"Bearer "])

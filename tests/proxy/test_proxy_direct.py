@@ -197,8 +197,8 @@ async def test_direct_and_aiohttp_paths_send_the_same_bytes_and_records() -> Non
 
 async def test_the_user_is_named_alike_on_both_paths() -> None:
     """Served directly, only the headers identity reads are decoded: the configured user
-    header (in any case), ``Authorization`` and ``x-api-key`` (any case) name the user as
-    aiohttp's path does."""
+    header (in any case), ``Authorization``, ``x-api-key``, ``api-key`` and ``x-goog-api-key``
+    (any case) name the user as aiohttp's path does."""
     nobody = BODY.replace(b',"user":"u1"', b"")
 
     def raw(fields: bytes, body: bytes) -> bytes:
@@ -208,7 +208,9 @@ async def test_the_user_is_named_alike_on_both_paths() -> None:
     cases = [raw(b"x-llmtop-user: alice\r\nAuthorization: Bearer sk-1\r\n", nobody),
              raw(b"AUTHORIZATION: Bearer sk-1\r\n", nobody),
              raw(b"X-API-KEY: sk-2\r\n", nobody),
-             raw(b"Authorization: Bearer sk-1\r\n", BODY)]
+             raw(b"Authorization: Bearer sk-1\r\n", BODY),
+             raw(b"Api-Key: sk-2\r\n", nobody),
+             raw(b"x-goog-api-key: sk-1\r\n", nobody)]
     async with _direct(["a"]) as (_, proxy, recs, reader, writer):
         for req in cases:
             writer.write(req)  # whole: served directly
@@ -229,9 +231,10 @@ async def test_the_user_is_named_alike_on_both_paths() -> None:
         plain = [r.user for r in (await recs.wait(1 + 2 * len(cases)))[1 + len(cases):]]
     assert proxy.direct_starts == len(cases)
     assert direct == plain  # case by case
-    alice, bearer, xkey, body_user = direct
+    alice, bearer, xkey, body_user, azure, google = direct
     assert alice == "alice" and body_user == "u1"
     assert bearer.startswith("key:") and xkey.startswith("key:") and bearer != xkey
+    assert (azure, google) == (xkey, bearer)  # the same keys in other fields
 
 
 async def test_requests_sent_before_a_direct_response_ended_are_served_after_it() -> None:

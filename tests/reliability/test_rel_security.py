@@ -169,11 +169,14 @@ KEY_BEARER = "sk-PLANTEDbearer-9f8e7d6c5b4a"
 KEY_X_API = "sk-ant-PLANTEDxapi-1a2b3c4d5e"
 KEY_BASIC = "UExBTlRFRGJhc2ljOnB3ZA=="
 KEY_QUERY = "PLANTEDquerykey-31337"
+KEY_AZURE = "PLANTEDazurekey-7e6d5c4b"
+KEY_GOOGLE = "PLANTEDgoogkey-0a9b8c7d"
 PROMPT = "PLANTED-PROMPT-quokka-7731"
 COMPLETION = "PLANTED-COMPLETION-narwhal-4410"
 SYSTEM = "PLANTED-SYSTEM-axolotl-2208"
-SECRETS = [KEY_BEARER, KEY_X_API, KEY_BASIC, KEY_QUERY, PROMPT, COMPLETION, SYSTEM,
-           "9f8e7d6c5b4a", "1a2b3c4d5e", "quokka-7731", "narwhal-4410", "axolotl-2208"]
+SECRETS = [KEY_BEARER, KEY_X_API, KEY_BASIC, KEY_QUERY, KEY_AZURE, KEY_GOOGLE, PROMPT,
+           COMPLETION, SYSTEM, "9f8e7d6c5b4a", "1a2b3c4d5e", "7e6d5c4b", "0a9b8c7d",
+           "quokka-7731", "narwhal-4410", "axolotl-2208"]
 
 
 async def planted_completion(conn: Conn, req: UpReq) -> bool:
@@ -272,7 +275,9 @@ def test_planted_secrets_never_leave_the_process(tmp_path: Path) -> None:
                      ({"Authorization": f"Bearer {KEY_BEARER}"}, "400", CHAT),
                      ({"Authorization": f"Bearer {KEY_BEARER}"}, "json",
                       f"{CHAT}?key={KEY_QUERY}"),
-                     ({"x-api-key": KEY_X_API}, "json", "/api/chat")]
+                     ({"x-api-key": KEY_X_API}, "json", "/api/chat"),
+                     ({"api-key": KEY_AZURE}, "stream", CHAT),
+                     ({"x-goog-api-key": KEY_GOOGLE}, "json", CHAT)]
             for headers, fault, path in cases:
                 status, data = http("POST", p.proxy_url + path, body=json.dumps(chat).encode(),
                                     headers={**headers, "X-Fault": fault,
