@@ -48,6 +48,10 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
 
 HISTORY = 10_000
 GPU_WINDOW_S = 1.0
+FIREHOSE_SPAN_S = 0.01
+"""In firehose mode a step is a loop turn (thousands a second): the busy time of the turns
+is logged a span of at least this long at a time, so that the step log (4,096 entries)
+covers the utilisation window."""
 
 log = logging.getLogger("llmtop.sim")
 
@@ -161,7 +165,8 @@ class SimEngine:
         """(monotonic end, wall time busy, DRAM bandwidth fraction, memory-busy fraction).
         Back-to-back steps tile the time line: a step is busy from the previous one's end
         (or from the wake-up that started it), so a stalled host process (a pause, a
-        blocked loop) stretches the step it delays instead of reading as an idle GPU."""
+        blocked loop) stretches the step it delays instead of reading as an idle GPU. In
+        firehose mode, spans of loop turns (:data:`FIREHOSE_SPAN_S`)."""
         self.last_step_s = 0.0
         """Wall duration of the latest step (scaled by time_scale; 0 in firehose mode)."""
         self.steps = 0
@@ -283,6 +288,10 @@ class SimEngine:
             if self.firehose:
                 self.last_step_s = 0.0
                 await asyncio.sleep(0)
+                end = loop.time()
+                if end - busy_from >= FIREHOSE_SPAN_S:
+                    self._steps.append((end, end - busy_from, bw_frac, busy_frac))
+                    busy_from = end
             else:
                 dur = model_s * self.profile.time_scale
                 now = loop.time()

@@ -9,7 +9,13 @@ import aiohttp
 import pytest
 from sim_support import chat_body, get_json, metric_values
 
-from llmtop.sim.engine import GPU_WINDOW_S, EngineClosed, SimEngine, SimRequestError
+from llmtop.sim.engine import (
+    GPU_WINDOW_S,
+    EngineClosed,
+    SimEngine,
+    SimRequest,
+    SimRequestError,
+)
 from llmtop.sim.profiles import get_profile
 from llmtop.sim.server import running_sim
 
@@ -132,6 +138,33 @@ async def test_a_stalled_host_does_not_read_as_an_idle_gpu() -> None:
         await engine.stop()
     await asyncio.sleep(GPU_WINDOW_S + 0.05)
     assert engine.gpu()["util_gpu"] == 0  # idle once the window has passed
+
+
+async def test_a_busy_firehose_engine_reads_as_a_busy_gpu() -> None:
+    """Firehose steps have no modelled duration; while it has work the engine is busy all
+    the time, and the simulated GPU says so (it read 0 % before: no step was logged)."""
+    engine = SimEngine(get_profile("tiny"), firehose=True)
+    await engine.start()
+    loop = asyncio.get_running_loop()
+    end = loop.time() + GPU_WINDOW_S + 0.2
+    submitted = 0
+    try:
+        open_now: list[SimRequest] = []
+        while loop.time() < end:  # three open all the time, each ending in ms, not together
+            open_now = [r for r in open_now if not r.done]
+            while len(open_now) < 3:
+                open_now.append(engine.submit(path="/x", stream=True, prompt_tokens=5,
+                                              max_tokens=300 + 200 * (submitted % 5)))
+                submitted += 1
+            await asyncio.sleep(0.001)
+        busy = engine.gpu()
+    finally:
+        await engine.stop()
+    assert submitted > 3  # they did end, and new ones came
+    assert busy["util_gpu"] > 90
+    assert 0 < busy["dram_bw_util"] <= busy["mem_busy"] <= 100
+    await asyncio.sleep(GPU_WINDOW_S + 0.05)
+    assert engine.gpu()["util_gpu"] == 0
 
 
 async def test_firehose_has_no_pacing_and_no_limits() -> None:
