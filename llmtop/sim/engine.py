@@ -288,10 +288,6 @@ class SimEngine:
             if self.firehose:
                 self.last_step_s = 0.0
                 await asyncio.sleep(0)
-                end = loop.time()
-                if end - busy_from >= FIREHOSE_SPAN_S:
-                    self._steps.append((end, end - busy_from, bw_frac, busy_frac))
-                    busy_from = end
             else:
                 dur = model_s * self.profile.time_scale
                 now = loop.time()
@@ -301,7 +297,8 @@ class SimEngine:
                 next_t = start + dur
                 self.last_step_s = dur
                 await asyncio.sleep(max(0.0, next_t - now))
-                end = loop.time()
+            end = loop.time()
+            if not self.firehose or end - busy_from >= FIREHOSE_SPAN_S:
                 self._steps.append((end, end - busy_from, bw_frac, busy_frac))
                 busy_from = end
             self._emit()
