@@ -26,19 +26,26 @@ import sys
 import time
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the name (state first, then the parent), or
+    None for a process gone meanwhile."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()  # (the name may hold spaces)
+
+
 def tree(root: int) -> list[int]:
     """``root`` and every process below it (from /proc: Linux only)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])  # (the name may hold spaces)
-        children.setdefault(ppid, []).append(int(entry))
+        fields = stat_fields(entry)
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry))
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -51,16 +58,7 @@ def stopped_already(pids: list[int]) -> set[int]:
     """Those of ``pids`` that are stopped now (state T: a test's own SIGSTOP, as the tests
     of a stuck worker send): the pauses leave them as they are, for a SIGCONT of ours would
     end the test's stop and its test would wait for what then never comes."""
-    out: set[int] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2:][:1] in ("T", "t"):
-            out.add(pid)
-    return out
+    return {pid for pid in pids if (fields := stat_fields(pid)) and fields[0] in ("T", "t")}
 
 
 def signal_all(pids: list[int], sig: signal.Signals) -> None:
