@@ -32,7 +32,7 @@ from llmtop import __version__, http_errors_log, pipe_out
 from llmtop.admin.routes import AdminContext, make_admin_app
 from llmtop.bus import PUMP_INTERVAL_S, EventBus
 from llmtop.clock import unix_now
-from llmtop.config import MB, Config, parse_hostport, slo_dict
+from llmtop.config import MB, Config, is_loopback, parse_hostport, slo_dict
 from llmtop.engines.scraper import EngineScraper, metrics_url_for
 from llmtop.events import ActiveRequest, Event, RequestRecord
 from llmtop.fleet_counts import FleetCounts
@@ -193,12 +193,13 @@ class Observers:
             extra_info={"upstream": self.cfg.upstream, "llmtop_version": __version__},
             self_authenticated=self_authenticated,
         )
+        host, port = parse_hostport(self.cfg.admin, "admin")
+        ctx.loopback = is_loopback(host)
         app = make_admin_app(ctx)
         if extra_routes:
             app.add_routes(extra_routes)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        host, port = parse_hostport(self.cfg.admin, "admin")
         http_errors_log.install()  # a malformed request: one line, not a traceback
         try:
             bound = await start_tcp(self._runner, host, port)

@@ -29,8 +29,15 @@ query parameter given twice, a yes/no parameter that is neither ``1/true/yes`` n
 a recording path ending in ``/`` or not in ``.jsonl``/``.jsonl.gz``), 401 missing or wrong
 token, 404 unknown route or missing directory, 409 recording state conflict, 501 no
 recorder in this process, 503 a recording file that cannot be opened now (the process is
-out of file descriptors: retry later). Unknown query parameters are ignored (a newer client may send
-what this proxy does not know).
+out of file descriptors: retry later), 403 a request from a web page (below). Unknown query
+parameters are ignored (a newer client may send what this proxy does not know).
+Without a token, web pages are kept out: the admin API serves none, so a request with an
+``Origin`` other than its own (a script on some web site the user has open, posting
+``{"action": "start"}`` as ``text/plain``, which needs no CORS preflight) is refused; and
+while it listens on loopback (``AdminContext.loopback``) so is a request whose ``Host`` is
+not ``localhost`` or a loopback address — a site whose DNS name has been re-pointed at
+127.0.0.1 (DNS rebinding) would otherwise read the snapshot as its own origin. (A token
+is a secret no web page has, so with one set these checks are not needed.)
 When ``admin_token`` is set every route —
 ``/metrics`` and health included — requires ``Authorization: Bearer <token>`` (compared
 in constant time) — except the paths in ``AdminContext.self_authenticated``, whose
@@ -60,10 +67,12 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from llmtop import __version__
 from llmtop.admin import AGE_HEADER
+from llmtop.config import is_loopback
 from llmtop.events import ActiveRequest
 from llmtop.metrics.aggregator import RECENT_MAX, Aggregator, active_rows
 from llmtop.metrics.prometheus import LlmtopCollector
 from llmtop.metrics.promtext import encode as encode_exposition
+from llmtop.textsafe import printable
 
 PREFIX: Final = "/llmtop/v1"
 WINDOW_PARAMS: Final = {"10": 10, "60": 60, "300": 300, "all": None}
@@ -102,6 +111,9 @@ class AdminContext:
     active: Mapping[str, ActiveRequest]
     recording: RecordingControl | None = None
     admin_token: str = ""
+    loopback: bool = False
+    """The admin API listens on loopback only: a request must name it as ``localhost`` or
+    a loopback address in its ``Host`` (see the module's docstring)."""
     extra_info: dict[str, Any] = field(default_factory=dict)
     self_authenticated: frozenset[str] = frozenset()
     """Paths whose handlers authenticate the caller themselves (the coordinator's ingest
@@ -172,9 +184,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Token check on every route, and JSON bodies for aiohttp's own HTTP errors."""
+    """Browser and token checks on every route, and JSON bodies for aiohttp's own HTTP
+    errors."""
     ctx = request.app[CTX]
     token = ctx.admin_token
+    refused = None if token else _from_a_browser(request, ctx.loopback)
+    if refused is not None:
+        return json_error(403, refused)
     if token and request.path not in ctx.self_authenticated:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         ok = scheme.lower() == "bearer" and hmac.compare_digest(
@@ -190,6 +206,35 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         hdrs = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return json_error(exc.status, exc.reason, headers=hdrs)
+
+
+def _from_a_browser(request: web.Request, loopback: bool) -> str | None:
+    """Why a request is refused as coming from a web page, or ``None`` (see the module's
+    docstring). Clients that are not browsers send no ``Origin``."""
+    host = request.headers.get("Host")
+    if loopback and host is not None and not _loopback_name(host):
+        return (f"Host '{printable(host)}' is not a loopback name: this admin API listens on "
+                "loopback and answers only requests addressed to localhost or a loopback "
+                "address (a guard against DNS rebinding; with an admin token set, any name "
+                "is answered)")
+    origin = request.headers.get("Origin")
+    if origin is not None and (host is None or origin.lower() not in (
+            f"http://{host.lower()}", f"https://{host.lower()}")):
+        return (f"a request from a web page (Origin '{printable(origin)}') is refused: the "
+                "admin API takes no cross-site requests")
+    return None
+
+
+def _loopback_name(host: str) -> bool:
+    """``Host`` (with or without its port) names this machine's loopback: ``localhost``,
+    a name under ``.localhost`` (RFC 6761), or a loopback IP literal."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1:name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.removesuffix(".")
+    return name.endswith(".localhost") or is_loopback(name)
 
 
 async def snapshot(request: web.Request) -> web.Response:

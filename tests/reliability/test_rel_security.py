@@ -2,7 +2,8 @@
 user-controlled strings are shown.
 
 * the admin API is on loopback by default; any other address needs a token, and with a
-  token every admin route demands it (compared in constant time);
+  token every admin route demands it (compared in constant time); without one, requests
+  from web pages (a foreign ``Origin``, or a ``Host`` that is not loopback) are refused;
 * the proxy port never answers admin routes: they go upstream like any other path;
 * planted secrets (API keys, prompt and completion text) appear in no output: the
   recording, stdout/stderr, snapshots, /metrics, the request lists, the TUI;
@@ -141,6 +142,51 @@ def test_non_loopback_admin_with_a_token_starts_and_guards(tmp_path: Path) -> No
         assert http("GET", base + "/llmtop/v1/snapshot")[0] == 401
         assert http("GET", base + "/llmtop/v1/snapshot",
                     headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+
+
+def test_web_pages_cannot_drive_or_read_a_loopback_admin_api(tmp_path: Path) -> None:
+    """Without a token: a cross-site POST (``text/plain`` needs no CORS preflight) cannot
+    start a recording, and a DNS-rebound name (Host not loopback) cannot read the
+    snapshot; clients that name the admin API as localhost or a loopback address can."""
+    target = tmp_path / "planted.jsonl"
+    with llmtop_process(tmp_path, "http://127.0.0.1:9") as p:
+        port = p.admin_url.rsplit(":", 1)[1]
+        start = json.dumps({"action": "start", "path": str(target)}).encode()
+        for origin in ("http://evil.example", "null", f"http://evil.example:{port}"):
+            status, data = http("POST", p.admin_url + "/llmtop/v1/recording", body=start,
+                                headers={"Origin": origin, "Content-Type": "text/plain"})
+            assert status == 403, (origin, status, data[:300])
+            assert b"web page" in data and b"Traceback" not in data
+        assert not target.exists()
+        assert json.loads(http("GET", p.admin_url + "/llmtop/v1/recording")[1]) == {
+            "available": True, "recording": None}
+        for host in (f"evil.example:{port}", "127.0.0.1.nip.io", f"localhost.evil:{port}",
+                     f"[::2]:{port}"):
+            status, data = http("GET", p.admin_url + "/llmtop/v1/snapshot",
+                                headers={"Host": host})
+            assert status == 403 and b"DNS rebinding" in data, (host, status, data[:300])
+            assert b'"system"' not in data
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}",
+                     f"127.9.8.7:{port}", f"app.localhost:{port}", "localhost."):
+            status, data = http("GET", p.admin_url + "/llmtop/v1/snapshot",
+                                headers={"Host": host})
+            assert status == 200 and b'"system"' in data, (host, status, data[:300])
+        # a page the admin API served itself would be same-origin (it serves none)
+        status, _ = http("GET", p.admin_url + "/llmtop/v1/health",
+                         headers={"Origin": f"http://127.0.0.1:{port}"})
+        assert status == 200
+        assert "Traceback" not in p.output()
+
+
+def test_with_a_token_any_host_name_is_answered(tmp_path: Path) -> None:
+    """The token is what a web page lacks: with one, a reverse proxy that passes its own
+    Host through still reaches a loopback admin API."""
+    with llmtop_process(tmp_path, "http://127.0.0.1:9", "--admin-token", TOKEN) as p:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert http("GET", p.admin_url + "/llmtop/v1/snapshot",
+                    headers={"Host": "llmtop.example.com", **auth})[0] == 200
+        assert http("GET", p.admin_url + "/llmtop/v1/snapshot",
+                    headers={"Host": "llmtop.example.com"})[0] == 401
 
 
 # -- the proxy port -------------------------------------------------------------------------
