@@ -11,14 +11,14 @@ itself (the last chunk and the chunked terminator in one write when the upstream
 came with its last bytes). :class:`SentResponse` then tells aiohttp's server loop that the
 response is complete and whether the connection stays open.
 
-The head is what aiohttp would have written: the upstream's headers less hop-by-hop
-fields (:func:`llmtop.proxy.headers.client_response_headers`), ``Content-Length`` when
-the body passes unchanged, else ``Transfer-Encoding: chunked`` (HTTP/1.1), ``X-Accel-
-Buffering: no`` on streams, ``Content-Type`` (``application/octet-stream``), ``Date`` and
-``Server`` when the upstream sent none, and ``Connection`` as the client's keep-alive
-asks. One difference: an HTTP/1.0 client whose response has no length gets it delimited
-by closing the connection (aiohttp kept such a connection open, so the client could not
-tell where the body ended).
+The head is what aiohttp would have written: the upstream's headers less hop-by-hop fields
+(:func:`llmtop.proxy.headers.client_response_headers`), ``Content-Length`` when the body
+passes unchanged (and the upstream's on a HEAD or 304 answer), else ``Transfer-Encoding:
+chunked`` (HTTP/1.1), ``X-Accel-Buffering: no`` on streams, ``Content-Type``
+(``application/octet-stream``), ``Date`` and ``Server`` when the upstream sent none, and
+``Connection`` as the client's keep-alive asks. One difference: an HTTP/1.0 client whose
+response has no length gets it delimited by closing the connection (aiohttp kept such a
+connection open, so the client could not tell where the body ended).
 """
 
 from __future__ import annotations
@@ -92,7 +92,9 @@ def response_head(
             seen |= _SEEN[low]
         lines.append(name + b": " + value)
     chunked = False
-    if length is not None and not no_length:
+    if length is not None and (not no_length or status == 304):
+        # (a 304 may carry the length of the 200 it stands for, RFC 9110 8.6, as a HEAD
+        # answer does; 1xx and 204 never carry one)
         lines.append(b"Content-Length: %d" % length)
     if stream:
         lines.append(b"X-Accel-Buffering: no")
