@@ -17,6 +17,7 @@ read bypass aiohttp):
   the target up to ``?`` with nothing to decode or normalise);
 * ``HTTP/1.1`` or ``HTTP/1.0``; at most one ``Content-Length``, all digits; no
   ``Transfer-Encoding``, ``Expect`` or ``Upgrade``;
+* within aiohttp's limits: no line longer than 8190 bytes, at most 128 fields;
 * a method of the usual few (aiohttp's parser refuses methods it does not know, ``G&T``
   or ``FOO``, which are tokens all the same), each field aiohttp takes only once
   (``Host``, ``Content-Type``, ``User-Agent``, … its ``SINGLETON_HEADERS``) at most once,
@@ -46,7 +47,12 @@ _NOT_HERE = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
 _ONCE = frozenset(h.encode() for h in SINGLETON_HEADERS)
 """Fields that aiohttp's parser refuses to see twice in a request (lower-case)."""
 MAX_HEAD = 16384
-"""A longer head is left to aiohttp (its own limit is 8190 bytes per line)."""
+"""A longer head is left to aiohttp."""
+MAX_LINE = 8190
+"""aiohttp's parser refuses (400) a target, or a field's name and value together, longer
+than this (its ``max_line_size`` and ``max_field_size``; the proxy's server passes them)."""
+MAX_FIELDS = 128
+"""…and a head of more fields than this (its ``max_headers``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,12 @@ def read_request(data: bytes) -> QuickRequest | None:
     if _HEAD.fullmatch(head) is None:
         return None
     lines = head.split(b"\r\n")
+    if len(lines) > MAX_FIELDS + 1 or (end > MAX_LINE and max(map(len, lines)) > MAX_LINE):
+        # over aiohttp's limits (a line longer than MAX_LINE holds a target or a field
+        # that may be): its parser answers 400, whichever way the bytes came (desync
+        # checks: with an upstream connection idle, a 10,000-byte field or 200 fields
+        # in one read were served directly, and the same request on a cold pool got 400)
+        return None
     method, target, version = lines[0].split(b" ")
     if b"%" in target or b"/." in target.partition(b"?")[0] or target.startswith(b"//"):
         return None

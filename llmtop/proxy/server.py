@@ -74,7 +74,7 @@ from llmtop.proxy.direct import CLIENT_GONE, DirectClient, DirectExchange, Start
 from llmtop.proxy.errors import error_response
 from llmtop.proxy.headers import upstream_field_lines
 from llmtop.proxy.identity import IdentityResolver
-from llmtop.proxy.quickhead import QuickRequest
+from llmtop.proxy.quickhead import MAX_FIELDS, MAX_LINE, QuickRequest
 from llmtop.proxy.relay import (
     SHUTDOWN_REASON,
     ClientGone,
@@ -230,8 +230,10 @@ class ProxyServer:
         # the upstream is still silent; auto_decompress off: request bodies pass unchanged
         # head_timeout_s: a connection that sends no complete request head for idle_s
         # (half a head, or an idle keep-alive connection) is closed
+        # (the head limits named, as the direct path's reading checks the same ones)
         server = StampingServer(self._handle, handler_cancellation=True, access_log=None,
-                                auto_decompress=False,
+                                auto_decompress=False, max_line_size=MAX_LINE,
+                                max_field_size=MAX_LINE, max_headers=MAX_FIELDS,
                                 head_timeout_s=self.cfg.timeouts.idle_s,
                                 direct_start=self.direct_start)
         http_errors_log.install()  # a client's malformed request: one line, not a traceback

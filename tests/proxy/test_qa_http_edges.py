@@ -1,12 +1,15 @@
 """HTTP edge cases at the socket level, each compared with what the upstream itself sends or
-what the proxy does for the same bytes another way: a 304's ``Content-Length``."""
+what the proxy does for the same bytes another way: a 304's ``Content-Length``, and request
+heads that aiohttp's parser refuses whichever way the proxy happens to read them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
+import pytest
 from test_proxy_support import running_proxy
-from test_qa_hostile import OK, get, raw_upstream
+from test_qa_hostile import OK, exchange, get, proxy_error, raw_upstream
 
 
 async def _bodiless_then_ok(url: str, requests: list[bytes]) -> list[bytes]:
@@ -51,3 +54,46 @@ async def test_304_keeps_the_content_length_the_upstream_gave_it() -> None:
         assert b"Transfer-Encoding" not in head
     assert got[2].startswith(b"HTTP/1.1 200 OK\r\n") and got[2].endswith(b"\r\n\r\nok")
     assert len(heads) == 3 and len(conns) == 1  # one upstream connection, kept
+
+
+async def _prime(purl: str) -> None:
+    """Leave a pooled upstream connection idle, so that a request arriving whole in one
+    read is served directly (without aiohttp's parser) if it may be."""
+    assert (await exchange(purl, [get("/prime")]))[0][0] == 200
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "why"),
+    [
+        (b"GET /x HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n", "8190"),
+        (b"GET /x?q=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "8190"),
+        (b"GET /x HTTP/1.1\r\nHost: x\r\n"
+         + b"".join(b"X-H-%d: %d\r\n" % (i, i) for i in range(200)) + b"\r\n",
+         "Too many headers"),
+    ],
+    ids=["long-field", "long-target", "200-fields"],
+)
+async def test_a_head_aiohttp_refuses_is_refused_with_a_warm_pool_too(
+        request_bytes: bytes, why: str) -> None:
+    """A request head over aiohttp's limits (a field or target over 8190 bytes, more than
+    128 fields) is answered 400 by aiohttp's parser. The same bytes arriving in one read
+    while an upstream connection was idle were served directly instead, so one request
+    got 400 or the upstream's answer by how warm the pool was (a field of 10,000 bytes
+    and 200 fields reached the upstream)."""
+
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return OK
+
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url) as (proxy, purl, _r):
+        (cold,) = await exchange(purl, [request_bytes])
+        await _prime(purl)
+        (warm,) = await exchange(purl, [request_bytes])
+        await _prime(purl)
+        assert proxy.direct_starts >= 1  # a plain request on a warm pool still goes direct
+    for resp in (cold, warm):
+        assert resp[0] == 400, resp
+        message = proxy_error(resp)
+        assert message.startswith("llmtop: bad request: ") and why in message
+        assert json.loads(resp[2])["error"]["code"] == "bad_request"
+    assert [h.split(b" ", 2)[1] for h in heads] == [b"/prime", b"/prime"]
