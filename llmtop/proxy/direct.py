@@ -38,6 +38,7 @@ from llmtop.proxy.relay import (
     RelaySink,
     UpstreamBroken,
     Watchdog,
+    cut_off,
 )
 from llmtop.proxy.response import SentResponse, response_head
 from llmtop.proxy.stamping import StampingRequestHandler
@@ -228,7 +229,7 @@ class DirectExchange:
             self._finish(self.client.keep_alive)
             return True
         self.sink.cancel()
-        ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
+        ex.fail(*cut_off(wd))
         self._close_client()
         self._finish(False)
         return True

@@ -376,6 +376,20 @@ class Exchange:
 
 SHUTDOWN_REASON = "proxy shut down"
 """The ``error`` of a request cancelled at the shutdown deadline."""
+CLIENT_STALL: Final = "client"
+"""A :class:`Watchdog`'s phase while the relay waits for the client to read (reading the
+upstream paused for it)."""
+
+
+def cut_off(wd: Watchdog) -> tuple[Outcome, str]:
+    """The outcome and ``error`` of a response its watchdog ``wd`` cut off after it had
+    started: the upstream silent for the idle limit (``timeout``), or the client not
+    reading for as long while the upstream waited on it (``cancelled``: the client went
+    away in all but name — nginx's ``send_timeout``)."""
+    limit = f"{wd.limit_ns / 1e9:g} s"
+    if wd.phase == CLIENT_STALL:
+        return "cancelled", f"client stopped reading for {limit}"
+    return "timeout", f"upstream idle for {limit} mid-response"
 
 
 class ClientGone(ConnectionError):
@@ -517,9 +531,11 @@ class RelaySink:
 
     def _pause_upstream(self) -> None:
         """The client's transport is over its high-water mark: stop reading the upstream
-        until it has drained."""
+        until it has drained. Meanwhile the upstream is not idle, the client is: the
+        watchdog's silence is the client's (:data:`CLIENT_STALL`) until it drains."""
         if self._drainer is None:
             self._upstream.pause_reading()
+            self._wd.phase = CLIENT_STALL
             self._drainer = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
@@ -530,6 +546,10 @@ class RelaySink:
             return
         finally:
             self._drainer = None
+        wd = self._wd
+        if wd.phase == CLIENT_STALL:  # the upstream's silence counts from now
+            wd.phase = "idle"
+            wd.last_ns = perf_counter_ns()
         self._upstream.resume_reading()
 
     def send_head(self) -> None:

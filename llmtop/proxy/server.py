@@ -30,7 +30,8 @@ batch chunks.
 Outcomes: ``ok``; ``error`` (upstream status ≥ 400, a malformed stream, a stream that broke
 off — still forwarded as-is; unreachable upstream → 502; body too big → 413);
 ``cancelled`` (the client went away — the upstream connection is closed at once so the
-engine stops generating — or the proxy shut down); ``timeout`` (upstream connect, first
+engine stops generating —, stopped reading a started response for ``idle_s`` while the
+upstream waited on it, or the proxy shut down); ``timeout`` (upstream connect, first
 byte or idle timeout → 504 in the API's own error shape, or the stream is cut off when the
 response had already started).
 """
@@ -85,6 +86,7 @@ from llmtop.proxy.relay import (
     UpstreamBroken,
     Watchdog,
     WatchdogSweeper,
+    cut_off,
 )
 from llmtop.proxy.response import response_head, sent_response
 from llmtop.proxy.stamping import StampingRequestHandler, StampingServer, t0_ns_of
@@ -761,7 +763,7 @@ class ProxyServer:
                 ex.fail("cancelled", self.cancel_reason())
                 raise
             wd.absorb()
-            ex.fail("timeout", f"upstream idle for {wd.limit_ns / 1e9:g} s mid-response")
+            ex.fail(*cut_off(wd))
             return _abort(request)
         # the body ended cleanly: complete() already gave the connection back to the pool
         self.relay_outcome(ex, sink)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
 from test_proxy_support import running_proxy
@@ -97,3 +98,57 @@ async def test_a_head_aiohttp_refuses_is_refused_with_a_warm_pool_too(
         assert message.startswith("llmtop: bad request: ") and why in message
         assert json.loads(resp[2])["error"]["code"] == "bad_request"
     assert [h.split(b" ", 2)[1] for h in heads] == [b"/prime", b"/prime"]
+
+
+async def _stalled_reader(url: str, stall_s: float) -> int:
+    """POST a stream request, read the response head, read nothing for ``stall_s``, then
+    read on until the connection closes; returns the body bytes read (a small receive
+    buffer, so the proxy's writes back up at once)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    r, w = await asyncio.open_connection(sock=sock, limit=1 << 16)
+    body = b'{"model":"m","stream":true}'
+    w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % len(body) + body)
+    got = 0
+    try:
+        async with asyncio.timeout(20):
+            await r.readuntil(b"\r\n\r\n")
+            await asyncio.sleep(stall_s)
+            while data := await r.read(1 << 20):
+                got += len(data)
+    finally:
+        w.close()
+    return got
+
+
+async def test_a_client_that_stops_reading_is_not_recorded_as_an_idle_upstream() -> None:
+    """A client that reads nothing for ``idle_s`` while the upstream has more to send: the
+    proxy stops reading the upstream until the client drains (flow control), so the
+    upstream is never idle — the client is. The stream was cut and recorded ``timeout``,
+    ``upstream idle for 1 s mid-response``, counted against the engine; it is cut all the
+    same (as nginx's ``send_timeout`` does) but recorded as the client's: ``cancelled``,
+    ``client stopped reading for 1 s``. Both ways in: cold (aiohttp's path) and warm (served
+    directly)."""
+    event = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    big = event * (16 * 1024 * 1024 // len(event))  # (more than the sockets' buffers hold)
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(big))
+
+    async def respond(request: bytes, _n: int) -> bytes:
+        return OK if request.startswith(b"GET") else head + big
+
+    async with raw_upstream(respond) as (url, _h, _c), \
+            running_proxy(url, timeouts__idle_s=1.0, inject_usage=False) as (proxy, purl, recs):
+        got = [await _stalled_reader(purl, 3.0)]
+        await _prime(purl)
+        got.append(await _stalled_reader(purl, 3.0))
+        records = await recs.wait(2)
+        assert proxy.direct_starts >= 1
+    assert all(0 < n < len(big) for n in got), got  # cut off after the stall
+    for rec in records:
+        assert (rec.status, rec.outcome, rec.error) == (
+            200, "cancelled", "client stopped reading for 1 s"), rec
