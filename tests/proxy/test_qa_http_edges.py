@@ -100,6 +100,33 @@ async def test_a_head_aiohttp_refuses_is_refused_with_a_warm_pool_too(
     assert [h.split(b" ", 2)[1] for h in heads] == [b"/prime", b"/prime"]
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /x HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 8183 + b"\r\n\r\n",
+        b"GET /x HTTP/1.1\r\n" + b"".join(b"X-H-%d: %d\r\n" % (i, i) for i in range(127))
+        + b"Host: x\r\n\r\n",
+    ],
+    ids=["8190-byte-field", "128-fields"],
+)
+async def test_a_head_just_within_aiohttp_limits_is_still_served_directly(
+        request_bytes: bytes) -> None:
+    """The other side of the limits: a field line of 8,190 bytes and 128 fields pass
+    aiohttp's parser, and on a warm pool are still served directly."""
+
+    async def respond(_head: bytes, _n: int) -> bytes:
+        return OK
+
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url) as (proxy, purl, _r):
+        await _prime(purl)
+        before = proxy.direct_starts
+        (warm,) = await exchange(purl, [request_bytes])
+        assert proxy.direct_starts == before + 1
+    assert warm[0] == 200
+    assert len(heads) == 2 and len(heads[1]) > len(request_bytes) - 100  # all of it went
+
+
 async def _stalled_reader(url: str, stall_s: float) -> int:
     """POST a stream request, read the response head, read nothing for ``stall_s``, then
     read on until the connection closes; returns the body bytes read (a small receive
