@@ -229,8 +229,7 @@ class DirectExchange:
             self._finish(self.client.keep_alive)
             return True
         self.sink.cancel()
-        ex.fail(*cut_off(wd))
-        self._close_client()
+        ex.fail(*cut_off(wd, self.protocol.transport))
         self._finish(False)
         return True
 

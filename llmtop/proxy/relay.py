@@ -381,14 +381,22 @@ CLIENT_STALL: Final = "client"
 upstream paused for it)."""
 
 
-def cut_off(wd: Watchdog) -> tuple[Outcome, str]:
-    """The outcome and ``error`` of a response its watchdog ``wd`` cut off after it had
-    started: the upstream silent for the idle limit (``timeout``), or the client not
-    reading for as long while the upstream waited on it (``cancelled``: the client went
-    away in all but name — nginx's ``send_timeout``)."""
+def cut_off(wd: Watchdog, client: asyncio.Transport | None) -> tuple[Outcome, str]:
+    """End a response its watchdog ``wd`` cut off after it had started, on the client's
+    transport: returns its outcome and ``error``. The upstream was silent for the idle
+    limit (``timeout``): the client's connection closes once what it was sent has gone out,
+    so it reads a truncated response. Or the client read nothing for as long while the
+    upstream waited on it (``cancelled``: the client went away in all but name — nginx's
+    ``send_timeout``): its connection is dropped at once, with the bytes it did not take
+    (a graceful close would wait for a client that does not read, holding its connection
+    and those bytes for as long as it keeps its end open)."""
     limit = f"{wd.limit_ns / 1e9:g} s"
     if wd.phase == CLIENT_STALL:
+        if client is not None:
+            client.abort()
         return "cancelled", f"client stopped reading for {limit}"
+    if client is not None:
+        client.close()
     return "timeout", f"upstream idle for {limit} mid-response"
 
 

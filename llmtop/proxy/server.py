@@ -763,8 +763,8 @@ class ProxyServer:
                 ex.fail("cancelled", self.cancel_reason())
                 raise
             wd.absorb()
-            ex.fail(*cut_off(wd))
-            return _abort(request)
+            ex.fail(*cut_off(wd, request.transport))
+            return sent_response(keep_alive=False)
         # the body ended cleanly: complete() already gave the connection back to the pool
         self.relay_outcome(ex, sink)
         return sent_response(keep_alive)

@@ -179,3 +179,46 @@ async def test_a_client_that_stops_reading_is_not_recorded_as_an_idle_upstream()
     for rec in records:
         assert (rec.status, rec.outcome, rec.error) == (
             200, "cancelled", "client stopped reading for 1 s"), rec
+
+
+async def test_a_client_that_never_reads_is_let_go_when_its_stream_is_cut() -> None:
+    """A client that reads nothing at all (not even the head) and keeps its connection
+    open: after ``idle_s`` its stream is cut (recorded as its own stall), and its
+    connection must go with it. It was closed gracefully, which waits until the buffered
+    response has been written — never, to a client that does not read — so each such
+    client kept a connection and a few hundred KB of response in the proxy until it
+    closed. Both ways in: cold (aiohttp's path) and warm (served directly)."""
+    event = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    big = event * (16 * 1024 * 1024 // len(event))
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(big))
+
+    async def respond(request: bytes, _n: int) -> bytes:
+        return OK if request.startswith(b"GET") else head + big
+
+    body = b'{"model":"m","stream":true}'
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+               % len(body) + body)
+    loop = asyncio.get_running_loop()
+    async with raw_upstream(respond) as (url, _h, _c), \
+            running_proxy(url, timeouts__idle_s=1.0, inject_usage=False) as (proxy, purl, recs):
+        host, port = purl.removeprefix("http://").split(":")
+        runner = proxy._runner
+        assert runner is not None and runner.server is not None
+        for warm in (False, True):
+            if warm:
+                await _prime(purl)
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.setblocking(False)
+                await loop.sock_connect(sock, (host, int(port)))
+                await loop.sock_sendall(sock, request)
+                (rec,) = (await recs.wait(1 + warm, within_s=10))[warm:]
+                assert (rec.outcome, rec.error) == (
+                    "cancelled", "client stopped reading for 1 s"), rec
+                for _ in range(100):  # within 2 s (the client still holds its end)
+                    if not runner.server.connections:
+                        break
+                    await asyncio.sleep(0.02)
+                assert not runner.server.connections
+        assert proxy.direct_starts >= 1
