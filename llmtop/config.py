@@ -44,7 +44,9 @@ class TimeoutConfig:
     first_byte_s: float = 600.0
     """From sending the request upstream to its response headers (queueing + prefill)."""
     idle_s: float = 300.0
-    """Longest silence allowed between two reads of a streaming response."""
+    """Longest silence allowed between two reads of a streaming response (the stream is
+    cut off, recorded ``timeout``), and longest a client may leave a started response
+    unread while the upstream waits on it (cut off, recorded ``cancelled``)."""
     shutdown_grace_s: float = 10.0
     """On SIGINT/SIGTERM, how long in-flight streams may finish before they are cancelled."""
 
