@@ -84,6 +84,13 @@ def dicts(x: object) -> list[Mapping[str, Any]]:
     return [i for i in x if type(i) is dict or isinstance(i, Mapping)]
 
 
+def request_key(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """What identifies an active request across refreshes: its id, and the proxy it came
+    through (``attach`` to several proxies labels each row with its proxy's URL; ids are
+    only unique within one proxy)."""
+    return as_str(row.get("proxy")), as_str(row.get("id"))
+
+
 @dataclass(frozen=True, slots=True)
 class Slo:
     """The SLOs the snapshot was computed against (all optional)."""

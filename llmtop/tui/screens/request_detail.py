@@ -25,7 +25,7 @@ from textual.widgets import Footer, Static
 from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
-from llmtop.tui.snapview import as_num, as_str, dicts
+from llmtop.tui.snapview import as_num, as_str, dicts, request_key
 from llmtop.tui.stale_rows import StaleRows
 
 NOT_NAMED = "not named yet"
@@ -57,13 +57,6 @@ class FieldsBox(VerticalScroll, inherit_bindings=False):
     BINDINGS: ClassVar[list[BindingType]] = [
         b for b in VerticalScroll.BINDINGS if isinstance(b, Binding)
         and b.key not in ("left", "right", "ctrl+pageup", "ctrl+pagedown")]
-
-
-def request_key(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """What identifies a request across refreshes: its id, and the proxy it came through
-    (``attach`` to several proxies labels each row with its proxy's URL; ids are only
-    unique within one proxy)."""
-    return as_str(row.get("proxy")), as_str(row.get("id"))
 
 
 def _text(x: object, empty: str = fmt.NA) -> Text:

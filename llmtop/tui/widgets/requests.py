@@ -19,8 +19,8 @@ from textual.widgets import DataTable
 from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
-from llmtop.tui.snapview import as_num, as_str, dicts
-from llmtop.tui.widgets.users import available_cells, matches
+from llmtop.tui.snapview import as_num, as_str, dicts, request_key
+from llmtop.tui.widgets.users import available_cells, keep_view, matches
 
 MAX_ROWS = 500
 LABELS: dict[str, tuple[str, bool]] = {
@@ -245,6 +245,8 @@ class RequestsTable(DataTable[Text]):
             and matches(as_str(r.get("user")) or "", self.filter_text)
         ]
         ordered = order_requests(picked)[:MAX_ROWS]
+        # the request under the cursor, followed to its new row below
+        was = self.request_for(str(self.cursor_row)) if self.row_count else None
         # before the early return below: the cells may be the same while fields the table
         # does not show (the engine's id) have moved on
         self._rows = ordered
@@ -265,7 +267,8 @@ class RequestsTable(DataTable[Text]):
             for cells, label in zip(full, labels, strict=True):
                 cells[key] = Text(label, style=cells[key].style, no_wrap=True)
         table = [[cells[key] for key in shown] for cells in full]
-        signature = (tuple(shown.items()),
+        keys = [request_key(r) for r in ordered]
+        signature = (tuple(shown.items()), keys,
                      [tuple((c.plain, str(c.style)) for c in cells) for cells in table])
         if signature == self._rendered:
             return
@@ -277,9 +280,13 @@ class RequestsTable(DataTable[Text]):
                                 key=key, width=width)
             self.shown_columns = shown
         self._rendered = signature
+        cursor, scroll_y = self.cursor_row, self.scroll_y
+        if was is not None and request_key(was) in keys:
+            cursor = keys.index(request_key(was))
         self.clear()
         for i, row in enumerate(table):
             self.add_row(*row, key=str(i))
+        keep_view(self, cursor, scroll_y)  # a request ended: the row that took its place
         more = len(picked) - len(table)
         sub = f"{len(picked)} active" + (f" · {more} not shown" if more > 0 else "")
         self.border_subtitle = sub

@@ -125,6 +125,18 @@ def available_cells(table: DataTable[Text], rows: int) -> int:
     return width - bar
 
 
+def keep_view(table: DataTable[Text], row: int, scroll_y: float) -> None:
+    """After a table's rows were cleared and added again (``clear()`` puts the cursor on
+    row 0 and scrolls to the top): the view scrolled as it was, the cursor on ``row``
+    (the last row when there are fewer now; scrolled into view only when it is not in
+    it). A live proxy's figures change at every refresh; a reader moving down the rows
+    must not be sent back up each time."""
+    table.scroll_to(y=scroll_y, animate=False, immediate=True)
+    row = min(row, table.row_count - 1)
+    if row > 0:
+        table.move_cursor(row=row, animate=False)
+
+
 def matches(name: str, needle: str) -> bool:
     return not needle or needle.casefold() in name.casefold()
 
@@ -301,7 +313,7 @@ class UsersTable(DataTable[Text]):
         signature = [(k, tuple((c.plain, str(c.style)) for c in cells)) for k, _, cells in rows]
         if signature == self._rendered:
             return
-        current = self.cursor_key()
+        current, at, scroll_y = self.cursor_key(), self.cursor_row, self.scroll_y
         self.clear()
         self._users = {}
         for key, user, cells in rows:
@@ -309,7 +321,8 @@ class UsersTable(DataTable[Text]):
             self._users[key] = user
         self._rendered = signature
         if current is not None and current in self._users:
-            self.move_cursor(row=self.get_row_index(current), animate=False)
+            at = self.get_row_index(current)
+        keep_view(self, at, scroll_y)  # a user gone: the row that took its place
 
     def subtitle(self) -> Text:
         """"N users" (+ "others" when the proxy folded the rest into one row, "≈ K
