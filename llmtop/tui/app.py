@@ -157,7 +157,8 @@ class LlmtopApp(App[int]):
         self._show()
         if isinstance(self.source, HasNotes):
             for note in self.source.notes:
-                self.notify(note, title="note", severity="warning", timeout=NOTE_TIMEOUT_S,
+                self.notify(printable(note), title="note", severity="warning",
+                            timeout=NOTE_TIMEOUT_S,
                             markup=False)
         if self.refresh_hz > 0:
             self.set_interval(1.0 / self.refresh_hz, self._tick)
@@ -283,11 +284,11 @@ class LlmtopApp(App[int]):
     def _source_label(self) -> str:
         """Where the data comes from. A replay says only its file here: the position,
         length and speed are in the replay label, once."""
-        if self.replay is None:
-            return self.source.describe()
+        if self.replay is None:  # (an attached proxy's error is in it)
+            return printable(self.source.describe())
         path = getattr(self.source, "path", None)
         name = self.view.text("replay", "file") or getattr(path, "name", None)
-        return printable(name) if isinstance(name, str) and name else self.source.describe()
+        return printable(name if isinstance(name, str) and name else self.source.describe())
 
     def _replay_label(self) -> str | None:
         rp = self.replay
@@ -424,8 +425,8 @@ class LlmtopApp(App[int]):
         try:
             reply = await self.source.recording(action, path)
         except Exception as exc:
-            why = str(exc) if isinstance(exc, SourceUnavailable) else (
-                f"{type(exc).__name__}: {exc}")
+            why = _first_line(str(exc) if isinstance(exc, SourceUnavailable) else (
+                f"{type(exc).__name__}: {exc}"))
             self.notify(why, title="recording", severity="error", markup=False)
             if action == "start" and path and self.screen is self.dashboard:
                 # the prompt again, with the name typed and the reason (a bad suffix, a
@@ -489,12 +490,14 @@ class LlmtopApp(App[int]):
 
 
 def _first_line(why: str) -> str:
-    return why.splitlines()[0] if why else "no answer"
+    """The first line of an error, printable: its text comes from whatever answered at
+    the admin address (an error reply's own words), escape sequences and all."""
+    return printable(why.splitlines()[0]) if why.strip() else "no answer"
 
 
 def _reply_path(reply: Mapping[str, Any]) -> str | None:
     p = reply.get("path")
-    return p if isinstance(p, str) and p else None
+    return printable(p) if isinstance(p, str) and p else None
 
 
 def run_tui(

@@ -64,7 +64,7 @@ def other_field(key: str, value: object) -> tuple[Text, Text]:
     integer (a count), anything else as a rate."""
     n = as_num(value)
     shown = fmt.count(n) if isinstance(value, int) else fmt.rate(n)
-    return Text(key.replace("_", " ")), Text(shown)
+    return Text(printable(key).replace("_", " ")), Text(shown)
 
 
 class UserSummary(ViewPanel):

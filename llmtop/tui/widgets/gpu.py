@@ -64,7 +64,7 @@ def mem_percent(gpu: Mapping[str, Any]) -> float | None:
 def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -> Text:
     """The line for one GPU, with fewer details as the width shrinks."""
     idx = as_num(gpu.get("index"))
-    name = (as_str(gpu.get("name")) or "GPU").removeprefix("NVIDIA ")
+    name = printable(as_str(gpu.get("name")) or "GPU").removeprefix("NVIDIA ")
     used, total = as_num(gpu.get("mem_used_bytes")), as_num(gpu.get("mem_total_bytes"))
     mem = mem_percent(gpu)
     busy, bw = as_num(gpu.get("mem_busy")), as_num(gpu.get("dram_bw_util"))

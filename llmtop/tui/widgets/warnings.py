@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import SnapView, as_num, as_str
@@ -75,7 +76,7 @@ class WarningsBar(ViewPanel):
             for i, w in enumerate(rest):
                 if i:
                     t.append(", ", pal.dim)
-                t.append(as_str(w.get("code")) or "WARNING",
+                t.append(printable(as_str(w.get("code")) or "WARNING"),
                          severity_style(as_str(w.get("severity")) or "warning", pal))
         return t
 
@@ -84,9 +85,9 @@ class WarningsBar(ViewPanel):
         sev = as_str(w.get("severity")) or "warning"
         style = severity_style(sev, pal)
         t.append(f"{ICONS.get(sev, '▲')} ", style)
-        t.append(as_str(w.get("code")) or "WARNING", style)
+        t.append(printable(as_str(w.get("code")) or "WARNING"), style)
         since = as_num(w.get("since"))
         if since is not None and now is not None:
             t.append(f" {fmt.duration(max(0.0, now - since))}", pal.dim)
         t.append("  ")
-        t.append(as_str(w.get("message")) or "")
+        t.append(printable(as_str(w.get("message")) or ""))  # attach's: another proxy's error
