@@ -136,12 +136,16 @@ class Dashboard(Screen[None]):
     # -- filter (``/``) ------------------------------------------------------------------------
 
     def open_filter(self) -> None:
+        # narrow, with the requests shown in the users' place (tab): the users again, or
+        # the box would take what is typed unseen, in the hidden users panel
+        self.remove_class("-show-requests")
         self.add_class("-filtering")
         self.filter_input.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input is self.filter_input:
             self.users.set_filter(event.value)
+            self.set_class(bool(event.value), "-filtered")
             self.users_box.border_subtitle = self.users.subtitle()
             self.requests.filter_text = event.value
             self.requests.show_requests(self._active, self.users.palette,
