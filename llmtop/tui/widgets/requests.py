@@ -20,7 +20,13 @@ from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import as_num, as_str, dicts, request_key
-from llmtop.tui.widgets.users import available_cells, keep_view, matches
+from llmtop.tui.widgets.users import (
+    CellSig,
+    available_cells,
+    keep_view,
+    matches,
+    patch_cells,
+)
 
 MAX_ROWS = 500
 LABELS: dict[str, tuple[str, bool]] = {
@@ -197,7 +203,8 @@ class RequestsTable(DataTable[Text]):
         self._last: tuple[Sequence[Mapping[str, Any]], Palette, float | None,
                           str | None] | None = None
         self._titled: tuple[str, str | None, str] | None = None
-        self._rendered: object = None
+        self._rendered: tuple[tuple[tuple[str, int], ...], list[tuple[str | None, str | None]],
+                              list[CellSig]] | None = None
         self._rows: list[Mapping[str, Any]] = []
         """The requests shown, in row order (row key ``str(i)`` is ``_rows[i]``)."""
 
@@ -268,10 +275,22 @@ class RequestsTable(DataTable[Text]):
                 cells[key] = Text(label, style=cells[key].style, no_wrap=True)
         table = [[cells[key] for key in shown] for cells in full]
         keys = [request_key(r) for r in ordered]
-        signature = (tuple(shown.items()), keys,
-                     [tuple((c.plain, str(c.style)) for c in cells) for cells in table])
+        sigs = [tuple((c.plain, str(c.style)) for c in cells) for cells in table]
+        signature = (tuple(shown.items()), keys, sigs)
+        more = len(picked) - len(table)
+        self.border_subtitle = f"{len(picked)} active" + (
+            f" · {more} not shown" if more > 0 else "")
         if signature == self._rendered:
             return
+        old, self._rendered = self._rendered, signature
+        if old is not None and old[:2] == signature[:2] and self.columns:
+            # the same requests in the same order and columns: the figures that moved on
+            patch_cells(self, [str(i) for i in range(len(table))], list(shown), old[2], sigs,
+                        table)
+            return
+        cursor, scroll_y = self.cursor_row, self.scroll_y
+        if was is not None and request_key(was) in keys:
+            cursor = keys.index(request_key(was))
         if self.shown_columns != shown or not self.columns:
             self.clear(columns=True)
             for key, width in shown.items():
@@ -279,14 +298,7 @@ class RequestsTable(DataTable[Text]):
                 self.add_column(Text(label, justify="right" if right else "left"),
                                 key=key, width=width)
             self.shown_columns = shown
-        self._rendered = signature
-        cursor, scroll_y = self.cursor_row, self.scroll_y
-        if was is not None and request_key(was) in keys:
-            cursor = keys.index(request_key(was))
         self.clear()
         for i, row in enumerate(table):
             self.add_row(*row, key=str(i))
         keep_view(self, cursor, scroll_y)  # a request ended: the row that took its place
-        more = len(picked) - len(table)
-        sub = f"{len(picked)} active" + (f" · {more} not shown" if more > 0 else "")
-        self.border_subtitle = sub

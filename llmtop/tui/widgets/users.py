@@ -137,6 +137,25 @@ def keep_view(table: DataTable[Text], row: int, scroll_y: float) -> None:
         table.move_cursor(row=row, animate=False)
 
 
+CellSig = tuple[tuple[str, str], ...]
+"""What a row shows: each cell's text and style."""
+
+
+def patch_cells(table: DataTable[Text], row_keys: Sequence[str], columns: Sequence[str],
+                old: Sequence[CellSig], new: Sequence[CellSig],
+                cells: Sequence[Sequence[Text]]) -> None:
+    """The same rows as before, in the same order, some figures changed: only the cells
+    that changed are written, in place. Clearing and adding every row again made the
+    table measure every cell anew at each refresh (2,000 users: most of a refresh's
+    time, the keys waiting behind it), and lost the cursor and the view."""
+    for key, was, now, row in zip(row_keys, old, new, cells, strict=True):
+        if was == now:
+            continue
+        for column, a, b, value in zip(columns, was, now, row, strict=True):
+            if a != b:
+                table.update_cell(key, column, value)
+
+
 def matches(name: str, needle: str) -> bool:
     return not needle or needle.casefold() in name.casefold()
 
@@ -191,7 +210,7 @@ class UsersTable(DataTable[Text]):
         self.palette = Palette()
         self._users: dict[str, str] = {}
         """Row key → user id (:data:`FOLD_KEY` for the fold)."""
-        self._rendered: list[tuple[str, tuple[tuple[str, str], ...]]] | None = None
+        self._rendered: list[tuple[str, CellSig]] | None = None
         self._header: object = None
         self.shown_columns: list[Column] = list(COLUMNS)
         """The columns shown at the current width (``s`` cycles through these)."""
@@ -312,6 +331,14 @@ class UsersTable(DataTable[Text]):
             rows.append((key, user, row))
         signature = [(k, tuple((c.plain, str(c.style)) for c in cells)) for k, _, cells in rows]
         if signature == self._rendered:
+            return
+        old = self._rendered
+        if old is not None and [k for k, _ in old] == [k for k, _ in signature]:
+            # the same users in the same order (a new header has set _rendered to None)
+            patch_cells(self, [k for k, _ in signature], [c.key for c in visible],
+                        [cs for _, cs in old], [cs for _, cs in signature],
+                        [cells for _, _, cells in rows])
+            self._rendered = signature
             return
         current, at, scroll_y = self.cursor_key(), self.cursor_row, self.scroll_y
         self.clear()
