@@ -26,6 +26,7 @@ from llmtop.tui.widgets.header import HeaderBar, HeaderStatus
 from llmtop.tui.widgets.latency import LatencyPanel
 from llmtop.tui.widgets.plots import PlotsPanel
 from llmtop.tui.widgets.requests import RequestsTable
+from llmtop.tui.widgets.textbox import TextBox
 from llmtop.tui.widgets.users import UsersTable
 from llmtop.tui.widgets.warnings import WarningsBar
 
@@ -60,7 +61,7 @@ class Dashboard(Screen[None]):
         self.engine = EnginePanel(id="engine", classes="panel")
         self.users = UsersTable(id="users")
         self.requests = RequestsTable(id="requests", title="active requests")
-        self.filter_input = Input(placeholder="filter users…", id="filter")
+        self.filter_input = TextBox(placeholder="filter users…", id="filter")
         self.users_box = Vertical(id="users-box", classes="panel")
         self._active: Sequence[Mapping[str, Any]] = ()
         self._stale = StaleRows()

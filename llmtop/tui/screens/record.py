@@ -10,8 +10,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Label, Static
 
+from llmtop.tui.widgets.textbox import TextBox
 
-class PathInput(Input):
+
+class PathInput(TextBox):
     """The path box: Enter (Input's own submit) is shown in the prompt's footer as
     "start", the one key besides Escape that does something other than type."""
 

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
+from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import FOLD_KEY as SNAP_FOLD_KEY
@@ -359,7 +360,7 @@ class UsersTable(DataTable[Text]):
         total = sum(1 for u in every if not is_fold(u))
         if self.filter_text:
             t = Text(f"{self._shown} of {users(total)} · filter: ")
-            t.append(self.filter_text)
+            t.append(printable(self.filter_text))
             return t
         if not any(is_fold(u) for u in every):
             return Text(users(total))
