@@ -97,7 +97,7 @@ def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -
 class GpuPanel(ViewPanel):
     """GPU readings; at narrow widths only the first two GPUs and a "+N more" line."""
 
-    READS = ("gpus", "gpu_source")
+    READS = ("gpus", "gpu_source", "gpu_status")  # the status: why no readings, a GPU lost
 
     def layout_key(self, view: SnapView) -> object:
         return len(view.items("gpus"))
