@@ -230,6 +230,8 @@ class RequestsTable(DataTable[Text]):
         titled = (self.title, stale, palette.warn)
         if titled == self._titled:
             return
+        # where the table has no frame (narrow), the class gives it a top line for this
+        self.set_class(bool(stale), "-stale")
         self._titled = titled
         title = Text(self.title)
         if stale:
