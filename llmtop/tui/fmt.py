@@ -132,6 +132,26 @@ def pct(x: float | None, *, fraction: bool = False) -> str:
     return f"{v:.0f}%"
 
 
+DEFAULT_TARGET = 0.95
+"""The SLO attainment target when the snapshot names none (as the palette colours it)."""
+
+
+def attainment(x: float | None, target: float | None) -> str:
+    """An SLO attainment (0–1) as :func:`pct` writes it, except where a whole percentage
+    would round it onto what it has not reached: its ``target`` (94.6 % is not "95%"
+    beside "target 95%") or 100 % (99.96 % is not "100%"). It then keeps one decimal,
+    rounded towards zero: "94.6%", "99.9%"."""
+    text = pct(x, fraction=True)
+    if x is None or text == NA:
+        return text
+    v = x * 100.0
+    t = 100.0 * (DEFAULT_TARGET if target is None else target)
+    shown = round(v)
+    if (shown >= t > v) or (shown >= 100 > v):
+        return f"{math.floor(round(v * 10, 6)) / 10:.1f}%"  # (0.949 * 1000 is 948.99…)
+    return text
+
+
 def size_bytes(b: float | None) -> str:
     """Bytes in binary units: ``71.2 GiB``."""
     if b is None or not math.isfinite(b):

@@ -158,7 +158,8 @@ class UserSummary(ViewPanel):
         if kind == "rate":
             return Text(fmt.rate(n))
         if kind == "attainment":
-            return Text(fmt.pct(n, fraction=True), style=pal.attainment(n, v.slo.target))
+            return Text(fmt.attainment(n, v.slo.target),
+                        style=pal.attainment(n, v.slo.target))
         return Text(fmt.latency(n), style=pal.latency(n, v.slo.for_metric(kind)))
 
 

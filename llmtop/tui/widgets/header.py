@@ -227,7 +227,7 @@ class HeaderBar(ViewPanel):
             t.append(" tok/s", pal.dim)
         att = v.num("system", "slo_attainment")
         target = v.slo.target
-        fig("SLO ", fmt.pct(att, fraction=True), f"bold {pal.attainment(att, target)}")
+        fig("SLO ", fmt.attainment(att, target), f"bold {pal.attainment(att, target)}")
         if target is not None and wide:
             t.append(f" (target {fmt.pct(target, fraction=True)})", pal.dim)
         return t

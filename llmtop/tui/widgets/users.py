@@ -187,7 +187,8 @@ def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette) 
         bound = "≤" if user.get("approximate") is True and v is not None else ""
         return Text(bound + fmt.latency(v), style=pal.latency(v, threshold), justify="right")
     if column.kind == "attainment":
-        return Text(fmt.pct(v, fraction=True), style=pal.attainment(v, view.slo.target),
+        return Text(fmt.attainment(v, view.slo.target),
+                    style=pal.attainment(v, view.slo.target),
                     justify="right")
     text = fmt.rate(v) if column.kind == "rate" else fmt.count(v)
     return Text(text, style="" if v is not None else pal.dim, justify="right")
