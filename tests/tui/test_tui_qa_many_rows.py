@@ -52,3 +52,23 @@ async def test_a_figures_only_refresh_writes_cells_in_place() -> None:
             assert first is not None and first["age_s"] == float(len(srv.requests) - 1)
     finally:
         await srv.stop()
+
+
+async def test_the_count_follows_requests_past_the_rows_shown() -> None:
+    """Only the oldest 500 requests are rows; the subtitle counts them all. Requests
+    that end past those rows change no row, and the count must still follow."""
+    srv = AdminServer("saturated")
+    first = srv.requests[0]
+    srv.requests = [{**first, "id": f"r-{i}", "age_s": 1000.0 - i} for i in range(600)]
+    await srv.start()
+    try:
+        app = LlmtopApp(AdminSource([srv.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: "600 active · 100 not shown" in screen_text(app),
+                        what="the count")
+            del srv.requests[550:]  # the youngest 50 end: the 500 rows stay as they were
+            assert await app.refresh_now()
+            await until(pilot, lambda: "550 active · 50 not shown" in screen_text(app),
+                        limit_s=5, what="the new count")
+    finally:
+        await srv.stop()

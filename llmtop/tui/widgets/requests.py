@@ -203,6 +203,7 @@ class RequestsTable(DataTable[Text]):
         self._last: tuple[Sequence[Mapping[str, Any]], Palette, float | None,
                           str | None] | None = None
         self._titled: tuple[str, str | None, str] | None = None
+        self._subtitle: str | None = None
         self._rendered: tuple[tuple[tuple[str, int], ...], list[tuple[str | None, str | None]],
                               list[CellSig]] | None = None
         self._rows: list[Mapping[str, Any]] = []
@@ -280,8 +281,9 @@ class RequestsTable(DataTable[Text]):
         sigs = [tuple((c.plain, str(c.style)) for c in cells) for cells in table]
         signature = (tuple(shown.items()), keys, sigs)
         more = len(picked) - len(table)
-        self.border_subtitle = f"{len(picked)} active" + (
-            f" · {more} not shown" if more > 0 else "")
+        sub = f"{len(picked)} active" + (f" · {more} not shown" if more > 0 else "")
+        if sub != self._subtitle:  # (setting it redraws the table, changed or not)
+            self._subtitle = self.border_subtitle = sub
         if signature == self._rendered:
             return
         old, self._rendered = self._rendered, signature
