@@ -6,7 +6,8 @@
   started 3 s ago (span 3 s) and one running for an hour (span 10–12 s) add up right; the
   merged ``span_s`` is the largest part's, and summed counts divided by it are not the
   rates when the parts' spans differ. Attainment is recomputed from the summed
-  ``slo_met`` and ``requests``.
+  ``slo_met`` and ``slo_judged`` (from a proxy that sends only the interface's
+  ``slo_attainment`` and ``requests``: their product and ``requests``).
 - Users and models are merged by name — the fold of those past each proxy's top N
   (``tracked`` false, named ``other``) only with other folds, never with a real user
   named ``other``. Their percentiles are exact when every part
@@ -73,6 +74,17 @@ def _judged(row: Mapping[str, Any]) -> int:
     return int(v or 0)
 
 
+def _met(row: Mapping[str, Any]) -> int:
+    """The requests of a row that met every SLO: ``slo_met``, or from a proxy that did not
+    send it (it is not in the interface's snapshot) its ``slo_attainment`` times
+    :func:`_judged`; 0 when it has neither."""
+    v = _num(row.get("slo_met"))
+    if v is None:
+        share = _num(row.get("slo_attainment"))
+        v = round(share * _judged(row)) if share is not None else 0
+    return int(v)
+
+
 def _max(values: Iterable[object]) -> float | None:
     nums = [v for v in (_num(x) for x in values) if v is not None]
     return max(nums) if nums else None
@@ -93,7 +105,8 @@ def _merge_rows(rows: list[Mapping[str, Any]], key: str, pcts: Sequence[str]) ->
         if any(k in r for r in rows):
             out[k] = _sum(r.get(k) for r in rows) or 0
     judged = out["slo_judged"] = sum(_judged(r) for r in rows)
-    out["slo_attainment"] = (out.get("slo_met", 0) / judged) if judged else None
+    met = out["slo_met"] = sum(_met(r) for r in rows)
+    out["slo_attainment"] = met / judged if judged else None
     if any("tracked" in r for r in rows):  # all folds or none (see _group_rows)
         out["tracked"] = rows[0].get("tracked") is not False
     hists = [r.get("histograms") for r in rows]
@@ -383,7 +396,8 @@ def _merge(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
               "finished_output_tps"):
         system[k] = float(system.get(k) or 0.0)
     judged = system["slo_judged"] = sum(_judged(sy) for sy in systems)
-    system["slo_attainment"] = system["slo_met"] / judged if judged else None
+    met = system["slo_met"] = sum(_met(sy) for sy in systems)
+    system["slo_attainment"] = met / judged if judged else None
 
     slo_d = _mapping(first.get("slo"))
     cap_first = _mapping(first.get("capacity"))

@@ -155,6 +155,25 @@ def test_a_snapshot_without_slo_judged_judges_all_its_requests() -> None:
     assert user["slo_judged"] == 18 and user["slo_attainment"] == pytest.approx(13 / 18)
 
 
+def test_a_snapshot_without_slo_met_counts_its_attainment() -> None:
+    """A proxy that sends only the interface's ``slo_attainment`` (no ``slo_met``) met
+    that share of its requests; it was merged as 0 met ("SLO 0%" for 41 % and 100 %)."""
+    a = {"system": {"requests": 100, "slo_attainment": 0.41},
+         "users": [{"user": "u", "requests": 100, "slo_attainment": 0.41}]}
+    b = {"system": {"requests": 50, "slo_attainment": 1.0},
+         "users": [{"user": "u", "requests": 50, "slo_attainment": 1.0}]}
+    c = {"system": {"requests": 20, "slo_met": 10, "slo_judged": 20},
+         "users": [{"user": "u", "requests": 20, "slo_met": 10, "slo_judged": 20}]}
+    for parts, met, judged in (([a, b], 91, 150), ([a, b, c], 101, 170)):
+        merged = merge_snapshots(parts)
+        assert merged["system"]["slo_met"] == met
+        assert merged["system"]["slo_attainment"] == pytest.approx(met / judged)
+        (user,) = merged["users"]
+        assert user["slo_met"] == met and user["slo_attainment"] == pytest.approx(met / judged)
+    nothing = {"system": {"requests": 5}, "users": [{"user": "u", "requests": 5}]}
+    assert merge_snapshots([nothing, c])["system"]["slo_attainment"] == pytest.approx(10 / 25)
+
+
 def test_every_proxys_recording_is_named() -> None:
     """QA: `attach A B` with both recording showed only A's file."""
     agg = Aggregator(Config(), clock=Clock())
