@@ -755,6 +755,9 @@ MB: Final = 1_000_000
 """A megabyte as ``recording.rotate_mb`` counts it (as disks and ``ls -h --si`` do)."""
 MIN_ROTATE_MB: Final = 0.01
 """The smallest part (10 kB): each part is a file with its header, footer and a fsync."""
+MAX_ROTATE_MB: Final = 1_000_000.0
+"""The largest part (a terabyte): past it no part is meant to close by size (leave
+``rotate_mb`` at 0), and 1e308 MB overflowed turning it into bytes (a traceback at start)."""
 MIN_ROTATE_S: Final = 1.0
 """The shortest part, in seconds (the writer thread looks at the time 4 times a flush)."""
 MAX_DURATION_S = 86_400.0
@@ -911,6 +914,9 @@ def _validate_rotation(rec: RecordingConfig, name: KeyNames) -> None:
     if 0 < rec.rotate_mb < MIN_ROTATE_MB:
         raise ConfigError(f"{name(mb)} must be 0 (off) or at least {MIN_ROTATE_MB:g} (MB, "
                           f"10 kB: each part is a file of its own), got {rec.rotate_mb:g}")
+    if rec.rotate_mb > MAX_ROTATE_MB:
+        raise ConfigError(f"{name(mb)} must be at most {MAX_ROTATE_MB:,.0f} (MB, a terabyte "
+                          f"a part), got {rec.rotate_mb:g}")
     if 0 < rec.rotate_s < MIN_ROTATE_S:
         raise ConfigError(f"{name(s)} must be 0 (off) or at least {MIN_ROTATE_S:g} "
                           f"(seconds), got {rec.rotate_s:g}")

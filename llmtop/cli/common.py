@@ -62,8 +62,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="FILE", help="record the session (.jsonl or .jsonl.gz)")
     p.add_argument("--rotate-mb", type=float, metavar="MB",
                    help="rotate the recording: close a part once its file reaches MB "
-                        "megabytes (10^6 bytes as written, 0.01 or more) and go on in the "
-                        "next; the --record path is then the parts' stem (default "
+                        "megabytes (10^6 bytes as written, 0.01 to 1,000,000) and go on in "
+                        "the next; the --record path is then the parts' stem (default "
                         "recording.rotate_mb: 0, off)")
     p.add_argument("--rotate-s", type=float, metavar="S",
                    help="...or once a part has been open S seconds (1 to 86400, e.g. 3600: "

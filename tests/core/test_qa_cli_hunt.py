@@ -1,0 +1,28 @@
+"""User mistakes at the command line and in the config file found by trying them as a user
+would (the hunt of Dec 7): each is one line on stderr with the exit status the codebase gives
+a usage error (2), never a traceback, a silent misreading or a wrong message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_qa_config_bounds import RUN, one_error_line, run_cli
+
+
+@pytest.mark.parametrize("value", ["1e308", "1e7"])
+def test_a_huge_rotate_mb_is_refused_naming_the_flag(tmp_path: Path, value: str) -> None:
+    """``--rotate-mb 1e308`` (and the same in the file or LLMTOP_RECORDING_ROTATE_MB) was
+    taken, then the proxy died with an OverflowError traceback turning it into bytes."""
+    rec = str(tmp_path / "rec.jsonl")
+    line = one_error_line(run_cli(*RUN, "--record", rec, "--rotate-mb", value))
+    assert line == ("llmtop run: error: --rotate-mb must be at most 1,000,000 (MB, a terabyte "
+                    f"a part), got {float(value):g}")
+
+
+def test_a_huge_rotate_mb_in_the_file_is_refused_naming_the_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "llmtop.toml"
+    cfg.write_text(f'[recording]\npath = "{tmp_path / "rec.jsonl"}"\nrotate_mb = 1e308\n')
+    line = one_error_line(run_cli(*RUN, "--config", str(cfg)))
+    assert line == ("llmtop run: error: recording.rotate_mb must be at most 1,000,000 (MB, a "
+                    "terabyte a part), got 1e+308")
