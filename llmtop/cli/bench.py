@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
-from llmtop.cli.common import UsageError, add_slo_spec_argument, slo_from_args
+from llmtop.cli.common import RuntimeFailure, UsageError, add_slo_spec_argument, slo_from_args
 from llmtop.config import HEADER_NAME
 from llmtop.textsafe import printable
 
@@ -328,7 +328,15 @@ def main(args: argparse.Namespace) -> int:
         admin_url=admin, admin_headers=admin_headers, record=args.record, as_json=args.json,
         headers=request_headers(args, os.environ),
     )
-    return run_plan(plan, cfg)
+    from llmtop.recording.errors import RecordingBusy, RecordingError
+
+    try:
+        return run_plan(plan, cfg)
+    except RecordingBusy as exc:  # out of file descriptors: not the path's fault
+        raise RuntimeFailure(f"--record: {exc}") from None
+    except RecordingError as exc:  # the file could not be opened, before any request: a
+        # path the check above cannot judge (root may write to /proc, where no file is made)
+        raise UsageError(f"--record: {exc}") from None
 
 
 def _admin(url: str, headers: dict[str, str]) -> str:

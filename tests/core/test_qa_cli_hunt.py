@@ -26,3 +26,12 @@ def test_a_huge_rotate_mb_in_the_file_is_refused_naming_the_key(tmp_path: Path) 
     line = one_error_line(run_cli(*RUN, "--config", str(cfg)))
     assert line == ("llmtop run: error: recording.rotate_mb must be at most 1,000,000 (MB, a "
                     "terabyte a part), got 1e+308")
+
+
+def test_bench_record_where_no_file_can_be_made_is_one_line() -> None:
+    """/proc is a directory root may write to (the pre-check passes) where no file can be
+    created: ``bench --record /proc/x.jsonl`` ended in a RecordingError traceback, exit 1."""
+    line = one_error_line(run_cli("bench", "http://127.0.0.1:9", "--requests", "1",
+                                  "--record", "/proc/llmtop-bench.jsonl"))
+    assert line == ("llmtop bench: error: --record: /proc/llmtop-bench.jsonl: cannot create a "
+                    "file there")
