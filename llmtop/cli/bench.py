@@ -66,9 +66,16 @@ MAX_RATE = 10_000.0
 MAX_REQUESTS = 1_000_000
 MAX_SECONDS = 86_400.0
 """Upper bounds on flag values (a day for any time)."""
+MIN_RATE = 0.001
+"""The lowest ``--rate`` (a request every 1,000 s): 1e-300 made the first arrival's gap
+overflow the load generator's clock (a traceback), and far below it no level sees a
+request."""
 
 
-def _list(value: str, kind: type[float] | type[int], what: str, top: float) -> list[float]:
+def _list(value: str, kind: type[float] | type[int], what: str, top: float,
+          least: float | None = None) -> list[float]:
+    """The comma-separated levels, each more than 0 (at least ``least`` when given) and at
+    most ``top``."""
     items = value.split(",")
     if any(not x.strip() for x in items):
         raise UsageError(f"{what} '{value}' has an empty item; e.g. 1,2,4")
@@ -77,9 +84,10 @@ def _list(value: str, kind: type[float] | type[int], what: str, top: float) -> l
     except ValueError:
         raise UsageError(f"{what} '{value}' must be a comma-separated list of "
                          f"{'whole ' if kind is int else ''}numbers") from None
-    if any(not math.isfinite(x) or x <= 0 or x > top for x in out):
-        raise UsageError(f"{what} '{value}': every value must be more than 0 and at most "
-                         f"{top:,g}")
+    if any(not math.isfinite(x) or x <= 0 or x < (least or 0) or x > top for x in out):
+        low = ("more than 0" if least is None else
+               f"at least {least:g} (a request every {1 / least:,.0f} s)")
+        raise UsageError(f"{what} '{value}': every value must be {low} and at most {top:,g}")
     twice = sorted({x for x in out if out.count(x) > 1})
     if twice:
         raise UsageError(f"{what} '{value}' lists {', '.join(f'{x:g}' for x in twice)} more "
@@ -107,8 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "ascending order with --search), each once; each 1 to "
                            f"{MAX_CONCURRENCY:,} (default: 1; with --search 1,2,4,8)")
     load.add_argument("--rate", metavar="LIST",
-                      help="open-loop arrival rates in req/s, e.g. 1,2,5; each up to "
-                           f"{MAX_RATE:,.0f} (default: closed loop)")
+                      help="open-loop arrival rates in req/s, e.g. 1,2,5; each "
+                           f"{MIN_RATE:g} to {MAX_RATE:,.0f} (default: closed loop)")
     p.add_argument("--search", action="store_true",
                    help="find the largest level meeting the SLOs (sweep, then bisect)")
     size = p.add_mutually_exclusive_group()
@@ -228,7 +236,7 @@ def _levels(args: argparse.Namespace) -> tuple[Literal["concurrency", "rate"], l
     _number(args.max_level, "--max-level", low=1 if not rate else 0, high=top, low_ok=not rate)
     max_level = args.max_level if args.max_level is not None else min(1024.0, top)
     if rate:
-        levels = _list(args.rate, float, "--rate", MAX_RATE)
+        levels = _list(args.rate, float, "--rate", MAX_RATE, MIN_RATE)
     elif args.concurrency is not None:
         levels = _list(args.concurrency, int, "--concurrency", MAX_CONCURRENCY)
     else:

@@ -35,3 +35,15 @@ def test_bench_record_where_no_file_can_be_made_is_one_line() -> None:
                                   "--record", "/proc/llmtop-bench.jsonl"))
     assert line == ("llmtop bench: error: --record: /proc/llmtop-bench.jsonl: cannot create a "
                     "file there")
+
+
+BENCH = ("bench", "http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("rates", ["1e-300", "2,0.0001"])
+def test_bench_refuses_a_rate_too_low_to_mean_anything(rates: str) -> None:
+    """``--rate 1e-300`` passed the check (more than 0) and the load generator died with an
+    OverflowError traceback scheduling its first arrival (a gap of 1e300 s)."""
+    line = one_error_line(run_cli(*BENCH, "--rate", rates, "--duration", "1"))
+    assert line == (f"llmtop bench: error: --rate '{rates}': every value must be at least "
+                    "0.001 (a request every 1,000 s) and at most 10,000")
