@@ -309,6 +309,14 @@ def main(args: argparse.Namespace) -> int:
                 f"this plan could run {steps * (duration + warmup):.0f} s, over --max-duration "
                 f"{args.max_duration:.0f} s; shorten --duration or raise --max-duration"
             )
+    elif mode == "rate":  # N requests at R/s: their arrivals alone take N / R seconds
+        per_level = [warmup + args.requests / rate for rate in levels]
+        could = sum(per_level) + (12 * max(per_level) if args.search else 0)
+        if could > args.max_duration:
+            raise UsageError(
+                f"this plan could run {could:.0f} s, over --max-duration "
+                f"{args.max_duration:.0f} s; lower --requests, raise --rate or raise "
+                "--max-duration")
     _open_files(int(max(levels + ([max_level] if args.search else [])))
                 if mode == "concurrency" else None)
     try:

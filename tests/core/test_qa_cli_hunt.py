@@ -47,3 +47,18 @@ def test_bench_refuses_a_rate_too_low_to_mean_anything(rates: str) -> None:
     line = one_error_line(run_cli(*BENCH, "--rate", rates, "--duration", "1"))
     assert line == (f"llmtop bench: error: --rate '{rates}': every value must be at least "
                     "0.001 (a request every 1,000 s) and at most 10,000")
+
+
+@pytest.mark.parametrize(("args", "seconds"), [
+    (("--rate", "0.01", "--requests", "100"), 10_000),
+    (("--rate", "1,2", "--requests", "3000"), 4_500),
+    (("--rate", "2", "--requests", "7000", "--warmup", "100"), 3_600),
+])
+def test_bench_refuses_an_open_loop_of_requests_longer_than_max_duration(
+        args: tuple[str, ...], seconds: int) -> None:
+    """--max-duration refused a long plan by --duration only: ``--rate 0.01 --requests 100``
+    (its arrivals alone take 10,000 s, near three hours) started without a word."""
+    line = one_error_line(run_cli(*BENCH, *args, "--max-duration", "3599"))
+    assert line == (f"llmtop bench: error: this plan could run {seconds} s, over "
+                    "--max-duration 3599 s; lower --requests, raise --rate or raise "
+                    "--max-duration")
