@@ -135,6 +135,17 @@ def add_series_argument(p: argparse.ArgumentParser) -> None:
                         "N reads the N-th instead, 1 = the oldest")
 
 
+def check_recording_args(given: Mapping[str, str | None], *, stdin: bool = True) -> None:
+    """A :class:`UsageError` for a recording argument (``{"FILE": args.file, ...}``, None:
+    not given) that is empty — an unset shell variable, which read as '.' (".: is a
+    directory") or, as FILE2, as no second file at all (``stdin``: whether the command
+    takes ``-``, which the message then offers)."""
+    for name, value in given.items():
+        if value is not None and not value.strip():
+            raise UsageError(f"{name} '{value}' is empty: give a recording (.jsonl or "
+                             f".jsonl.gz){', or - for standard input' if stdin else ''}")
+
+
 def resolve_recording(path: str, series: int | None, label: str, *,
                       quiet: bool = False) -> Source:
     """``path`` as the recording commands read it (:func:`llmtop.recording.parts.resolve`:

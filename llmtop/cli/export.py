@@ -13,6 +13,7 @@ from typing import Any
 from llmtop.cli.common import (
     UsageError,
     add_series_argument,
+    check_recording_args,
     resolve_recording,
     term_as_exit,
     write_failed,
@@ -94,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
     if args.interval < 0.001:
         raise UsageError(f"--interval must be at least 0.001 (seconds; the log has millisecond "
                          f"resolution), got {args.interval:g}")
+    check_recording_args({"FILE": args.file})
     for flag, value in (("--parquet", args.parquet), ("--hlog", args.hlog)):
         if value is not None and not value.strip():  # (an unset shell variable)
             raise UsageError(f"{flag} '{value}' is empty: give a "

@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmtop.cli.common import UsageError, add_series_argument, resolve_recording
+from llmtop.cli.common import (
+    UsageError,
+    add_series_argument,
+    check_recording_args,
+    resolve_recording,
+)
 
 if TYPE_CHECKING:
     from llmtop.recording.parts import Source
@@ -71,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
     from llmtop.recording.errors import RecordingError
     from llmtop.recording.spool import STDIN, rereadable
 
+    check_recording_args({"FILE": args.file}, stdin=False)
     if args.file == STDIN:
         raise UsageError("replay reads its keys from standard input: give the recording as a "
                          "file (or as <(command))")

@@ -11,6 +11,7 @@ from pathlib import Path
 from llmtop.cli.common import (
     UsageError,
     add_slo_spec_argument,
+    check_recording_args,
     resolve_recording,
     slo_from_args,
     term_as_exit,
@@ -146,8 +147,9 @@ def _report(args: argparse.Namespace) -> int:
     if args.output is not None and not args.output.strip():  # (an unset shell variable)
         raise UsageError(f"-o '{args.output}' is empty: give a file name, or leave -o out "
                          "for standard output")
+    check_recording_args({"FILE": args.file, "FILE2": args.file2})
     out = check_output(args.output) if args.output else None
-    files = [args.file] + ([args.file2] if args.file2 else [])
+    files = [args.file] + ([args.file2] if args.file2 is not None else [])
     series: tuple[int, ...] = args.series or ()
     if len(series) > len(files):
         raise UsageError(f"--series {args.series[0]},{args.series[1]} names a series for each "

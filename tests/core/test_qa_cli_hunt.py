@@ -62,3 +62,25 @@ def test_bench_refuses_an_open_loop_of_requests_longer_than_max_duration(
     assert line == (f"llmtop bench: error: this plan could run {seconds} s, over "
                     "--max-duration 3599 s; lower --requests, raise --rate or raise "
                     "--max-duration")
+
+
+SHORT = str(Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+            / "sim_tiny_short.jsonl")
+
+
+@pytest.mark.parametrize(("args", "name"), [
+    (("report", ""), "FILE"),
+    (("report", "", SHORT), "FILE"),
+    (("report", SHORT, ""), "FILE2"),
+    (("replay", ""), "FILE"),
+    (("export", "", "--hlog", "-"), "FILE"),
+])
+def test_an_empty_recording_argument_is_named_as_such(args: tuple[str, ...], name: str) -> None:
+    """An empty FILE (an unset shell variable) read as '.': ".: is a directory, not a
+    recording"; an empty FILE2 was dropped, and the one report printed, exit 0, as if no
+    comparison had been asked for."""
+    line = one_error_line(run_cli(*args))
+    assert line == (f"llmtop {args[0]}: error: {name} '' is empty: give a recording "
+                    "(.jsonl or .jsonl.gz)" + (", or - for standard input"
+                                                if args[0] != "replay" else ""))
+
