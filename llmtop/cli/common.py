@@ -138,12 +138,15 @@ def add_series_argument(p: argparse.ArgumentParser) -> None:
 def check_recording_args(given: Mapping[str, str | None], *, stdin: bool = True) -> None:
     """A :class:`UsageError` for a recording argument (``{"FILE": args.file, ...}``, None:
     not given) that is empty — an unset shell variable, which read as '.' (".: is a
-    directory") or, as FILE2, as no second file at all (``stdin``: whether the command
-    takes ``-``, which the message then offers)."""
+    directory") or, as FILE2, as no second file at all — and for ``-`` twice: standard
+    input is read once (``stdin``: whether the command takes ``-``)."""
     for name, value in given.items():
         if value is not None and not value.strip():
             raise UsageError(f"{name} '{value}' is empty: give a recording (.jsonl or "
                              f".jsonl.gz){', or - for standard input' if stdin else ''}")
+    if stdin and (dashes := [name for name, value in given.items() if value == "-"])[1:]:
+        raise UsageError(f"{' and '.join(dashes)} are both - (standard input): it can be "
+                         "read once; give one of them as a file")
 
 
 def resolve_recording(path: str, series: int | None, label: str, *,

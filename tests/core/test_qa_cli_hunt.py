@@ -4,6 +4,8 @@ a usage error (2), never a traceback, a silent misreading or a wrong message."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +86,13 @@ def test_an_empty_recording_argument_is_named_as_such(args: tuple[str, ...], nam
                     "(.jsonl or .jsonl.gz)" + (", or - for standard input"
                                                 if args[0] != "replay" else ""))
 
+
+def test_report_refuses_standard_input_twice() -> None:
+    """``report - -``: the first read took all of standard input and the second found it
+    'empty file, not an llmtop recording', which it was not."""
+    with Path(SHORT).open("rb") as recording:
+        p = subprocess.run([sys.executable, "-m", "llmtop", "report", "-", "-"],
+                           capture_output=True, text=True, timeout=30, stdin=recording)
+    line = one_error_line(p)
+    assert line == ("llmtop report: error: FILE and FILE2 are both - (standard input): it can "
+                    "be read once; give one of them as a file")
