@@ -10,7 +10,13 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
-from llmtop.cli.common import RuntimeFailure, UsageError, add_slo_spec_argument, slo_from_args
+from llmtop.cli.common import (
+    RuntimeFailure,
+    UsageError,
+    add_slo_spec_argument,
+    config_arg,
+    slo_from_args,
+)
 from llmtop.config import HEADER_NAME
 from llmtop.textsafe import printable
 
@@ -288,7 +294,7 @@ def main(args: argparse.Namespace) -> int:
             "send load there"
         )
     slo = slo_from_args(args)
-    cfg = load_config(args.config, os.environ, {f"slo.{k}": v for k, v in slo.items()})
+    cfg = load_config(config_arg(args), os.environ, {f"slo.{k}": v for k, v in slo.items()})
     mode, levels, max_level = _levels(args)
     if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
         raise UsageError(f"--requests {args.requests}: must be 1 to {MAX_REQUESTS:,}")

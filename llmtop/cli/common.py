@@ -275,7 +275,17 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     }
     overrides.update({f"slo.{k}": v for k, v in slo_from_args(args).items()})
     overrides.update(extra)
-    return load_config(getattr(args, "config", None), os.environ, overrides, RUN_FLAGS)
+    return load_config(config_arg(args), os.environ, overrides, RUN_FLAGS)
+
+
+def config_arg(args: argparse.Namespace) -> str | None:
+    """``--config``'s path (None: not given); a :class:`UsageError` when it is empty (an
+    unset shell variable), which the loader called ": config file not found"."""
+    path: str | None = getattr(args, "config", None)
+    if path is not None and not path.strip():
+        raise UsageError(f"--config '{path}' is empty: give a TOML file, or leave --config "
+                         "out")
+    return path
 
 
 KEEP_LINES = 2000

@@ -96,3 +96,12 @@ def test_report_refuses_standard_input_twice() -> None:
     line = one_error_line(p)
     assert line == ("llmtop report: error: FILE and FILE2 are both - (standard input): it can "
                     "be read once; give one of them as a file")
+
+
+@pytest.mark.parametrize("command", [RUN, (*BENCH, "--requests", "1")])
+def test_an_empty_config_path_is_named_as_such(command: tuple[str, ...]) -> None:
+    """``--config ''`` (an unset variable) said ": config file not found", a message
+    with no file in it."""
+    line = one_error_line(run_cli(*command, "--config", ""))
+    assert line == (f"llmtop {command[0]}: error: --config '' is empty: give a TOML file, or "
+                    "leave --config out")
