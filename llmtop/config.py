@@ -381,8 +381,12 @@ def load_config(
     if path is not None:
         source = str(path)
         try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
+            with open(path, "rb") as fh:  # (at most a little more than the most it takes:
+                raw = fh.read(MAX_CONFIG_BYTES + 1)  # /dev/zero was read until memory ran out)
+            if len(raw) > MAX_CONFIG_BYTES:
+                raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES // MB} MB: not a "
+                                  "config file (see config.example.toml)")
+            data = tomllib.loads(raw.decode("utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"{source}: config file not found") from None
         except IsADirectoryError:
@@ -753,6 +757,8 @@ for each, and 1e8 of them took gigabytes and left the proxy deaf to its admin AP
 SIGTERM."""
 MB: Final = 1_000_000
 """A megabyte as ``recording.rotate_mb`` counts it (as disks and ``ls -h --si`` do)."""
+MAX_CONFIG_BYTES: Final = MB
+"""The largest config file read (config.example.toml, every key documented, is ~8 kB)."""
 MIN_ROTATE_MB: Final = 0.01
 """The smallest part (10 kB): each part is a file with its header, footer and a fsync."""
 MAX_ROTATE_MB: Final = 1_000_000.0

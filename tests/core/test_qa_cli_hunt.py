@@ -105,3 +105,19 @@ def test_an_empty_config_path_is_named_as_such(command: tuple[str, ...]) -> None
     line = one_error_line(run_cli(*command, "--config", ""))
     assert line == (f"llmtop {command[0]}: error: --config '' is empty: give a TOML file, or "
                     "leave --config out")
+
+
+def test_a_config_file_that_never_ends_is_refused() -> None:
+    """``--config /dev/zero`` (or a recording given for the config) was read whole before
+    parsing: /dev/zero grew the process until memory ran out (here, under a 2 GiB address
+    space limit, a MemoryError traceback, exit 1)."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    p = subprocess.run([sys.executable, "-m", "llmtop", *RUN, "--config", "/dev/zero"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                       preexec_fn=limit)
+    assert one_error_line(p) == ("llmtop run: error: /dev/zero: larger than 1 MB: not a "
+                                 "config file (see config.example.toml)")
