@@ -369,11 +369,16 @@ def load_config(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     flags: Mapping[str, str] | None = None,
+    *,
+    slo_only: bool = False,
 ) -> Config:
     """Build the Config: defaults < file < environment < overrides (dotted keys, e.g. from
     flags; ``None`` values are ignored so unset flags don't override). ``flags``: the
     command's flag for each key (:data:`RUN_FLAGS`); a message about a value an override
-    gave names its flag, the one the user typed, instead of the key."""
+    gave names its flag, the one the user typed, instead of the key. ``slo_only``: the
+    caller reads the SLOs alone (``bench``): every value is still checked against its
+    key's type, but only the SLOs against their bounds, not the proxy's settings it never
+    uses (its addresses, its workers for this machine's CPUs, its CA file)."""
     cfg = Config()
     names = KeyNames(flags or {}, frozenset(k for k, v in (overrides or {}).items()
                                             if v is not None))
@@ -412,7 +417,7 @@ def load_config(
         if key not in keys:
             raise ConfigError(f"unknown setting '{key}'")
         _set(cfg, key, _coerce(keys[key], value, key, "command line", names.flag(key)))
-    validate(cfg, names)
+    (validate_slo if slo_only else validate)(cfg, names)
     return cfg
 
 
@@ -836,12 +841,7 @@ def validate(cfg: Config, names: KeyNames | None = None) -> None:
             "that wants a core of its own — past that, more only adds switching")
     if cfg.dialect not in DIALECT_SETTINGS:
         raise ConfigError(f"dialect '{cfg.dialect}' is not one of {', '.join(DIALECT_SETTINGS)}")
-    if not 0 < cfg.slo.target <= 1:
-        raise ConfigError(f"slo.target must be in (0, 1], got {cfg.slo.target}")
-    for key in ("ttft_s", "itl_p95_s", "tpot_s", "e2e_s"):
-        v = getattr(cfg.slo, key)
-        if v is not None and v <= 0:
-            raise ConfigError(f"slo.{key} must be positive, got {v}")
+    validate_slo(cfg, name)
     if cfg.gpu.source not in ("auto", "nvml", "sim", "none"):
         raise ConfigError(f"gpu.source '{cfg.gpu.source}' is not one of auto, nvml, sim, none")
     if cfg.user_header and not HEADER_NAME.fullmatch(cfg.user_header):
@@ -907,6 +907,21 @@ def validate(cfg: Config, names: KeyNames | None = None) -> None:
         if (v := _get(cfg, key)) is not None and v > MAX_DURATION_S:
             raise ConfigError(f"{name(key)} must be at most {MAX_DURATION_S:,.0f} (seconds: "
                               f"a day), got {v:g}")
+
+
+def validate_slo(cfg: Config, names: KeyNames | None = None) -> None:
+    """ConfigError for an SLO that cannot be meant (the part of :func:`validate` a command
+    that reads only the SLOs, ``bench``, asks for)."""
+    name = names or KeyNames()
+    if not 0 < cfg.slo.target <= 1:
+        raise ConfigError(f"slo.target must be in (0, 1], got {cfg.slo.target}")
+    for key in ("ttft_s", "itl_p95_s", "tpot_s", "e2e_s"):
+        v = getattr(cfg.slo, key)
+        if v is not None and v <= 0:
+            raise ConfigError(f"slo.{key} must be positive, got {v}")
+        if v is not None and v > MAX_DURATION_S:
+            raise ConfigError(f"{name(f'slo.{key}')} must be at most {MAX_DURATION_S:,.0f} "
+                              f"(seconds: a day), got {v:g}")
 
 
 def _validate_rotation(rec: RecordingConfig, name: KeyNames) -> None:

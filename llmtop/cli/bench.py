@@ -294,7 +294,8 @@ def main(args: argparse.Namespace) -> int:
             "send load there"
         )
     slo = slo_from_args(args)
-    cfg = load_config(config_arg(args), os.environ, {f"slo.{k}": v for k, v in slo.items()})
+    cfg = load_config(config_arg(args), os.environ, {f"slo.{k}": v for k, v in slo.items()},
+                      slo_only=True)  # (the proxy's settings in a run config are not bench's)
     mode, levels, max_level = _levels(args)
     if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
         raise UsageError(f"--requests {args.requests}: must be 1 to {MAX_REQUESTS:,}")

@@ -121,3 +121,28 @@ def test_a_config_file_that_never_ends_is_refused() -> None:
                        preexec_fn=limit)
     assert one_error_line(p) == ("llmtop run: error: /dev/zero: larger than 1 MB: not a "
                                  "config file (see config.example.toml)")
+
+
+def test_bench_reads_the_slos_of_a_config_written_for_a_proxy(tmp_path: Path) -> None:
+    """bench takes only the SLOs from --config, but refused the file for the proxy's
+    settings it never uses: a run config whose admin API listens on the network (its token
+    in the service's environment) said "admin '0.0.0.0:8081' is not loopback: set
+    admin_token", and one with more workers than this machine's CPUs refused too."""
+    import json
+
+    cfg = tmp_path / "llmtop.toml"
+    cfg.write_text('admin = "0.0.0.0:8081"\nworkers = 4096\n[slo]\nttft_s = 0.3\n')
+    p = run_cli(*BENCH, "--requests", "1", "--json", "--config", str(cfg))
+    assert p.returncode == 1, p.stderr  # (nothing listens at port 9: nothing succeeded)
+    assert json.loads(p.stdout)["slo"]["ttft_s"] == 0.3
+    assert "error: no request to http://127.0.0.1:9" in p.stderr
+
+
+def test_bench_still_refuses_a_bad_slo_or_a_broken_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "llmtop.toml"
+    cfg.write_text('admin = "0.0.0.0:8081"\n[slo]\ntarget = 2\n')
+    line = one_error_line(run_cli(*BENCH, "--requests", "1", "--config", str(cfg)))
+    assert line == "llmtop bench: error: slo.target must be in (0, 1], got 2.0"
+    cfg.write_text('workers = "4"\n')
+    line = one_error_line(run_cli(*BENCH, "--requests", "1", "--config", str(cfg)))
+    assert line == f"llmtop bench: error: {cfg}: 'workers' must be an integer, got '4'"
