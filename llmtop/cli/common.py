@@ -12,7 +12,8 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
@@ -171,6 +172,20 @@ def resolve_recording(path: str, series: int | None, label: str, *,
             if note:
                 print(f"{label}: {note}", file=sys.stderr, flush=True)
     return src
+
+
+def refuse_stem_as_output(outputs: Iterable[str | Path], sources: Iterable[Source]) -> None:
+    """A :class:`UsageError` when an output is the stem of a rotated recording being read
+    (no file: the name its parts are named after), which the check against the input
+    files cannot see: written there, the stem would read that file from then on instead
+    of its parts ('not an llmtop recording')."""
+    from llmtop.recording.parts import Series
+
+    stems = [src.stem.resolve() for src in sources if isinstance(src, Series)]
+    for out in outputs:
+        if Path(out).resolve() in stems:
+            raise UsageError(f"{out}: output is the stem of the rotated recording read: a "
+                             "file there would be read instead of its parts")
 
 
 def parse_slo_specs(specs: Sequence[str] | None) -> dict[str, float]:

@@ -14,6 +14,7 @@ from llmtop.cli.common import (
     UsageError,
     add_series_argument,
     check_recording_args,
+    refuse_stem_as_output,
     resolve_recording,
     term_as_exit,
     write_failed,
@@ -142,6 +143,7 @@ def _export_file(args: argparse.Namespace, file: str) -> int:
     progress = None if args.quiet else stderr_progress("llmtop export: read")
     summary: dict[str, Any] = {}
     name = Path(file).name
+    refuse_stem_as_output(_outputs(args), [src])
     try:
         refuse_input_as_output(_outputs(args), source_files(src))
         if args.parquet:

@@ -12,6 +12,7 @@ from llmtop.cli.common import (
     UsageError,
     add_slo_spec_argument,
     check_recording_args,
+    refuse_stem_as_output,
     resolve_recording,
     slo_from_args,
     term_as_exit,
@@ -160,9 +161,10 @@ def _report(args: argparse.Namespace) -> int:
         from llmtop.recording.parts import source_files
         from llmtop.recording.paths import refuse_input_as_output
 
-        inputs = [f for x, n in zip(files, by_file, strict=True) if x != STDIN
-                  for f in source_files(resolve_recording(x, n, "llmtop report",
-                                                          quiet=True))]
+        sources = [resolve_recording(x, n, "llmtop report", quiet=True)
+                   for x, n in zip(files, by_file, strict=True) if x != STDIN]
+        inputs = [f for src in sources for f in source_files(src)]
+        refuse_stem_as_output([out], sources)
         try:
             refuse_input_as_output([out], inputs)
         except RecordingError as exc:

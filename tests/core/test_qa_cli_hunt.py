@@ -146,3 +146,33 @@ def test_bench_still_refuses_a_bad_slo_or_a_broken_file(tmp_path: Path) -> None:
     cfg.write_text('workers = "4"\n')
     line = one_error_line(run_cli(*BENCH, "--requests", "1", "--config", str(cfg)))
     assert line == f"llmtop bench: error: {cfg}: 'workers' must be an integer, got '4'"
+
+
+def rotated(tmp_path: Path) -> Path:
+    """A rotated recording's stem with two parts (the fixture's lines, as parts a rotating
+    proxy writes: one series)."""
+    import json
+
+    lines = Path(SHORT).read_text().splitlines()
+    header = json.loads(lines[0])
+    names = ["prod.20261130T081220Z.jsonl", "prod.20261130T081225Z.jsonl"]
+    for n, (name, body) in enumerate(zip(names, (lines[1:15], lines[15:]), strict=True), 1):
+        part = {**header, "part": n, "previous": names[0] if n == 2 else None,
+                "first": names[0]}
+        (tmp_path / name).write_text("\n".join([json.dumps(part), *body]) + "\n")
+    return tmp_path / "prod.jsonl"
+
+
+@pytest.mark.parametrize("command", [("report", "{stem}", "-o", "{stem}"),
+                                     ("export", "{stem}", "--hlog", "{stem}")])
+def test_an_output_on_a_rotated_recordings_stem_is_refused(tmp_path: Path,
+                                                           command: tuple[str, ...]) -> None:
+    """``report prod.jsonl -o prod.jsonl`` (the stem, which names the parts but is no file)
+    wrote the report there; from then on the stem read that text file instead of the parts:
+    'not an llmtop recording'."""
+    stem = rotated(tmp_path)
+    assert run_cli("report", str(stem), "-q", "-o", "/dev/null").returncode == 0
+    line = one_error_line(run_cli(*(a.format(stem=stem) for a in command)))
+    assert line == (f"llmtop {command[0]}: error: {stem}: output is the stem of the rotated "
+                    "recording read: a file there would be read instead of its parts")
+    assert not stem.exists()
