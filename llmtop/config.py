@@ -578,6 +578,12 @@ def validate_upstream(url: str) -> None:
     shown by the admin API, and the proxy does not send them: clients' own Authorization
     headers pass through) and no query or fragment (clients' queries are forwarded as
     sent)."""
+    if any(c.isspace() for c in url) or has_control_char(url):
+        # (urlsplit drops a tab or line end, takes a space in the host, and a space after
+        # the port read as "Port could not be cast to integer value as '9 '")
+        raise ConfigError(f"upstream '{url}' has whitespace or a control character in it (a "
+                          "stray space or line end?): a URL has none; in a path, write a "
+                          "space %20")
     try:
         u = urlsplit(url)
         port = u.port

@@ -176,3 +176,26 @@ def test_an_output_on_a_rotated_recordings_stem_is_refused(tmp_path: Path,
     assert line == (f"llmtop {command[0]}: error: {stem}: output is the stem of the rotated "
                     "recording read: a file there would be read instead of its parts")
     assert not stem.exists()
+
+
+UP = ("run", "--headless", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+
+
+@pytest.mark.parametrize("url", [" http://127.0.0.1:9", "http://127.0.0.1:9 ",
+                                 "http://gpu box:8000", "http://127.0.0.1:9/v1\t"])
+def test_an_upstream_with_whitespace_in_it_is_refused_as_such(url: str) -> None:
+    """A stray space (a line end, a tab) from a file or a variable: at the end it was 'Port
+    could not be cast to integer value as '9 '', at the start or in the host it was taken,
+    and every request then failed 'Name or service not known' (or went to the wrong
+    place)."""
+    line = one_error_line(run_cli(*UP, "--upstream", url))
+    shown = url.replace("\t", "\\x09")
+    assert line == (f"llmtop run: error: upstream '{shown}' has whitespace or a control "
+                    "character in it (a stray space or line end?): a URL has none; in a path, "
+                    "write a space %20")
+
+
+def test_an_upstream_from_a_variable_with_a_line_end_is_refused_as_such() -> None:
+    line = one_error_line(run_cli(*UP, env={"LLMTOP_UPSTREAM": "http://127.0.0.1:9\n"}))
+    assert line.startswith("llmtop run: error: upstream 'http://127.0.0.1:9\\x0a' has "
+                           "whitespace or a control character in it")
