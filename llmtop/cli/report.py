@@ -102,7 +102,26 @@ def check_output(path: str) -> Path:
         raise UsageError(f"{out}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise UsageError(f"{out}: permission denied")
+    probe_output_directory(out)
     return out
+
+
+def probe_output_directory(out: Path) -> None:
+    """Make (and remove) the output's temporary file, as :func:`write_output` will once
+    the analysis is done: a directory writable by its mode that takes no new file (/proc
+    for root, a read-only mount) failed only after the whole recording was read."""
+    from llmtop.recording.paths import part_path
+
+    tmp = part_path(out)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # (left by a report killed mid-write: it is replaced then)
+        return
+    except OSError as exc:
+        raise write_failed(f"{out}: cannot create a file there ({exc.strerror or exc})",
+                           exc) from None
+    os.close(fd)
+    tmp.unlink(missing_ok=True)
 
 
 def write_output(out: Path, text: str) -> None:

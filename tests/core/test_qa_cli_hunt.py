@@ -199,3 +199,13 @@ def test_an_upstream_from_a_variable_with_a_line_end_is_refused_as_such() -> Non
     line = one_error_line(run_cli(*UP, env={"LLMTOP_UPSTREAM": "http://127.0.0.1:9\n"}))
     assert line.startswith("llmtop run: error: upstream 'http://127.0.0.1:9\\x0a' has "
                            "whitespace or a control character in it")
+
+
+def test_report_to_a_directory_that_takes_no_file_fails_before_the_analysis() -> None:
+    """/proc passes the permission check (root may write to it by mode) but takes no new
+    file: ``report BIG -o /proc/x.txt`` analysed the whole recording (29 s for 230 MB)
+    and only then said "cannot write: No such file or directory". The output's
+    temporary file is now made (and removed) before the analysis."""
+    line = one_error_line(run_cli("report", SHORT, "-o", "/proc/llmtop-report.txt"))
+    assert line == ("llmtop report: error: /proc/llmtop-report.txt: cannot create a file "
+                    "there (No such file or directory)")
