@@ -174,6 +174,30 @@ def resolve_recording(path: str, series: int | None, label: str, *,
     return src
 
 
+def probe_new_file(path: str) -> None:
+    """A :class:`UsageError` (a :class:`RuntimeFailure` for a disk error) when no file can
+    be created in ``path``'s directory, found by making and removing a temporary one
+    there: a directory writable by its mode may take no new file (/proc for root, a
+    read-only mount), which a look at its mode cannot tell before a process binds its
+    ports or starts its children. Nothing is said of a directory that does not exist or
+    that its mode forbids, or of a path that is a directory: the recorder's own checks
+    word those."""
+    import tempfile
+
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir() or p.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return
+    try:
+        fd, name = tempfile.mkstemp(prefix=".llmtop-probe-", dir=parent)
+    except OSError as exc:
+        raise write_failed(f"{path}: cannot create a file there ({exc.strerror or exc})",
+                           exc) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+
+
 def refuse_stem_as_output(outputs: Iterable[str | Path], sources: Iterable[Source]) -> None:
     """A :class:`UsageError` when an output is the stem of a rotated recording being read
     (no file: the name its parts are named after), which the check against the input

@@ -14,10 +14,12 @@ from pathlib import Path
 
 from llmtop.cli.common import (
     Child,
+    RuntimeFailure,
     UsageError,
     interrupt_on_sigterm,
     llmtop_cmd,
     on_hangup,
+    probe_new_file,
 )
 
 NAME = "demo"
@@ -78,6 +80,10 @@ def main(args: argparse.Namespace) -> int:
         parent = Path(record).resolve().parent
         if not parent.is_dir():
             raise UsageError(f"--record: directory {parent} does not exist")
+        try:
+            probe_new_file(record)
+        except (UsageError, RuntimeFailure) as exc:
+            raise type(exc)(f"--record: {exc}") from None
 
     children: list[Child] = []
     watch = _Watch()

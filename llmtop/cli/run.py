@@ -19,6 +19,7 @@ from llmtop.cli.common import (
     interrupt_on_sigterm,
     llmtop_cmd,
     on_hangup,
+    probe_new_file,
 )
 from llmtop.config import (
     MAX_REFRESH_HZ,
@@ -76,6 +77,8 @@ def main(args: argparse.Namespace) -> int:
         check_zone(urlsplit(cfg.upstream).netloc)
     except ConfigError as exc:
         raise UsageError(f"upstream '{cfg.upstream}': {exc}") from None
+    if cfg.recording.path:  # (before anything binds or says it listens)
+        probe_new_file(cfg.recording.path)
     if not os.environ.get("LLMTOP_PARENT_PID"):  # (a TUI's own proxy: its parent said so)
         note = upstream_v1_note(cfg.upstream)
         for line in [*unknown_env(os.environ), *([note] if note else [])]:

@@ -209,3 +209,21 @@ def test_report_to_a_directory_that_takes_no_file_fails_before_the_analysis() ->
     line = one_error_line(run_cli("report", SHORT, "-o", "/proc/llmtop-report.txt"))
     assert line == ("llmtop report: error: /proc/llmtop-report.txt: cannot create a file "
                     "there (No such file or directory)")
+
+
+def test_run_record_where_no_file_can_be_made_is_refused_before_listening() -> None:
+    """``run --record /proc/x.jsonl``: the check before binding passed (root may write to
+    /proc by mode), the proxy said 'listening on' twice and then exited 2 (under the TUI:
+    'the proxy exited (exit code 2)', exit 1)."""
+    line = one_error_line(run_cli(*RUN, "--record", "/proc/llmtop-run.jsonl"))
+    assert line == ("llmtop run: error: /proc/llmtop-run.jsonl: cannot create a file there "
+                    "(No such file or directory)")
+
+
+def test_demo_record_where_no_file_can_be_made_is_a_usage_error() -> None:
+    """The demo's proxy started, then died of it: 'the proxy exited (exit code 2: ...);
+    stopped the simulator and the traffic driver', exit 1."""
+    line = one_error_line(run_cli("demo", "--headless", "--duration", "5", "--record",
+                                  "/proc/llmtop-demo.jsonl.gz"))
+    assert line == ("llmtop demo: error: --record: /proc/llmtop-demo.jsonl.gz: cannot create "
+                    "a file there (No such file or directory)")
