@@ -293,6 +293,9 @@ def main(args: argparse.Namespace) -> int:
             f"{u.hostname} is not this machine; pass --allow-remote if you really mean to "
             "send load there"
         )
+    if not args.model.strip():  # (an unset shell variable: "model": "" in every request)
+        raise UsageError(f"--model '{args.model}' is empty: give the model's name, or leave "
+                         "--model out to send 'default'")
     slo = slo_from_args(args)
     cfg = load_config(config_arg(args), os.environ, {f"slo.{k}": v for k, v in slo.items()},
                       slo_only=True)  # (the proxy's settings in a run config are not bench's)

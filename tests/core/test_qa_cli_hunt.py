@@ -227,3 +227,12 @@ def test_demo_record_where_no_file_can_be_made_is_a_usage_error() -> None:
                                   "/proc/llmtop-demo.jsonl.gz"))
     assert line == ("llmtop demo: error: --record: /proc/llmtop-demo.jsonl.gz: cannot create "
                     "a file there (No such file or directory)")
+
+
+def test_bench_refuses_an_empty_model_name() -> None:
+    """``--model "$MODEL"`` with the variable unset sent "model": "" in every request (an
+    engine answers 404 'model does not exist', or serves its default and the recording
+    names no model), where --workload '' and --admin '' are refused."""
+    line = one_error_line(run_cli(*BENCH, "--requests", "1", "--model", ""))
+    assert line == ("llmtop bench: error: --model '' is empty: give the model's name, or leave "
+                    "--model out to send 'default'")
