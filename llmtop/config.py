@@ -11,6 +11,7 @@ Environment names are ``LLMTOP_`` + the dotted key upper-cased with dots as unde
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import ipaddress
 import math
 import os
@@ -260,8 +261,27 @@ def _coerce(tp: Any, value: Any, key: str, source: str, flag: str | None = None)
     else:  # pragma: no cover - a new key type without a rule
         raise ConfigError(f"{key}: unsupported type {tp}")
     if not ok:
-        raise ConfigError(f"{what} must be {_type_name(tp)}, got {value!r}")
+        raise ConfigError(f"{what} must be {_type_name(tp)}, got {_shown(value)}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it: as the TOML file writes it (``true``, a date as
+    written, a table), not as Python does (``True``, ``datetime.date(2026, 12, 7)``,
+    ``{'host': ...}``); a string quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.datetime):
+        return f"the date and time {value.isoformat()}"
+    if isinstance(value, datetime.date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, datetime.time):
+        return f"the time {value.isoformat()}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    return repr(value)
 
 
 def _parse_env(tp: Any, raw: str, key: str, source: str) -> Any:

@@ -236,3 +236,22 @@ def test_bench_refuses_an_empty_model_name() -> None:
     line = one_error_line(run_cli(*BENCH, "--requests", "1", "--model", ""))
     assert line == ("llmtop bench: error: --model '' is empty: give the model's name, or leave "
                     "--model out to send 'default'")
+
+
+@pytest.mark.parametrize(("toml", "said"), [
+    ("[slo]\nttft_s = true\n", "'slo.ttft_s' must be a number, got true"),
+    ("workers = false\n", "'workers' must be an integer, got false"),
+    ("upstream = 2026-12-07\n", "'upstream' must be a string, got the date 2026-12-07"),
+    ("[slo]\ntarget = 2026-12-07T10:00:00Z\n",
+     "'slo.target' must be a number, got the date and time 2026-12-07T10:00:00+00:00"),
+    ("listen = {host = \"0.0.0.0\"}\n", "'listen' must be a string, got a table"),
+    ("[gpu]\ndevices = [0, true]\n", "'gpu.devices' must be a list of integers, got [0, true]"),
+])
+def test_a_wrong_type_in_the_file_is_quoted_as_toml_writes_it(tmp_path: Path, toml: str,
+                                                              said: str) -> None:
+    """The value was quoted as Python writes it: 'got True', 'got datetime.date(2026, 12,
+    7)', "got {'host': '0.0.0.0'}" — words the file does not have."""
+    cfg = tmp_path / "llmtop.toml"
+    cfg.write_text(toml)
+    line = one_error_line(run_cli(*RUN, "--config", str(cfg)))
+    assert line == f"llmtop run: error: {cfg}: {said}"
