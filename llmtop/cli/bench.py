@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import math
 import os
+import sys
 from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
@@ -266,6 +267,7 @@ def main(args: argparse.Namespace) -> int:
         has_control_char,
         is_this_machine,
         load_config,
+        unknown_env,
     )
 
     try:
@@ -299,6 +301,8 @@ def main(args: argparse.Namespace) -> int:
     slo = slo_from_args(args)
     cfg = load_config(config_arg(args), os.environ, {f"slo.{k}": v for k, v in slo.items()},
                       slo_only=True)  # (the proxy's settings in a run config are not bench's)
+    for line in unknown_env(os.environ):  # (a misspelt LLMTOP_SLO_* was ignored unsaid)
+        print(f"llmtop bench: warning: {line}", file=sys.stderr, flush=True)
     mode, levels, max_level = _levels(args)
     if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
         raise UsageError(f"--requests {args.requests}: must be 1 to {MAX_REQUESTS:,}")

@@ -255,3 +255,14 @@ def test_a_wrong_type_in_the_file_is_quoted_as_toml_writes_it(tmp_path: Path, to
     cfg.write_text(toml)
     line = one_error_line(run_cli(*RUN, "--config", str(cfg)))
     assert line == f"llmtop run: error: {cfg}: {said}"
+
+
+def test_bench_names_a_misspelt_slo_variable() -> None:
+    """bench takes its SLO defaults from LLMTOP_SLO_*, but a misspelt one
+    (``LLMTOP_SLO_TTFT`` for ``LLMTOP_SLO_TTFT_S``) was ignored without a word, and the
+    run judged by the default 0.5 s; ``run`` has said so since its start-up warnings."""
+    p = run_cli(*BENCH, "--requests", "1", "--json", env={"LLMTOP_SLO_TTFT": "0.3"})
+    assert p.returncode == 1, p.stderr  # (nothing listens at port 9)
+    warned = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+    assert warned == ["llmtop bench: warning: LLMTOP_SLO_TTFT is not an llmtop setting (did "
+                      "you mean LLMTOP_SLO_TTFT_S?); ignored"], p.stderr
