@@ -520,6 +520,20 @@ def upstream_v1_note(upstream: str) -> str | None:
             "your clients send /v1 themselves (as the OpenAI SDK does)")
 
 
+def upstream_tls_note(cfg: Config, ca_name: str = "upstream_ca") -> str | None:
+    """A line when TLS settings are given (``upstream_ca``, named ``ca_name``;
+    ``upstream_verify = false``) but no URL llmtop connects to is https: an https upstream
+    meant and the s left out, the settings never used."""
+    if not cfg.upstream_ca and cfg.upstream_verify:
+        return None
+    urls = (cfg.upstream, cfg.engine.metrics_url, cfg.gpu.sim_url)
+    if any(url.strip().lower().startswith("https:") for url in urls):
+        return None
+    what = ca_name if cfg.upstream_ca else "upstream_verify = false"
+    return (f"{what} is for an https upstream, and '{printable(cfg.upstream)}' is plain "
+            "http: it is not used (https:// meant?)")
+
+
 DEFAULT_HOST = "127.0.0.1"
 """The host of ``:PORT`` (the default listen and admin addresses' host)."""
 

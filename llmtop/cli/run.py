@@ -26,6 +26,7 @@ from llmtop.config import (
     ConfigError,
     check_zone,
     unknown_env,
+    upstream_tls_note,
     upstream_v1_note,
 )
 
@@ -81,7 +82,8 @@ def main(args: argparse.Namespace) -> int:
         probe_new_file(cfg.recording.path)
     if not os.environ.get("LLMTOP_PARENT_PID"):  # (a TUI's own proxy: its parent said so)
         note = upstream_v1_note(cfg.upstream)
-        for line in [*unknown_env(os.environ), *([note] if note else [])]:
+        tls = upstream_tls_note(cfg, "--upstream-ca" if args.upstream_ca else "upstream_ca")
+        for line in [*unknown_env(os.environ), *(n for n in (note, tls) if n)]:
             print(f"llmtop run: warning: {line}", file=sys.stderr, flush=True)
     if args.headless:
         return _headless(args)

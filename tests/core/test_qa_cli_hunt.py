@@ -266,3 +266,28 @@ def test_bench_names_a_misspelt_slo_variable() -> None:
     warned = [ln for ln in p.stderr.splitlines() if "warning" in ln]
     assert warned == ["llmtop bench: warning: LLMTOP_SLO_TTFT is not an llmtop setting (did "
                       "you mean LLMTOP_SLO_TTFT_S?); ignored"], p.stderr
+
+
+@pytest.mark.parametrize(("args", "env", "what"), [
+    (("--upstream-ca", "/etc/ssl/certs/ca-certificates.crt"), {}, "--upstream-ca"),
+    ((), {"LLMTOP_UPSTREAM_VERIFY": "false"}, "upstream_verify = false"),
+])
+def test_tls_settings_for_a_plain_http_upstream_are_named(
+        args: tuple[str, ...], env: dict[str, str], what: str) -> None:
+    """--upstream-ca (or upstream_verify = false) with an http:// upstream — https meant,
+    the s left out — was taken without a word and never used."""
+    if args and not Path(args[1]).is_file():
+        pytest.skip("no system CA bundle to name")
+    p = run_cli("run", "--headless", "--upstream", "http://127.0.0.1:9", "--listen",
+                "no-such-host.invalid:0", "--admin", "127.0.0.1:0", "--gpu-source", "none",
+                *args, env=env)
+    warned = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+    assert warned == [f"llmtop run: warning: {what} is for an https upstream, and "
+                      "'http://127.0.0.1:9' is plain http: it is not used (https:// meant?)"]
+
+
+def test_tls_settings_for_an_https_upstream_are_not_warned_of() -> None:
+    p = run_cli("run", "--headless", "--upstream", "https://127.0.0.1:9", "--listen",
+                "no-such-host.invalid:0", "--admin", "127.0.0.1:0", "--gpu-source", "none",
+                env={"LLMTOP_UPSTREAM_VERIFY": "false"})
+    assert p.returncode == 2 and "warning" not in p.stderr, p.stderr
