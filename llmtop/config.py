@@ -534,6 +534,17 @@ def upstream_tls_note(cfg: Config, ca_name: str = "upstream_ca") -> str | None:
             "http: it is not used (https:// meant?)")
 
 
+def gpu_devices_note(cfg: Config, devices_name: str = "gpu.devices",
+                     source_name: str = "gpu.source") -> str | None:
+    """A line when GPU indices are given for a source that reads no NVIDIA GPU (``none``;
+    ``sim``: the simulator's one GPU): taken, never used."""
+    if not cfg.gpu.devices or cfg.gpu.source not in ("none", "sim"):
+        return None
+    listed = ",".join(map(str, cfg.gpu.devices))
+    return (f"{devices_name} {listed} picks NVIDIA GPUs to sample, and {source_name} is "
+            f"'{cfg.gpu.source}': it is not used")
+
+
 DEFAULT_HOST = "127.0.0.1"
 """The host of ``:PORT`` (the default listen and admin addresses' host)."""
 

@@ -25,6 +25,7 @@ from llmtop.config import (
     MAX_REFRESH_HZ,
     ConfigError,
     check_zone,
+    gpu_devices_note,
     unknown_env,
     upstream_tls_note,
     upstream_v1_note,
@@ -83,7 +84,9 @@ def main(args: argparse.Namespace) -> int:
     if not os.environ.get("LLMTOP_PARENT_PID"):  # (a TUI's own proxy: its parent said so)
         note = upstream_v1_note(cfg.upstream)
         tls = upstream_tls_note(cfg, "--upstream-ca" if args.upstream_ca else "upstream_ca")
-        for line in [*unknown_env(os.environ), *(n for n in (note, tls) if n)]:
+        gpus = gpu_devices_note(cfg, "--gpus" if args.gpus else "gpu.devices",
+                                "--gpu-source" if args.gpu_source else "gpu.source")
+        for line in [*unknown_env(os.environ), *(n for n in (note, tls, gpus) if n)]:
             print(f"llmtop run: warning: {line}", file=sys.stderr, flush=True)
     if args.headless:
         return _headless(args)

@@ -291,3 +291,19 @@ def test_tls_settings_for_an_https_upstream_are_not_warned_of() -> None:
                 "no-such-host.invalid:0", "--admin", "127.0.0.1:0", "--gpu-source", "none",
                 env={"LLMTOP_UPSTREAM_VERIFY": "false"})
     assert p.returncode == 2 and "warning" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--gpus", "0,1", "--gpu-source", "none"),
+     "--gpus 0,1 picks NVIDIA GPUs to sample, and --gpu-source is 'none': it is not used"),
+    (("--gpus", "1", "--gpu-source", "sim"),
+     "--gpus 1 picks NVIDIA GPUs to sample, and --gpu-source is 'sim': it is not used"),
+])
+def test_gpu_indices_with_a_source_that_reads_none_are_named(args: tuple[str, ...],
+                                                             said: str) -> None:
+    """--gpus with --gpu-source none (or sim: the simulator has one GPU of its own) was
+    taken without a word and never used."""
+    p = run_cli("run", "--headless", "--upstream", "http://127.0.0.1:9", "--listen",
+                "no-such-host.invalid:0", "--admin", "127.0.0.1:0", *args)
+    warned = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+    assert warned == [f"llmtop run: warning: {said}"], p.stderr
