@@ -28,6 +28,18 @@ def test_help_lists_commands() -> None:
         assert "usage: llmtop " + mod.NAME in sub.stdout
 
 
+def test_help_does_not_import_numpy() -> None:
+    """``--help`` of every command builds every parser: none of them may need numpy
+    (~60 ms, and a Ctrl-C while it loads is a traceback). ``report`` read its --slowest
+    default from a module that imported ``llmtop.events`` and so numpy."""
+    code = ("import sys; from llmtop.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('numpy', 'llmtop.events') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
 def test_no_command_is_usage_error() -> None:
     assert main([]) == 2
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from llmtop.events import RequestRecord
+if TYPE_CHECKING:  # the CLI reads SLOWEST for --help: not numpy's import time (~60 ms)
+    from llmtop.events import RequestRecord
 
 SLOWEST: Final = 5
 """How many requests each list names."""
