@@ -17,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 OUTPUT_DISTS = ("fixed", "uniform", "exponential")
+MAX_TIME_SCALE: Final = 1000.0
+"""The slowest a simulator may run: a thousand times slower than real time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,8 @@ class SimProfile:
     output_tokens_mean: int = 64
     """Mean of ``output_tokens_dist``."""
     time_scale: float = 1.0
-    """Multiplies every simulated duration (0.1 = ten times faster than real time)."""
+    """Multiplies every simulated duration (0.1 = ten times faster than real time), at
+    most :data:`MAX_TIME_SCALE`."""
 
     def __post_init__(self) -> None:
         positive_ints = ("max_num_seqs", "kv_cache_tokens", "max_model_len",
@@ -84,6 +87,11 @@ class SimProfile:
                     "time_scale"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"sim parameter {key} must be > 0, got {getattr(self, key)}")
+        if self.time_scale > MAX_TIME_SCALE:
+            raise ValueError(f"sim parameter time_scale must be at most {MAX_TIME_SCALE:g} "
+                             f"(that slow, a token takes seconds), got {self.time_scale:g}")
+        if not self.model.strip():
+            raise ValueError("sim parameter model must not be empty (clients name it)")
         if self.max_model_len > self.kv_cache_tokens:
             raise ValueError(
                 f"sim parameter max_model_len ({self.max_model_len}) must not exceed "

@@ -49,6 +49,8 @@ def test_overrides_typed_and_from_strings() -> None:
     ("tiny", {"max_model_len": 4096}, "must not exceed kv_cache_tokens"),
     ("tiny", {"output_tokens_dist": "zipf"}, "output_tokens_dist 'zipf' is not one of"),
     ("tiny", {"model": 3}, "model must be a string"),
+    ("tiny", {"model": " "}, "model must not be empty"),
+    ("tiny", {"time_scale": "1e300"}, "time_scale must be at most 1000"),
 ])
 def test_bad_profiles_and_overrides(name: str, overrides: dict[str, object],
                                     message: str) -> None:
