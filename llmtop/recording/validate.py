@@ -174,7 +174,7 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
         and type(g("id")) is str and type(g("user")) is str
         and type(g("dialect")) is str and type(g("path")) is str
         and type(g("token_source")) is str and type(g("stream")) is bool
-        and g("outcome") in _OUTCOME_SET
+        and type(g("outcome")) is str and g("outcome") in _OUTCOME_SET
         and type(status) is int and 0 <= status <= 999
         and type(conc) is int and 0 <= conc <= MAX_COUNT
         and (pt is None or (type(pt) is int and 0 <= pt <= MAX_COUNT))

@@ -73,6 +73,9 @@ REQUEST_DAMAGE = [
     ("user", 12345, "user is 12345, not a string"),
     ("outcome", DROP, "no outcome field"),
     ("outcome", "maybe", "outcome is a string ('maybe'), not one of"),
+    # a value that cannot be a set member: the fast path's set test raised TypeError
+    ("outcome", {"ok": 1}, "outcome is a dict, not one of"),
+    ("outcome", ["ok"], "outcome is a list, not one of"),
     ("stream", "yes", "stream is a string ('yes'), not true/false"),
     ("chunk_offsets_s", [0.1, math.nan, 0.3], "chunk_offsets_s holds a value that is not finite"),
     ("chunk_offsets_s", [0.1, "0.2"], "chunk_offsets_s holds something that is not a number"),
