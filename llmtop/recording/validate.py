@@ -279,6 +279,9 @@ def engine_from(d: dict[str, Any]) -> EngineReading:
     vals = raw.values()
     if not set(map(type, vals)) <= _OPT_NUM:
         raise InvalidLine("raw holds a value that is not a number")
+    if any(type(v) is int and not -_BIG < v < _BIG for v in vals):
+        # (past a float: OverflowError below; past int64: Parquet's float64 column refuses it)
+        raise InvalidLine("raw holds an integer out of range")
     if not math.isfinite(sum(v for v in vals if v is not None)):
         raise InvalidLine("raw holds a value that is not finite")
     return EngineReading(
@@ -316,7 +319,8 @@ def clean_slo(slo: Any) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {}
     dropped: list[str] = []
     for k, v in slo.items():
-        ok = (type(v) in _NUM and math.isfinite(v) and v > 0
+        ok = (type(v) in _NUM and (-_BIG < v < _BIG if type(v) is int else math.isfinite(v))
+              and v > 0
               and (k != "target" or v <= 1))
         if v is None or ok:
             out[k] = v

@@ -105,6 +105,10 @@ READING_DAMAGE = [
     ("gpu", "name", DROP, "no name field"),
     ("engine", "raw", {"x": "y"}, "raw holds a value that is not a number"),
     ("engine", "ttft_buckets", [[0.1]], "not an [le, count] pair"),
+    # integers past a float (OverflowError) or past int64 (Parquet's float64 column refused
+    # them): out of range, as number() says of a time or a count
+    ("engine", "raw", {"x": 10**400}, "raw holds an integer out of range"),
+    ("engine", "raw", {"x": 2**63, "y": 1.5}, "raw holds an integer out of range"),
     ("engine", "running", "3", "running is a string"),
     ("warning", "state", "maybe", "state is a string ('maybe'), not raised or cleared"),
     ("warning", "t", 1e15, "t is 1e+15, above 1e+10"),  # past any clock
@@ -211,6 +215,24 @@ def test_header_values_that_cannot_be_right_are_ignored_and_said(
     rep = analyse(path)
     assert rep["conditions"]["slo"] == {"itl_p95_s": 0.05, "target": 0.95}
     assert rep["conditions"]["requests"] == 30 and rep["slo"]["attainment"] is not None
+
+
+def test_a_header_objective_past_a_float_is_dropped_not_a_traceback(
+        tmp_path: Path, base: tuple[list[dict[str, Any]], list[Event]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An integer of 400 digits as an SLO: math.isfinite raised OverflowError (a traceback
+    from report, replay and both exports)."""
+    lines = [dict(d) for d in base[0]]
+    lines[0] = {**lines[0], "slo": {"ttft_s": 10**400, "itl_p95_s": 0.05}}
+    path = _write(tmp_path / "h.jsonl", lines)
+    with RecordingReader(path) as r:
+        assert r.header["slo"] == {"itl_p95_s": 0.05}
+        assert any("slo ttft_s (1000" in p for p in r.problems)
+        assert len(list(r)) == len(base[1])
+    assert main(["report", str(path), "-q", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["conditions"]["requests"] == 30
+    assert main(["export", str(path), "-q", "--hlog", str(tmp_path / "h.hlog")]) == 0
 
 
 QA_DAMAGE = [("e2e_s", math.nan), ("e2e_s", math.inf), ("e2e_s", 1e12), ("t_start", 1e15),
