@@ -36,8 +36,8 @@ REQUESTS_SCHEMA: Final = pa.schema([
     ("time", _TS), ("t_end", pa.float64()), ("ttft_s", pa.float64()), ("e2e_s", pa.float64()),
     ("tpot_s", pa.float64()), ("tps", pa.float64()), ("prompt_tokens", pa.int64()),
     ("completion_tokens", pa.int64()), ("token_source", pa.string()),
-    ("chunk_offsets_s", pa.list_(pa.float64())), ("chunk_tokens", pa.list_(pa.int32())),
-    ("concurrency_at_start", pa.int32()), ("error", pa.string()),
+    ("chunk_offsets_s", pa.list_(pa.float64())), ("chunk_tokens", pa.list_(pa.int64())),
+    ("concurrency_at_start", pa.int64()), ("error", pa.string()),
     ("upstream_id", pa.string()),
 ])
 GPU_SCHEMA: Final = pa.schema([

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,24 @@ def test_parquet_of_a_recording_without_readings_still_has_all_tables(tmp_path: 
                                                     "warnings": 0}
     t = pq.read_table(tmp_path / "o" / "gpu.parquet")
     assert t.num_rows == 0 and "mem_used_bytes" in t.schema.names
+
+
+def test_parquet_holds_every_count_the_reader_takes(tmp_path: Path) -> None:
+    """The reader takes counts up to 2^40 (validate.MAX_COUNT); the requests table's
+    concurrency_at_start and chunk_tokens were int32, and a value past 2^31 made the export
+    die in pyarrow with a traceback ('too large to fit in C integer type')."""
+    reqs = [e for e in session(10, duration_s=2) if isinstance(e, RequestRecord)]
+    big = 2**35
+    reqs[3] = dataclasses.replace(reqs[3], concurrency_at_start=big,
+                                  chunk_tokens=(big,) * len(reqs[3].chunk_tokens),
+                                  completion_tokens=big * len(reqs[3].chunk_tokens))
+    path = tmp_path / "r.jsonl"
+    write_recording(path, reqs)
+    assert export_parquet(path, tmp_path / "o")["requests"] == 10
+    t = pq.read_table(tmp_path / "o" / "requests.parquet").to_pylist()
+    assert t[3]["concurrency_at_start"] == big
+    assert t[3]["chunk_tokens"] == [big] * len(reqs[3].chunk_tokens)
+    assert t[4]["chunk_tokens"] == list(reqs[4].chunk_tokens)
 
 
 @pytest.mark.parametrize("at", ["requests", "warnings"])
