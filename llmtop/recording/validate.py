@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable
 from typing import Any, Final
 
+import orjson
+
 from llmtop.events import OUTCOMES, EngineReading, GpuReading, RequestRecord, WarningEvent
 
 MAX_DURATION_S: Final = 7 * 86400.0
@@ -129,13 +131,17 @@ def _counts(raw: Any, name: str) -> tuple[int, ...]:
     if not raw:
         return ()
     try:
-        total = sum(raw)  # an int only when every value is one
+        total = sum(raw)  # an int only when every value is an int (or a bool)
     except TypeError:
         total = None
     if type(total) is not int:
         raise InvalidLine(f"{name} holds something that is not an integer")
     if min(raw) < 0 or max(raw) > MAX_COUNT:
         raise InvalidLine(f"{name} holds a value outside [0, {MAX_COUNT}]")
+    # JSON's true/false sum as 1/0: orjson writes them as words and ints (all in range now)
+    # as digits, in one pass in C (a 16k-chunk list in 45 us; a type check of each took 300)
+    if b"e" in orjson.dumps(raw):
+        raise InvalidLine(f"{name} holds something that is not an integer")
     return tuple(raw)
 
 

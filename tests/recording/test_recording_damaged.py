@@ -81,6 +81,8 @@ REQUEST_DAMAGE = [
     ("chunk_offsets_s", [0.1, "0.2"], "chunk_offsets_s holds something that is not a number"),
     ("chunk_offsets_s", [0.1, 1e9], "chunk_offsets_s holds a value outside"),
     ("chunk_tokens", [1, 1.5], "chunk_tokens holds something that is not an integer"),
+    # true sums as 1: read as a count, then export --parquet died (pyarrow: "got bool")
+    ("chunk_tokens", [1, True, 1], "chunk_tokens holds something that is not an integer"),
     ("concurrency_at_start", 2**70, "concurrency_at_start is"),
 ]
 
@@ -236,7 +238,8 @@ def test_a_header_objective_past_a_float_is_dropped_not_a_traceback(
 
 
 QA_DAMAGE = [("e2e_s", math.nan), ("e2e_s", math.inf), ("e2e_s", 1e12), ("t_start", 1e15),
-             ("t_start", math.nan), ("t_start", None), ("ttft_s", "fast")]
+             ("t_start", math.nan), ("t_start", None), ("ttft_s", "fast"),
+             ("chunk_tokens", [1, True, 1])]
 
 
 @pytest.mark.parametrize(("field", "value"), QA_DAMAGE,
