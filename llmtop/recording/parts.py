@@ -65,7 +65,9 @@ class Series:
     stem: Path
     files: tuple[Path, ...]
     numbers: tuple[int, ...]
-    missing: tuple[int, ...]
+    missing: tuple[range, ...]
+    """The part numbers below the last that no part has, as ranges (a damaged header's
+    part number of 10**30 is one range, not that many numbers)."""
     index: int
     count: int
     notes: tuple[str, ...]
@@ -236,10 +238,11 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
             f"{others} other{'s' if others > 1 else ''} left out: --series N reads the "
             "N-th (1 = the oldest)")
     numbers = [q.number for q in chosen]
-    missing = sorted(set(range(1, numbers[-1] + 1)) - set(numbers))
+    missing = missing_ranges(numbers)
     if missing:
-        notes.append(f"{p}: part{'s' if len(missing) > 1 else ''} "
-                     f"{_ranges(missing)} of {numbers[-1]} missing (deleted by keep, or "
+        many = len(missing) > 1 or missing[0].stop - missing[0].start > 1
+        notes.append(f"{p}: part{'s' if many else ''} "
+                     f"{_range_text(missing)} of {numbers[-1]} missing (deleted by keep, or "
                      "by hand): read the others")
     first = chosen[0].header
     for what in ("upstream", "slo"):
@@ -275,6 +278,23 @@ def file_note(path: str | Path) -> str | None:
 
 def _condition(header: dict[str, Any], what: str) -> Any:
     return clean_slo(header.get("slo"))[0] if what == "slo" else header.get(what)
+
+
+def missing_ranges(numbers: list[int]) -> tuple[range, ...]:
+    """The numbers from 1 to ``max(numbers)`` that ``numbers`` (sorted) lacks, as ranges."""
+    out: list[range] = []
+    prev = 0
+    for n in numbers:
+        if n > prev + 1:
+            out.append(range(prev + 1, n))
+        prev = max(prev, n)
+    return tuple(out)
+
+
+def _range_text(ranges: tuple[range, ...]) -> str:
+    """``(range(2, 5), range(7, 8))`` → ``2-4, 7``."""
+    return ", ".join(str(r.start) if r.stop - r.start == 1 else f"{r.start}-{r.stop - 1}"
+                     for r in ranges)
 
 
 def _ranges(numbers: list[int]) -> str:
