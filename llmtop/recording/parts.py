@@ -89,25 +89,32 @@ def source_files(src: Source) -> list[Path]:
     return list(src.files) if isinstance(src, Series) else [Path(src)]
 
 
-def _peek_header(path: Path) -> dict[str, Any] | None:
-    """A part's header line, read cheaply (None when it has none an llmtop part has)."""
+_NO_HEADER: Final = "does not begin with a part's header"
+
+
+def _peek_header(path: Path) -> dict[str, Any] | str:
+    """A part's header line, read cheaply, or why it has none an llmtop part has."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(_PEEK)
-    except OSError:
-        return None
+    except IsADirectoryError:
+        return "is not a file"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not data:
+        return "is empty"
     if data.startswith(GZIP_MAGIC):
         try:
             data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, _PEEK)
         except zlib.error:
-            return None
+            return _NO_HEADER
     line = data.split(b"\n", 1)[0]
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError):
-        return None
+        return _NO_HEADER
     if not isinstance(obj, dict) or obj.get("type") != "header" or obj.get("format") != FORMAT:
-        return None
+        return _NO_HEADER
     return obj
 
 
@@ -144,21 +151,29 @@ def named_parts(stem: Path) -> list[Path]:
 def _parts(stem: Path) -> list[_Part]:
     """The stem's parts in its folder, by start time (files named like parts whose header
     is not a part's are left out)."""
+    return _scan(stem)[0]
+
+
+def _scan(stem: Path) -> tuple[list[_Part], list[tuple[Path, str]]]:
+    """:func:`_parts`, and the files named like parts left out, each with why."""
     found: list[tuple[float, int, str, _Part]] = []
+    skipped: list[tuple[Path, str]] = []
     for path, m in _named(stem):
         name = path.name
         h = _peek_header(path)
-        if h is None:
+        if isinstance(h, str):
+            skipped.append((path, h))
             continue
         number, started = h.get("part"), h.get("started_at")
         if type(number) is not int or number < 1 or not isinstance(started, int | float):
+            skipped.append((path, _NO_HEADER))
             continue
         previous, first = h.get("previous"), h.get("first")
         part = _Part(path, number, previous if isinstance(previous, str) else None,
                      float(started), h, first if isinstance(first, str) and first else None)
         found.append((part.started_at, int(m.group(1) or 1), name, part))
     found.sort(key=lambda x: x[:3])
-    return [x[3] for x in found]
+    return [x[3] for x in found], sorted(skipped)
 
 
 def part_files(stem: Path) -> list[Path]:
@@ -205,10 +220,15 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
     :class:`RecordingError` when there is neither, or no such series."""
     p = Path(path)
     found: list[list[_Part]] | None = None
+    skipped: list[tuple[Path, str]] = []
     if os.path.lexists(p):
         # (a file at the stem itself — an old recording, left where a rotating --record
         # then named its stem — is read alone; --series reads the parts beside it)
-        found = _series(_parts(p)) if series is not None and os.path.isfile(p) else []
+        if series is not None and os.path.isfile(p):
+            parts, skipped = _scan(p)
+            found = _series(parts)
+        else:
+            found = []
         if not found:
             if series is not None:
                 raise RecordingError(f"{p}: a file, read alone: --series picks among the "
@@ -216,7 +236,8 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
             return path
     base, ext = split_stem(p.name)
     if found is None:
-        found = _series(_parts(p))
+        parts, skipped = _scan(p)
+        found = _series(parts)
     if not found:
         raise RecordingError(f"{p}: no such file, nor parts of a rotated recording named "
                              f"after it ({base}.<time>{ext})")
@@ -237,13 +258,17 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
             f"{', the newest' if index == count else ''}); "
             f"{others} other{'s' if others > 1 else ''} left out: --series N reads the "
             "N-th (1 = the oldest)")
+    # a file there but not readable as a part is told as such, not as a part deleted
+    notes += [f"{p}: {f.name} is named like one of its parts but {why}: left out"
+              for f, why in skipped]
     numbers = [q.number for q in chosen]
     missing = missing_ranges(numbers)
     if missing:
         many = len(missing) > 1 or missing[0].stop - missing[0].start > 1
+        gone = "deleted, or in a file left out" if skipped else "deleted by keep, or by hand"
         notes.append(f"{p}: part{'s' if many else ''} "
-                     f"{_range_text(missing)} of {numbers[-1]} missing (deleted by keep, or "
-                     "by hand): read the others")
+                     f"{_range_text(missing)} of {numbers[-1]} missing ({gone}): "
+                     "read the others")
     first = chosen[0].header
     for what in ("upstream", "slo"):
         mine = _condition(first, what)

@@ -63,3 +63,56 @@ def test_missing_parts_are_ranges(numbers: tuple[int, ...],
     from llmtop.recording.parts import missing_ranges
 
     assert missing_ranges(list(numbers)) == want
+
+
+def _empty(p: Path) -> str:
+    p.write_bytes(b"")
+    return "is empty"
+
+
+def _garbage(p: Path) -> str:
+    p.write_bytes(b"\x1f\x8b\x08" + bytes(range(256)) * 4)
+    return "does not begin with a part's header"
+
+
+def _no_header(p: Path) -> str:
+    p.write_text(p.read_text().split("\n", 1)[1])
+    return "does not begin with a part's header"
+
+
+def _bad_start(p: Path) -> str:
+    _set_header(p, started_at="noon")
+    return "does not begin with a part's header"
+
+
+def _directory(p: Path) -> str:
+    p.unlink()
+    p.mkdir()
+    return "is not a file"
+
+
+def _dangling(p: Path) -> str:
+    p.unlink()
+    p.symlink_to(p.with_name("gone.jsonl"))
+    return "cannot be read (No such file or directory)"
+
+
+@pytest.mark.parametrize("damage", [_empty, _garbage, _no_header, _bad_start, _directory,
+                                    _dangling])
+def test_a_part_that_is_there_but_unreadable_is_not_called_deleted(
+        tmp_path: Path, damage: object) -> None:
+    """A file named like part 3 that cannot be read as a part was left out with the note
+    'part 3 of N missing (deleted by keep, or by hand)': the user was told it was gone
+    while it was there, damaged."""
+    stem = tmp_path / "p.jsonl"
+    parts = rotated(stem)
+    why = damage(parts[2])  # type: ignore[operator]
+    src = resolve(stem)
+    assert isinstance(src, Series) and src.files == tuple(parts[:2] + parts[3:])
+    assert src.missing == (range(3, 4),)
+    said = [n for n in src.notes if parts[2].name in n]
+    assert said == [f"{stem}: {parts[2].name} is named like one of its parts but {why}: "
+                    "left out"], src.notes
+    missing = next(n for n in src.notes if "missing" in n)
+    assert "deleted by keep, or by hand" not in missing, missing
+    assert f"part 3 of {len(parts)} missing (deleted, or in a file left out)" in missing
