@@ -410,7 +410,7 @@ class RecordingReader:
         if "slo" in h:
             h["slo"], dropped = clean_slo(h["slo"])
             for what in dropped:
-                self._problem(f"header {what} is not an objective; ignored")
+                self._problem(f"header {what}; ignored")
         return h
 
     # -- events -------------------------------------------------------------------------------

@@ -319,9 +319,10 @@ def warning_from(d: dict[str, Any]) -> WarningEvent:
 
 def clean_slo(slo: Any) -> tuple[dict[str, Any], list[str]]:
     """A header's ``slo`` object without values that cannot be objectives (non-numbers,
-    non-finite, ≤ 0, a target outside (0, 1]); returns it and what was dropped."""
+    non-finite, ≤ 0, a target outside (0, 1]); returns it and what was dropped, each a
+    phrase that says why (``slo ttft_s (nan) is not an objective``)."""
     if not isinstance(slo, dict):
-        return {}, ([] if slo is None else ["slo is not an object"])
+        return {}, ([] if slo is None else [f"slo is {_what(slo)}, not an object"])
     out: dict[str, Any] = {}
     dropped: list[str] = []
     for k, v in slo.items():
@@ -331,5 +332,5 @@ def clean_slo(slo: Any) -> tuple[dict[str, Any], list[str]]:
         if v is None or ok:
             out[k] = v
         else:
-            dropped.append(f"slo {k} ({_what(v)})")
+            dropped.append(f"slo {k} ({_what(v)}) is not an objective")
     return out, dropped

@@ -237,6 +237,17 @@ def test_a_header_objective_past_a_float_is_dropped_not_a_traceback(
     assert main(["export", str(path), "-q", "--hlog", str(tmp_path / "h.hlog")]) == 0
 
 
+def test_a_header_slo_that_is_not_an_object_is_said_plainly(
+        tmp_path: Path, base: tuple[list[dict[str, Any]], list[Event]]) -> None:
+    """It read 'header slo is not an object is not an objective; ignored'."""
+    lines = [dict(d) for d in base[0]]
+    lines[0] = {**lines[0], "slo": [0.5]}
+    with RecordingReader(_write(tmp_path / "h.jsonl", lines)) as r:
+        assert r.header["slo"] == {}
+        assert r.problems == ["line 1: header slo is a list, not an object; ignored"]
+        assert len(list(r)) == len(base[1])
+
+
 QA_DAMAGE = [("e2e_s", math.nan), ("e2e_s", math.inf), ("e2e_s", 1e12), ("t_start", 1e15),
              ("t_start", math.nan), ("t_start", None), ("ttft_s", "fast"),
              ("chunk_tokens", [1, True, 1])]
