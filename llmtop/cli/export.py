@@ -78,7 +78,9 @@ def _notes(name: str, summary: dict[str, Any]) -> list[str]:
     from llmtop.recording.report.fmt import file_notes
 
     notes = []
-    if summary.get("gzip_incomplete"):
+    if summary.get("gzip_damage"):
+        pass  # (said by file_notes: where, and how much could not be read)
+    elif summary.get("gzip_incomplete"):
         notes.append(f"{name}: the compressed data ends early (cut off by a crash, or still "
                      "being written): exported what it holds")
     elif summary and not summary.get("complete"):

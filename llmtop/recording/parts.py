@@ -353,6 +353,7 @@ class SeriesReader:
         self.footer: dict[str, Any] | None = None
         self._footers: list[dict[str, Any]] = []
         self._gz_incomplete = False
+        self._gz_damage: list[str] = []
         self._last_footer: dict[str, Any] | None = None
         self.carried_lines = 0
         """Warnings a part carried at its start while the raise was still open (skipped)."""
@@ -425,7 +426,10 @@ class SeriesReader:
         for p in r.problems:
             self._note(f"{f.name}: {p}")
         self.bench_steps += r.bench_steps
-        self._gz_incomplete = self._gz_incomplete or bool(r.summary()["gzip_incomplete"])
+        s = r.summary()
+        self._gz_incomplete = self._gz_incomplete or bool(s["gzip_incomplete"])
+        if s["gzip_damage"]:
+            self._gz_damage.append(f"{f.name}: {s['gzip_damage']}")
         self._last_footer = r.footer
         if r.footer is not None:
             self._footers.append(r.footer)
@@ -485,6 +489,7 @@ class SeriesReader:
             "problems": list(self.problems),
             "complete": self.complete,
             "gzip_incomplete": self._gz_incomplete,
+            "gzip_damage": "; ".join(self._gz_damage) or None,
             **recorder_counts(self.footer),
             "parts": [f.name for f in self.series.files],
         }

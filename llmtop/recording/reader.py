@@ -107,10 +107,11 @@ def loads_line(line: bytes) -> Any:
     except orjson.JSONDecodeError:
         return json.loads(line)
 
-def _salvage(d: Any, data: bytes) -> tuple[Any, bytes, bytes, bool]:
+def _salvage(d: Any, data: bytes) -> tuple[Any, bytes, bytes, int | None]:
     """``data`` fed to the decompressor ``d`` a slice at a time, and the slice that fails
     again a byte at a time: (the decompressor as it is now, the output up to the first
-    error, the bytes after the member when one ended, whether no error came first)."""
+    error, the bytes after the member when one ended, the index in ``data`` of the byte
+    that failed — None when no error came first)."""
     out = []
     for i in range(0, len(data), _SALVAGE):
         piece = data[i:i + _SALVAGE]
@@ -123,13 +124,13 @@ def _salvage(d: Any, data: bytes) -> tuple[Any, bytes, bytes, bool]:
                 try:
                     out.append(d.decompress(piece[k:k + 1]))
                 except zlib.error:
-                    break
+                    return d, b"".join(out), b"", i + k
                 if d.eof:
-                    return d, b"".join(out), d.unused_data + data[i + k + 1:], True
-            return d, b"".join(out), b"", False
+                    return d, b"".join(out), d.unused_data + data[i + k + 1:], None
+            return d, b"".join(out), b"", i + len(piece)  # (the piece failed whole)
         if d.eof:
-            return d, b"".join(out), d.unused_data + data[i + _SALVAGE:], True
-    return d, b"".join(out), b"", True
+            return d, b"".join(out), d.unused_data + data[i + _SALVAGE:], None
+    return d, b"".join(out), b"", None
 
 
 class _Chunks:
@@ -146,6 +147,9 @@ class _Chunks:
         self.progress_every = progress_every
         self.read_bytes = 0
         self.gz_incomplete = False
+        self.gz_damaged_at: int | None = None
+        """Where (a byte offset in the file) the compressed data stopped decoding when more
+        than zero bytes follow it: damage, not the end a killed writer leaves."""
         self._next_report = progress_every
 
     def _raw(self) -> Iterator[bytes]:
@@ -166,6 +170,25 @@ class _Chunks:
                 self.progress(self.read_bytes, self.total)
             yield b
 
+    def _damage(self, at: int, after: bytes, raw: Iterator[bytes]) -> None:
+        """Decoding failed at byte ``at``: damage when anything but zero bytes follows
+        (a crash's zero-filled tail is the end of what was written, not damage)."""
+        while not after.strip(b"\0"):
+            after = next(raw, b"")
+            if not after:
+                return
+        self.gz_damaged_at = at
+
+    @property
+    def damage(self) -> str | None:
+        """The damage in words (None when there is none)."""
+        at = self.gz_damaged_at
+        if at is None:
+            return None
+        return (f"the compressed data is damaged: it stops decoding at byte {at:,} of "
+                f"{self.total:,}, and the {max(0, self.total - at):,} bytes from there on "
+                "could not be read")
+
     def __iter__(self) -> Iterator[bytes]:
         raw = self._raw()
         first = next(raw, b"")
@@ -185,11 +208,14 @@ class _Chunks:
                 # corrupt data (a crash's zero-filled tail, a killed member followed by
                 # another file): zlib gives nothing of a call that fails, so decode the
                 # piece again in small slices and keep what came before the damage
-                d, out, rest, ok = _salvage(before, pending)
-                if not ok:
+                d, out, rest, failed = _salvage(before, pending)
+                if failed is not None:
                     if out:
                         yield out
                     self.gz_incomplete = True
+                    # (pending is the end of what was read so far)
+                    self._damage(self.read_bytes - len(pending) + failed,
+                                 pending[failed:], raw)
                     return
             if out:
                 yield out
@@ -552,6 +578,7 @@ class RecordingReader:
             "problems": list(self.problems),
             "complete": self.complete,
             "gzip_incomplete": self._chunks.gz_incomplete,
+            "gzip_damage": self._chunks.damage,
             **recorder_counts(self.footer),
         }
 

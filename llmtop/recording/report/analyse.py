@@ -563,6 +563,7 @@ def analyse(
             "unknown_lines": reader.unknown_lines,
             "defaulted_lines": reader.defaulted_lines,
             "problems": list(reader.problems),
+            "gzip_damage": reader.summary()["gzip_damage"],
             **recorder_counts(footer),
             "events": reader.events_read,
             # (a rotated recording's stem: which of its series was read, 1 = the oldest)

@@ -16,7 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from llmtop.recording.report.fmt import NA, PERCENTILE_NOTE, dist, num, pct, secs, slo_text
+from llmtop.recording.report.fmt import (
+    NA,
+    PERCENTILE_NOTE,
+    dist,
+    no_footer,
+    num,
+    pct,
+    secs,
+    slo_text,
+)
 from llmtop.recording.report.text import lines_text, table
 
 TOLERANCE: Final = 0.20
@@ -94,7 +103,7 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         if n < 100:
             out.append(f"{tag} has only {n} requests: its tail percentiles are noisy")
         if not r["source"]["complete"]:
-            out.append(f"{tag} has no footer (the recorder was killed or is still running)")
+            out.append(f"{tag} has {no_footer(r['source'])}")
     return out
 
 

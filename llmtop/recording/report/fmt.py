@@ -178,11 +178,20 @@ def _n(k: int, one: str, many: str) -> str:
     return f"{k:,} {one if k == 1 else many}"
 
 
+def no_footer(src: Any) -> str:
+    """Why a recording read has no footer, in words."""
+    if isinstance(src, dict) and src.get("gzip_damage"):
+        return "no footer read: the compressed data is damaged, see file"
+    return "no footer: the recorder was killed or is still running"
+
+
 def file_notes(src: Any) -> list[str]:
-    """What the reader skipped or read with defaults, as sentences: a summary line, then the
-    first few lines' reasons (``line N: ...``). Empty when the file read cleanly."""
+    """What the reader skipped or read with defaults, as sentences: damaged compressed data
+    (where, and how much is unread), a summary line, then the first few lines' reasons
+    (``line N: ...``). Empty when the file read cleanly."""
     if not isinstance(src, dict):
         return []
+    damage = [str(src["gzip_damage"])] if src.get("gzip_damage") else []
     parts = []
     for key, one, many in (
         ("truncated_lines", "cut-off last line", "cut-off last lines"),
@@ -199,7 +208,7 @@ def file_notes(src: Any) -> list[str]:
         if isinstance(k, int) and k > 0:
             parts.append(_n(k, one, many))
     out = ["; ".join(parts)] if parts else []
-    return out + [str(p) for p in src.get("problems") or []]
+    return damage + out + [str(p) for p in src.get("problems") or []]
 
 
 def arrivals_text(arr: Any) -> str:

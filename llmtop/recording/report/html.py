@@ -17,6 +17,7 @@ from llmtop.recording.report.fmt import (
     duration,
     file_notes,
     gib,
+    no_footer,
     num,
     offset,
     pct,
@@ -100,7 +101,7 @@ def conditions_section(r: dict[str, Any]) -> str:
         ("SLOs", esc(slo_text(c["slo"]))),
         ("recorded", esc(f"{when(c['started_at'])}, {duration(c['duration_s'])}")
          + ("" if src["complete"] else
-            ' <span class="bad">no footer: the recorder was killed or is still running</span>')),
+            f' <span class="bad">{esc(no_footer(src))}</span>')),
         ("requests", esc(num(c["requests"], 0))
          + (esc(f" ({pct(c['streaming_share'])} streaming)")
             if c["streaming_share"] is not None else "")),

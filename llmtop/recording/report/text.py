@@ -16,6 +16,7 @@ from llmtop.recording.report.fmt import (
     duration,
     file_notes,
     gib,
+    no_footer,
     num,
     offset,
     pct,
@@ -121,8 +122,7 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
         f"  models          {models}",
         f"  SLOs            {slo_text(c['slo'])}",
         f"  recorded        {when(c['started_at'])} for {duration(c['duration_s'])}"
-        + ("" if src["complete"] else "  (no footer: the recorder was killed or is still "
-           "running)"),
+        + ("" if src["complete"] else f"  ({no_footer(src)})"),
         f"  requests        {num(c['requests'], 0)}"
         + (f" ({pct(c['streaming_share'])} streaming)" if c["streaming_share"] is not None
            else ""),
