@@ -91,7 +91,8 @@ def _replay(args: argparse.Namespace, path: str) -> int:
     """The TUI over ``path``. A rotated recording's notes (other series, missing parts)
     are not printed before it, where its screen would hide them while it runs: the TUI
     shows them as it starts (``ReplaySource.notes``), and they are printed once it has
-    ended, where the terminal keeps them."""
+    ended, where the terminal keeps them, with what the reader skipped in the part of the
+    file read (``ReplaySource.read_notes``: bad lines, damaged compressed data)."""
     from llmtop.recording.errors import RecordingError
 
     try:
@@ -113,3 +114,6 @@ def _replay(args: argparse.Namespace, path: str) -> int:
     finally:
         for note in source.notes:
             print(f"llmtop replay: {note}", file=sys.stderr, flush=True)
+        name = Path(args.file).name
+        for note in source.read_notes:
+            print(f"llmtop replay: {name}: {note}", file=sys.stderr, flush=True)

@@ -443,6 +443,15 @@ class ReplaySource:
         src = self.source
         return src.notes if isinstance(src, Series) else ()
 
+    @property
+    def read_notes(self) -> tuple[str, ...]:
+        """What the reader skipped or read with defaults so far (the lines report and
+        export note, :func:`~llmtop.recording.report.fmt.file_notes`): known only as the
+        file is read, so told when the replay ends."""
+        from llmtop.recording.report.fmt import file_notes
+
+        return tuple(file_notes(self.engine.reader.summary()))
+
     def _target_pos(self) -> float:
         if self._paused:
             return self._anchor_pos

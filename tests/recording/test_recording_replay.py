@@ -191,3 +191,36 @@ def test_replay_cli_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["replay", str(good), "--speed", "0"]) == 2
     err = capsys.readouterr().err
     assert "--speed must be a finite number above 0" in err and len(err.strip().splitlines()) == 1
+
+
+def _with_bad_lines(tmp_path: Path) -> Path:
+    """A recording whose second line and a late line are not JSON."""
+    good = tmp_path / "g.jsonl"
+    write_recording(good, overlapping(soon(), 40))
+    lines = good.read_bytes().splitlines()
+    lines[1] = b'{"type":"request","id":'
+    lines[-5] = b"\x00\x01 not json"
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_replay_says_what_it_skipped(tmp_path: Path) -> None:
+    """report and export say which lines they skipped; replay said nothing."""
+    path = _with_bad_lines(tmp_path)
+    src = ReplaySource(path)
+    src.engine.run_to_end()
+    assert src.read_notes == ("2 bad lines skipped", "line 2: not JSON",
+                              f"line {len(path.read_bytes().splitlines()) - 4}: not JSON")
+
+
+def test_replay_cli_prints_what_it_skipped_when_it_ends(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from llmtop.cli import main
+
+    path = _with_bad_lines(tmp_path)
+    assert main(["replay", str(path)]) == 2  # (no terminal here: it ends at once)
+    err = capsys.readouterr().err
+    assert "the TUI needs a terminal" in err
+    assert "llmtop replay: bad.jsonl: 1 bad line skipped" in err  # (read so far)
+    assert "llmtop replay: bad.jsonl: line 2: not JSON" in err
