@@ -125,17 +125,36 @@ class _Table:
     def flush(self) -> None:
         if not self.rows:
             return
-        self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema))
+        table = pa.Table.from_pylist(self.rows, schema=self.schema)
+        try:
+            self.writer.write_table(table)
+        except OSError as exc:
+            raise self._failed(exc) from None
         self.count += len(self.rows)
         self.rows = []
         self.cells = 0
 
-    def close(self) -> None:
+    def finish(self) -> None:
+        """Write what is left and the file's footer, under its temporary name (where a
+        full disk or the file size limit fails: before any table is renamed)."""
         self.flush()
-        if self.count == 0:
-            self.writer.write_table(self.schema.empty_table())
-        self.writer.close()
+        try:
+            if self.count == 0:
+                self.writer.write_table(self.schema.empty_table())
+            self.writer.close()
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def commit(self) -> None:
+        """Rename the finished file into place."""
         os.replace(self.tmp, self.path)
+
+    def _failed(self, exc: OSError) -> OSError:
+        """A failed write as an error naming this table (pyarrow's name none)."""
+        if exc.filename is not None:
+            return exc
+        why = f"cannot write: {os.strerror(exc.errno)}" if exc.errno else str(exc)
+        return OSError(exc.errno, why, str(self.path))
 
     def abort(self) -> None:
         """Close and remove the ``.part`` file. A close that fails (the disk full or the
@@ -181,6 +200,9 @@ def export_parquet(
             raise RecordingError(f"{out}: cannot create directory: {exc.strerror}") from None
         if not os.access(out, os.W_OK):
             raise RecordingError(f"{out}: directory is not writable")
+        for name in TABLES:  # (told now, not after reading the whole recording)
+            if (out / f"{name}.parquet").is_dir():
+                raise RecordingError(f"{out / f'{name}.parquet'}: is a directory")
         schemas = {"requests": REQUESTS_SCHEMA, "gpu": GPU_SCHEMA, "engine": ENGINE_SCHEMA,
                    "warnings": WARNINGS_SCHEMA}
         tables: dict[str, _Table] = {}
@@ -200,8 +222,13 @@ def export_parquet(
                 table, fn = rows[type(ev)]
                 table.add(fn(ev), len(ev.chunk_offsets_s) if isinstance(ev, RequestRecord)
                           else 0)
+            # every table finished before any is renamed: a table that cannot be finished
+            # leaves the directory as it was, not holding the tables before it alone (or
+            # beside an older export's others)
             for t in tables.values():
-                t.close()
+                t.finish()
+            for t in tables.values():
+                t.commit()
             if summary is not None:
                 summary.update(reader.summary())
         except BaseException:
