@@ -20,6 +20,7 @@ from llmtop.recording.report.fmt import (
     NA,
     PERCENTILE_NOTE,
     dist,
+    file_notes,
     no_footer,
     num,
     pct,
@@ -104,6 +105,8 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
             out.append(f"{tag} has only {n} requests: its tail percentiles are noisy")
         if not r["source"]["complete"]:
             out.append(f"{tag} has {no_footer(r['source'])}")
+    for tag, r in (("A", a), ("B", b)):  # what each file's reader skipped, as a report says
+        out += [f"{tag} ({r['source']['file']}): {n}" for n in file_notes(r["source"])]
     return out
 
 

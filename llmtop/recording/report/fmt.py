@@ -181,7 +181,7 @@ def _n(k: int, one: str, many: str) -> str:
 def no_footer(src: Any) -> str:
     """Why a recording read has no footer, in words."""
     if isinstance(src, dict) and src.get("gzip_damage"):
-        return "no footer read: the compressed data is damaged, see file"
+        return "no footer read: the compressed data is damaged"
     return "no footer: the recorder was killed or is still running"
 
 
