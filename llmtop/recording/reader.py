@@ -46,6 +46,12 @@ if TYPE_CHECKING:
     from llmtop.recording.parts import Source
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
+OTHER_MAGIC: Final = (
+    (b"\xfd7zXZ\x00", "xz", "xz -d"), (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"BZh", "bzip2", "bzip2 -d"), (b"PK\x03\x04", "zip", "unzip"),
+    (b"\x04\x22\x4d\x18", "lz4", "lz4 -d"),
+)
+"""Other compressors' magic bytes: a file beginning so is named as what it is."""
 _CHUNK = 1 << 20
 _SALVAGE = 4096
 """Compressed bytes decoded at a time after a gzip error, to keep the data before it."""
@@ -397,6 +403,11 @@ class RecordingReader:
             try:
                 obj = loads_line(line)
             except (ValueError, UnicodeDecodeError):
+                for magic, what, how in OTHER_MAGIC:
+                    if line.startswith(magic):
+                        raise RecordingError(
+                            f"{name}: compressed with {what}, which llmtop does not read "
+                            f"(only gzip): decompress it first ({how})") from None
                 raise RecordingError(
                     f"{name}: not an llmtop recording (the first line is not JSON)"
                 ) from None
