@@ -115,7 +115,6 @@ def export_hlog(
         if not out.parent.is_dir():
             raise RecordingError(f"{out}: cannot write: no directory {out.parent}")
     with open_recording(recording, progress=progress) as reader:
-        base = reader.header.get("started_at")
         try:
             fh: IO[str] = (sys.stdout if to_stdout
                            else open(tmp, "w", encoding="ascii"))  # noqa: SIM115 - closed below
@@ -129,6 +128,9 @@ def export_hlog(
                     continue
                 t_end = ev.t_start + ev.e2e_s
                 if writer is None:
+                    # (read now, not before the first event: a start the reader finds
+                    # wrong, days after the events, is None by then)
+                    base = reader.header.get("started_at")
                     if not isinstance(base, int | float):
                         base = ev.t_start
                     writer = _LogWriter(fh, float(base), interval_s, source_path(recording).name)
@@ -144,6 +146,7 @@ def export_hlog(
                         writer.write(old, open_iv.pop(old))
                 iv.add(ev)
             if writer is None:
+                base = reader.header.get("started_at")
                 start = base if isinstance(base, int | float) else 0.0
                 writer = _LogWriter(fh, float(start), interval_s, source_path(recording).name)
             for k in sorted(open_iv):

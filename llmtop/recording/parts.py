@@ -404,6 +404,10 @@ class SeriesReader:
             assert r is not None
             start = r.header.get("started_at")
             for ev in r.events():
+                if not i and r.header.get("started_at") is None:
+                    # (the first part's reader found its header's start wrong, as is the
+                    # series', a copy of it)
+                    self.header["started_at"] = None
                 if isinstance(ev, WarningEvent):
                     if ev.state == "raised":
                         if (i and ev.t == start and raised.get(ev.code) == ev.severity):

@@ -473,10 +473,11 @@ class RecordingReader:
         Lines that cannot be events are skipped and counted (``bad_lines``): not JSON, values
         no recorder writes (:mod:`llmtop.recording.validate`), and times far outside the
         recording: a request starting, or any event happening, more than a day
-        (``MAX_GAP_S``) before the header's ``started_at``, or an event more than a day
-        after every event so far unless the next event (or the footer) confirms the jump —
-        a gap in a real recording is followed by more events on its far side, a damaged
-        time is not.
+        (``MAX_GAP_S``) before the header's ``started_at`` unless the next event is there
+        too (then the header's time is the damaged one: it is ignored and said), or an
+        event more than a day after every event so far unless the next event (or the
+        footer) confirms the jump — a gap in a real recording is followed by more events on
+        its far side, a damaged time is not.
         """
         if self._started:
             raise RecordingError(f"{self.path.name}: a RecordingReader reads its file once")
@@ -487,6 +488,9 @@ class RecordingReader:
         held: Event | None = None  # an event far past the frontier, awaiting confirmation
         held_t = 0.0
         held_line = ""
+        # an event a day before the header's start, awaiting the next: (event, its time,
+        # the problem it is if alone, whether it was read with defaults)
+        early: tuple[Event, float, str, bool] | None = None
         for line, complete in self._lines:
             obj = self._parse(line, complete)
             if obj is None:
@@ -494,15 +498,10 @@ class RecordingReader:
             kind = obj.get("type")
             try:
                 ev: Event
+                defaulted = False
                 if kind == "request":
                     rec, defaulted = request_from(obj)
                     ev = rec
-                    if rec.t_start < lo:
-                        raise InvalidLine("t_start is more than a day before the recording "
-                                          "started")
-                    if defaulted:
-                        self.defaulted_lines += 1
-                        self._problem("request lacks fields; read with their defaults")
                 else:
                     dec = _DECODERS.get(kind) if isinstance(kind, str) else None
                     if dec is None:
@@ -521,12 +520,35 @@ class RecordingReader:
                         continue
                     ev = dec(obj)
                 t = event_time(ev)
-                if t < lo:
-                    raise InvalidLine("time is more than a day before the recording started")
             except InvalidLine as exc:
                 self.bad_lines += 1
                 self._problem(f"{kind}: {exc}")
                 continue
+            if t < lo or (isinstance(ev, RequestRecord) and ev.t_start < lo):
+                if early is not None and abs(t - early[1]) <= MAX_GAP_S:
+                    # two events agree, both a day before the header's start: the header
+                    # is what is wrong (a damaged digit), not every line after it
+                    lo = -math.inf
+                    self.header["started_at"] = None
+                    self.problems.insert(0, "line 1: header started_at is more than a day "
+                                            "after the events; ignored")
+                    del self.problems[MAX_PROBLEMS:]
+                    frontier = early[1]
+                    self._defaulted(early[3])
+                    self.events_read += 1
+                    yield early[0]
+                    early = None
+                else:
+                    if early is not None:
+                        self._reject_early(early[2])
+                    what = "t_start is" if isinstance(ev, RequestRecord) else "time is"
+                    early = (ev, t, f"line {self.lines_read}: {kind}: {what} more than a day "
+                                    "before the recording started", defaulted)
+                    continue
+            elif early is not None:  # near the start: the early event was an outlier
+                self._reject_early(early[2])
+                early = None
+            self._defaulted(defaulted)
             if frontier is not None and t > frontier + MAX_GAP_S:
                 if held is not None and abs(t - held_t) <= MAX_GAP_S:
                     frontier = max(held_t, t)  # two events agree: a real gap
@@ -545,6 +567,8 @@ class RecordingReader:
             frontier = t if frontier is None else max(frontier, t)
             self.events_read += 1
             yield ev
+        if early is not None:
+            self._reject_early(early[2])
         if held is not None:
             end = self.footer.get("ended_at") if self.footer else None
             if isinstance(end, int | float) and abs(end - held_t) <= MAX_GAP_S:
@@ -553,6 +577,16 @@ class RecordingReader:
             else:
                 self._reject_held(held_line)
         self.close()
+
+    def _defaulted(self, defaulted: bool) -> None:
+        if defaulted:
+            self.defaulted_lines += 1
+            self._problem("request lacks fields; read with their defaults")
+
+    def _reject_early(self, problem: str) -> None:
+        self.bad_lines += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(problem)
 
     def _reject_held(self, where: str) -> None:
         self.bad_lines += 1

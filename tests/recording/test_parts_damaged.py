@@ -116,3 +116,19 @@ def test_a_part_that_is_there_but_unreadable_is_not_called_deleted(
     missing = next(n for n in src.notes if "missing" in n)
     assert "deleted by keep, or by hand" not in missing, missing
     assert f"part 3 of {len(parts)} missing (deleted, or in a file left out)" in missing
+
+
+def test_a_first_part_whose_start_is_after_its_events_reads_whole(tmp_path: Path) -> None:
+    """The first part's header started_at days after its events: the part's reader
+    ignores it (its events agree with each other), and so does the series' header."""
+    stem = tmp_path / "p.jsonl"
+    parts = rotated(stem)
+    head = json.loads(parts[0].read_text().split("\n", 1)[0])
+    _set_header(parts[0], started_at=head["started_at"] + 3 * 86400)
+    src = resolve(stem)
+    assert isinstance(src, Series) and src.files == tuple(parts)
+    with open_recording(src) as r:
+        assert len(list(r)) == 60 and r.bad_lines == 0
+        assert r.header["started_at"] is None
+        assert r.problems[0] == (f"{parts[0].name}: line 1: header started_at is more than "
+                                 "a day after the events; ignored")

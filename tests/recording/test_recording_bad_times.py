@@ -76,3 +76,52 @@ def test_request_times_past_any_clock_are_bad_lines(tmp_path: Path) -> None:
     rep = _report(path)
     assert rep["source"]["bad_lines"] == _requests() > 0
     assert rep["conditions"]["requests"] == 0
+
+
+@pytest.mark.parametrize("later_by", [2 * 86400.0, 365 * 86400.0])
+def test_a_start_after_every_event_is_ignored_not_the_events(tmp_path: Path,
+                                                             later_by: float) -> None:
+    """A header whose started_at is days after every line (a damaged digit): each line was
+    'more than a day before the recording started', a bad line, and the report was
+    empty. The lines agree with each other; the header alone is wrong."""
+    base = _report(FIXTURE)
+    rep = _report(_with_header(tmp_path, started_at=base["conditions"]["started_at"]
+                               + later_by))
+    c = rep["conditions"]
+    assert c["requests"] == base["conditions"]["requests"] == _requests() > 0
+    assert rep["source"]["bad_lines"] == 0 and c["started_at"] is None
+    assert c["duration_s"] <= base["conditions"]["duration_s"] + 1.0
+    assert rep["source"]["problems"][0] == (
+        "line 1: header started_at is more than a day after the events; ignored")
+
+
+def test_one_event_a_day_before_the_start_is_still_a_bad_line(tmp_path: Path) -> None:
+    """An outlier before the start, followed by events near it: the outlier goes."""
+    lines = FIXTURE.read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "request")
+    d = json.loads(lines[first])
+    d["t_start"] -= 3 * 86400.0
+    lines[first] = json.dumps(d)
+    path = tmp_path / "rec.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    rep = _report(path)
+    assert rep["source"]["bad_lines"] == 1
+    assert rep["conditions"]["requests"] == _requests() - 1
+    assert rep["source"]["problems"] == [
+        f"line {first + 1}: request: t_start is more than a day before the recording started"]
+
+
+def test_hlog_of_a_start_after_every_event_keeps_its_intervals(tmp_path: Path) -> None:
+    """export --hlog took the header's start as its base before reading: every request
+    fell in interval 0 (one interval per tag) even once the reader had found it wrong."""
+    from llmtop.recording.hlog import export_hlog
+
+    base = json.loads(FIXTURE.read_text().split("\n", 1)[0])["started_at"]
+    want = export_hlog(FIXTURE, tmp_path / "a.hlog", interval_s=1.0)
+    assert want["ttft"] > 3
+    got = export_hlog(_with_header(tmp_path, started_at=base + 2 * 86400.0),
+                      tmp_path / "b.hlog", interval_s=1.0)
+    # (from the first request's start, not the header's: the intervals may split a
+    # second otherwise, one more or fewer)
+    assert got.keys() == want.keys()
+    assert all(abs(got[k] - want[k]) <= 1 for k in want), (got, want)
