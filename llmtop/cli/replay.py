@@ -117,3 +117,4 @@ def _replay(args: argparse.Namespace, path: str) -> int:
         name = Path(args.file).name
         for note in source.read_notes:
             print(f"llmtop replay: {name}: {note}", file=sys.stderr, flush=True)
+        source.engine.close()  # (the TUI closes it when it ran; not when it could not start)
