@@ -489,8 +489,8 @@ class RecordingReader:
         held_t = 0.0
         held_line = ""
         # an event a day before the header's start, awaiting the next: (event, its time,
-        # the problem it is if alone, whether it was read with defaults)
-        early: tuple[Event, float, str, bool] | None = None
+        # the problem it is if alone, its line number when it was read with defaults)
+        early: tuple[Event, float, str, int | None] | None = None
         for line, complete in self._lines:
             obj = self._parse(line, complete)
             if obj is None:
@@ -534,7 +534,8 @@ class RecordingReader:
                                             "after the events; ignored")
                     del self.problems[MAX_PROBLEMS:]
                     frontier = early[1]
-                    self._defaulted(early[3])
+                    if early[3] is not None:
+                        self._defaulted(early[3])
                     self.events_read += 1
                     yield early[0]
                     early = None
@@ -543,12 +544,14 @@ class RecordingReader:
                         self._reject_early(early[2])
                     what = "t_start is" if isinstance(ev, RequestRecord) else "time is"
                     early = (ev, t, f"line {self.lines_read}: {kind}: {what} more than a day "
-                                    "before the recording started", defaulted)
+                                    "before the recording started",
+                             self.lines_read if defaulted else None)
                     continue
             elif early is not None:  # near the start: the early event was an outlier
                 self._reject_early(early[2])
                 early = None
-            self._defaulted(defaulted)
+            if defaulted:
+                self._defaulted(self.lines_read)
             if frontier is not None and t > frontier + MAX_GAP_S:
                 if held is not None and abs(t - held_t) <= MAX_GAP_S:
                     frontier = max(held_t, t)  # two events agree: a real gap
@@ -578,10 +581,12 @@ class RecordingReader:
                 self._reject_held(held_line)
         self.close()
 
-    def _defaulted(self, defaulted: bool) -> None:
-        if defaulted:
-            self.defaulted_lines += 1
-            self._problem("request lacks fields; read with their defaults")
+    def _defaulted(self, line: int) -> None:
+        """A request read with defaults for fields it lacks, on line ``line``."""
+        self.defaulted_lines += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(f"line {line}: request lacks fields; read with their "
+                                 "defaults")
 
     def _reject_early(self, problem: str) -> None:
         self.bad_lines += 1

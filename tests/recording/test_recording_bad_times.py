@@ -125,3 +125,23 @@ def test_hlog_of_a_start_after_every_event_keeps_its_intervals(tmp_path: Path) -
     # second otherwise, one more or fewer)
     assert got.keys() == want.keys()
     assert all(abs(got[k] - want[k]) <= 1 for k in want), (got, want)
+
+
+def test_a_defaulted_request_before_a_wrong_start_keeps_its_line_number(
+        tmp_path: Path) -> None:
+    from llmtop.recording.reader import RecordingReader
+
+    lines = FIXTURE.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["started_at"] += 3 * 86400.0
+    lines[0] = json.dumps(header)
+    first = next(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "request")
+    d = json.loads(lines[first])
+    del d["dialect"]
+    lines[first] = json.dumps(d)
+    path = tmp_path / "rec.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with RecordingReader(path) as r:
+        assert sum(1 for _ in r) == len(lines) - 1  # every event (all but the header)
+        assert r.defaulted_lines == 1 and r.bad_lines == 0
+        assert f"line {first + 1}: request lacks fields; read with their defaults" in r.problems
