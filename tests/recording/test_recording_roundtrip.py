@@ -297,3 +297,25 @@ def test_progress_lines_on_stderr() -> None:
     p(10, 100)
     p(100, 100)  # a read that finished quickly prints nothing
     assert quiet.getvalue() == ""
+
+
+def test_progress_of_a_file_that_grows_while_read_is_not_a_flood() -> None:
+    """A live recording grows while report reads it: every MiB past the size it had when
+    opened counted as 'finished' and printed a line at once ('130% (130 MB of 100 MB)', one
+    a MiB), past the once-a-second limit."""
+    import io
+    import time
+
+    from llmtop.recording.progress import stderr_progress
+
+    out = io.StringIO()
+    p = stderr_progress("x", min_interval_s=1.0, stream=out)
+    time.sleep(1.05)
+    p(50_000_000, 100_000_000)
+    p(100_000_000, 100_000_000)
+    for k in range(1, 51):  # the next 50 MiB, read in well under a second
+        p(100_000_000 + k * (1 << 20), 100_000_000)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["x: 50% (50 MB of 100 MB)", "x: 100% (100 MB of 100 MB)"]
+    assert len(lines) <= 3, lines
+    assert all("%" in ln and int(ln.split(": ")[1].split("%")[0]) <= 100 for ln in lines)
