@@ -28,6 +28,7 @@ one part.
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import re
@@ -247,7 +248,7 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
                              f"{'is 1 series' if count == 1 else f'are {count} series'} "
                              "of parts with this stem")
     index = count if series is None else series
-    chosen = found[index - 1]
+    chosen, copies = _without_copies(found[index - 1], p)
     notes: list[str] = []
     if count > 1:
         others = count - 1
@@ -258,6 +259,7 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
             f"{', the newest' if index == count else ''}); "
             f"{others} other{'s' if others > 1 else ''} left out: --series N reads the "
             "N-th (1 = the oldest)")
+    notes += copies
     # a file there but not readable as a part is told as such, not as a part deleted
     notes += [f"{p}: {f.name} is named like one of its parts but {why}: left out"
               for f, why in skipped]
@@ -279,6 +281,35 @@ def resolve(path: str | Path, *, series: int | None = None) -> Source:
                          f"{chosen[0].path.name}: the whole is read with the first's")
     return Series(stem=p, files=tuple(q.path for q in chosen), numbers=tuple(numbers),
                   missing=tuple(missing), index=index, count=count, notes=tuple(notes))
+
+
+def _without_copies(parts: list[_Part], stem: Path) -> tuple[list[_Part], list[str]]:
+    """A series' parts less the byte-for-byte copies of a part (a part copied beside
+    itself under another part's name: read once, not its requests twice), and what to say
+    of them and of a part that is in two different files (each read)."""
+    kept: list[_Part] = []
+    notes: list[str] = []
+    by_number: dict[int, list[_Part]] = {}
+    for q in parts:
+        same = by_number.setdefault(q.number, [])
+        twin = next((o for o in same if _same_bytes(o.path, q.path)), None)
+        if twin is not None:
+            notes.append(f"{stem}: {q.path.name} is a copy of {twin.path.name} "
+                         f"(part {q.number}): left out")
+            continue
+        same.append(q)
+        kept.append(q)
+    notes += [f"{stem}: part {n} is in {len(qs)} files "
+              f"({', '.join(q.path.name for q in qs)}): each is read"
+              for n, qs in by_number.items() if len(qs) > 1]
+    return kept, notes
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
 
 
 def file_note(path: str | Path) -> str | None:

@@ -132,3 +132,35 @@ def test_a_first_part_whose_start_is_after_its_events_reads_whole(tmp_path: Path
         assert r.header["started_at"] is None
         assert r.problems[0] == (f"{parts[0].name}: line 1: header started_at is more than "
                                  "a day after the events; ignored")
+
+
+def _beside(part: Path) -> Path:
+    """A free name of the part's stem, at the part's time (``p.<time>-77.jsonl``)."""
+    stamp = part.name.split(".")[1].split("-")[0]
+    return part.with_name(f"p.{stamp}-77.jsonl")
+
+
+def test_a_copy_of_a_part_is_read_once(tmp_path: Path) -> None:
+    """A part copied beside itself under another part's name (p.<time>-2.jsonl): both files
+    were read, every request in it counted twice, without a word ('parts 1-3, 3-6')."""
+    stem = tmp_path / "p.jsonl"
+    parts = rotated(stem)
+    copy = _beside(parts[2])
+    copy.write_bytes(parts[2].read_bytes())
+    src = resolve(stem)
+    assert isinstance(src, Series) and src.files == tuple(parts)
+    assert f"{stem}: {copy.name} is a copy of {parts[2].name} (part 3): left out" in src.notes
+    with open_recording(src) as r:
+        assert len(list(r)) == 60
+
+
+def test_two_different_files_of_one_part_are_both_read_and_said(tmp_path: Path) -> None:
+    stem = tmp_path / "p.jsonl"
+    parts = rotated(stem)
+    other = _beside(parts[2])
+    lines = parts[2].read_text().splitlines()
+    other.write_text("\n".join(lines[:-2]) + "\n")  # the same header, fewer lines
+    src = resolve(stem)
+    assert isinstance(src, Series) and set(src.files) == {*parts, other}
+    assert any(n.startswith(f"{stem}: part 3 is in 2 files (") and n.endswith(
+        "): each is read") for n in src.notes), src.notes
