@@ -1052,8 +1052,12 @@ def exists_message(path: Path) -> str:
     such — "remove the old file" is no advice for ``/dev/null``."""
     try:
         regular = path.is_file()
+        folder = not regular and path.is_dir()
     except OSError:
-        regular = True
+        regular, folder = True, False
+    if folder:
+        return (f"{path}: is a directory: a recording is written to a new file; give a file "
+                f"name in it, e.g. {path / 'llmtop.jsonl.gz'}")
     if not regular:
         return (f"{path}: not a regular file (a device, pipe or socket): a recording is "
                 "written to a new file; give the name of one")

@@ -143,10 +143,13 @@ async def test_admin_start_on_a_full_disk_or_a_device(work: Path, tap: Tap) -> N
     file"). The proxy forwards on, recording nothing."""
     (work / "salt").write_text("5a" * 32 + "\n")
     (work / "dev.jsonl").symlink_to("/dev/full")
+    (work / "dir.jsonl").mkdir()  # named as a directory, not "a device, pipe or socket"
     proxy = Proxy(tap.url, None, work, fsize=20)
     try:
         for name, status, why in (("r.jsonl.gz", 400, "cannot write: File too large"),
-                                  ("dev.jsonl", 400, "not a regular file")):
+                                  ("dev.jsonl", 400, "not a regular file"),
+                                  ("dir.jsonl", 400, "dir.jsonl: is a directory: a recording "
+                                   "is written to a new file; give a file name in it")):
             async with aiohttp.ClientSession() as s, s.post(
                     proxy.admin + "/llmtop/v1/recording",
                     json={"action": "start", "path": str(work / name)}) as r:
