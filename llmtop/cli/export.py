@@ -123,9 +123,13 @@ def main(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from llmtop.recording.errors import RecordingError
-    from llmtop.recording.spool import STDIN, rereadable
+    from llmtop.recording.spool import STDIN, display_name, refuse_endless, rereadable
 
     if args.file != STDIN:  # (a pipe is read once: export needs no copy of it)
+        try:
+            refuse_endless(args.file, display_name(args.file))
+        except RecordingError as exc:
+            raise UsageError(str(exc)) from None
         return _export_file(args, args.file)
     try:
         with rereadable(STDIN) as path:

@@ -96,6 +96,24 @@ def _copy(src: IO[bytes], dst: IO[bytes], name: str, label: str | None) -> None:
                   flush=True)
 
 
+def refuse_endless(path: str, name: str) -> None:
+    """:class:`RecordingError` for an input that is a device (``/dev/zero`` was copied
+    until the disk was full, a disk would be copied whole), standard input included, and
+    for standard input that is the terminal (it waited, silently, for a recording to be
+    typed)."""
+    try:
+        fd = sys.stdin.fileno() if path == STDIN else -1
+        mode = os.fstat(fd).st_mode if fd >= 0 else os.stat(path).st_mode
+    except (AttributeError, OSError, ValueError):  # (a test's stand-in has no fileno)
+        return  # (opening it says why)
+    if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+        return
+    if fd >= 0 and os.isatty(fd):
+        raise RecordingError("standard input is a terminal: pipe a recording into it "
+                             "(… - < FILE) or name the file")
+    raise RecordingError(f"{name}: is a device, not a recording")
+
+
 @contextlib.contextmanager
 def rereadable(path: str, label: str | None = None) -> Iterator[str]:
     """``path`` itself, or (see :func:`needs_copy`) the path of a temporary copy of what it
@@ -106,6 +124,7 @@ def rereadable(path: str, label: str | None = None) -> Iterator[str]:
         yield path
         return
     name = display_name(path)
+    refuse_endless(path, name)
     with tempfile.TemporaryDirectory(prefix="llmtop-") as tmp:
         copy = Path(tmp) / (Path(name).name or "input")  # (messages name files by either)
         try:

@@ -97,6 +97,41 @@ def test_a_bad_standard_input_is_one_line_naming_it(data: bytes, said: str) -> N
     assert "/tmp" not in err  # the copy's name is never shown
 
 
+@pytest.mark.parametrize("command", [["report"], ["replay"], ["export", "--hlog", "-"]])
+def test_a_device_is_refused_before_it_is_read(command: list[str]) -> None:
+    """``/dev/zero`` was copied (report, replay) or read (export) until the disk was full
+    (83 GB here) or forever; as standard input too. One line, exit 2, at once."""
+    name, *rest = command
+    p = subprocess.run([*LLMTOP, name, "/dev/zero", *rest], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr[-500:]
+    assert p.stderr.strip().splitlines() == [
+        f"llmtop {name}: error: /dev/zero: is a device, not a recording"]
+    if name != "replay":  # (replay refuses standard input: it reads its keys there)
+        with open("/dev/zero", "rb") as zero:
+            p = subprocess.run([*LLMTOP, name, "-", *rest], stdin=zero, capture_output=True,
+                               text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+            f"llmtop {name}: error: standard input: is a device, not a recording"], p.stderr
+
+
+def test_standard_input_from_the_terminal_is_refused() -> None:
+    """``report -`` with nothing piped in waited, silently, for a recording to be typed."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        p = subprocess.run([*LLMTOP, "report", "-"], stdin=follower, capture_output=True,
+                           text=True, timeout=60)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "llmtop report: error: standard input is a terminal: pipe a recording into it "
+        "(… - < FILE) or name the file"]
+
+
 def test_export_reads_standard_input(tmp_path: Path) -> None:
     rec = _recording(tmp_path)
     direct = subprocess.run([*LLMTOP, "export", str(rec), "--hlog", "-"], capture_output=True,
