@@ -39,3 +39,24 @@ async def test_capacity_figure_is_whole_in_the_output_chart_title(
 def test_title_parts_drop_words_before_figures(width: int, expected: tuple[str, str]) -> None:
     spec = next(p for p in PLOTS if p.key == "output_tps")
     assert title_parts(spec, "12,346", "23,456", width) == expected
+
+
+async def test_a_latency_figure_from_an_earlier_interval_says_how_old_it_is() -> None:
+    """With no request finished in the latest intervals, the TTFT chart's title showed
+    the last figure there was as if it were the latest ("figures: latest 2s"), for as long
+    as the series held it; it now says its age. Output tok/s has a figure (0) each
+    interval, so it has none."""
+    src = FixtureSource("saturated")
+    series = src.snapshot["series"]
+    ts = [p["t"] for p in series]
+    step = min(b - a for a, b in zip(ts, ts[1:], strict=False) if b > a)
+    for point in series[-3:]:
+        point["ttft_p95"] = None
+    series[-4]["ttft_p95"] = 4.21
+    app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.refreshes > 0)
+        await pilot.pause()
+        text = screen_text(app)
+    assert f"TTFT p95 4.21 s ({int(3 * step)}s ago)" in text, text
+    assert not re.search(r"output tok/s [0-9,.]+ \(", text), text

@@ -94,6 +94,20 @@ def title_parts(spec: PlotSpec, value: str, ref: str | None, width: int) -> tupl
     return candidates[-1]
 
 
+def figure_age(points: Sequence[Mapping[str, Any]], at: int | None) -> float | None:
+    """How much older point ``at`` (the newest with a figure) is than the newest point,
+    in seconds; ``None`` when it is the newest (or times are missing). A latency chart has
+    no figure for an interval in which no request finished: its title then shows the last
+    figure there was — with its age, not as the latest interval's (QA: "TTFT p95 4.21 s"
+    stood for two minutes after the traffic had stopped)."""
+    if at is None or at >= len(points) - 1:
+        return None
+    then, now = as_num(points[at].get("t")), as_num(points[-1].get("t"))
+    if then is None or now is None or now <= then:
+        return None
+    return now - then
+
+
 class SeriesHistory:
     """Points remembered from successive snapshots, for sources that send no ``series``."""
 
@@ -168,18 +182,23 @@ class PlotsPanel(ViewPanel):
 
     def _chart(self, spec: PlotSpec, width: int, height: int) -> list[Text]:
         v, pal = self.view, self.palette
-        values = series_values(self.points(), spec.key)
+        points = self.points()
+        values = series_values(points, spec.key)
         ref = spec.reference(v)
-        last = next((x for x in reversed(values) if x is not None), None)
+        at = next((i for i in range(len(values) - 1, -1, -1) if values[i] is not None), None)
+        last = None if at is None else values[at]
         finite = [x for x in values if x is not None]
         over = spec.over_is_bad and ref is not None and last is not None and last > ref
         value = spec.unit(last)
-        words, legend = title_parts(spec, value, None if ref is None else spec.unit(ref),
-                                    width)
+        age = figure_age(points, at)
+        aged = f" ({fmt.duration(age)} ago)" if age is not None else ""
+        words, legend = title_parts(spec, value + aged,
+                                    None if ref is None else spec.unit(ref), width)
         title = Text(no_wrap=True, overflow="ellipsis")
         title.append(words, "bold")
         title.append(" ")
         title.append(value, pal.bad if over else pal.accent)
+        title.append(aged, pal.dim)
         title.append(legend, pal.warn)
         peak = f"  max {spec.unit(max(finite))}" if finite else ""
         if peak and title.cell_len + len(peak) <= width:
