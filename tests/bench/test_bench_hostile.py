@@ -1,0 +1,101 @@
+"""llmtop bench against engines that answer oddly: usage with absurd token counts, and a
+non-streaming JSON answer to a streaming request. bench must neither crash nor report
+figures the proxy would not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+from net_support import chat_engine
+
+from llmtop.bench.summary import per_request_itl_p95
+from llmtop.events import RequestRecord
+from llmtop.metrics.slo import request_itl_p95
+
+
+def event(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+CONTENT = event({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "a"}}]})
+
+
+@asynccontextmanager
+async def streaming_engine(usage: Callable[[], bytes]) -> AsyncIterator[str]:
+    """Four content events 5 ms apart, then ``usage()`` as the usage event."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(4):
+            await resp.write(CONTENT)
+            await asyncio.sleep(0.005)
+        await resp.write(usage())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async with chat_engine(handle) as url:
+        yield url
+
+
+async def bench(url: str, *extra: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmtop", "bench", url, "--requests", "3", "--json", *extra,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_a_huge_usage_count_is_summarised_without_running_out_of_memory() -> None:
+    """An engine that says it generated 10**15 tokens (a counter bug): bench died with a
+    MemoryError traceback after its first level, as the per-request ITL p95 of the SLO
+    detail spread each chunk into one list item per token (8 PB for this stream; 30 M
+    tokens took a second and 240 MB per request). The proxy's aggregator weighs samples
+    instead, and so does bench now: the figures are what the engine said."""
+    big = 10**15
+
+    def usage() -> bytes:
+        return event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": big}})
+
+    async with streaming_engine(usage) as url:
+        code, out, err = await bench(url)
+    assert code == 0, err
+    assert "Traceback" not in err
+    step = json.loads(out)["steps"][0]
+    assert step["ok"] == 3
+    assert step["token_sources"] == {"usage": 3}
+    assert math.isclose(step["output_tps"] * step["duration_s"], big * 3, rel_tol=1e-9)
+    detail = step["slo_detail"]["itl_p95"]
+    assert detail["met"] == 1.0  # the last gap split 10**15 - 3 ways: tiny samples
+    assert detail["at_target"] is not None and detail["at_target"] < 1e-9
+
+
+def record(offsets: list[float], tokens: list[int], stream: bool = True) -> RequestRecord:
+    return RequestRecord(
+        id="r", user="u", model="m", dialect="openai", path="/v1/chat/completions",
+        stream=stream, status=200, outcome="ok", t_start=0.0,
+        ttft_s=offsets[0] if offsets else None, e2e_s=(offsets[-1] if offsets else 0) + 0.01,
+        prompt_tokens=1, completion_tokens=sum(tokens) or None, token_source="usage",
+        chunk_offsets_s=tuple(offsets), chunk_tokens=tuple(tokens))
+
+
+def test_per_request_itl_p95_is_the_slo_rules_value() -> None:
+    """The weighted P95 is the value :func:`request_itl_p95` finds by spreading the
+    samples, for streams of every shape (counts of 0, 1 and more; counts missing)."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        n = rng.randint(0, 12)
+        offsets = sorted(rng.uniform(0, 2) for _ in range(n))
+        tokens = [rng.choice((0, 1, 1, 1, 2, 3, 17)) for _ in range(rng.randint(0, n))]
+        r = record(offsets, tokens, stream=rng.random() < 0.9)
+        assert per_request_itl_p95(r) == request_itl_p95(r), (offsets, tokens)
