@@ -252,8 +252,8 @@ class BenchClient:
         # it from the first event now, off the stream's reads)
         upstream_id = at.request_id if at.request_id is not None else parser.response_id
         counts = ChunkCounts(at.counts)
-        usage = getattr(parser, "usage_completion_tokens", None)
-        prompt = getattr(parser, "usage_prompt_tokens", None)
+        usage = _count(getattr(parser, "usage_completion_tokens", None))
+        prompt = _count(getattr(parser, "usage_prompt_tokens", None))
         model = getattr(parser, "model", None) or self.model
         source: TokenSource
         completion: int | None
@@ -288,6 +288,16 @@ class BenchClient:
             error=error,
             upstream_id=upstream_id,
         )
+
+
+MAX_COUNT = 2**63 - 1
+"""The largest token count believed: the aggregator files counts as int64 (a record with
+more is filed nowhere: its level read no requests), and past a float's range every rate
+raised OverflowError. An engine's usage beyond it is a bug, taken as no usage."""
+
+
+def _count(n: int | None) -> int | None:
+    return n if n is None or n <= MAX_COUNT else None
 
 
 def request_id(values: Iterable[str]) -> str | None:

@@ -80,6 +80,29 @@ async def test_a_huge_usage_count_is_summarised_without_running_out_of_memory() 
     assert detail["at_target"] is not None and detail["at_target"] < 1e-9
 
 
+async def test_a_count_past_int64_is_no_count() -> None:
+    """Usage of 10**400 tokens (JSON has no limit, Python's int neither): bench died with
+    an OverflowError traceback (int too large to convert to float), and a count of 2**63
+    or more made the aggregator file none of the level's requests (SLO attainment n/a).
+    Such a count is now no count, like a negative one: the stream is counted by its
+    events."""
+    huge = b"1" + b"0" * 400
+
+    def usage() -> bytes:
+        return (b'data: {"choices":[],"usage":{"prompt_tokens":' + huge
+                + b',"completion_tokens":' + str(2**63).encode() + b"}}\n\n")
+
+    async with streaming_engine(usage) as url:
+        code, out, err = await bench(url)
+    assert code == 0, err
+    assert "Traceback" not in err
+    step = json.loads(out)["steps"][0]
+    assert (step["ok"], step["token_sources"]) == (3, {"chunks": 3})
+    assert step["slo_attainment"] == 1.0
+    assert math.isclose(step["output_tps"] * step["duration_s"], 4 * 3, rel_tol=1e-9)
+    assert step["input_tps"] == 0
+
+
 def record(offsets: list[float], tokens: list[int], stream: bool = True) -> RequestRecord:
     return RequestRecord(
         id="r", user="u", model="m", dialect="openai", path="/v1/chat/completions",
