@@ -69,6 +69,10 @@ class _Attempt:
     status: int = 0
     request_id: str | None = None
     """The response's ``X-Request-Id`` (see :func:`request_id`)."""
+    streamed: bool = True
+    """Whether the answer was a stream: not when a success came as one JSON body (an
+    engine that ignores ``stream: true``), as the proxy records it (an error page keeps
+    the request's ``stream``, as there)."""
     offsets: array[int] = field(default_factory=lambda: array("q"))
     """perf_counter_ns of each content chunk's read (packed: 8 bytes a chunk, read in place
     when the record is built)."""
@@ -232,6 +236,9 @@ class BenchClient:
             at.status = resp.status
             at.request_id = request_id(resp.headers.getall("X-Request-Id", ()))
             at.parser = make_parser("openai", True, resp.content_type)
+            media = resp.content_type
+            at.streamed = resp.status >= 400 or not (
+                media == "application/json" or media.endswith("+json"))
             async for data in resp.content.iter_any():
                 now = perf_counter_ns()
                 n, toks = at.parser.feed(data)
@@ -258,9 +265,11 @@ class BenchClient:
         source: TokenSource
         completion: int | None
         if usage is not None:
-            self.rates.learn(model, usage, counts.counted)
+            if at.streamed:
+                self.rates.learn(model, usage, counts.counted)
             completion, source = usage, "usage"
-        elif (estimate := self.rates.estimate(model, counts.counted)) is not None:
+        elif at.streamed and (estimate := self.rates.estimate(model,
+                                                              counts.counted)) is not None:
             # broken off (or stopped) before the engine's usage: the proxy's rule
             completion, source = estimate, "estimate"
         else:
@@ -271,7 +280,7 @@ class BenchClient:
             model=model,
             dialect="openai",
             path=urlsplit(self.url()).path,
-            stream=True,
+            stream=at.streamed,
             status=status,
             outcome=outcome,
             t_start=wall,

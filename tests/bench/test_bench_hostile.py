@@ -103,6 +103,34 @@ async def test_a_count_past_int64_is_no_count() -> None:
     assert step["input_tps"] == 0
 
 
+async def test_a_json_answer_to_a_streaming_request_is_not_a_stream() -> None:
+    """An engine that ignores ``stream: true`` and answers one JSON body after 50 ms: bench
+    recorded it as streamed, so its TPOT was 0 ms (the whole answer arrives at once) and
+    its per-request speed absurd, and TTFT (the whole body) was judged against the TTFT
+    objective. The proxy records such an answer as not streamed (its content type says
+    so), which leaves TPOT, ITL and TTFT's objective out; bench now does the same."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        await asyncio.sleep(0.05)
+        return web.json_response({
+            "id": "chatcmpl-1", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi " * 30},
+                         "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 30}})
+
+    async with chat_engine(handle) as url:
+        code, out, err = await bench(url, "--slo", "ttft=0.01,tpot=0.001")
+    assert code == 0, err
+    step = json.loads(out)["steps"][0]
+    assert (step["ok"], step["token_sources"]) == (3, {"usage": 3})
+    assert step["latency"]["tpot"]["p50"] is None
+    assert step["latency"]["itl"]["p50"] is None
+    assert step["per_request_tps_p50"] is None
+    assert step["slo_detail"]["tpot"]["at_target"] is None
+    assert step["slo_attainment"] == 1.0  # nothing streamed: no TTFT, no TPOT to miss
+
+
 def record(offsets: list[float], tokens: list[int], stream: bool = True) -> RequestRecord:
     return RequestRecord(
         id="r", user="u", model="m", dialect="openai", path="/v1/chat/completions",
