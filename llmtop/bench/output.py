@@ -48,14 +48,23 @@ def table(result: SearchResult, mode: str) -> list[str]:
     return lines
 
 
+def overflow_text(n: int) -> str:
+    """``12 arrivals not sent (too many requests open already)``."""
+    return (f"{n:,} arrival{'' if n == 1 else 's'} not sent (too many requests open "
+            "already)")
+
+
 def error_lines(result: SearchResult, mode: str) -> list[str]:
-    """``errors at concurrency 2: 5 connection refused, 2 HTTP 500`` for levels with any."""
+    """``errors at concurrency 2: 5 connection refused, 2 HTTP 500`` for levels with any,
+    and ``at rate 900/s: 12 arrivals not sent …`` for open-loop levels that dropped some."""
     out = []
     for s in result.ordered():
         if s.error_kinds:
             gave_up = " (gave up early: nothing succeeded)" if s.gave_up else ""
             out.append(f"  errors at {level_label(mode, s.level)}: "
                        f"{errors_text(s.error_kinds)}{gave_up}")
+        if s.overflow:
+            out.append(f"  at {level_label(mode, s.level)}: {overflow_text(s.overflow)}")
     return out
 
 
@@ -103,6 +112,8 @@ def why_failed(s: StepSummary, mode: str, target: float) -> str:
     bad = s.errors + s.timeouts
     if bad:
         parts.append(f"had {bad} of {s.requests} requests fail ({errors_text(s.error_kinds)})")
+    if s.overflow:
+        parts.append(f"had {overflow_text(s.overflow)}")
     pct = f"p{target * 100:g}"
     misses = []
     for name, d in s.slo_detail.items():

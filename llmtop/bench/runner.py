@@ -24,7 +24,14 @@ import aiohttp
 from llmtop import __version__
 from llmtop.bench.client import Api, BenchClient
 from llmtop.bench.loadgen import StepInterrupted, StepRun, run_closed, run_open
-from llmtop.bench.output import error_lines, gpu_lines, level_label, table, verdict
+from llmtop.bench.output import (
+    error_lines,
+    gpu_lines,
+    level_label,
+    overflow_text,
+    table,
+    verdict,
+)
 from llmtop.bench.search import SearchResult, passes, search
 from llmtop.bench.summary import StepSummary, errors_text, summarize
 from llmtop.bench.workload import Workload
@@ -107,8 +114,9 @@ class Progress:
         att = "n/a" if s.slo_attainment is None else f"{s.slo_attainment:.0%}"
         errors = f", errors: {errors_text(s.error_kinds)}" if s.error_kinds else ""
         gave_up = " (gave up: nothing succeeded)" if s.gave_up else ""
+        dropped = f", {overflow_text(s.overflow)}" if s.overflow else ""
         self._write(f"{self.label}: {s.requests} requests, {s.output_tps:.0f} tok/s, "
-                    f"SLO attainment {att}{errors}{gave_up}", end=True)
+                    f"SLO attainment {att}{errors}{dropped}{gave_up}", end=True)
 
     def end_line(self) -> None:
         """End a line left open on a terminal (before other output)."""

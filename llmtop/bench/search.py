@@ -3,8 +3,9 @@
 A sweep runs the given levels, then keeps doubling (ending with ``max_level`` itself; no
 level above it is ever run) until a level fails, then bisects between the last passing and
 the first failing level (integers for concurrency; to ``rate_resolution`` for rates). A
-level "passes" when its attainment ≥ target and it had no more errors than
-``max_error_rate``.
+level "passes" when its attainment ≥ target, it had no more errors than
+``max_error_rate`` and (open loop) it sent every arrival: one it could not send, as too
+many requests were open already, is a request its figures leave out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class SearchResult:
 
 
 def passes(s: StepSummary, target: float, max_error_rate: float = 0.0) -> bool:
-    if s.requests == 0 or s.slo_attainment is None:
+    if s.requests == 0 or s.slo_attainment is None or s.overflow:
         return False
     errors = (s.errors + s.timeouts) / s.requests
     return s.slo_attainment >= target and errors <= max_error_rate

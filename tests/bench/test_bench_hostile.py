@@ -150,3 +150,43 @@ def test_per_request_itl_p95_is_the_slo_rules_value() -> None:
         tokens = [rng.choice((0, 1, 1, 1, 2, 3, 17)) for _ in range(rng.randint(0, n))]
         r = record(offsets, tokens, stream=rng.random() < 0.9)
         assert per_request_itl_p95(r) == request_itl_p95(r), (offsets, tokens)
+
+
+async def test_an_open_loop_level_that_dropped_arrivals_does_not_pass() -> None:
+    """Open loop with more requests open than it may hold (10,000 from the command line):
+    the arrivals over that were not sent (``overflow``), and nothing but the JSON said so.
+    The level's figures leave out exactly the requests a stalled server would have made
+    slow, so it passed and could be the verdict's capacity. It now fails, and the text
+    output and verdict say why."""
+    from llmtop.bench.client import BenchClient
+    from llmtop.bench.loadgen import run_open
+    from llmtop.bench.output import error_lines, verdict
+    from llmtop.bench.search import SearchResult, passes
+    from llmtop.bench.summary import summarize
+    from llmtop.bench.workload import Length, Workload
+    from llmtop.config import load_config
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(CONTENT)
+        await asyncio.sleep(0.3)
+        await resp.write(CONTENT + event({"choices": [], "usage": {
+            "prompt_tokens": 7, "completion_tokens": 2}}) + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    cfg = load_config(None, env={}, overrides={"slo.ttft_s": 10.0, "slo.itl_p95_s": 10.0})
+    async with chat_engine(slow) as url:
+        run = await run_open(BenchClient(url), Workload(max_tokens=Length(2, 2)), 100.0,
+                             requests=20, poisson=False, max_outstanding=3)
+    s = summarize(run, cfg)
+    assert s.overflow > 0 and s.ok == s.requests
+    assert s.slo_attainment == 1.0
+    assert not passes(s, cfg.slo.target)
+    result = SearchResult([s], None, s)
+    said = "\n".join(error_lines(result, "rate"))
+    assert f"{s.overflow} arrivals not sent" in said
+    shown = verdict(result, "rate", cfg)
+    assert ": none — even rate 100/s" in shown and "arrivals not sent" in shown
