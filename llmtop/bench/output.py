@@ -132,7 +132,12 @@ def why_failed(s: StepSummary, mode: str, target: float) -> str:
 
 
 def verdict(result: SearchResult, mode: str, cfg: Config,
-            interrupted: str | None = None) -> str:
+            interrupted: str | None = None, interrupted_level: float | None = None) -> str:
+    """The one-line answer: the largest level meeting the SLOs, and what qualifies it.
+
+    ``interrupted`` names the level Ctrl-C stopped (``interrupted_level`` its value): one
+    between the best level and the lowest failed one (a search bisecting) leaves the limit
+    only known to lie between them."""
     what = "concurrency" if mode == "concurrency" else "rate"
     head = f"max {what} meeting {slo_text(cfg)} at {cfg.slo.target:.0%}"
     fail = result.first_fail
@@ -152,6 +157,11 @@ def verdict(result: SearchResult, mode: str, cfg: Config,
     lvl = f"{int(b.level)}" if mode == "concurrency" else f"{b.level:g} req/s"
     if interrupted is not None and fail is None:
         tail = f" (interrupted during {interrupted}: the limit may be higher)"
+    elif (fail is not None and interrupted is not None and interrupted_level is not None
+          and b.level < interrupted_level < fail.level):
+        tail = (f" (interrupted during {interrupted}, before the search settled: the limit "
+                f"is at least {level_text(mode, b.level)} and below "
+                f"{level_text(mode, fail.level)}){note}")
     elif fail is None:
         tail = " (no level failed: the limit is higher)"
     else:

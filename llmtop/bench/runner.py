@@ -191,6 +191,8 @@ class BenchOutcome:
     result: SearchResult
     interrupted: str | None = None
     """The level Ctrl-C interrupted (``concurrency 4``), or ``between levels``."""
+    interrupted_level: float | None = None
+    """The value of the level Ctrl-C interrupted (None: between levels, or none)."""
     interrupted_done: int = 0
     """Requests of the interrupted level that had finished by then."""
     interrupted_stopped: int = 0
@@ -238,7 +240,7 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
                                      progress=progress.update)
         except StepInterrupted as exc:  # Ctrl-C: keep (and record) what the level did
             keep(exc.run.records)
-            outcome.interrupted = label
+            outcome.interrupted, outcome.interrupted_level = label, level
             outcome.interrupted_done = sum(r.outcome != "cancelled" for r in exc.run.records)
             outcome.interrupted_stopped = len(exc.run.records) - outcome.interrupted_done
             raise
@@ -412,7 +414,7 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
 
 def _print_results(plan: BenchPlan, cfg: Config, outcome: BenchOutcome, out: TextIO) -> None:
     result = outcome.result
-    shown = verdict(result, plan.mode, cfg, outcome.interrupted)
+    shown = verdict(result, plan.mode, cfg, outcome.interrupted, outcome.interrupted_level)
     if plan.as_json:
         json.dump({
             "mode": plan.mode, "slo": slo_dict(cfg), "workload": plan.workload.describe(),

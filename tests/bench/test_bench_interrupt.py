@@ -11,13 +11,18 @@ import sys
 import time
 from pathlib import Path
 
+from aiohttp import web
+from net_support import chat_engine
+
 from llmtop.recording.reader import iter_recording, read_header
 from llmtop.sim.server import running_sim
 
 
-async def bench_interrupted(*args: str, sig: int = signal.SIGINT
+async def bench_interrupted(*args: str, sig: int = signal.SIGINT,
+                            at: str = "concurrency 2: starting"
                             ) -> tuple[int, str, str, float]:
-    """Start bench, send SIGINT (or ``sig``) half a second into its second level."""
+    """Start bench, send SIGINT (or ``sig``) half a second into its second level (or the
+    level whose progress line is ``at``)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "llmtop", "bench", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -27,7 +32,7 @@ async def bench_interrupted(*args: str, sig: int = signal.SIGINT
         line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
         assert line, "bench ended before its second level: " + "".join(err_lines)
         err_lines.append(line)
-        if line.startswith("concurrency 2: starting"):
+        if line.startswith(at):
             break
     await asyncio.sleep(0.5)
     proc.send_signal(sig)
@@ -94,6 +99,46 @@ async def test_ctrl_c_prints_the_table_of_finished_levels() -> None:
     rows = [ln for ln in out.splitlines() if ln.strip().lstrip("▶ ").startswith("1 ")]
     assert len(rows) == 1 and "max concurrency meeting" in out
     assert "interrupted during concurrency 2: the limit may be higher" in out
+
+
+async def test_ctrl_c_mid_bisection_says_the_search_did_not_settle() -> None:
+    """A search where 4 passes and 8 fails, interrupted while bisecting at 6: the verdict
+    read "max concurrency …: 4 → … tok/s goodput", as if 5 to 7 had been tried and failed;
+    only stderr said a level was interrupted. It now says the limit is only known to lie
+    from 4 to below 8."""
+    n = 0
+    gate = asyncio.Event()  # set when bench has ended: level 6's requests then return
+    sse = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+           b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1}}\n\n'
+           b"data: [DONE]\n\n")
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        nonlocal n
+        await request.read()
+        n += 1
+        # levels 1, 2, 4 (4 requests each) fast; 8 slow (TTFT 0.5 s); 6 never answers
+        if n > 16:
+            await gate.wait()
+            return web.Response(status=503)
+        await asyncio.sleep(0 if n <= 12 else 0.5)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(sse)
+        await resp.write_eof()
+        return resp
+
+    async with chat_engine(handle) as url:
+        code, out, err, _ = await bench_interrupted(
+            url, "--search", "--requests", "4", "--slo", "ttft=0.3,itl=10",
+            at="concurrency 6: starting")
+        gate.set()
+    assert code == 130, err
+    assert [ln.split(":")[0] for ln in err.splitlines() if ln.endswith(": starting")] == [
+        f"concurrency {c}" for c in (1, 2, 4, 8, 6)]
+    verdict = out.strip().splitlines()[-1]
+    assert verdict.startswith("max concurrency meeting") and ": 4 → " in verdict, out
+    assert ("(interrupted during concurrency 6, before the search settled: the limit is "
+            "at least 4 and below 8)") in verdict
 
 
 async def test_json_to_a_closed_pipe_exits_quietly() -> None:
