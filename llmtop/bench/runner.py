@@ -208,13 +208,15 @@ class BenchOutcome:
 
 
 async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
-                  sink: list[RequestRecord], recorder: Any) -> BenchOutcome:
-    """Run the plan's levels (or search). Never raises for Ctrl-C, a dead target or a
-    rejecting one: the outcome says how the run ended."""
+                  sink: list[RequestRecord], recorder: Any,
+                  outcome: BenchOutcome | None = None) -> BenchOutcome:
+    """Run the plan's levels (or search), filling ``outcome`` (a new one by default) as
+    they finish. Never raises for Ctrl-C, a dead target or a rejecting one: the outcome
+    says how the run ended."""
     client = BenchClient(plan.url, api=plan.api, model=plan.model, timeout_s=plan.timeout_s,
                          ignore_eos=plan.ignore_eos, headers=dict(plan.headers))
     integer = plan.mode == "concurrency"
-    outcome = BenchOutcome(SearchResult([], None, None))
+    outcome = BenchOutcome(SearchResult([], None, None)) if outcome is None else outcome
     steps = outcome.steps
     any_ok = False
     gpu: GpuSourceHandle | None = None
@@ -279,11 +281,33 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         if main is not None:
             main.cancel()
 
+    # Ctrl-C, handled on the loop too: asyncio.run's own handler raises KeyboardInterrupt
+    # at a second Ctrl-C wherever the loop is, which can drop a task's wake-up mid-stop:
+    # bench then hung for good in asyncio.run's clean-up (seen 3 times in 10 with two
+    # SIGINTs back to back). A second Ctrl-C while the level stops (milliseconds) is
+    # taken as the first; a third ends the process at once.
+    presses = 0
+
+    def on_int() -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            if main is not None:
+                main.cancel()
+        elif presses == 2:
+            with contextlib.suppress(OSError, ValueError):
+                print("llmtop bench: stopping (Ctrl-C again quits at once, without the "
+                      "results)", file=sys.stderr)
+        else:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+
     # (no handler where the loop cannot have one: Windows, or a thread other than main;
     # SIGTERM then does what it did before: end the process)
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         for sig in terms:
             loop.add_signal_handler(sig, on_term, sig)
+        loop.add_signal_handler(signal.SIGINT, on_int)
     try:
         if not plan.admin_url:  # local GPUs through NVML, when there are any
             from llmtop.gpu import open_gpu_source
@@ -300,27 +324,34 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
             await run_level(level)
     except _Stop as exc:
         outcome.stopped, outcome.nothing_ok = str(exc), exc.nothing_ok
-    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancelled us; end normally
+    except asyncio.CancelledError:  # Ctrl-C or SIGTERM cancelled us; end normally
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
         if outcome.interrupted is None:
             outcome.interrupted = "between levels"
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            for sig in terms:
-                loop.remove_signal_handler(sig)
-        if gpu is not None:
-            await gpu.stop()
-    fail = [s for s in steps if not passes(s, cfg.slo.target)]
+        try:
+            if gpu is not None:
+                await gpu.stop()
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                for handled in [*terms, signal.SIGINT]:
+                    loop.remove_signal_handler(handled)
+    outcome.result = _settled(steps, cfg.slo.target)
+    return outcome
+
+
+def _settled(steps: list[StepSummary], target: float) -> SearchResult:
+    """The finished levels, the best and the lowest failed one."""
+    fail = [s for s in steps if not passes(s, target)]
     first_fail = min(fail, key=lambda s: s.level) if fail else None
     # the largest passing level below every failing one: a level that passed above a
     # failed one (noise, a hiccup) is not a capacity to plan on (the verdict says so)
-    ok = [s for s in steps if passes(s, cfg.slo.target)
+    ok = [s for s in steps if passes(s, target)
           and (first_fail is None or s.level < first_fail.level)]
     best = max(ok, key=lambda s: s.level) if ok else None
-    outcome.result = SearchResult(list(steps), best, first_fail)
-    return outcome
+    return SearchResult(list(steps), best, first_fail)
 
 
 def _check_alive(run: StepRun, label: str, any_ok: bool, url: str) -> None:
@@ -368,12 +399,16 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
 
         recorder = Recorder(plan.record, header=_header(plan, cfg))
         recorder.start()
-    outcome: BenchOutcome | None = None
+    # filled as levels finish, so that what finished is still printed when a Ctrl-C
+    # lands outside execute's own handler (asyncio.run's clean-up, before the handler is
+    # installed): asyncio.run then raises KeyboardInterrupt, and returns nothing
+    outcome = BenchOutcome(SearchResult([], None, None))
     record_failed = False
     try:
-        outcome = asyncio.run(execute(plan, cfg, progress, records, recorder))
+        asyncio.run(execute(plan, cfg, progress, records, recorder, outcome))
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the event loop
-        pass
+        outcome.interrupted = outcome.interrupted or "between levels"
+        outcome.result = _settled(outcome.steps, cfg.slo.target)
     finally:
         progress.end_line()
         if recorder is not None:
@@ -383,9 +418,6 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
                   + (f"; the recording failed ({done['error']}): the file holds only part "
                      "of the run"
                      if record_failed else ""), file=sys.stderr)
-    if outcome is None:
-        print(f"llmtop bench: interrupted after {len(records)} requests", file=sys.stderr)
-        return 130
     if outcome.nothing_ok:
         if plan.as_json:  # a script still gets its document: what failed, and how often
             with contextlib.suppress(BrokenPipeError):

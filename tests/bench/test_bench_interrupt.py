@@ -101,6 +101,54 @@ async def test_ctrl_c_prints_the_table_of_finished_levels() -> None:
     assert "interrupted during concurrency 2: the limit may be higher" in out
 
 
+CTRL_C_TWICE = """
+import asyncio, os, signal, sys
+from llmtop.bench.runner import BenchPlan, run_plan
+from llmtop.bench.workload import Length, Workload
+from llmtop.config import load_config
+
+class CtrlCTwice(Workload):
+    # the keyboard: Ctrl-C as level 2 sends its first request, and again as the loop
+    # goes on to stop the level (real SIGINTs, to this process)
+    calls = 0
+
+    def next(self):
+        self.calls += 1
+        if self.calls == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+            asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGINT)
+        return super().next()
+
+plan = BenchPlan(url=sys.argv[1], mode="concurrency", levels=[1.0, 2.0], search=False,
+                 duration_s=None, requests=3, warmup_s=0.0, as_json=True,
+                 workload=CtrlCTwice(max_tokens=Length(4, 4)))
+sys.exit(run_plan(plan, load_config(None, env={}, overrides={})))
+"""
+
+
+async def test_ctrl_c_twice_still_prints_the_finished_levels() -> None:
+    """Ctrl-C pressed twice in quick succession, the second landing while the first is
+    still stopping the level: asyncio.run's handler raised KeyboardInterrupt inside the
+    loop, and bench said only "interrupted after 4 requests" — no table, no JSON for the
+    level that had finished, though the help promises them on Ctrl-C (by hand: 3 times in
+    5 with two SIGINTs back to back) — or, when the exception dropped a task's wake-up,
+    hung for good in asyncio.run's clean-up (3 times in 10). Ctrl-C is now handled on the
+    loop: a second press while stopping is taken as the first, and the results follow."""
+    async with running_sim("tiny") as sim:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CTRL_C_TWICE, sim.url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    out, err = out_b.decode(), err_b.decode()
+    assert proc.returncode == 130, err
+    data = json.loads(out)
+    assert [s["level"] for s in data["steps"]] == [1.0] and data["steps"][0]["ok"] == 3
+    assert data["interrupted"] == "concurrency 2"
+    assert "results above for the 1 level that finished" in err
+    assert "stopping (Ctrl-C again quits at once" in err
+    assert "Traceback" not in err
+
+
 async def test_ctrl_c_mid_bisection_says_the_search_did_not_settle() -> None:
     """A search where 4 passes and 8 fails, interrupted while bisecting at 6: the verdict
     read "max concurrency …: 4 → … tok/s goodput", as if 5 to 7 had been tried and failed;
