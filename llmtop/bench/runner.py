@@ -307,7 +307,8 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         for sig in terms:
             loop.add_signal_handler(sig, on_term, sig)
-        loop.add_signal_handler(signal.SIGINT, on_int)
+        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:  # (kept ignored, as inherited)
+            loop.add_signal_handler(signal.SIGINT, on_int)
     try:
         if not plan.admin_url:  # local GPUs through NVML, when there are any
             from llmtop.gpu import open_gpu_source

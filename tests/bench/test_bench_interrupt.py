@@ -149,6 +149,28 @@ async def test_ctrl_c_twice_still_prints_the_finished_levels() -> None:
     assert "Traceback" not in err
 
 
+async def test_sigint_ignored_at_start_stays_ignored() -> None:
+    """Started with SIGINT ignored (a background job of a script, ``nohup``-style
+    launchers), bench keeps ignoring it, as Python and asyncio.run do: the run is not
+    stopped by a Ctrl-C meant for the shell that launched it."""
+    async with running_sim("tiny") as sim:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "bench", sim.url, "--concurrency", "1,2",
+            "--duration", "1", "--warmup", "0", "--max-tokens", "16", "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        assert proc.stderr is not None
+        while not (await asyncio.wait_for(proc.stderr.readline(), 30)).startswith(
+                b"concurrency 2: starting"):
+            pass
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err
+    data = json.loads(out)
+    assert [s["level"] for s in data["steps"]] == [1.0, 2.0]
+    assert data["interrupted"] is None
+
+
 async def test_ctrl_c_mid_bisection_says_the_search_did_not_settle() -> None:
     """A search where 4 passes and 8 fails, interrupted while bisecting at 6: the verdict
     read "max concurrency …: 4 → … tok/s goodput", as if 5 to 7 had been tried and failed;
