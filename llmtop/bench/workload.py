@@ -15,6 +15,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 WORDS = (
     " the", " and", " for", " you", " was", " are", " not", " but", " all", " can", " had",
@@ -78,6 +79,14 @@ def synth_prompt(rng: random.Random, tokens: int) -> str:
     return "".join(rng.choice(WORDS) for _ in range(max(1, tokens))).lstrip()
 
 
+def _whole(value: Any, key: str) -> int:
+    """A token count from a workload line: a whole number (``4``, ``4.0``, ``"4"``); a
+    fraction was cut (5.7 → 5) and ``true`` read as 1, so neither is one."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{key} must be a whole number, got {json.dumps(value)}")
+    return int(value)  # (a string or a list: ValueError or TypeError, as before)
+
+
 def load_entries(path: str | Path) -> list[FileEntry]:
     if not str(path).strip():  # (Path("") is the current directory)
         raise WorkloadError("workload file path is empty")
@@ -100,19 +109,19 @@ def load_entries(path: str | Path) -> list[FileEntry]:
             continue
         try:
             obj = json.loads(line)
-            max_tokens = int(obj["max_tokens"])
+            max_tokens = _whole(obj["max_tokens"], "max_tokens")
             prompt = obj.get("prompt")
             pt = obj.get("prompt_tokens")
             if prompt is None and pt is None:
                 raise KeyError("prompt or prompt_tokens")
+            if prompt is not None and not isinstance(prompt, str):
+                raise ValueError(f"prompt must be text, not {type(prompt).__name__}")
+            if pt is not None:
+                pt = _whole(pt, "prompt_tokens")
             for n_tokens in (max_tokens, pt):
-                if n_tokens is not None and not 1 <= int(n_tokens) <= MAX_LENGTH:
+                if n_tokens is not None and not 1 <= n_tokens <= MAX_LENGTH:
                     raise ValueError(f"token counts must be 1 to {MAX_LENGTH:,}")
-            out.append(FileEntry(
-                prompt=str(prompt) if prompt is not None else None,
-                prompt_tokens=int(pt) if pt is not None else None,
-                max_tokens=max_tokens,
-            ))
+            out.append(FileEntry(prompt=prompt, prompt_tokens=pt, max_tokens=max_tokens))
         except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise WorkloadError(f"{p}:{n}: not a workload line ({exc})") from None
     if not out:

@@ -1,0 +1,36 @@
+"""--workload files: what a line may say, and what it is taken to mean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmtop.bench.workload import FileEntry, WorkloadError, load_entries
+
+
+def entries(tmp_path: Path, text: str) -> list[FileEntry]:
+    p = tmp_path / "w.jsonl"
+    p.write_text(text, encoding="utf-8")
+    return load_entries(p)
+
+
+@pytest.mark.parametrize("line", [
+    '{"prompt_tokens": 5.7, "max_tokens": 4}',
+    '{"prompt_tokens": 5, "max_tokens": 4.2}',
+    '{"prompt_tokens": true, "max_tokens": 4}',
+    '{"prompt_tokens": 5, "max_tokens": false}',
+    '{"prompt": 5, "max_tokens": 4}',
+    '{"prompt": ["a"], "max_tokens": 4}',
+])
+def test_a_count_that_is_not_a_whole_number_is_refused(tmp_path: Path, line: str) -> None:
+    """A count of 5.7 was cut to 5 and ``true`` read as 1 token, a prompt of 5 sent as the
+    text "5": the run measured another workload than the file's, and said nothing."""
+    with pytest.raises(WorkloadError, match=r"w\.jsonl:1: not a workload line"):
+        entries(tmp_path, line + "\n")
+
+
+def test_whole_numbers_however_written_are_taken(tmp_path: Path) -> None:
+    got = entries(tmp_path, '{"prompt_tokens": 5, "max_tokens": 4.0}\n'
+                            '{"prompt": "hi there", "max_tokens": "7"}\n')
+    assert got == [FileEntry(None, 5, 4), FileEntry("hi there", None, 7)]
