@@ -98,7 +98,8 @@ def load_entries(path: str | Path) -> list[FileEntry]:
     if not p.is_file():  # /dev/null, a FIFO, a device: it exists, so not "not found"
         raise WorkloadError(f"workload file {p} is not a regular file")
     try:
-        lines = p.read_text(encoding="utf-8").split("\n")
+        # (utf-8-sig: a byte order mark, as Windows editors write, is not the first line's)
+        lines = p.read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError:
         raise WorkloadError(f"workload file {p} is not UTF-8 text (JSON Lines)") from None
     except OSError as exc:
@@ -109,6 +110,8 @@ def load_entries(path: str | Path) -> list[FileEntry]:
             continue
         try:
             obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError(f"a JSON object, {{...}}, not {type(obj).__name__}")
             max_tokens = _whole(obj["max_tokens"], "max_tokens")
             prompt = obj.get("prompt")
             pt = obj.get("prompt_tokens")
@@ -122,7 +125,10 @@ def load_entries(path: str | Path) -> list[FileEntry]:
                 if n_tokens is not None and not 1 <= n_tokens <= MAX_LENGTH:
                     raise ValueError(f"token counts must be 1 to {MAX_LENGTH:,}")
             out.append(FileEntry(prompt=prompt, prompt_tokens=pt, max_tokens=max_tokens))
-        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        except KeyError as exc:
+            raise WorkloadError(f"{p}:{n}: not a workload line (missing {exc.args[0]})"
+                                ) from None
+        except (ValueError, TypeError, OverflowError) as exc:
             raise WorkloadError(f"{p}:{n}: not a workload line ({exc})") from None
     if not out:
         raise WorkloadError(f"workload file {p} has no entries")
