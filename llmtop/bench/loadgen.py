@@ -272,9 +272,14 @@ async def run_open(
         try:
             at = t0
             planned = 0
+            k = 0  # arrivals scheduled so far
             while not give_up.is_set():
-                gap = rng.expovariate(rate) if poisson else 1.0 / rate
-                at += int(gap * 1e9)
+                # Poisson: the first arrival one exponential gap in (memoryless: a window
+                # holds rate × duration of them on average); constant: at the start, then
+                # every 1/rate (one gap in, a window held one fewer than rate × duration)
+                at = at + int(rng.expovariate(rate) * 1e9) if poisson else \
+                    t0 + int(k * 1e9 / rate)
+                k += 1
                 if end_ns is not None and at >= end_ns:
                     break
                 measured = at - t0 >= warm_ns

@@ -190,3 +190,29 @@ async def test_an_open_loop_level_that_dropped_arrivals_does_not_pass() -> None:
     assert f"{s.overflow} arrivals not sent" in said
     shown = verdict(result, "rate", cfg)
     assert ": none — even rate 100/s" in shown and "arrivals not sent" in shown
+
+
+async def test_constant_arrivals_fill_the_window_at_the_rate() -> None:
+    """--rate 10 --constant for 0.5 s sent 4 requests, not 5: the first arrival came one
+    gap after the level began, so a window held rate × duration − 1 of them (--rate 1
+    --duration 3: 2 requests, an offered 0.67/s), and --requests 1 at 0.01/s sent nothing
+    for 100 s. Constant arrivals now begin at the level's start."""
+    from llmtop.bench.client import BenchClient
+    from llmtop.bench.loadgen import run_open
+    from llmtop.bench.workload import Length, Workload
+
+    async def quick(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(CONTENT + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async with chat_engine(quick) as url:
+        w = Workload(max_tokens=Length(1, 1))
+        run = await run_open(BenchClient(url), w, 10.0, duration_s=0.5, poisson=False)
+        slow = await run_open(BenchClient(url), w, 0.01, requests=1, poisson=False)
+    assert len(run.records) == 5
+    assert len(slow.records) == 1 and slow.records[0].outcome == "ok"
+    assert slow.ended - slow.started < 5
