@@ -55,6 +55,10 @@ from llmtop.proxy.dialects.registry import make_parser
 from llmtop.proxy.token_rate import TokenRates
 
 Api = Literal["chat", "completions"]
+_CONNECT_TIMEOUT: type[Exception] = getattr(aiohttp, "ConnectionTimeoutError",
+                                            aiohttp.ServerTimeoutError)
+"""A connection not made within ``sock_connect`` (aiohttp < 3.10: its parent, which with
+no ``sock_read`` set is raised for nothing else)."""
 _ids = itertools.count(1)
 
 
@@ -121,6 +125,11 @@ class BenchClient:
     user: str = "bench"
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 600.0
+    connect_timeout_s: float | None = None
+    """How long a new connection may take (the config's ``timeouts.connect_s``, as the
+    proxy's to its upstream); ``None``: only ``timeout_s``. Without it a target whose
+    packets are dropped (down, firewalled) held each request for the whole ``timeout_s``,
+    600 s by default, before it counted as a failure."""
     ignore_eos: bool = True
     """Ask the engine to generate exactly max_tokens (vLLM, SGLang, llama.cpp, llmtop sim)."""
     retries: int = 0
@@ -210,6 +219,10 @@ class BenchClient:
                 error = f"HTTP {at.status}" + (f": {at.parser.error}" if at.parser.error else "")
             elif at.parser.error:
                 outcome, error = "error", f"stream error: {at.parser.error}"
+        except _CONNECT_TIMEOUT:  # (either limit, while connecting: no connection made)
+            outcome = "error"
+            limit = min(self.timeout_s, self.connect_timeout_s or self.timeout_s)
+            error = f"connect timed out: no connection within {limit:g} s"
         except TimeoutError:
             outcome = "timeout"
             error = f"timeout: no complete response within {self.timeout_s:g} s"
@@ -230,7 +243,9 @@ class BenchClient:
                    **self._host, **self.headers}
         async with session.post(
             self.url(), data=self.body(req), headers=headers,
-            timeout=aiohttp.ClientTimeout(total=self.timeout_s), trace_request_ctx=at,
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s,
+                                          sock_connect=self.connect_timeout_s),
+            trace_request_ctx=at,
         ) as resp:
             at.head = True
             at.status = resp.status

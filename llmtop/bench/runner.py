@@ -214,6 +214,7 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
     they finish. Never raises for Ctrl-C, a dead target or a rejecting one: the outcome
     says how the run ended."""
     client = BenchClient(plan.url, api=plan.api, model=plan.model, timeout_s=plan.timeout_s,
+                         connect_timeout_s=cfg.timeouts.connect_s,
                          ignore_eos=plan.ignore_eos, headers=dict(plan.headers))
     integer = plan.mode == "concurrency"
     outcome = BenchOutcome(SearchResult([], None, None)) if outcome is None else outcome

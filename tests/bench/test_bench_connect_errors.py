@@ -105,3 +105,29 @@ def test_tls_failures_are_told_apart() -> None:
     shake = aiohttp.ClientConnectorSSLError(key, OSError(1, "WRONG_VERSION_NUMBER"))
     assert failure_kind(cert) == "TLS certificate not trusted"
     assert failure_kind(shake) == "TLS handshake failed"
+
+
+async def test_a_target_that_drops_packets_fails_at_the_connect_timeout() -> None:
+    """A target whose SYNs are dropped (down, firewalled): each request waited the whole
+    --timeout (600 s by default) before it counted, so --requests 3 took 30 minutes to say
+    nothing succeeded. Connecting now has the config's timeouts.connect_s, as the proxy's
+    connections to its upstream do (here 1 s by LLMTOP_TIMEOUTS_CONNECT_S), and such a
+    failure is named "connect timed out"."""
+    import os
+    import time
+
+    from net_support import blackhole
+
+    with blackhole() as url:
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "bench", url, "--requests", "3", "--timeout", "60",
+            "--json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "LLMTOP_TIMEOUTS_CONNECT_S": "1"})
+        out, err = await asyncio.wait_for(proc.communicate(), 100)
+        took = time.monotonic() - t0
+    assert proc.returncode == 1, err
+    assert took < 20
+    step = json.loads(out)["steps"][0]
+    assert step["error_kinds"] == {"connect timed out": 3}
+    assert "3 connect timed out" in err.decode()
