@@ -105,6 +105,11 @@ class StepRun:
     interrupted: bool = False
     gave_up: bool = False
     """The level ended early: nothing succeeded (see :class:`FailureWatch`)."""
+    cut_off: int = 0
+    """Requests still open when the level ended (its deadline, or giving up), stopped and
+    left out of ``records``."""
+    cut_off_answered: int = 0
+    """Of ``cut_off``, those that had an answer's head (an HTTP status) by then."""
     watch: FailureWatch = field(default_factory=FailureWatch)
 
     @property
@@ -328,5 +333,8 @@ async def _cancel_all(tasks: list[asyncio.Task[None]], run: StepRun) -> None:
         except _Cancelled as c:
             if run.interrupted:  # Ctrl-C: keep what the stopped requests had so far
                 run.records.append(c.record)
+            else:
+                run.cut_off += 1
+                run.cut_off_answered += c.record.status > 0
         except (asyncio.CancelledError, Exception):
             pass

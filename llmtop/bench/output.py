@@ -107,6 +107,11 @@ def why_failed(s: StepSummary, mode: str, target: float) -> str:
     e.g. ``even concurrency 1 misses TTFT ≤ 150 ms (met by 40% of requests; p95 420 ms)``."""
     lvl = f"even {level_label(mode, s.level)}"
     if s.requests == 0:
+        if s.cut_off:
+            had = ("none had an answer yet" if not s.cut_off_answered else
+                   f"{s.cut_off_answered} had begun to answer")
+            return (f"{lvl} finished no request ({s.cut_off} open at the level's end; "
+                    f"{had})")
         return f"{lvl} finished no request"
     parts = []
     bad = s.errors + s.timeouts

@@ -359,6 +359,15 @@ def _settled(steps: list[StepSummary], target: float) -> SearchResult:
 def _check_alive(run: StepRun, label: str, any_ok: bool, url: str) -> None:
     """Raise :class:`_Stop` when going on is pointless: nothing has succeeded at all, or the
     target stopped answering (no HTTP answer in a whole level after earlier successes)."""
+    if not run.watch.any_ok and not run.watch.kinds and run.cut_off \
+            and not run.cut_off_answered:  # no request finished, and none had an answer
+        n = run.cut_off
+        silent = (f"{label}: none of its {n} open request{'' if n == 1 else 's'} had an "
+                  "answer when the level ended")
+        if not any_ok:
+            raise _Stop(f"no request to {url} succeeded ({silent})", nothing_ok=True)
+        raise _Stop(f"the target stopped answering ({silent}); stopped there",
+                    nothing_ok=False)
     if run.watch.any_ok or not run.watch.kinds:
         return  # something worked, or nothing failed (no request finished)
     kinds = f"{label}: {errors_text(run.watch.kinds)}"

@@ -55,6 +55,11 @@ class StepSummary:
     ``at_target`` (the value at the attainment target's percentile over ok requests)."""
     gave_up: bool = False
     """The level ended early because nothing succeeded."""
+    cut_off: int = 0
+    """Requests still open at the level's end, left out (closed loop by duration: at the
+    deadline)."""
+    cut_off_answered: int = 0
+    """Of ``cut_off``, those that had an answer's head by then."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +111,8 @@ def summarize(run: StepRun, cfg: Config) -> StepSummary:
         error_kinds=count_errors(recs),
         slo_detail=slo_detail(recs, Slo.from_config(cfg)),
         gave_up=run.gave_up,
+        cut_off=run.cut_off,
+        cut_off_answered=run.cut_off_answered,
     )
 
 

@@ -48,8 +48,9 @@ async def streaming_engine(usage: Callable[[], bytes]) -> AsyncIterator[str]:
 
 
 async def bench(url: str, *extra: str) -> tuple[int, str, str]:
+    size = () if "--duration" in extra else ("--requests", "3")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llmtop", "bench", url, "--requests", "3", "--json", *extra,
+        sys.executable, "-m", "llmtop", "bench", url, *size, "--json", *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
@@ -216,3 +217,47 @@ async def test_constant_arrivals_fill_the_window_at_the_rate() -> None:
     assert len(run.records) == 5
     assert len(slow.records) == 1 and slow.records[0].outcome == "ok"
     assert slow.ended - slow.started < 5
+
+
+async def test_a_target_that_never_answers_is_an_error_not_an_empty_level() -> None:
+    """An engine that takes requests and never answers (hung): each level's requests were
+    cut off at its deadline unanswered, and bench said "even concurrency 1 finished no
+    request" with exit status 0 — not that nothing had answered at all, and the help
+    promises exit 1 when no request succeeded. It now ends as for a dead target, with the
+    reason; a level whose open requests had begun to answer (slower than the level) says
+    so in the verdict."""
+    gate = asyncio.Event()
+
+    async def hung(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        await gate.wait()
+        return web.Response(status=503)
+
+    async with chat_engine(hung) as url:
+        code, out, err = await bench(url, "--concurrency", "1,2",
+                                     "--duration", "0.5", "--warmup", "0")
+        gate.set()
+    assert code == 1, err
+    doc = json.loads(out)
+    assert [(s["level"], s["requests"], s["cut_off"], s["cut_off_answered"])
+            for s in doc["steps"]] == [(1, 0, 1, 0)]
+    assert doc["stopped"].endswith("(concurrency 1: none of its 1 open request had an answer "
+                                   "when the level ended)")
+    assert "llmtop bench: error: no request to" in err
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(CONTENT)
+        await gate.wait()
+        return resp
+
+    gate.clear()
+    async with chat_engine(slow) as url:
+        code, out, err = await bench(url, "--duration", "0.5", "--warmup", "0")
+        gate.set()
+    assert code == 0, err
+    assert json.loads(out)["verdict"].endswith(
+        "even concurrency 1 finished no request (1 open at the level's end; 1 had begun to "
+        "answer)")
