@@ -105,6 +105,9 @@ class StepRun:
     interrupted: bool = False
     gave_up: bool = False
     """The level ended early: nothing succeeded (see :class:`FailureWatch`)."""
+    draining: int = 0
+    """Open loop: requests still open when the last arrival had been sent (the level then
+    waits for them, each until it ends or times out)."""
     cut_off: int = 0
     """Requests still open when the level ended (its deadline, or giving up), stopped and
     left out of ``records``."""
@@ -305,6 +308,9 @@ async def run_open(
                 task = asyncio.create_task(one(session, at, measured))
                 in_flight.add(task)
                 task.add_done_callback(finished)
+            if in_flight and not give_up.is_set() and progress:
+                run.draining = len(in_flight)
+                progress(run)
             waiter = asyncio.create_task(give_up.wait())
             try:  # the requests still open, unless the level gave up
                 while in_flight and not give_up.is_set():

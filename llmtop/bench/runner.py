@@ -91,14 +91,23 @@ class Progress:
         self.out = out = sys.stderr if out is None else out
         self.tty = out.isatty()
         self.label = ""
+        self._draining = False
         self._last = 0.0
         self._open = False
 
     def step(self, label: str) -> None:
         self.label = label
+        self._draining = False
         self._write(f"{label}: starting")
 
     def update(self, run: StepRun) -> None:
+        if run.draining and not self._draining:  # said at once: the wait can be long
+            self._draining = True
+            n = run.draining
+            self._write(f"{self.label}: all arrivals sent; waiting for the {n} request"
+                        f"{'' if n == 1 else 's'} still open (each until it ends or "
+                        "times out)")
+            return
         now = time.monotonic()
         if now - self._last < (0.25 if self.tty else 5.0):
             return

@@ -261,3 +261,34 @@ async def test_a_target_that_never_answers_is_an_error_not_an_empty_level() -> N
     assert json.loads(out)["verdict"].endswith(
         "even concurrency 1 finished no request (1 open at the level's end; 1 had begun to "
         "answer)")
+
+
+async def test_an_open_loop_level_says_it_waits_for_its_open_requests() -> None:
+    """After its last arrival an open-loop level waits for the requests still open, each
+    until it ends or --timeout (600 s by default) ends it: with a stalled engine bench sat
+    silent after "rate 5/s: starting" for as long. It now says what it waits for."""
+    gate = asyncio.Event()
+
+    async def stalled(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(CONTENT)
+        await gate.wait()
+        return resp
+
+    async with chat_engine(stalled) as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "bench", url, "--rate", "5", "--constant",
+            "--duration", "0.5", "--warmup", "0", "--timeout", "30",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None
+        try:
+            said = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+            assert said.startswith("rate 5/s: starting")
+            said = (await asyncio.wait_for(proc.stderr.readline(), 10)).decode()
+        finally:
+            gate.set()
+            await asyncio.wait_for(proc.communicate(), 30)
+    assert said == ("rate 5/s: all arrivals sent; waiting for the 3 requests still open "
+                    "(each until it ends or times out)\n")
