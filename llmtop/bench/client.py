@@ -55,6 +55,10 @@ from llmtop.proxy.dialects.registry import make_parser
 from llmtop.proxy.token_rate import TokenRates
 
 Api = Literal["chat", "completions"]
+DONE_GRACE_S = 0.25
+"""How long after a stream's end marker (``data: [DONE]``) its body may take to end before
+the request is taken as done there (some servers keep the response open after it: every
+such request was a timeout to bench, and whole and ok to the proxy)."""
 _CONNECT_TIMEOUT: type[Exception] = getattr(aiohttp, "ConnectionTimeoutError",
                                             aiohttp.ServerTimeoutError)
 """A connection not made within ``sock_connect`` (aiohttp < 3.10: its parent, which with
@@ -73,6 +77,11 @@ class _Attempt:
     status: int = 0
     request_id: str | None = None
     """The response's ``X-Request-Id`` (see :func:`request_id`)."""
+    done_ns: int | None = None
+    """perf_counter_ns of the read that held the stream's end marker (``[DONE]``)."""
+    left_at_done: bool = False
+    """The body did not end within :data:`DONE_GRACE_S` of its end marker: the request
+    ended there, as the proxy records it (the answer was whole)."""
     streamed: bool = True
     """Whether the answer was a stream: not when a success came as one JSON body (an
     engine that ignores ``stream: true``), as the proxy records it (an error page keeps
@@ -233,7 +242,7 @@ class BenchClient:
             end = perf_counter_ns()
             raise _Cancelled(self._record(t0, wall, end, outcome, error, at, req,
                                           concurrency)) from None
-        end = perf_counter_ns()
+        end = at.done_ns if at.left_at_done and at.done_ns is not None else perf_counter_ns()
         return self._record(t0, wall, end, outcome, error, at, req, concurrency)
 
     async def _attempt(self, session: aiohttp.ClientSession, req: BenchRequest,
@@ -254,12 +263,25 @@ class BenchClient:
             media = resp.content_type
             at.streamed = resp.status >= 400 or not (
                 media == "application/json" or media.endswith("+json"))
-            async for data in resp.content.iter_any():
+            content = resp.content
+            while True:
+                if at.done_ns is None:
+                    data = await content.readany()
+                else:  # the answer is whole: the body's end has a moment to follow
+                    try:
+                        data = await asyncio.wait_for(content.readany(), DONE_GRACE_S)
+                    except TimeoutError:
+                        at.left_at_done = True  # (the connection is closed, not reused)
+                        break
+                if not data:
+                    break
                 now = perf_counter_ns()
                 n, toks = at.parser.feed(data)
                 if n:
                     at.offsets.append(now)
                     at.counts.append(toks)
+                if at.done_ns is None and at.parser.ended:
+                    at.done_ns = now
             n, toks = at.parser.finish()
             if n:
                 at.offsets.append(perf_counter_ns())

@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import pytest
 from aiohttp import web
 from net_support import chat_engine
 
@@ -292,3 +293,37 @@ async def test_an_open_loop_level_says_it_waits_for_its_open_requests() -> None:
             await asyncio.wait_for(proc.communicate(), 30)
     assert said == ("rate 5/s: all arrivals sent; waiting for the 3 requests still open "
                     "(each until it ends or times out)\n")
+
+
+async def test_a_stream_whose_body_stays_open_after_done_is_whole() -> None:
+    """An engine that sends the whole answer, its usage and ``data: [DONE]`` but keeps the
+    response open (never ends the chunked body): every request was a timeout to bench
+    ("no request succeeded", exit 1), while an llmtop proxy in front records each as ok
+    with its usage — the end marker is the answer's end. bench now takes the request as
+    done at the marker when the body does not end within DONE_GRACE_S, and times it
+    there."""
+    gate = asyncio.Event()
+
+    async def open_after_done(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(4):
+            await resp.write(CONTENT)
+        await resp.write(event({"choices": [], "usage": {"prompt_tokens": 7,
+                                                         "completion_tokens": 4}}))
+        await resp.write(b"data: [DONE]\n\n")
+        await gate.wait()
+        return resp
+
+    async with chat_engine(open_after_done) as url:
+        try:
+            code, out, err = await bench(url, "--timeout", "5")
+        finally:
+            gate.set()
+    assert code == 0, err
+    step = json.loads(out)["steps"][0]
+    assert (step["ok"], step["errors"], step["timeouts"]) == (3, 0, 0)
+    assert step["token_sources"] == {"usage": 3}
+    assert step["output_tps"] * step["duration_s"] == pytest.approx(12)
+    assert step["latency"]["e2e"]["max"] < 0.2  # timed at the marker, not the grace after
