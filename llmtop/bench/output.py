@@ -119,6 +119,11 @@ def why_failed(s: StepSummary, mode: str, target: float) -> str:
         parts.append(f"had {bad} of {s.requests} requests fail ({errors_text(s.error_kinds)})")
     if s.overflow:
         parts.append(f"had {overflow_text(s.overflow)}")
+    if s.ok and s.no_output == s.ok:  # (its TTFT misses follow from it)
+        parts.append(f"got no output in any of its {s.ok} successful answer"
+                     f"{'' if s.ok == 1 else 's'} (not a token: is the URL an "
+                     "OpenAI-compatible endpoint?)")
+        return f"{lvl} " + " and ".join(parts)
     pct = f"p{target * 100:g}"
     misses = []
     for name, d in s.slo_detail.items():

@@ -55,6 +55,9 @@ class StepSummary:
     ``at_target`` (the value at the attainment target's percentile over ok requests)."""
     gave_up: bool = False
     """The level ended early because nothing succeeded."""
+    no_output: int = 0
+    """Successful requests (``ok``) whose answer carried no output at all (no content
+    event: an empty 200, a web page — not an LLM endpoint)."""
     cut_off: int = 0
     """Requests still open at the level's end, left out (closed loop by duration: at the
     deadline)."""
@@ -111,6 +114,7 @@ def summarize(run: StepRun, cfg: Config) -> StepSummary:
         error_kinds=count_errors(recs),
         slo_detail=slo_detail(recs, Slo.from_config(cfg)),
         gave_up=run.gave_up,
+        no_output=sum(1 for r in recs if r.outcome == "ok" and r.ttft_s is None),
         cut_off=run.cut_off,
         cut_off_answered=run.cut_off_answered,
     )

@@ -327,3 +327,24 @@ async def test_a_stream_whose_body_stays_open_after_done_is_whole() -> None:
     assert step["token_sources"] == {"usage": 3}
     assert step["output_tps"] * step["duration_s"] == pytest.approx(12)
     assert step["latency"]["e2e"]["max"] < 0.2  # timed at the marker, not the grace after
+
+
+async def test_answers_without_any_output_are_named_as_such() -> None:
+    """A URL that is not an LLM endpoint but answers 200 (a web server's page): the
+    verdict read "even concurrency 1 misses TTFT ≤ 500 ms (met by 0% of requests)", as if
+    the engine were slow, for answers that came in 3 ms without a token. It now says
+    that no answer carried any output."""
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return web.Response(text="<html><body>Welcome to nginx!</body></html>",
+                            content_type="text/html")
+
+    async with chat_engine(page) as url:
+        code, out, err = await bench(url)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["steps"][0]["ok"], doc["steps"][0]["no_output"]) == (3, 3)
+    assert doc["verdict"].endswith(
+        ": none — even concurrency 1 got no output in any of its 3 successful answers (not "
+        "a token: is the URL an OpenAI-compatible endpoint?)")
