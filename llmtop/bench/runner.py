@@ -71,6 +71,11 @@ class BenchPlan:
     """Extra request headers (``--header``, ``--api-key``): sent, never recorded or shown."""
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 request``, ``2 requests``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 class BenchStepLine:
     """A recording line (``type: bench_step``) with one level's summary."""
 
@@ -124,7 +129,7 @@ class Progress:
         errors = f", errors: {errors_text(s.error_kinds)}" if s.error_kinds else ""
         gave_up = " (gave up: nothing succeeded)" if s.gave_up else ""
         dropped = f", {overflow_text(s.overflow)}" if s.overflow else ""
-        self._write(f"{self.label}: {s.requests} requests, {s.output_tps:.0f} tok/s, "
+        self._write(f"{self.label}: {_n(s.requests, 'request')}, {s.output_tps:.0f} tok/s, "
                     f"SLO attainment {att}{errors}{dropped}{gave_up}", end=True)
 
     def end_line(self) -> None:
@@ -434,7 +439,8 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         if recorder is not None:
             done = recorder.stop()
             record_failed = bool(done.get("error"))
-            print(f"llmtop bench: recorded {done.get('requests', 0)} requests to {plan.record}"
+            print(f"llmtop bench: recorded {_n(done.get('requests', 0), 'request')} to "
+                  f"{plan.record}"
                   + (f"; the recording failed ({done['error']}): the file holds only part "
                      "of the run"
                      if record_failed else ""), file=sys.stderr)
@@ -456,7 +462,7 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         where = ("between levels" if outcome.interrupted == "between levels" else
                  f"during {outcome.interrupted} ({outcome.interrupted_done} of its requests "
                  f"done, {outcome.interrupted_stopped} stopped)")
-        print(f"llmtop bench: interrupted {where}; {len(records)} requests in all; "
+        print(f"llmtop bench: interrupted {where}; {_n(len(records), 'request')} in all; "
               f"results above for the {n} level{'s' if n != 1 else ''} that finished",
               file=sys.stderr)
     elif outcome.stopped:

@@ -11,6 +11,7 @@ import random
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -49,7 +50,7 @@ async def streaming_engine(usage: Callable[[], bytes]) -> AsyncIterator[str]:
 
 
 async def bench(url: str, *extra: str) -> tuple[int, str, str]:
-    size = () if "--duration" in extra else ("--requests", "3")
+    size = () if "--duration" in extra or "--requests" in extra else ("--requests", "3")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "llmtop", "bench", url, *size, "--json", *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -348,3 +349,18 @@ async def test_answers_without_any_output_are_named_as_such() -> None:
     assert doc["verdict"].endswith(
         ": none — even concurrency 1 got no output in any of its 3 successful answers (not "
         "a token: is the URL an OpenAI-compatible endpoint?)")
+
+
+async def test_one_request_is_said_in_the_singular(tmp_path: Path) -> None:
+    """"concurrency 1: 1 requests, …" and "recorded 1 requests to …"."""
+
+    def usage() -> bytes:
+        return event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4}})
+
+    async with streaming_engine(usage) as url:
+        code, _, err = await bench(url, "--requests", "1", "--record",
+                                   str(tmp_path / "one.jsonl"))
+    assert code == 0, err
+    assert "concurrency 1: 1 request, " in err
+    assert f"recorded 1 request to {tmp_path / 'one.jsonl'}" in err
+    assert "1 requests" not in err
