@@ -173,7 +173,7 @@ def verdict(result: SearchResult, mode: str, cfg: Config,
                 f"is at least {level_text(mode, b.level)} and below "
                 f"{level_text(mode, fail.level)}){note}")
     elif fail is None:
-        tail = " (no level failed: the limit is higher)"
+        tail = " (no level failed: the limit may be higher)"
     else:
         tail = note
     return f"{head}: {lvl} → {b.goodput_tps:,.0f} tok/s goodput{tail}"

@@ -364,3 +364,20 @@ async def test_one_request_is_said_in_the_singular(tmp_path: Path) -> None:
     assert "concurrency 1: 1 request, " in err
     assert f"recorded 1 request to {tmp_path / 'one.jsonl'}" in err
     assert "1 requests" not in err
+
+
+async def test_a_search_where_nothing_failed_does_not_claim_a_higher_limit() -> None:
+    """Every level up to --max-level passed: the verdict said "the limit is higher", which
+    nothing measured (it may be the last level); ``llmtop report`` of the same run says
+    "may be higher"."""
+
+    def usage() -> bytes:
+        return event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4}})
+
+    async with streaming_engine(usage) as url:
+        code, out, err = await bench(url, "--search", "--max-level", "2", "--requests", "2",
+                                     "--slo", "ttft=10,itl=10")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [s["level"] for s in doc["steps"]] == [1, 2] and doc["best"] == 2
+    assert doc["verdict"].endswith("(no level failed: the limit may be higher)")
