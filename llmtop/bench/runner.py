@@ -462,9 +462,10 @@ def run_plan(plan: BenchPlan, cfg: Config, out: TextIO | None = None) -> int:
         where = ("between levels" if outcome.interrupted == "between levels" else
                  f"during {outcome.interrupted} ({outcome.interrupted_done} of its requests "
                  f"done, {outcome.interrupted_stopped} stopped)")
+        finished = (f"results above for the {n} level{'s' if n != 1 else ''} that finished"
+                    if n else "no level had finished")
         print(f"llmtop bench: interrupted {where}; {_n(len(records), 'request')} in all; "
-              f"results above for the {n} level{'s' if n != 1 else ''} that finished",
-              file=sys.stderr)
+              f"{finished}", file=sys.stderr)
     elif outcome.stopped:
         print(f"llmtop bench: error: {outcome.stopped}", file=sys.stderr)
     return code

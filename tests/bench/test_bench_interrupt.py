@@ -211,6 +211,18 @@ async def test_ctrl_c_mid_bisection_says_the_search_did_not_settle() -> None:
             "at least 4 and below 8)") in verdict
 
 
+async def test_ctrl_c_in_the_first_level_points_to_no_results() -> None:
+    """Interrupted before any level finished, bench printed no table yet said "results
+    above for the 0 levels that finished"."""
+    async with running_sim("tiny") as sim:
+        code, out, err, _ = await bench_interrupted(
+            sim.url, "--concurrency", "1", "--duration", "3", "--max-tokens", "64",
+            at="concurrency 1: starting")
+    assert code == 130, err
+    assert out == ""
+    assert err.rstrip().endswith("in all; no level had finished"), err
+
+
 async def test_json_to_a_closed_pipe_exits_quietly() -> None:
     """`llmtop bench … --json | head -0`: no BrokenPipeError traceback, exit 0."""
     async with running_sim("tiny") as sim:
