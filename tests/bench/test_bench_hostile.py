@@ -134,6 +134,30 @@ async def test_a_json_answer_to_a_streaming_request_is_not_a_stream() -> None:
     assert step["slo_attainment"] == 1.0  # nothing streamed: no TTFT, no TPOT to miss
 
 
+async def test_the_slo_detail_judges_ttft_as_the_attainment_does() -> None:
+    """JSON answers (not streamed) to a level that fails its E2E objective: the verdict
+    listed "TTFT ≤ 10 ms (met by 0% of requests …)" among the misses — the detail judged
+    each body's whole time as a TTFT, where the attainment (the proxy's rule) does not
+    judge TTFT for an answer that is not a stream."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        await asyncio.sleep(0.05)
+        return web.json_response({
+            "id": "chatcmpl-1", "choices": [{"index": 0, "message": {
+                "role": "assistant", "content": "hi"}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+
+    async with chat_engine(handle) as url:
+        code, out, err = await bench(url, "--slo", "ttft=0.01,itl=10,e2e=0.001")
+    assert code == 0, err
+    doc = json.loads(out)
+    detail = doc["steps"][0]["slo_detail"]
+    assert detail["ttft"]["met"] == 1.0 and detail["ttft"]["at_target"] is None
+    assert detail["e2e"]["met"] == 0.0
+    assert "misses E2E" in doc["verdict"] and "TTFT ≤" not in doc["verdict"]
+
+
 def record(offsets: list[float], tokens: list[int], stream: bool = True) -> RequestRecord:
     return RequestRecord(
         id="r", user="u", model="m", dialect="openai", path="/v1/chat/completions",
