@@ -186,11 +186,11 @@ async def test_ctrl_c_mid_bisection_says_the_search_did_not_settle() -> None:
         nonlocal n
         await request.read()
         n += 1
-        # levels 1, 2, 4 (4 requests each) fast; 8 slow (TTFT 0.5 s); 6 never answers
+        # levels 1, 2, 4 (4 requests each) fast; 8 slow (TTFT 3 s); 6 never answers
         if n > 16:
             await gate.wait()
             return web.Response(status=503)
-        await asyncio.sleep(0 if n <= 12 else 0.5)
+        await asyncio.sleep(0 if n <= 12 else 3)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await resp.write(sse)
@@ -199,7 +199,7 @@ async def test_ctrl_c_mid_bisection_says_the_search_did_not_settle() -> None:
 
     async with chat_engine(handle) as url:
         code, out, err, _ = await bench_interrupted(
-            url, "--search", "--requests", "4", "--slo", "ttft=0.3,itl=10",
+            url, "--search", "--requests", "4", "--slo", "ttft=2,itl=10",
             at="concurrency 6: starting")
         gate.set()
     assert code == 130, err
