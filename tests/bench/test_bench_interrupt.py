@@ -72,7 +72,8 @@ async def test_ctrl_c_keeps_the_finished_levels_and_the_recording(tmp_path: Path
     async with running_sim("tiny") as sim:
         code, out, err, took = await bench_interrupted(
             sim.url, "--concurrency", "1,2,4", "--duration", "1", "--warmup", "0",
-            "--max-tokens", "64", "--json", "--record", str(rec))
+            "--max-tokens", "16", "--json", "--record", str(rec),
+            "--slo", "ttft=10,itl=10")  # (level 1 passes through a pause of the machine)
     assert code == 130, err
     assert took < 5
     data = json.loads(out)
@@ -94,7 +95,7 @@ async def test_ctrl_c_prints_the_table_of_finished_levels() -> None:
     async with running_sim("tiny") as sim:
         code, out, err, _ = await bench_interrupted(
             sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0",
-            "--max-tokens", "64")
+            "--max-tokens", "16", "--slo", "ttft=10,itl=10")  # (room for a pause)
     assert code == 130, err
     rows = [ln for ln in out.splitlines() if ln.strip().lstrip("▶ ").startswith("1 ")]
     assert len(rows) == 1 and "max concurrency meeting" in out
