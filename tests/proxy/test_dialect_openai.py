@@ -68,6 +68,21 @@ def test_usage_only_and_finish_only_events_are_not_content() -> None:
     assert (p.usage_prompt_tokens, p.usage_completion_tokens) == (3, 1)
 
 
+def test_a_usage_count_past_max_tokens_is_no_usage() -> None:
+    """An engine's counter bug (2**63 completion tokens) is read as no usage, as a negative
+    count is: taken as it was, the metrics dropped the whole request (int64 overflow)."""
+    from llmtop.proxy.dialects._common import MAX_TOKENS
+
+    for n, taken in ((2**63, None), (10**400, None), (MAX_TOKENS + 1, None),
+                     (MAX_TOKENS, MAX_TOKENS), (7, 7)):
+        p = OpenAIStreamParser()
+        feed(p, sse(chunk({"content": "a"}),
+                    {"id": "c", "model": "m", "choices": [],
+                     "usage": {"prompt_tokens": n, "completion_tokens": n}}))
+        assert p.usage_completion_tokens == taken, n
+        assert p.usage_prompt_tokens == taken, n
+
+
 def test_continuous_usage_never_gives_negative_tokens() -> None:
     p = OpenAIStreamParser()
     u = lambda c: {"prompt_tokens": 1, "completion_tokens": c}  # noqa: E731

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 import pytest
 from tui_support import FIXED_NOW, FixtureSource, screen_text, until
@@ -49,7 +50,7 @@ async def test_a_latency_figure_from_an_earlier_interval_says_how_old_it_is() ->
     src = FixtureSource("saturated")
     series = src.snapshot["series"]
     ts = [p["t"] for p in series]
-    step = min(b - a for a, b in zip(ts, ts[1:], strict=False) if b > a)
+    step = min(b - a for a, b in pairwise(ts) if b > a)
     for point in series[-3:]:
         point["ttft_p95"] = None
     series[-4]["ttft_p95"] = 4.21

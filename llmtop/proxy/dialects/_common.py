@@ -94,9 +94,15 @@ def loads_event(data: bytes) -> Any:
     return obj
 
 
+MAX_TOKENS: Final = 1 << 40
+"""The largest token count taken from an engine (the recording's reader takes no more):
+a counter bug's 2**63 made the metrics drop the whole request, not read it as no usage."""
+
+
 def count(value: object) -> int | None:
-    """A token count as the engine wrote it: a non-negative int (not a bool), else None."""
-    if type(value) is int and value >= 0:
+    """A token count as the engine wrote it: an int (not a bool) in [0, MAX_TOKENS], else
+    None (the request is then counted as if the engine had sent no usage)."""
+    if type(value) is int and 0 <= value <= MAX_TOKENS:
         return value
     return None
 
