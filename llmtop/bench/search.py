@@ -10,12 +10,16 @@ many requests were open already, is a request its figures leave out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from llmtop.bench.summary import StepSummary
 
 RunLevel = Callable[[float], Awaitable[StepSummary]]
+RATE_RESOLUTION: Final = 0.25
+"""How finely a search over rates bisects, in requests per second."""
 
 
 @dataclass
@@ -35,6 +39,31 @@ def passes(s: StepSummary, target: float, max_error_rate: float = 0.0) -> bool:
     return s.slo_attainment >= target and errors <= max_error_rate
 
 
+def most_levels(start_levels: Sequence[float], *, integer: bool, max_level: float,
+                rate_resolution: float = RATE_RESOLUTION) -> int:
+    """The most levels :func:`search` can run from these arguments, whatever the results:
+    the sweep up to ``max_level`` and, after a failure, the longest bisection (between
+    the failing level and the one before it) — for ``--max-duration``'s check of a plan.
+    (A search from 1 to 1,024 in concurrency runs up to 11 levels and 9 bisections.)"""
+    ceiling = float(int(max_level)) if integer else max_level
+    levels = [lv for lv in start_levels if lv <= ceiling]
+    while True:  # the sweep's doublings, as search makes them
+        level = min((levels[-1] * 2) if levels else 1.0, ceiling)
+        if level <= 0 or (levels and level <= levels[-1]):
+            break
+        levels.append(level)
+    most = len(levels)  # nothing failed
+    lo = 0.0
+    for k, hi in enumerate(levels):
+        gap, halvings = hi - lo, 0
+        while gap > (1 if integer else rate_resolution):
+            gap = math.ceil(gap / 2) if integer else gap / 2
+            halvings += 1
+        most = max(most, k + 1 + halvings)
+        lo = hi
+    return most
+
+
 async def search(
     run_level: RunLevel,
     *,
@@ -42,7 +71,7 @@ async def search(
     start_levels: Sequence[float],
     target: float,
     max_level: float,
-    rate_resolution: float = 0.25,
+    rate_resolution: float = RATE_RESOLUTION,
     max_error_rate: float = 0.0,
 ) -> SearchResult:
     steps: list[StepSummary] = []

@@ -182,7 +182,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="highest level to run; --search never goes above it (default: 1024 "
                         "with --search)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                   help="per-request timeout (default: 600)")
+                   help="per-request timeout (default: 600); connecting has a limit of "
+                        "its own, the config's timeouts.connect_s (default: 10; "
+                        "LLMTOP_TIMEOUTS_CONNECT_S)")
     p.add_argument("--max-duration", type=float, default=3600.0, metavar="S",
                    help="refuse plans longer than this in total (default: 3600)")
     p.add_argument("--admin", metavar="URL",
@@ -316,8 +318,12 @@ def main(args: argparse.Namespace) -> int:
     warmup = args.warmup
     if warmup is None:
         warmup = min(5.0, 0.1 * duration) if duration is not None else 0.0
+    steps = len(levels)
+    if args.search:  # (the sweep's doublings and the longest bisection after a failure)
+        from llmtop.bench.search import most_levels
+
+        steps = most_levels(levels, integer=mode == "concurrency", max_level=max_level)
     if duration is not None:
-        steps = len(levels) + (12 if args.search else 0)
         if steps * (duration + warmup) > args.max_duration:
             raise UsageError(
                 f"this plan could run {steps * (duration + warmup):.0f} s, over --max-duration "
@@ -325,7 +331,7 @@ def main(args: argparse.Namespace) -> int:
             )
     elif mode == "rate":  # N requests at R/s: their arrivals alone take N / R seconds
         per_level = [warmup + args.requests / rate for rate in levels]
-        could = sum(per_level) + (12 * max(per_level) if args.search else 0)
+        could = sum(per_level) + (steps - len(levels)) * max(per_level)
         if could > args.max_duration:
             raise UsageError(
                 f"this plan could run {could:.0f} s, over --max-duration "

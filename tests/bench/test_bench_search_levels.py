@@ -1,0 +1,69 @@
+"""``most_levels``: the most levels a ``--search`` can run, which ``--max-duration`` checks
+a plan against. It counted the given levels plus 12; a search from 1 to 1,024 can run 20
+(22 over rates), so a search could run past the limit it had been allowed."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from llmtop.bench.search import most_levels, search
+
+
+async def levels_run(threshold: float, *, integer: bool, start: list[float],
+                     max_level: float) -> int:
+    """How many levels search runs when every level up to ``threshold`` passes."""
+    async def run_level(level: float) -> Any:
+        ok = level <= threshold
+        return SimpleNamespace(level=level, requests=10, errors=0, timeouts=0, overflow=0,
+                               slo_attainment=1.0 if ok else 0.0)
+
+    result = await search(run_level, integer=integer, start_levels=start, target=0.95,
+                          max_level=max_level)
+    return len(result.steps)
+
+
+@pytest.mark.parametrize(("start", "max_level"), [
+    ([1.0, 2.0, 4.0, 8.0], 1024.0), ([1.0], 4096.0), ([3.0, 5.0], 100.0), ([4.0], 4.0),
+])
+async def test_most_levels_bounds_every_concurrency_search(start: list[float],
+                                                           max_level: float) -> None:
+    runs = [await levels_run(t, integer=True, start=start, max_level=max_level)
+            for t in range(int(max_level) + 1)]
+    assert max(runs) == most_levels(start, integer=True, max_level=max_level)
+
+
+@pytest.mark.parametrize(("start", "max_level"), [([1.0, 2.0, 4.0, 8.0], 1024.0),
+                                                  ([0.5], 10_000.0), ([2.0, 3.0], 7.5)])
+async def test_most_levels_bounds_every_rate_search(start: list[float],
+                                                    max_level: float) -> None:
+    rng = random.Random(1)
+    thresholds = [0.0, max_level, *(rng.uniform(0, max_level) for _ in range(1500)),
+                  *(rng.uniform(0, 2) for _ in range(500))]
+    runs = [await levels_run(t, integer=False, start=start, max_level=max_level)
+            for t in thresholds]
+    most = most_levels(start, integer=False, max_level=max_level)
+    assert max(runs) <= most
+    assert max(runs) >= most - 1  # (sampled thresholds: the worst one may be missed by one)
+
+
+def test_the_default_search_is_20_levels_not_16() -> None:
+    assert most_levels([1.0, 2.0, 4.0, 8.0], integer=True, max_level=1024.0) == 20
+
+
+def test_max_duration_counts_a_searchs_every_level() -> None:
+    """20 levels of 160 s plus 5 s of warm-up is 3,300 s: over 3,200 (16 levels made
+    2,640 s, and the plan was taken)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "llmtop", "bench", "http://127.0.0.1:9",
+                        "--search", "--duration", "160", "--max-duration", "3200"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "llmtop bench: error: this plan could run 3300 s, over --max-duration 3200 s; "
+        "shorten --duration or raise --max-duration"]
