@@ -9,7 +9,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -48,6 +48,21 @@ async def streaming_engine(usage: Callable[[], bytes]) -> AsyncIterator[str]:
 
     async with chat_engine(handle) as url:
         yield url
+
+
+def one_event_then(gate: asyncio.Event) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A handler that answers one content event, then holds the stream open until
+    ``gate`` is set (a stalled engine)."""
+
+    async def stalled(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(CONTENT)
+        await gate.wait()
+        return resp
+
+    return stalled
 
 
 async def bench(url: str, *extra: str) -> tuple[int, str, str]:
@@ -272,16 +287,8 @@ async def test_a_target_that_never_answers_is_an_error_not_an_empty_level() -> N
                                    "when the level ended)")
     assert "llmtop bench: error: no request to" in err
 
-    async def slow(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(CONTENT)
-        await gate.wait()
-        return resp
-
     gate.clear()
-    async with chat_engine(slow) as url:
+    async with chat_engine(one_event_then(gate)) as url:
         code, out, err = await bench(url, "--duration", "0.5", "--warmup", "0")
         gate.set()
     assert code == 0, err
@@ -295,16 +302,7 @@ async def test_an_open_loop_level_says_it_waits_for_its_open_requests() -> None:
     until it ends or --timeout (600 s by default) ends it: with a stalled engine bench sat
     silent after "rate 5/s: starting" for as long. It now says what it waits for."""
     gate = asyncio.Event()
-
-    async def stalled(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(CONTENT)
-        await gate.wait()
-        return resp
-
-    async with chat_engine(stalled) as url:
+    async with chat_engine(one_event_then(gate)) as url:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "llmtop", "bench", url, "--rate", "5", "--constant",
             "--duration", "0.5", "--warmup", "0", "--timeout", "30",
