@@ -20,7 +20,7 @@ from llmtop.bench.loadgen import StepRun
 from llmtop.config import Config
 from llmtop.events import RequestRecord
 from llmtop.metrics.aggregator import Aggregator
-from llmtop.metrics.slo import Slo, rank_of_percentile
+from llmtop.metrics.slo import Slo, rank_of_percentile, request_itl_p95
 
 LAT_KEYS = ("ttft", "itl", "chunk_gap", "tpot", "e2e")
 
@@ -143,7 +143,7 @@ def slo_detail(recs: list[RequestRecord], slo: Slo) -> dict[str, dict[str, float
     unjudged = sum(1 for r in ok if not r.stream)
     values: dict[str, tuple[float | None, list[float | None]]] = {
         "ttft": (slo.ttft_s, [r.ttft_s for r in ok if r.stream]),
-        "itl_p95": (slo.itl_p95_s, [per_request_itl_p95(r) for r in ok]),
+        "itl_p95": (slo.itl_p95_s, [request_itl_p95(r) for r in ok]),
         "tpot": (slo.tpot_s, [r.tpot_s() for r in ok]),
         "e2e": (slo.e2e_s, [r.e2e_s for r in ok]),
     }
@@ -158,28 +158,3 @@ def slo_detail(recs: list[RequestRecord], slo: Slo) -> dict[str, dict[str, float
         at = known[rank_of_percentile(len(known), slo.target * 100) - 1] if known else None
         out[name] = {"limit": limit, "met": met / len(ok) if ok else None, "at_target": at}
     return out
-
-
-def per_request_itl_p95(r: RequestRecord) -> float | None:
-    """:func:`llmtop.metrics.slo.request_itl_p95`'s value, found without spreading the
-    samples: a chunk of k tokens after a gap g is k samples of g / k, weighed here as one
-    value of weight k. Spread, an engine's usage of 10**15 tokens (a counter bug) asked for
-    a list of 10**15 floats (MemoryError), and 30 M tokens took a second per request."""
-    if not r.stream:
-        return None
-    offs, toks = r.chunk_offsets_s, r.chunk_tokens
-    weighed: list[tuple[float, int]] = []
-    for i in range(1, len(offs)):
-        k = toks[i] if i < len(toks) else 1
-        if k > 0:
-            weighed.append(((offs[i] - offs[i - 1]) / k, k))
-    if not weighed:
-        return None
-    weighed.sort()
-    rank = rank_of_percentile(sum(k for _, k in weighed))
-    seen = 0
-    for value, k in weighed:
-        seen += k
-        if seen >= rank:
-            return value
-    return weighed[-1][0]
