@@ -187,7 +187,7 @@ def _kept_alive(port: int, path: str = "/llmtop/v1/recording") -> socket.socket 
     the connection was closed unanswered (not accepted: no descriptor free)."""
     c = socket.create_connection(("127.0.0.1", port), timeout=15)
     try:
-        c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        c.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
         head = c.recv(65536)
         if head.startswith(b"HTTP/1.1 200"):
             return c

@@ -48,7 +48,8 @@ def http(method: str, url: str, *, body: bytes | None = None,
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        with e:  # (its socket, closed now: not left for a later test's garbage collection)
+            return e.code, e.read()
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
