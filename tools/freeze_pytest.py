@@ -37,8 +37,8 @@ def stat_fields(pid: int | str) -> list[str] | None:
     return stat[stat.rfind(")") + 2:].split()  # (the name may hold spaces)
 
 
-def tree(root: int) -> list[int]:
-    """``root`` and every process below it (from /proc: Linux only)."""
+def _children() -> dict[int, list[int]]:
+    """Each process's children (from /proc: Linux only)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -46,6 +46,12 @@ def tree(root: int) -> list[int]:
         fields = stat_fields(entry)
         if fields is not None:
             children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and every process below it, parents before their children."""
+    children = _children()
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -54,11 +60,41 @@ def tree(root: int) -> list[int]:
     return out
 
 
-def stopped_already(pids: list[int]) -> set[int]:
-    """Those of ``pids`` that are stopped now (state T: a test's own SIGSTOP, as the tests
-    of a stuck worker send): the pauses leave them as they are, for a SIGCONT of ours would
-    end the test's stop and its test would wait for what then never comes."""
-    return {pid for pid in pids if (fields := stat_fields(pid)) and fields[0] in ("T", "t")}
+def stopped(fields: list[str] | None) -> bool:
+    return fields is not None and fields[0] in ("T", "t")
+
+
+STOP_WAIT_S = 0.05
+"""How long a pause waits to see a process it stopped actually stopped."""
+
+
+def freeze(root: int) -> tuple[list[int], set[int]]:
+    """Stop ``root`` and every process below it: ``(those stopped here, those found
+    stopped already)``. A process found stopped (state T: a test's own SIGSTOP, as the tests
+    of a stuck worker send) is left as it is — a SIGCONT of ours would end the test's stop,
+    and its test would wait for what then never comes. Parents go first, each seen stopped
+    before its children's states are read: a test that stops a child of its own between
+    that reading and our SIGSTOP made the child look like ours, and the resume ended the
+    test's stop (a CI failure of tests/core/test_freeze_pytest.py)."""
+    children = _children()
+    mine: list[int] = []
+    held: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if stopped(stat_fields(pid)):
+            held.add(pid)
+            continue
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            continue  # ended meanwhile
+        mine.append(pid)
+        end = time.monotonic() + STOP_WAIT_S
+        while not stopped(stat_fields(pid)) and time.monotonic() < end:
+            time.sleep(0.0005)
+    return mine, held
 
 
 def signal_all(pids: list[int], sig: signal.Signals) -> None:
@@ -98,14 +134,11 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(rng.uniform(glo, ghi))
             if child.poll() is not None:
                 break
-            found = tree(child.pid)
-            held = stopped_already(found)
-            stopped = [pid for pid in found if pid not in held]
-            signal_all(stopped, signal.SIGSTOP)
+            mine, held = freeze(child.pid)
             pause = rng.uniform(lo, hi) / 1000
             time.sleep(pause)
             # (a process started just before the stop is resumed too)
-            signal_all(sorted((set(tree(child.pid)) | set(stopped)) - held), signal.SIGCONT)
+            signal_all(sorted((set(tree(child.pid)) | set(mine)) - held), signal.SIGCONT)
             pauses += 1
             frozen += pause
     except KeyboardInterrupt:
