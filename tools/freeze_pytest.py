@@ -68,23 +68,21 @@ STOP_WAIT_S = 0.05
 """How long a pause waits to see a process it stopped actually stopped."""
 
 
-def freeze(root: int) -> tuple[list[int], set[int]]:
-    """Stop ``root`` and every process below it: ``(those stopped here, those found
-    stopped already)``. A process found stopped (state T: a test's own SIGSTOP, as the tests
-    of a stuck worker send) is left as it is — a SIGCONT of ours would end the test's stop,
+def freeze(root: int) -> list[int]:
+    """Stop ``root`` and every process below it; returns those stopped here. A process
+    found stopped (state T: a test's own SIGSTOP, as the tests of a stuck worker send) is
+    left as it is — a SIGCONT of ours would end the test's stop,
     and its test would wait for what then never comes. Parents go first, each seen stopped
     before its children's states are read: a test that stops a child of its own between
     that reading and our SIGSTOP made the child look like ours, and the resume ended the
     test's stop (a CI failure of tests/core/test_freeze_pytest.py)."""
     children = _children()
     mine: list[int] = []
-    held: set[int] = set()
     todo = [root]
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
         if stopped(stat_fields(pid)):
-            held.add(pid)
             continue
         try:
             os.kill(pid, signal.SIGSTOP)
@@ -94,7 +92,7 @@ def freeze(root: int) -> tuple[list[int], set[int]]:
         end = time.monotonic() + STOP_WAIT_S
         while not stopped(stat_fields(pid)) and time.monotonic() < end:
             time.sleep(0.0005)
-    return mine, held
+    return mine
 
 
 def signal_all(pids: list[int], sig: signal.Signals) -> None:
@@ -134,11 +132,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(rng.uniform(glo, ghi))
             if child.poll() is not None:
                 break
-            mine, held = freeze(child.pid)
+            mine = freeze(child.pid)
             pause = rng.uniform(lo, hi) / 1000
             time.sleep(pause)
-            # (a process started just before the stop is resumed too)
-            signal_all(sorted((set(tree(child.pid)) | set(mine)) - held), signal.SIGCONT)
+            # only those it stopped: a process that appeared after the pause looked (its
+            # parent stopped it at once, as a test does: Popen, then SIGSTOP) was never ours
+            signal_all(mine, signal.SIGCONT)
             pauses += 1
             frozen += pause
     except KeyboardInterrupt:
