@@ -4,9 +4,9 @@ CI runs on a shared 2-core machine whose scheduler sometimes stops the test proc
 hundreds of milliseconds. A test whose timing has no room for that fails there, rarely and
 never here. This runner makes such pauses happen on purpose: every ``--gap`` seconds
 (uniform between the two bounds) it sends SIGSTOP to pytest and every process below it,
-waits ``--freeze`` milliseconds, and sends SIGCONT (not to a process that was stopped
-already: a test's own SIGSTOP stays). A test that passes under it has room for a pause of
-that size.
+waits ``--freeze`` milliseconds, and sends SIGCONT to those it stopped (not to a process
+that was stopped already, nor to one that appeared meanwhile: a test's own SIGSTOP stays).
+A test that passes under it has room for a pause of that size.
 
     python tools/freeze_pytest.py [--freeze 200 600] [--gap 1 5] [--seed N] -- PYTEST ARGS
 
