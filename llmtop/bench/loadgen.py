@@ -113,6 +113,10 @@ class StepRun:
     left out of ``records``."""
     cut_off_answered: int = 0
     """Of ``cut_off``, those that had an answer's head (an HTTP status) by then."""
+    send_lags_ns: list[int] = field(default_factory=list)
+    """Open loop: for each measured arrival, how late its request started against its
+    scheduled time (the load generator's own delay: a busy client, a burst of arrivals).
+    Every latency is measured from the schedule, so this lag is in each of them."""
     watch: FailureWatch = field(default_factory=FailureWatch)
 
     @property
@@ -271,6 +275,8 @@ async def run_open(
             give_up.set()
 
     async def one(session: aiohttp.ClientSession, scheduled: int, measured: bool) -> None:
+        if measured:
+            run.send_lags_ns.append(perf_counter_ns() - scheduled)
         rec = await client.send(session, workload.next(), scheduled_ns=scheduled,
                                 concurrency=len(in_flight))
         if _file(run, rec, measured, watch, progress):

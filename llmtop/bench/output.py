@@ -54,9 +54,27 @@ def overflow_text(n: int) -> str:
             "already)")
 
 
+LAG_WARN_S = 0.010
+"""An open-loop level whose requests started this late (P99) against their schedule is
+flagged: the load generator's own delay is then a visible part of every latency."""
+
+
+def lag_text(s: StepSummary) -> str | None:
+    """``requests started late against their schedule …`` for an open-loop level whose
+    load generator fell behind (P99 lag over :data:`LAG_WARN_S`), else ``None``."""
+    p99, worst = s.send_lag_p99_s, s.send_lag_max_s
+    if p99 is None or worst is None or p99 <= LAG_WARN_S:
+        return None
+    return (f"the load generator fell behind its schedule (requests started late by "
+            f"{_duration(p99)} at P99, {_duration(worst)} at most); every latency here "
+            "includes that delay: a lower --rate, or a less busy machine, measures the "
+            "server alone")
+
+
 def error_lines(result: SearchResult, mode: str) -> list[str]:
     """``errors at concurrency 2: 5 connection refused, 2 HTTP 500`` for levels with any,
-    and ``at rate 900/s: 12 arrivals not sent …`` for open-loop levels that dropped some."""
+    ``at rate 900/s: 12 arrivals not sent …`` for open-loop levels that dropped some, and
+    ``at rate 900/s: the load generator fell behind …`` for those that sent late."""
     out = []
     for s in result.ordered():
         if s.error_kinds:
@@ -65,6 +83,8 @@ def error_lines(result: SearchResult, mode: str) -> list[str]:
                        f"{errors_text(s.error_kinds)}{gave_up}")
         if s.overflow:
             out.append(f"  at {level_label(mode, s.level)}: {overflow_text(s.overflow)}")
+        if (lag := lag_text(s)) is not None:
+            out.append(f"  at {level_label(mode, s.level)}: {lag}")
     return out
 
 

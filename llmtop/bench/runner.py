@@ -27,6 +27,7 @@ from llmtop.bench.loadgen import StepInterrupted, StepRun, run_closed, run_open
 from llmtop.bench.output import (
     error_lines,
     gpu_lines,
+    lag_text,
     level_label,
     overflow_text,
     table,
@@ -129,8 +130,10 @@ class Progress:
         errors = f", errors: {errors_text(s.error_kinds)}" if s.error_kinds else ""
         gave_up = " (gave up: nothing succeeded)" if s.gave_up else ""
         dropped = f", {overflow_text(s.overflow)}" if s.overflow else ""
+        late = (f", sent late (P99 {s.send_lag_p99_s * 1000:.0f} ms behind schedule)"
+                if lag_text(s) is not None and s.send_lag_p99_s is not None else "")
         self._write(f"{self.label}: {_n(s.requests, 'request')}, {s.output_tps:.0f} tok/s, "
-                    f"SLO attainment {att}{errors}{dropped}{gave_up}", end=True)
+                    f"SLO attainment {att}{errors}{dropped}{late}{gave_up}", end=True)
 
     def end_line(self) -> None:
         """End a line left open on a terminal (before other output)."""

@@ -63,6 +63,11 @@ class StepSummary:
     deadline)."""
     cut_off_answered: int = 0
     """Of ``cut_off``, those that had an answer's head by then."""
+    send_lag_p99_s: float | None = None
+    """Open loop: how late the load generator started its measured requests against
+    their schedule, P99 (``None`` closed loop, or with no measured arrival)."""
+    send_lag_max_s: float | None = None
+    """Open loop: the same, the largest."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,7 +122,15 @@ def summarize(run: StepRun, cfg: Config) -> StepSummary:
         no_output=sum(1 for r in recs if r.outcome == "ok" and r.ttft_s is None),
         cut_off=run.cut_off,
         cut_off_answered=run.cut_off_answered,
+        send_lag_p99_s=_lag_p99(run.send_lags_ns),
+        send_lag_max_s=max(run.send_lags_ns) / 1e9 if run.send_lags_ns else None,
     )
+
+
+def _lag_p99(lags_ns: list[int]) -> float | None:
+    if not lags_ns:
+        return None
+    return sorted(lags_ns)[rank_of_percentile(len(lags_ns), 99.0) - 1] / 1e9
 
 
 def count_errors(recs: list[RequestRecord]) -> dict[str, int]:
