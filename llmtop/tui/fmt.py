@@ -100,6 +100,17 @@ def latency(s: float | None) -> str:
     return duration(s)
 
 
+def latency_against(s: float | None, limit: float | None) -> str:
+    """:func:`latency` for a value shown in the colours of ``limit`` (an SLO): one over the
+    limit never reads as the limit itself. 500.4 ms against 500 ms was "500 ms" in the
+    colour of a miss, beside an SLO of "500 ms"; it is ">500 ms"."""
+    text = latency(s)
+    if (s is None or limit is None or not math.isfinite(s) or s <= limit
+            or text != latency(limit)):
+        return text
+    return ">" + text
+
+
 def rate(x: float | None) -> str:
     """A rate (tokens/s, requests/s): three significant figures, thousands separated
     (the figures as shown: 9.996 is ``10.0``, not ``10.00``)."""

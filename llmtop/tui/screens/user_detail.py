@@ -160,7 +160,8 @@ class UserSummary(ViewPanel):
         if kind == "attainment":
             return Text(fmt.attainment(n, v.slo.target),
                         style=pal.attainment(n, v.slo.target))
-        return Text(fmt.latency(n), style=pal.latency(n, v.slo.for_metric(kind)))
+        limit = v.slo.for_metric(kind)
+        return Text(fmt.latency_against(n, limit), style=pal.latency(n, limit))
 
 
 class UserDetail(Screen[None]):

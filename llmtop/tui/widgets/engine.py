@@ -91,9 +91,9 @@ class EnginePanel(ViewPanel):
         ttft = Text("TTFT p95 engine ", pal.dim)
         if eng_ttft is not None:  # read off the engine's histogram buckets: approximate
             ttft.append("≈", pal.dim)
-        ttft.append(fmt.latency(eng_ttft), live(pal.latency(eng_ttft, slo)))
+        ttft.append(fmt.latency_against(eng_ttft, slo), live(pal.latency(eng_ttft, slo)))
         proxy = Text("· proxy ", pal.dim)
-        proxy.append(fmt.latency(proxy_ttft), pal.latency(proxy_ttft, slo))
+        proxy.append(fmt.latency_against(proxy_ttft, slo), pal.latency(proxy_ttft, slo))
         t = flow(parts, width)
         t.append("\n")
         t.append_text(flow([ttft, proxy], width, sep=" "))

@@ -59,7 +59,8 @@ class LatencyPanel(ViewPanel):
             show_edge=False,
             header_style="bold",
         )
-        values = {(key, p): latency_text(v.num("latency", key, p))
+        values = {(key, p): fmt.latency_against(v.num("latency", key, p),
+                                                slo.for_metric(key))
                   for key, _ in METRICS for p in PERCENTILES}
         if wide:
             for key, _ in METRICS:

@@ -110,7 +110,7 @@ def request_cells(
     if state == "waiting" and ttft_slo is not None and age is not None and age > ttft_slo:
         age_style = pal.bad
     if ttft is not None:
-        ttft_cell = Text(fmt.latency(ttft), style=pal.latency(ttft, ttft_slo),
+        ttft_cell = Text(fmt.latency_against(ttft, ttft_slo), style=pal.latency(ttft, ttft_slo),
                          justify="right", no_wrap=True)
     else:  # no first token yet: the state says why (waiting), in the state's colours
         ttft_cell = Text(state, style=age_style or state_style, justify="right",

@@ -185,7 +185,8 @@ def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette) 
         threshold = view.slo.for_metric(column.slo_metric or "")
         # Merged from proxies without per-user histograms: an upper bound, marked "≤".
         bound = "≤" if user.get("approximate") is True and v is not None else ""
-        return Text(bound + fmt.latency(v), style=pal.latency(v, threshold), justify="right")
+        return Text(bound + fmt.latency_against(v, threshold), style=pal.latency(v, threshold),
+                    justify="right")
     if column.kind == "attainment":
         return Text(fmt.attainment(v, view.slo.target),
                     style=pal.attainment(v, view.slo.target),
