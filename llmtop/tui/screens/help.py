@@ -21,7 +21,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("s / S", "sort users by the next column / reverse the order"),
     ("/", "filter users (enter keeps the filter, escape clears it)"),
     ("r", "start recording (asks for a file on the proxy's machine) / stop"),
-    ("tab", "move focus between panels"),
+    ("tab", "move focus between panels (narrow: swap the two tables)"),
     ("enter", "on a user: that user's detail (escape goes back)"),
     REQUEST_KEY,
     ("d", "toggle dark / light"),
