@@ -11,13 +11,17 @@ concatenation: a label value is escaped once per scrape, a count formatted once 
 distinct value, the ``le`` prefixes once per family.
 
 The bytes are prometheus_client's own for the same families (``tests/metrics`` compares
-them for every format and escaping ``choose_encoder`` picks): the same line order, labels
+them for the ``underscores`` and ``allow-utf-8`` escapings): the same line order, labels
 sorted by name, label values escaped (``\\``, newline, ``"``), values as
-``floatToGoString``; HELP escaped as each format does. Names are written as they are,
-which both formats' ``underscores`` and ``allow-utf-8`` escapings leave unchanged for
-names of the legacy character set (every llmtop name); any other case (the ``dots`` or
-``values`` escaping a scraper may ask for, a name outside that set) goes to
-prometheus_client's encoder with the equivalent ``Metric`` objects (:func:`to_metrics`).
+``floatToGoString``; HELP escaped as each format does. Names are written as they are:
+every escaping scheme leaves a name of the legacy character set (every llmtop name)
+unchanged, as prometheus/common's ``EscapeMetricFamily`` does, so the answer is the same
+under ``dots`` and ``values`` too (prometheus_client escaped each sample name whole there,
+suffix included: ``U__llmtop__requests__total`` under ``# TYPE llmtop_requests``,
+``llmtop__ttft__seconds__bucket`` under ``# TYPE llmtop__ttft__seconds``, so no sample
+belonged to its family and the OpenMetrics parser refused the scrape). A name outside that
+set goes to prometheus_client's encoder with the equivalent ``Metric`` objects
+(:func:`to_metrics`).
 """
 
 from __future__ import annotations
@@ -47,8 +51,8 @@ Kind = Literal["counter", "gauge", "histogram"]
 Format = Literal["text", "openmetrics"]
 
 _LEGACY_NAME: re.Pattern[str] = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-"""Names both formats write unchanged under the ``underscores`` and ``allow-utf-8``
-escapings (no ``:``: OpenMetrics escapes sample names by the label-name rune set)."""
+"""Names both formats write unchanged under every escaping scheme (no ``:``: prometheus_client
+escapes OpenMetrics sample names by the label-name rune set)."""
 
 
 @dataclass(slots=True)
@@ -128,20 +132,22 @@ class _Families:
 
 def encode(families: Sequence[Family], accept: str = "") -> tuple[bytes, str]:
     """The exposition of ``families`` in the format an ``Accept`` header asks for and its
-    ``Content-Type``: what prometheus_client's ``choose_encoder(accept)`` encoder gives
-    for the same families, byte for byte."""
+    ``Content-Type`` (prometheus_client's ``choose_encoder(accept)``): for names of the
+    legacy character set, the format's lines with names unchanged under every escaping
+    scheme (prometheus_client's bytes for ``underscores`` and ``allow-utf-8``); for other
+    names, that encoder's bytes."""
     encoder, content_type = choose_encoder(accept)
     fmt: Format | None = None
     func: Callable[..., bytes] = encoder
-    escaping = om.UNDERSCORES
     if isinstance(encoder, partial):
         func = encoder.func
-        escaping = encoder.keywords.get("escaping", om.UNDERSCORES)
     if func is text_latest:
         fmt = "text"
     elif func is om.generate_latest:
         fmt = "openmetrics"
-    if fmt is None or escaping not in (om.UNDERSCORES, om.ALLOWUTF8) or not all(
+    # every escaping scheme (underscores, allow-utf-8, dots, values) leaves legacy names as
+    # they are (prometheus/common's EscapeMetricFamily): only other names need the encoder
+    if fmt is None or not all(
             _LEGACY_NAME.match(f.name) and all(_LEGACY_NAME.match(n) for n in f.labels)
             and (f.hist is None or f.hist.label is None or _LEGACY_NAME.match(f.hist.label))
             for f in families):
