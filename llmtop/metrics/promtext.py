@@ -130,13 +130,39 @@ class _Families:
         return to_metrics(self.families)
 
 
+_VERSION: re.Pattern[str] = re.compile(r"[0-9]+(?:\.[0-9]+)*\Z")
+
+
+def _servable(accept: str) -> str:
+    """``accept`` without the media ranges whose ``version`` is not a version number
+    (ASCII digits and dots), which ``choose_encoder`` cannot weigh: it compared their
+    parts with integers (``version=abc``, ``1.x``, a stray byte: ``TypeError``, a 500 and
+    a traceback per scrape) or copied what ``int()`` reads (``\u0661.0.0``, ``1_0.0.0``)
+    into the ``Content-Type``. Such a range is one llmtop cannot serve, as prometheus/common
+    skips a version it does not know: the next one decides, else the text format."""
+    if "version" not in accept:
+        return accept
+    kept = []
+    for media in accept.split(","):
+        for tok in media.split(";"):  # the version choose_encoder reads: the first one
+            key, eq, value = tok.strip().partition("=")
+            if eq and key == "version":
+                if value and not _VERSION.match(value):
+                    break
+                kept.append(media)
+                break
+        else:
+            kept.append(media)
+    return ",".join(kept)
+
+
 def encode(families: Sequence[Family], accept: str = "") -> tuple[bytes, str]:
     """The exposition of ``families`` in the format an ``Accept`` header asks for and its
     ``Content-Type`` (prometheus_client's ``choose_encoder(accept)``): for names of the
     legacy character set, the format's lines with names unchanged under every escaping
     scheme (prometheus_client's bytes for ``underscores`` and ``allow-utf-8``); for other
     names, that encoder's bytes."""
-    encoder, content_type = choose_encoder(accept)
+    encoder, content_type = choose_encoder(_servable(accept))
     fmt: Format | None = None
     func: Callable[..., bytes] = encoder
     if isinstance(encoder, partial):
