@@ -189,10 +189,11 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
         and (err is None or type(err) is str)
         and (uid is None or type(uid) is str)
     ):
+        times = _numbers(offs, "chunk_offsets_s", MAX_DURATION_S)
+        _in_order(ttft, e2e, times)
         return RequestRecord(
             d["id"], d["user"], model, d["dialect"], d["path"], d["stream"], status,
-            d["outcome"], t0, ttft, e2e, pt, ct, d["token_source"],
-            _numbers(offs, "chunk_offsets_s", MAX_DURATION_S),
+            d["outcome"], t0, ttft, e2e, pt, ct, d["token_source"], times,
             _counts(toks, "chunk_tokens"), conc, err, uid,
         ), False
     for k in REQUEST_REQUIRED:
@@ -229,7 +230,23 @@ def request_from(d: dict[str, Any]) -> tuple[RequestRecord, bool]:
         error=_opt_string(g("error"), "error"),
         upstream_id=_opt_string(g("upstream_id"), "upstream_id"),
     )
+    _in_order(rec.ttft_s, rec.e2e_s, rec.chunk_offsets_s)
     return rec, defaulted
+
+
+def _in_order(ttft: float | None, e2e: float, times: tuple[float, ...]) -> None:
+    """:class:`InvalidLine` when a request's times contradict each other: its first token
+    after its end, chunks out of time order, or one after its end. Read as written, such a
+    line put a 5 s TTFT among the slowest of a request that took 318 ms, and an offset of
+    30 s in a 0.2 s request a 29.6 s ITL (no writer of ours makes one: a damaged line)."""
+    if ttft is not None and ttft > e2e:
+        raise InvalidLine(f"ttft_s ({ttft:g} s) is after the request's end (e2e_s {e2e:g} s)")
+    if times:
+        if times[-1] > e2e:
+            raise InvalidLine(f"chunk_offsets_s holds a time ({max(times):g} s) after the "
+                              f"request's end (e2e_s {e2e:g} s)")
+        if sorted(times) != list(times):  # (timsort on sorted input: one pass, in C)
+            raise InvalidLine("chunk_offsets_s is not in time order")
 
 
 # -- readings and warnings --------------------------------------------------------------------

@@ -57,6 +57,7 @@ def test_lines_spanning_many_chunks_read_whole(tmp_path: Path) -> None:
     base = json.loads(next(ln for ln in lines if b'"request"' in ln))
     n = 300_000
     long = {**base, "id": "long", "chunk_offsets_s": [0.2 + i * 1e-5 for i in range(n)],
+            "e2e_s": 0.2 + n * 1e-5,
             "chunk_tokens": [1] * n, "completion_tokens": n}
     text = json.dumps(long).encode()
     assert len(text) > 3 * MIB
