@@ -159,9 +159,19 @@ def _run(args: argparse.Namespace, record: str, children: list[Child], watch: _W
 
     signal.signal(signal.SIGTERM, terminated)
     signal.signal(signal.SIGINT, terminated)
-    return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
-                   title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url,
-                   stop=watch.died)
+    # --duration ends the TUI as q does, through the same event (it was read only headless)
+    timer = None
+    if args.duration is not None:
+        timer = threading.Timer(args.duration, watch.died.set)
+        timer.daemon = True
+        timer.start()
+    try:
+        return run_tui(AdminSource([admin_url], max_age_s=SHARED_SNAPSHOT_AGE_S),
+                       title=f"llmtop demo — {proxy_url}", proxy=proxy_url, admin=admin_url,
+                       stop=watch.died)
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 class _Watch:
