@@ -67,16 +67,19 @@ def _n(body: dict[str, Any]) -> None:
 
 
 def _openai_stream_options(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(include usage, continuous usage), as vLLM reads them: ``continuous_usage_stats``
+    counts only together with ``include_usage``."""
     opts = body.get("stream_options")
     if not isinstance(opts, dict):
         return False, False
-    return opts.get("include_usage") is True, opts.get("continuous_usage_stats") is True
+    usage = opts.get("include_usage") is True
+    return usage, usage and opts.get("continuous_usage_stats") is True
 
 
 def parse_chat(body: dict[str, Any]) -> Parsed:
     """OpenAI ``/v1/chat/completions``: ``messages``, ``max_completion_tokens`` or
-    ``max_tokens``, ``stream``, ``stream_options.include_usage`` /
-    ``continuous_usage_stats``."""
+    ``max_tokens``, ``stream``, ``stream_options.include_usage`` (and with it
+    ``continuous_usage_stats``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")

@@ -7,8 +7,9 @@ of ``k`` tokens starting at token index ``start``, ``malformed()`` for the fault
 
 * OpenAI chat (vLLM / llama.cpp): a role-only first chunk with ``content: null``, content
   chunks, a finish chunk with an empty delta, a usage-only chunk with ``choices: []`` when
-  ``stream_options.include_usage`` (and ``usage`` in every chunk with
-  ``continuous_usage_stats``), then ``data: [DONE]``; every event ends with a blank line.
+  ``stream_options.include_usage`` (and ``usage`` in every chunk when
+  ``continuous_usage_stats`` is set too: vLLM ignores it alone), then ``data: [DONE]``;
+  every event ends with a blank line.
 * OpenAI completions: the same without the role chunk (``text`` instead of ``delta``).
 * Anthropic messages: ``message_start``, ``content_block_start``, ``ping``,
   ``content_block_delta`` (``text_delta``)…, ``content_block_stop``, ``message_delta``
