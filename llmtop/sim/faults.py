@@ -8,7 +8,8 @@ Several faults may be combined, separated by commas, e.g.
                               body (``429`` adds ``Retry-After: 1``); nothing reaches
                               the engine
 ``disconnect-after:N``        drop the connection (TCP abort) after N content chunks;
-                              non-streaming: once N tokens are generated, with no body
+                              non-streaming: once N tokens are generated, with no body;
+                              an answer shorter than N ends normally
 ``malformed-after:N``         after N content chunks, send one broken-JSON event/line,
                               then carry on; non-streaming: a truncated JSON body
 ``stall:MS`` / ``stall:MS@N``  pause MS milliseconds after content chunk N (default 1)

@@ -223,7 +223,8 @@ async def _whole(request: web.Request, req: SimRequest, enc: Encoder,
         return web.Response()
     if faults.stall_s is not None:
         await asyncio.sleep(faults.stall_s)
-    if faults.disconnect_after is not None:
+    if faults.disconnect_after is not None and req.generated >= faults.disconnect_after:
+        # N tokens were generated (with the last step); a shorter answer never got there
         _abort(request)
         return web.Response()
     body = json.dumps([enc.body()] if listed else enc.body()).encode()
