@@ -28,11 +28,11 @@ DESCRIPTION = """\
 Everything in one command, no GPU needed: llmtop's simulated engine (profile `tiny`,
 which saturates at a handful of concurrent requests), the proxy in front of it
 recording the session, and traffic from three users (alice, bob, carol) that ramps
-concurrency from 1 to about twice the engine's capacity and back, every couple of
-minutes — so you see latency, queueing, saturation warnings and the capacity
-estimate move. `q` or Ctrl-C stops everything it started. Should one of them die (the
-engine, the proxy or the traffic), the demo stops the others and exits 1 with a line
-that says which and how.
+concurrency from 1 to --peak (16: four times the 4 requests `tiny` serves at once) and
+back, every --period (two minutes) — so you see latency, queueing, saturation warnings
+and the capacity estimate move. `q` or Ctrl-C stops everything it started; so does
+--duration. Should one of them die (the engine, the proxy or the traffic), the demo
+stops the others and exits 1 with a line that says which and how.
 """
 
 MAX_PEAK = 1000

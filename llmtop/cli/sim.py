@@ -11,19 +11,23 @@ from llmtop.sim.profiles import OVERRIDABLE, PROFILES
 NAME = "sim"
 HELP = "the built-in simulated inference engine (OpenAI-compatible)"
 DESCRIPTION = (
-    "Run a simulated continuous-batching inference engine (vLLM-like: queueing, prefill "
-    "stalls, memory-bound decode, KV-cache preemption) behind OpenAI, Anthropic, Ollama, "
-    "TGI and SGLang (native /generate) endpoints, with /metrics in vLLM's names and a "
-    "simulated GPU at /sim/gpu.\n\n"
+    textwrap.fill(
+        "Run a simulated continuous-batching inference engine (vLLM-like: queueing, "
+        "prefill stalls, memory-bound decode, KV-cache preemption) behind OpenAI (chat, "
+        "completions, responses), Anthropic, Ollama, TGI and SGLang (native /generate) "
+        "endpoints, with /metrics in vLLM's names and a simulated GPU at /sim/gpu.",
+        width=88)
+    + "\n\n"
     "profiles:\n"
     + "\n".join(f"  {p.name:<14} {p.model} on {p.gpu_name}, max_num_seqs={p.max_num_seqs}, "
                 f"KV {p.kv_cache_tokens:,} tokens" for p in PROFILES.values())
     + "\n\noverridable keys (--set KEY=VALUE):\n"
     + textwrap.fill(", ".join(OVERRIDABLE), width=88, initial_indent="  ",
                     subsequent_indent="  ")
-    + "\n\nper-request faults: header X-Sim-Fault: status:500 | status:429 | "
+    + "\n\nper-request faults: header X-Sim-Fault: status:CODE (400-599) | "
     "disconnect-after:N |\n  malformed-after:N | stall:MS[@N] | slow-headers:MS "
-    "(comma-separated)"
+    "(comma-separated; N: content\n  chunks sent, or tokens when not streamed; "
+    "MS: wall-clock milliseconds)"
 )
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
