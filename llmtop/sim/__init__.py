@@ -8,5 +8,8 @@ OpenAI-compatible (and Anthropic, Ollama, TGI, SGLang) HTTP server, for demos an
 * :mod:`llmtop.sim.server` — ``make_sim_app(profile)``, ``running_sim(...)``;
 * :mod:`llmtop.sim.faults` — the ``X-Sim-Fault`` header.
 
-This package stands alone: it imports nothing else of llmtop's.
+This package stands alone: of the rest of llmtop it imports only two helpers that import
+nothing of llmtop's themselves, :mod:`llmtop.listen` (binding ``--listen``) and
+:mod:`llmtop.stop_signals` (the signals that stop it), so that ``llmtop sim`` listens and
+stops as ``llmtop run`` does (``tests/sim/test_sim_stands_alone.py``).
 """
