@@ -26,22 +26,27 @@ async def serve_forever(profile: SimProfile, host: str, port: int, *, firehose: 
     Raises :class:`ListenError` when the address cannot be bound.
     """
     app = make_sim_app(profile, firehose=firehose, seed=seed)
-    try:
-        runner, bound = await start_sim(app, host, port, reuse_port=reuse_port)
-    except OSError as exc:
-        raise ListenError(exc.strerror or str(exc)) from None
-    url_host = f"[{host}]" if ":" in host else host
-    print(f"llmtop: sim listening on http://{url_host}:{bound}", flush=True)
-    print(f"llmtop sim: profile {profile.name} ({profile.model} on {profile.gpu_name})"
-          + (", firehose" if firehose else ""), file=sys.stderr, flush=True)
+    # the handlers go in before the "listening" line: a parent that stops the simulator as
+    # soon as it reads the line (a test, the demo on Ctrl-C) found the signals' default
+    # action still in place (killed by SIGTERM, 12 times in 20)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = stop_signals()  # (SIGHUP too, unless nohup ignored it)
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        try:
+            runner, bound = await start_sim(app, host, port, reuse_port=reuse_port)
+        except OSError as exc:
+            raise ListenError(exc.strerror or str(exc)) from None
+        try:
+            url_host = f"[{host}]" if ":" in host else host
+            print(f"llmtop: sim listening on http://{url_host}:{bound}", flush=True)
+            print(f"llmtop sim: profile {profile.name} ({profile.model} on {profile.gpu_name})"
+                  + (", firehose" if firehose else ""), file=sys.stderr, flush=True)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
-        await runner.cleanup()
