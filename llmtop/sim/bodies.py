@@ -90,10 +90,17 @@ def parse_chat(body: dict[str, Any]) -> Parsed:
 
 
 def parse_completion(body: dict[str, Any]) -> Parsed:
-    """OpenAI ``/v1/completions``: ``prompt`` (text or token ids), ``max_tokens``."""
+    """OpenAI ``/v1/completions``: ``prompt`` (text or token ids, or a list of one of
+    those; a batch of several is refused, as ``n`` other than 1 is), ``max_tokens``."""
     prompt = body.get("prompt")
     if not isinstance(prompt, str | list):
         raise BadRequest("'prompt' must be a string or a list")
+    if isinstance(prompt, list) and (
+            not prompt or (len(prompt) > 1 and not isinstance(prompt[0], int))):
+        # a batch answers one choice per prompt: served like n > 1, i.e. not at all
+        raise BadRequest("'prompt' must be one prompt: batch requests (a list of prompts) "
+                         "are not supported by llmtop sim" if prompt
+                         else "'prompt' must not be an empty list")
     _n(body)
     usage, continuous = _openai_stream_options(body)
     return Parsed(prompt_tokens(prompt), _opt_int(body, "max_tokens"), _stream(body, False),

@@ -74,7 +74,8 @@ def chat_tokens(messages: Any, system: Any = None) -> int:
 
 def prompt_tokens(prompt: Any) -> int:
     """Prompt tokens of a completions-style prompt: text, a list of token ids, or a list
-    holding one of those (only the first element is used: the simulator serves n=1)."""
+    holding one of those (only the first element is counted: ``/v1/completions`` refuses
+    a batch of several)."""
     if isinstance(prompt, str):
         return max(1, text_tokens(prompt))
     if isinstance(prompt, list) and prompt:
