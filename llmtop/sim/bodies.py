@@ -66,10 +66,13 @@ def _n(body: dict[str, Any]) -> None:
         raise BadRequest("'n' other than 1 is not supported by llmtop sim")
 
 
-def _openai_stream_options(body: dict[str, Any]) -> tuple[bool, bool]:
+def _openai_stream_options(body: dict[str, Any], stream: bool) -> tuple[bool, bool]:
     """(include usage, continuous usage), as vLLM reads them: ``continuous_usage_stats``
-    counts only together with ``include_usage``."""
+    counts only together with ``include_usage``, and options other than an empty object or
+    null without ``stream: true`` are refused."""
     opts = body.get("stream_options")
+    if opts and not stream:
+        raise BadRequest("Stream options can only be defined when `stream=True`.")
     if not isinstance(opts, dict):
         return False, False
     usage = opts.get("include_usage") is True
@@ -84,9 +87,10 @@ def parse_chat(body: dict[str, Any]) -> Parsed:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
     _n(body)
-    usage, continuous = _openai_stream_options(body)
+    stream = _stream(body, False)
+    usage, continuous = _openai_stream_options(body, stream)
     return Parsed(chat_tokens(messages), _opt_int(body, "max_completion_tokens", "max_tokens"),
-                  _stream(body, False), _model(body), usage, continuous)
+                  stream, _model(body), usage, continuous)
 
 
 def parse_completion(body: dict[str, Any]) -> Parsed:
@@ -102,8 +106,9 @@ def parse_completion(body: dict[str, Any]) -> Parsed:
                          "are not supported by llmtop sim" if prompt
                          else "'prompt' must not be an empty list")
     _n(body)
-    usage, continuous = _openai_stream_options(body)
-    return Parsed(prompt_tokens(prompt), _opt_int(body, "max_tokens"), _stream(body, False),
+    stream = _stream(body, False)
+    usage, continuous = _openai_stream_options(body, stream)
+    return Parsed(prompt_tokens(prompt), _opt_int(body, "max_tokens"), stream,
                   _model(body), usage, continuous)
 
 
