@@ -208,7 +208,8 @@ class SimEngine:
     def submit(self, *, path: str, stream: bool, prompt_tokens: int, max_tokens: int | None,
                id_prefix: str = "sim-") -> SimRequest:
         """Queue a request. ``max_tokens`` None: the length is drawn from the profile's
-        distribution and the request ends with finish_reason ``stop``; otherwise exactly
+        distribution and the request ends with finish_reason ``stop`` (``length`` when
+        that length does not fit in ``max_model_len`` and is cut there); otherwise exactly
         ``max_tokens`` tokens are generated (ignore_eos) and it ends with ``length``.
 
         Raises :class:`SimRequestError` when prompt + output exceed ``max_model_len``, and
@@ -226,8 +227,10 @@ class SimEngine:
                     f"However, your request has {prompt_tokens} input tokens."
                 )
             target = sample_output_len(self._rng, p.output_tokens_dist, p.output_tokens_mean)
-            target = min(target, p.max_model_len - prompt_tokens)
-            reason = "stop"
+            # cut by the end of the context: vLLM's max_tokens is then what the context has
+            # left, and an answer that reaches it ends with "length", not "stop"
+            left = p.max_model_len - prompt_tokens
+            target, reason = (target, "stop") if target <= left else (left, "length")
         else:
             if prompt_tokens + max_tokens > p.max_model_len:
                 raise SimRequestError(

@@ -66,7 +66,8 @@ class SimProfile:
     """Tokens per decode step and stream chunk (> 1 as speculative decoding produces)."""
     output_tokens_dist: str = "uniform"
     """Output length when a request sets no max_tokens: fixed, uniform (1 … 2×mean−1) or
-    exponential (mean), clipped to max_model_len − prompt."""
+    exponential (mean), clipped to max_model_len − prompt (a clipped answer ends with
+    finish_reason ``length``, as vLLM's)."""
     output_tokens_mean: int = 64
     """Mean of ``output_tokens_dist``."""
     time_scale: float = 1.0
