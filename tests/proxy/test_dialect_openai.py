@@ -268,8 +268,14 @@ def test_add_include_usage_merges_existing_options() -> None:
     out = add_include_usage(b'{"stream": true, "stream_options": {"continuous_usage_stats": true,'
                             b' "include_usage": false}, "model": "m"}')
     assert out is not None
+    # continuous usage counts only with include_usage (vLLM): asked alone, it gave the
+    # client no usage, so it is turned off as include_usage is added
     assert json.loads(out) == {"stream": True, "model": "m", "stream_options": {
-        "continuous_usage_stats": True, "include_usage": True}}
+        "continuous_usage_stats": False, "include_usage": True}}
+    out = add_include_usage(b'{"stream": true, "stream_options": {"continuous_usage_stats":'
+                            b' false}}')
+    assert out is not None and json.loads(out)["stream_options"] == {
+        "continuous_usage_stats": False, "include_usage": True}
     out = add_include_usage(b'{"stream": true, "stream_options": null}')
     assert out is not None and json.loads(out)["stream_options"] == {"include_usage": True}
 

@@ -378,3 +378,26 @@ async def test_sim_faults_become_the_right_outcomes() -> None:
         assert status == 200 and rec.outcome == "ok" and rec.completion_tokens == 8
         gaps = rec.chunk_gaps_s()
         assert max(gaps) >= 0.09  # the stall shows as one long gap
+
+
+async def test_continuous_usage_asked_alone_stays_without_usage_through_the_proxy() -> None:
+    """A client asking only for ``continuous_usage_stats`` gets no usage from vLLM (it
+    counts only with ``include_usage``; the simulator does the same). The proxy added
+    ``include_usage`` and left the continuous option on, so through it the client got
+    usage in every chunk (5 usage objects where direct gave 0). It now turns the
+    continuous option off as it adds include_usage: the client's stream has no usage, as
+    direct, and the record still has the engine's count."""
+    body = {"model": "sim-tiny", "stream": True, "max_tokens": 6,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream_options": {"continuous_usage_stats": True}}
+    async with running_sim("tiny", seed=3, time_scale=0.2) as sim, \
+            running_proxy(sim.url) as (_, url, recs), aiohttp.ClientSession() as s:
+        async with s.post(sim.url + CHAT, json=body) as r:
+            direct = await r.read()
+        async with s.post(url + CHAT, json=body) as r:
+            proxied = await r.read()
+        (rec,) = await recs.wait(1)
+    assert direct.count(b"data: {") >= 6 and b'"usage"' not in direct
+    assert proxied.count(b"data: {") == direct.count(b"data: {")
+    assert b'"usage"' not in proxied
+    assert rec.token_source == "usage" and rec.completion_tokens == 6

@@ -166,6 +166,6 @@ async def test_client_stream_options_without_usage_are_merged_not_duplicated() -
             (rec,) = await recs.wait(1)
     sent = up.seen[0].body
     assert sent.count(b'"stream_options"') == 1
-    assert json.loads(sent)["stream_options"] == {"continuous_usage_stats": True,
+    assert json.loads(sent)["stream_options"] == {"continuous_usage_stats": False,
                                                    "include_usage": True}
     assert b'"usage"' not in data and rec.token_source == "usage"

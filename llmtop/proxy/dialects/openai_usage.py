@@ -250,9 +250,13 @@ def add_include_usage(body: bytes) -> bytes | None:
     """``body`` with ``stream_options.include_usage = true``, or None when not applicable.
 
     Not applicable: not a JSON object, not ``"stream": true``, usage already requested, or
-    ``stream_options`` of an unexpected type. When the request has no ``stream_options``
-    the option is spliced in after the opening brace, so every other byte of the client's
-    body is unchanged; otherwise the object is re-encoded. Never raises.
+    ``stream_options`` of an unexpected type. A ``continuous_usage_stats`` asked without
+    ``include_usage`` (which gives no usage: vLLM's ``should_include_usage``) is turned
+    off with it, so that the stream the client gets carries no usage, as asked.
+
+    When the request has no ``stream_options`` the option is spliced in after the opening
+    brace, so every other byte of the client's body is unchanged; otherwise the object is
+    re-encoded. Never raises.
     """
     obj = loads(body) if body else BAD
     if not isinstance(obj, dict) or obj.get("stream") is not True:
@@ -271,6 +275,11 @@ def add_include_usage(body: bytes) -> bytes | None:
             if opts.get("include_usage") is True:
                 return None
             opts["include_usage"] = True
+            if opts.get("continuous_usage_stats"):
+                # vLLM sends usage in every chunk only with include_usage as well: asked
+                # alone, the client gets none, and with include_usage added it would get
+                # usage in each chunk (the stripper removes only the usage-only chunk)
+                opts["continuous_usage_stats"] = False
         else:
             return None
     try:
