@@ -33,7 +33,8 @@ arrivals (or --constant) at their scheduled times and measures from those times,
 slow server cannot hide its stalls (no coordinated omission); a level whose own sending
 fell behind its schedule (P99 over 10 ms late: a rate beyond this client) says so, as
 that delay is then in every figure. --search sweeps then
-bisects to the largest level whose SLO attainment holds the target. The SLOs come from
+bisects to the largest level whose SLO attainment holds the target (rates: to within 5 %
+of the failing rate, or 0.25 req/s). The SLOs come from
 --slo (e.g. --slo ttft=0.5,itl_p95=0.05,target=0.95) or the --slo-* flags, which mean
 the same; their defaults are the config's (--config, LLMTOP_SLO_*).
 

@@ -67,3 +67,37 @@ def test_max_duration_counts_a_searchs_every_level() -> None:
     assert p.stderr.strip().splitlines() == [
         "llmtop bench: error: this plan could run 3300 s, over --max-duration 3200 s; "
         "shorten --duration or raise --max-duration"]
+
+
+async def test_a_rate_search_stops_within_five_percent_of_the_failing_rate() -> None:
+    """Between 512 req/s (passed) and 1,024 (failed) a search bisected to within 0.25
+    req/s: 11 more levels, each a whole run, for a figure one run's noise moves by more
+    than 5 %. It now stops once the two are within 5 % of the failing rate (and 0.25 req/s
+    at low rates)."""
+    tried: list[float] = []
+
+    async def run_level(level: float) -> Any:
+        tried.append(level)
+        ok = level <= 700.0
+        return SimpleNamespace(level=level, requests=10, errors=0, timeouts=0, overflow=0,
+                               slo_attainment=1.0 if ok else 0.0)
+
+    result = await search(run_level, integer=False, start_levels=[512.0, 1024.0],
+                          target=0.95, max_level=1024.0)
+    assert tried[:2] == [512.0, 1024.0]
+    assert tried[2:] == [768.0, 640.0, 704.0, 672.0]  # 672 → 704: 32 ≤ 5 % of 704
+    assert result.best is not None and result.best.level == 672.0
+    assert result.first_fail is not None and result.first_fail.level == 704.0
+    assert len(tried) <= most_levels([512.0, 1024.0], integer=False, max_level=1024.0)
+
+    slow: list[float] = []
+
+    async def low_level(level: float) -> Any:  # a limit of 1.3 req/s: 0.25 is over 5 %
+        slow.append(level)
+        return SimpleNamespace(level=level, requests=10, errors=0, timeouts=0, overflow=0,
+                               slo_attainment=1.0 if level <= 1.3 else 0.0)
+
+    low = await search(low_level, integer=False, start_levels=[1.0, 2.0], target=0.95,
+                       max_level=2.0)
+    assert slow == [1.0, 2.0, 1.5, 1.25]
+    assert low.first_fail is not None and low.first_fail.level == 1.5
