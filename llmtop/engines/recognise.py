@@ -143,18 +143,35 @@ def _max(values: list[float] | None) -> float | None:
 
 def histogram_buckets(samples: Samples, names: Iterable[str]) -> tuple[tuple[float, float], ...]:
     """Cumulative (upper bound, count) pairs of the first histogram of ``names`` present,
-    summed over label sets, sorted by bound (``+Inf`` included as ``math.inf``)."""
+    summed over label sets, sorted by bound (``+Inf`` included as ``math.inf``).
+
+    A series (one label set) without its ``+Inf`` bucket takes that count from its
+    ``_count`` sample (Prometheus defines them equal); one with neither is left out: its
+    finite buckets alone would pass the observations below the last bound for all of
+    them, and a quantile read off them would be made up."""
     for base in names:
         rows = samples.by_name.get(base + "_bucket")
         if not rows:
             continue
-        acc: dict[float, float] = {}
+        series: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
         for labels, value in rows:
             try:
                 le = float(labels["le"])
             except (KeyError, ValueError):
                 continue
             if math.isfinite(value):
+                key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+                series.setdefault(key, {})[le] = value
+        counts = {tuple(sorted(labels.items())): value
+                  for labels, value in samples.by_name.get(base + "_count", ())
+                  if math.isfinite(value)}
+        acc: dict[float, float] = {}
+        for key, bounds in series.items():
+            if math.inf not in bounds:
+                if key not in counts:
+                    continue
+                bounds[math.inf] = counts[key]
+            for le, value in bounds.items():
                 acc[le] = acc.get(le, 0.0) + value
         return tuple(sorted(acc.items()))
     return ()
