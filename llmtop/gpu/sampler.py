@@ -6,17 +6,65 @@ thread-safe ``deque.append``) and keeps the latest under a lock for :meth:`lates
 device error mid-run gives ``None`` fields or marks the device lost — readings for a lost
 device keep coming, with every value ``None``, so screens show "n/a" rather than stale
 numbers. Nothing a device does stops the thread; :meth:`stop` does.
+
+Each device is read in a thread of its own (:class:`_Reader`), which the sampler thread
+asks for a reading each round and waits for until the next round is due: a GPU whose
+NVML calls take seconds, or never return (a GPU in a bad state), holds up only its own
+readings. The status names it ("GPU 1 not answering ...") while a call of it is overdue,
+and it is asked again once that call returns.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from llmtop.clock import unix_now
 from llmtop.events import Event, GpuReading
 from llmtop.gpu.backend import GpuBackend, GpuUnavailable
+
+SLOW_READ_S = 1.0
+"""A device read still running after this long (or two intervals, if longer) is reported
+as not answering in :attr:`GpuSampler.status`."""
+READER_JOIN_S = 1.0
+"""How long :meth:`GpuSampler.stop` waits for an idle reader thread to end."""
+
+_Result = tuple[int, float, GpuReading | None, str | None]
+"""(device index, time stamped, the reading or None, the error if the read raised)."""
+
+
+class _Reader(threading.Thread):
+    """Reads one device of ``backend`` when asked (:meth:`request`), in a daemon thread of
+    its own, and puts a :data:`_Result` on ``done``. ``busy_since`` is set and cleared by
+    the sampler thread only."""
+
+    def __init__(self, backend: GpuBackend, index: int,
+                 done: queue.SimpleQueue[_Result | None]) -> None:
+        super().__init__(name=f"llmtop-gpu-read-{index}", daemon=True)
+        self._backend = backend
+        self.index = index
+        self._done = done
+        self._requests: queue.SimpleQueue[float | None] = queue.SimpleQueue()
+        self.busy_since: float | None = None
+        """``time.monotonic()`` when the read in progress was asked for; None: idle."""
+
+    def request(self, t: float) -> None:
+        self.busy_since = time.monotonic()
+        self._requests.put(t)
+
+    def finish(self) -> None:
+        self._requests.put(None)
+
+    def run(self) -> None:
+        while (t := self._requests.get()) is not None:
+            try:
+                result: _Result = (self.index, t, self._backend.read(self.index, t), None)
+            except Exception as exc:  # a backend bug must not kill sampling of other GPUs
+                result = (self.index, t, None,
+                          f"GPU {self.index} error: {type(exc).__name__}: {exc}")
+            self._done.put(result)
 
 
 class GpuSampler(threading.Thread):
@@ -48,6 +96,7 @@ class GpuSampler(threading.Thread):
         self._latest: dict[int, GpuReading] = {}
         self._status = "starting"
         self._errors: dict[int, str] = {}
+        self._done: queue.SimpleQueue[_Result | None] = queue.SimpleQueue()
         self.rounds = 0
         """Completed sampling rounds (all devices read once)."""
         self.unavailable: str | None = None
@@ -67,8 +116,12 @@ class GpuSampler(threading.Thread):
             return [self._latest[i] for i in sorted(self._latest)]
 
     def stop(self, timeout: float | None = 5.0) -> bool:
-        """Ask the thread to finish and wait up to ``timeout`` s; True if it has ended."""
+        """Ask the thread to finish and wait up to ``timeout`` s; True if it has ended.
+
+        A device thread still inside an NVML call is left to it (a daemon thread), and
+        NVML is then not shut down under that call."""
         self._stop_evt.set()
+        self._done.put(None)  # wakes the sampler thread waiting for readings
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout)
         return not self.is_alive()
@@ -76,6 +129,7 @@ class GpuSampler(threading.Thread):
     # -- the thread ------------------------------------------------------------------------
 
     def run(self) -> None:
+        readers: dict[int, _Reader] = {}
         try:
             try:
                 self._backend.init()
@@ -86,9 +140,12 @@ class GpuSampler(threading.Thread):
             indices = self._select()
             if indices is None:
                 return
+            for i in indices:
+                readers[i] = _Reader(self._backend, i, self._done)
+                readers[i].start()
             next_t = time.monotonic()
             while not self._stop_evt.is_set():
-                self._round(indices)
+                self._round(indices, readers, next_t + self._interval_s)
                 next_t += self._interval_s
                 delay = next_t - time.monotonic()
                 if delay < 0:  # fell behind (slow NVML calls): don't try to catch up
@@ -99,9 +156,25 @@ class GpuSampler(threading.Thread):
             self.unavailable = f"GPU sampler failed: {type(exc).__name__}: {exc}"
             self._set_status(self.unavailable)
         finally:
-            self._backend.shutdown()
+            if self._end_readers(readers):
+                self._backend.shutdown()
             if self.unavailable is None:
                 self._set_status("stopped")
+
+    def _end_readers(self, readers: Mapping[int, _Reader]) -> bool:
+        """Ask the device threads to end and wait for the idle ones; False if one is still
+        inside a read (NVML must then stay up under it)."""
+        for r in readers.values():
+            r.finish()
+        deadline = time.monotonic() + READER_JOIN_S
+        idle = True
+        for r in readers.values():
+            if r.busy_since is not None:
+                idle = False
+                continue
+            r.join(max(0.0, deadline - time.monotonic()))
+            idle = idle and not r.is_alive()
+        return idle
 
     def _select(self) -> list[int] | None:
         count = self._backend.device_count()
@@ -123,22 +196,54 @@ class GpuSampler(threading.Thread):
             return None
         return present
 
-    def _round(self, indices: Sequence[int]) -> None:
+    def _round(self, indices: Sequence[int], readers: Mapping[int, _Reader],
+               deadline: float) -> None:
+        """Ask every idle device for a reading and wait for them until ``deadline`` (the
+        next round's start); publish what came, in ``indices`` order. A device still busy
+        is not asked again: its reading is published in the round its call returns."""
+        results: dict[int, _Result] = {}
+        self._collect(readers, results, 0.0)  # late readings of earlier rounds
         for i in indices:
             if self._stop_evt.is_set():
-                return
-            t = self._clock()
-            try:
-                reading = self._backend.read(i, t)
-                self._errors.pop(i, None)
-            except Exception as exc:  # a backend bug must not kill sampling of other GPUs
-                self._errors[i] = f"GPU {i} error: {type(exc).__name__}: {exc}"
+                break
+            if readers[i].busy_since is None and i not in results:
+                readers[i].request(self._clock())
+        while any(r.busy_since is not None for r in readers.values()):
+            wait = deadline - time.monotonic()
+            if wait <= 0 or self._stop_evt.is_set() or not self._collect(readers, results,
+                                                                           wait):
+                break
+        for i in indices:
+            if i not in results:
+                continue
+            _, t, reading, error = results[i]
+            if reading is None:
+                self._errors[i] = error or f"GPU {i} error"
                 reading = self._empty(i, t)
+            else:
+                self._errors.pop(i, None)
             self._publish(reading)
             with self._lock:
                 self._latest[i] = reading
         self.rounds += 1
-        self._set_status(self._describe(indices))
+        self._set_status(self._describe(indices, readers))
+
+    def _collect(self, readers: Mapping[int, _Reader], into: dict[int, _Result],
+                 wait: float) -> bool:
+        """Take the readings that have come (waiting up to ``wait`` s for the first);
+        False when none came in that time or :meth:`stop` woke the thread."""
+        try:
+            item = self._done.get(timeout=wait) if wait > 0 else self._done.get_nowait()
+        except queue.Empty:
+            return False
+        while item is not None:
+            readers[item[0]].busy_since = None
+            into[item[0]] = item
+            try:
+                item = self._done.get_nowait()
+            except queue.Empty:
+                return True
+        return False
 
     def _empty(self, index: int, t: float) -> GpuReading:
         with self._lock:
@@ -146,7 +251,7 @@ class GpuSampler(threading.Thread):
         name = prev.name if prev else f"GPU {index}"
         return GpuReading(t=t, index=index, name=name, mem_used_bytes=None, mem_total_bytes=None)
 
-    def _describe(self, indices: Sequence[int]) -> str:
+    def _describe(self, indices: Sequence[int], readers: Mapping[int, _Reader]) -> str:
         n = len(indices)
         parts = [f"{n} GPU{'s' if n != 1 else ''}"]
         lost = [i for i in indices if self._backend.lost(i)]
@@ -157,6 +262,12 @@ class GpuSampler(threading.Thread):
             err = None if i in lost or i in self._errors else self._backend.last_error(i)
             if err:
                 parts.append(f"GPU {i} {err}")
+        now, slow = time.monotonic(), max(SLOW_READ_S, 2 * self._interval_s)
+        for i in indices:
+            since = readers[i].busy_since
+            if since is not None and now - since >= slow:
+                parts.append(f"GPU {i} not answering (an NVML call has run for "
+                             f"{now - since:.0f} s)")
         return "; ".join(parts)
 
     def _set_status(self, status: str) -> None:
