@@ -28,12 +28,25 @@ class GpmValues:
     """``NVML_GPM_METRIC_SM_UTIL``: % of SMs busy (DCGM's "SM active")."""
 
 
-def _finite(x: Any) -> float | None:
+PERCENT_SLACK = 1.0
+"""How far past 0–100 a percentage may read and still be one (clamped): two samples'
+timing can put a saturated window a hair over 100 %."""
+
+
+def as_percent(x: Any) -> tuple[float | None, bool]:
+    """``x`` as a percentage and whether it was one: (value, True) within 0–100, clamped
+    within :data:`PERCENT_SLACK` of it; (None, True) when missing or not finite (n/a);
+    (None, False) when further out — not a percentage (a GPM window over counters that
+    wrapped or went backwards, NVML's 0xFFFFFFFF "not available" marker)."""
     try:
         v = float(x)
     except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+        return None, True
+    if not math.isfinite(v):
+        return None, True
+    if -PERCENT_SLACK <= v <= 100.0 + PERCENT_SLACK:
+        return min(100.0, max(0.0, v)), True
+    return None, False
 
 
 @dataclass(slots=True)
@@ -48,6 +61,8 @@ class GpmChain:
     primed: bool = False
     prev_t: float = 0.0
     values: GpmValues = field(default_factory=GpmValues)
+    note: str | None = None
+    """Why the last window's values were left out (out of range), for the status."""
 
     def advance(self, nv: Any, handle: Any, now: float, min_window_s: float) -> None:
         """Take a sample if due and update :attr:`values`. Raises what ``nv`` raises; the
@@ -72,16 +87,23 @@ class GpmChain:
             mg.metrics[1].metricId = nv.NVML_GPM_METRIC_SM_UTIL
             nv.nvmlGpmMetricsGet(mg)
             ok = nv.NVML_SUCCESS
-            m0, m1 = mg.metrics[0], mg.metrics[1]
-            self.values = GpmValues(
-                dram_bw_util=_finite(m0.value) if m0.nvmlReturn == ok else None,
-                sm_activity=_finite(m1.value) if m1.nvmlReturn == ok else None,
-            )
+            got: list[float | None] = []
+            bad: list[str] = []
+            for m, label in zip(mg.metrics[:2], ("DRAM bandwidth", "SM activity"),
+                                strict=True):
+                v, sane = as_percent(m.value) if m.nvmlReturn == ok else (None, True)
+                got.append(v)
+                if not sane:
+                    bad.append(f"{label} {float(m.value):.4g} %")
+            self.values = GpmValues(dram_bw_util=got[0], sm_activity=got[1])
+            self.note = (f"{', '.join(bad)} out of range, left out (GPM counters reset?)"
+                         if bad else None)
             self.bufs = (second, first)  # the later sample is the next window's first
             self.prev_t = now
         except BaseException:
             self.primed = False
             self.values = GpmValues()
+            self.note = None
             raise
 
     def _sample(self, nv: Any, handle: Any, buf: Any) -> None:

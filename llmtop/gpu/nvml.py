@@ -11,7 +11,13 @@ again. A device whose handle is refused with ``NO_PERMISSION`` at init is not lo
 *inaccessible*: NVML counts every GPU of the machine even where cgroups (Slurm, some
 container set-ups) let this process open only some; those are left out of "all GPUs".
 
-Units: bytes, percent (0–100), watts, MHz, °C, bytes per second.
+Units: bytes, percent (0–100), watts, MHz, °C, bytes per second. A percentage that reads
+more than a point outside 0–100 is None (a GPM window over counters that wrapped or went
+back; NVML's 0xFFFFFFFF "not available"); a GPM one is also named in :meth:`last_error`.
+
+:meth:`NvmlBackend.read` of different devices may run at once, each in its own thread
+(:mod:`llmtop.gpu.sampler`): per-device state is the device's own, and NVML is
+thread-safe.
 
 DRAM bandwidth and SM activity come from GPM (GPU Performance Monitoring, Hopper and newer):
 support is checked once per device with ``nvmlGpmQueryDeviceSupport``; each reading takes a
@@ -35,7 +41,7 @@ from typing import Any, TypeVar
 
 from llmtop.events import GpuReading
 from llmtop.gpu.backend import GpuUnavailable
-from llmtop.gpu.gpm import GpmChain, GpmValues, combine
+from llmtop.gpu.gpm import GpmChain, GpmValues, as_percent, combine
 
 T = TypeVar("T")
 
@@ -91,8 +97,9 @@ def _as_int(x: Any) -> int:
 
 
 class NvmlBackend:
-    """:class:`~llmtop.gpu.backend.GpuBackend` over NVML. Use from one thread at a time
-    (the sampler's)."""
+    """:class:`~llmtop.gpu.backend.GpuBackend` over NVML. :meth:`init` and :meth:`shutdown`
+    from one thread while no read runs; :meth:`read` of one device from one thread at a
+    time (different devices may be read at once)."""
 
     def __init__(
         self,
@@ -332,7 +339,7 @@ class NvmlBackend:
             return None
         return int(info.used), int(info.total)
 
-    def utilization(self, index: int) -> tuple[float, float] | None:
+    def utilization(self, index: int) -> tuple[float | None, float | None] | None:
         """(gpu %, memory busy %) over NVML's last sample period
         (``utilization.gpu``, ``utilization.memory``)."""
         dev = self._devices[index]
@@ -340,7 +347,11 @@ class NvmlBackend:
         u = self._query(dev, "utilization", lambda: nv.nvmlDeviceGetUtilizationRates(dev.handle))
         if u is None:
             return None
-        return float(u.gpu), float(u.memory)
+        # 0xFFFFFFFF ("not available") or another value that is no percentage: n/a
+        gpu, busy = as_percent(u.gpu)[0], as_percent(u.memory)[0]
+        if gpu is None and busy is None:
+            return None
+        return gpu, busy
 
     def util_gpu(self, index: int) -> float | None:
         """% of time one or more kernels ran (``nvidia-smi --query-gpu=utilization.gpu``)."""
@@ -437,6 +448,10 @@ class NvmlBackend:
                 dev.gpm = False  # bindings without GPM, or a handle they cannot pass
         if not _gpm_live(dev):
             return GpmValues()
+        notes = [c.note if c.gi is None else f"GPU instance {c.gi}: {c.note}"
+                 for c in dev.chains if c.note]
+        if notes and dev.last_error is None:
+            dev.last_error = f"gpm: {'; '.join(notes)}"
         return combine(dev.chains)
 
     # -- everything at once ----------------------------------------------------------------

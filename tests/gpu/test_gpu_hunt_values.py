@@ -1,0 +1,67 @@
+"""Values NVML hands back that cannot be what they claim: a percentage far outside 0–100
+(a GPM window over counters that wrapped or went backwards, e.g. across a GPU reset;
+NVML's 0xFFFFFFFF "not available" in a utilization field). The real NvmlBackend against
+the injected FakeNvml."""
+
+from __future__ import annotations
+
+from llmtop.gpu.fake import FakeDevice, FakeNvml
+from llmtop.gpu.nvml import NvmlBackend
+
+NA = 0xFFFFFFFF
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def windows(dev: FakeDevice, n: int = 2) -> tuple[NvmlBackend, Clock]:
+    """A backend over ``dev`` after ``n`` reads 250 ms apart; the clock at the next."""
+    clock = Clock()
+    fake = FakeNvml([dev], clock=clock)
+    b = NvmlBackend(fake, monotonic=clock)
+    b.init()
+    for _ in range(n):
+        b.read(0, clock.t)
+        clock.t += 0.25
+    return b, clock
+
+
+def test_a_gpm_window_far_out_of_range_is_left_out_and_said() -> None:
+    """1e12 % DRAM bandwidth, −50 % SM activity: n/a for that window (not a 1e12 % peak in
+    the report, nor a bandwidth warning), the status says why, and the next sane window
+    reads again."""
+    dev = FakeDevice(dram_bw_util=1e12, sm_util=-50.0)
+    b, clock = windows(dev)
+    r = b.read(0, 0.0)
+    assert (r.dram_bw_util, r.sm_activity) == (None, None)
+    err = b.last_error(0)
+    assert err is not None and "gpm" in err and "out of range" in err
+    dev.dram_bw_util, dev.sm_util = 40.0, 60.0
+    clock.t += 0.25
+    r = b.read(0, 0.0)
+    assert (r.dram_bw_util, r.sm_activity) == (40.0, 60.0)
+    assert b.last_error(0) is None
+    b.shutdown()
+
+
+def test_rounding_over_100_percent_is_clamped() -> None:
+    """A window that reads a hair over 100 % (two samples' timing) is 100 %, not n/a."""
+    b, _ = windows(FakeDevice(dram_bw_util=100.4, sm_util=100.0))
+    r = b.read(0, 0.0)
+    assert (r.dram_bw_util, r.sm_activity) == (100.0, 100.0)
+    assert b.last_error(0) is None
+    b.shutdown()
+
+
+def test_utilization_not_available_marker_is_none() -> None:
+    """utilization.gpu / .memory of 0xFFFFFFFF: n/a, not 4294967295 %."""
+    b, _ = windows(FakeDevice(util_gpu=NA, util_mem=NA), 1)
+    r = b.read(0, 0.0)
+    assert (r.util_gpu, r.mem_busy) == (None, None)
+    assert r.mem_total_bytes is not None  # the rest of the reading stands
+    b.shutdown()
