@@ -177,10 +177,20 @@ def histogram_buckets(samples: Samples, names: Iterable[str]) -> tuple[tuple[flo
     return ()
 
 
+def _escape(value: str) -> str:
+    """A label value as exposition text writes it (backslash, quote and newline escaped)."""
+    if "\\" not in value and '"' not in value and "\n" not in value:
+        return value
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _raw_key(name: str, labels: dict[str, str]) -> str:
+    """``name{label="value",...}``, labels sorted, values escaped: exposition syntax that
+    reads back to the same labels (unescaped, ``a="x\\",b=\\"y"`` and ``a="x",b="y"``
+    made one key)."""
     if not labels:
         return name
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
     return f"{name}{{{inner}}}"
 
 
