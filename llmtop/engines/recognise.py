@@ -20,8 +20,8 @@ Several label sets (one per ``model_name``, engine or data-parallel rank) are **
 counts (running, waiting, preemptions, histogram buckets) and reduced with **max** for the
 KV-cache fraction — the fullest cache is the one about to preempt, which is what a warning
 must catch. ``raw`` keeps up to :data:`RAW_LIMIT` finite samples (``_bucket`` and
-``_created`` samples left out; the engine's own names first) keyed
-``name{label="value",...}``, for every kind.
+``_created`` samples, and keys over :data:`RAW_KEY_LIMIT` characters, left out; the engine's
+own names first) keyed ``name{label="value",...}`` (values escaped), for every kind.
 
 Sample names are kept as written: a ``counter`` without ``_total`` (the real llama.cpp
 capture has ``llamacpp:n_tokens_max`` as one) stays without it.
@@ -38,6 +38,9 @@ from llmtop.events import EngineReading
 
 RAW_LIMIT = 200
 """Most raw samples kept per reading (the recording stores them every scrape)."""
+RAW_KEY_LIMIT = 4096
+"""Longest raw key kept: a sample with a longer one (a label value of megabytes) is left
+out of ``raw``, which the recording stores every scrape."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +198,9 @@ def _raw_key(name: str, labels: dict[str, str]) -> str:
 
 
 def raw_values(samples: Samples, limit: int = RAW_LIMIT, prefer: str = "") -> dict[str, float]:
-    """Up to ``limit`` finite samples, histogram buckets and ``_created`` left out; names
-    starting with ``prefer`` (the engine's own prefix) come first, the rest in text order."""
+    """Up to ``limit`` finite samples, histogram buckets, ``_created`` and keys longer than
+    :data:`RAW_KEY_LIMIT` left out; names starting with ``prefer`` (the engine's own
+    prefix) come first, the rest in text order."""
     raw: dict[str, float] = {}
     for own in (True, False) if prefer else (False,):
         for name, labels, value in samples.order:
@@ -206,7 +210,9 @@ def raw_values(samples: Samples, limit: int = RAW_LIMIT, prefer: str = "") -> di
                 continue
             if name.endswith(("_bucket", "_created")) or not math.isfinite(value):
                 continue
-            raw[_raw_key(name, labels)] = value
+            key = _raw_key(name, labels)
+            if len(key) <= RAW_KEY_LIMIT:
+                raw[key] = value
     return raw
 
 
