@@ -324,7 +324,8 @@ class NvmlBackend:
         """(used, total) bytes of device memory (``memory.used``, ``memory.total``).
 
         Uses the v2 query, whose ``used`` leaves out driver-reserved memory as nvidia-smi
-        does; drivers without it fall back to v1 (where used = total − free)."""
+        does; drivers without it fall back to v1 (where used = total − free). None (and
+        said in :meth:`last_error`) when used is past the total: no reading."""
         dev = self._devices[index]
         nv = self._nvml
         v2 = getattr(nv, "nvmlMemory_v2", None)
@@ -337,7 +338,13 @@ class NvmlBackend:
         )
         if info is None:
             return None
-        return int(info.used), int(info.total)
+        used, total = int(info.used), int(info.total)
+        if total <= 0 or not 0 <= used <= total:  # an unsigned count gone below zero...
+            if dev.last_error is None:
+                dev.last_error = (f"memory: used {used} B of {total} B is no reading, "
+                                  "left out")
+            return None
+        return used, total
 
     def utilization(self, index: int) -> tuple[float | None, float | None] | None:
         """(gpu %, memory busy %) over NVML's last sample period

@@ -65,3 +65,20 @@ def test_utilization_not_available_marker_is_none() -> None:
     assert (r.util_gpu, r.mem_busy) == (None, None)
     assert r.mem_total_bytes is not None  # the rest of the reading stands
     b.shutdown()
+
+
+def test_memory_used_past_total_is_no_reading() -> None:
+    """Used memory past the total (a driver's unsigned count gone below zero reads
+    2**64 - 1): n/a and said, not a 1.2e8 % memory bar — nor a recording line the reader
+    refuses ("mem_used_bytes is an integer out of range")."""
+    dev = FakeDevice(mem_used=2**64 - 1)
+    b, _ = windows(dev, 1)
+    r = b.read(0, 0.0)
+    assert (r.mem_used_bytes, r.mem_total_bytes) == (None, None)
+    err = b.last_error(0)
+    assert err is not None and err.startswith("memory:") and "left out" in err
+    assert r.power_w is not None  # the rest of the reading stands
+    dev.mem_used = 20 * 2**30
+    r = b.read(0, 0.0)
+    assert r.mem_used_bytes == 20 * 2**30 and b.last_error(0) is None
+    b.shutdown()
