@@ -15,6 +15,7 @@ retry with back-off; the loop ends only when cancelled.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Callable
@@ -31,6 +32,8 @@ _NUMERIC = tuple(
     f.name for f in fields(GpuReading) if f.name not in ("t", "index", "name", "simulated")
 )
 _INT_FIELDS = ("mem_used_bytes", "mem_total_bytes")
+MAX_BYTES = 1024 * 1024
+"""Largest ``/sim/gpu`` body read (the simulator's is well under 1 KB a GPU)."""
 
 
 def readings_from_json(doc: Any, t: float) -> list[GpuReading]:
@@ -98,7 +101,15 @@ class SimGpuSource(Poller[list[GpuReading]]):
         async with session.get(self.url, timeout=timeout) as resp:
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status}")
-            doc = await resp.json(content_type=None)
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise ValueError(f"larger than {MAX_BYTES} bytes: not the simulator's "
+                                     "/sim/gpu")
+                chunks.append(chunk)
+        doc = json.loads(b"".join(chunks))
         readings = readings_from_json(doc, self._clock())
         for r in readings:
             self._publish(r)
