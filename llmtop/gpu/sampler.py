@@ -29,7 +29,7 @@ SLOW_READ_S = 1.0
 """A device read still running after this long (or two intervals, if longer) is reported
 as not answering in :attr:`GpuSampler.status`."""
 READER_JOIN_S = 1.0
-"""How long :meth:`GpuSampler.stop` waits for an idle reader thread to end."""
+"""How long the sampler thread, stopping, waits for its device threads to end."""
 
 _Result = tuple[int, float, GpuReading | None, str | None]
 """(device index, time stamped, the reading or None, the error if the read raised)."""
@@ -161,20 +161,17 @@ class GpuSampler(threading.Thread):
             if self.unavailable is None:
                 self._set_status("stopped")
 
-    def _end_readers(self, readers: Mapping[int, _Reader]) -> bool:
-        """Ask the device threads to end and wait for the idle ones; False if one is still
-        inside a read (NVML must then stay up under it)."""
+    @staticmethod
+    def _end_readers(readers: Mapping[int, _Reader]) -> bool:
+        """Ask the device threads to end and wait for them, up to :data:`READER_JOIN_S` in
+        all; False if one is still inside a read (NVML must then stay up under it). A
+        read that ends in that time (asked for just before stop) lets its thread end."""
         for r in readers.values():
             r.finish()
         deadline = time.monotonic() + READER_JOIN_S
-        idle = True
         for r in readers.values():
-            if r.busy_since is not None:
-                idle = False
-                continue
             r.join(max(0.0, deadline - time.monotonic()))
-            idle = idle and not r.is_alive()
-        return idle
+        return not any(r.is_alive() for r in readers.values())
 
     def _select(self) -> list[int] | None:
         count = self._backend.device_count()

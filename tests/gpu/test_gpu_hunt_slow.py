@@ -96,3 +96,28 @@ def test_stop_is_prompt_while_a_gpu_hangs() -> None:
         assert fake.initialised == 1  # not shut down under the hanging call
     finally:
         fake.gate.set()
+
+
+class SlowNvml(FakeNvml):
+    """Every nvmlDeviceGetPowerUsage takes ``delay_s``: slow, but it returns."""
+
+    def __init__(self, devices: list[FakeDevice], delay_s: float) -> None:
+        super().__init__(devices)
+        self.delay_s = delay_s
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        time.sleep(self.delay_s)
+        return super().nvmlDeviceGetPowerUsage(handle)
+
+
+def test_stop_during_a_slow_read_still_shuts_nvml_down() -> None:
+    """A read that is slow but returns (0.3 s) when stop() comes: its thread ends within
+    the wait, and NVML is shut down with its GPM samples freed — only a read still running
+    after it keeps NVML up."""
+    fake = SlowNvml([FakeDevice(), FakeDevice()], 0.3)
+    s = GpuSampler(NvmlBackend(fake), lambda ev: None, interval_s=0.05)
+    s.start()
+    wait_for(lambda: s.rounds >= 3)
+    assert s.stop(5.0)
+    assert fake.initialised == 0 and fake.live_samples() == 0
+    assert s.status == "stopped"
