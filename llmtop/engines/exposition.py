@@ -58,7 +58,7 @@ def iter_samples(text: str, keep_buckets: Collection[str] | None = None
     # not splitlines: a label value may hold \r, \x1c, \u2028...
     for i, line in enumerate(text.split("\n"), 1):
         s = line.lstrip(" \t")
-        if not s or s[0] == "#":
+        if not s or s[0] == "#" or s == "\r":  # "\r": a blank line of CRLF text
             continue
         m = match(s)
         if m is None:
