@@ -10,12 +10,14 @@ numbers. Nothing a device does stops the thread; :meth:`stop` does.
 Each device is read in a thread of its own (:class:`_Reader`), which the sampler thread
 asks for a reading each round and waits for until the next round is due: a GPU whose
 NVML calls take seconds, or never return (a GPU in a bad state), holds up only its own
-readings. The status names it ("GPU 1 not answering ...") while a call of it is overdue,
-and it is asked again once that call returns.
+readings. While a call of it is overdue the status names it ("GPU 1 not answering ...")
+and its readings come with every value None, as a lost GPU's do; it is asked again once
+that call returns, and that late reading is stamped when it came.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -97,6 +99,10 @@ class GpuSampler(threading.Thread):
         self._status = "starting"
         self._errors: dict[int, str] = {}
         self._done: queue.SimpleQueue[_Result | None] = queue.SimpleQueue()
+        self._slow_s = max(SLOW_READ_S, 2 * interval_s)
+        """A read running this long: the device is "not answering"."""
+        self._blanked: set[int] = set()
+        """Devices given n/a readings while not answering, their late reading not yet in."""
         self.rounds = 0
         """Completed sampling rounds (all devices read once)."""
         self.unavailable: str | None = None
@@ -210,15 +216,27 @@ class GpuSampler(threading.Thread):
             if wait <= 0 or self._stop_evt.is_set() or not self._collect(readers, results,
                                                                            wait):
                 break
+        now = time.monotonic()
         for i in indices:
             if i not in results:
-                continue
-            _, t, reading, error = results[i]
-            if reading is None:
-                self._errors[i] = error or f"GPU {i} error"
-                reading = self._empty(i, t)
+                since = readers[i].busy_since
+                if since is None or now - since < self._slow_s:
+                    continue
+                # not answering: n/a, as a lost GPU reads, not its last figures
+                reading = self._empty(i, self._clock())
+                self._blanked.add(i)
             else:
-                self._errors.pop(i, None)
+                _, t, got, error = results[i]
+                if i in self._blanked:  # late: stamped after the n/a readings before it
+                    self._blanked.discard(i)
+                    t = self._clock()
+                    got = None if got is None else dataclasses.replace(got, t=t)
+                if got is None:
+                    self._errors[i] = error or f"GPU {i} error"
+                    got = self._empty(i, t)
+                else:
+                    self._errors.pop(i, None)
+                reading = got
             self._publish(reading)
             with self._lock:
                 self._latest[i] = reading
@@ -259,10 +277,10 @@ class GpuSampler(threading.Thread):
             err = None if i in lost or i in self._errors else self._backend.last_error(i)
             if err:
                 parts.append(f"GPU {i} {err}")
-        now, slow = time.monotonic(), max(SLOW_READ_S, 2 * self._interval_s)
+        now = time.monotonic()
         for i in indices:
             since = readers[i].busy_since
-            if since is not None and now - since >= slow:
+            if since is not None and now - since >= self._slow_s:
                 parts.append(f"GPU {i} not answering (an NVML call has run for "
                              f"{now - since:.0f} s)")
         return "; ".join(parts)

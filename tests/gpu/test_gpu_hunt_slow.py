@@ -121,3 +121,41 @@ def test_stop_during_a_slow_read_still_shuts_nvml_down() -> None:
     assert s.stop(5.0)
     assert fake.initialised == 0 and fake.live_samples() == 0
     assert s.status == "stopped"
+
+
+def test_a_gpu_not_answering_reads_n_a_not_its_last_figures() -> None:
+    """As for a lost GPU, the readings of one not answering keep coming with every value
+    None while its call is overdue — screens show n/a, not its last figures as if they
+    were current; its late reading, when it comes, is stamped after those."""
+    fake = HangingNvml([FakeDevice(name="A"), FakeDevice(name="B", util_gpu=55)], stuck=1)
+    got: list[GpuReading] = []
+    lock = threading.Lock()
+
+    def publish(ev: Event) -> None:
+        if isinstance(ev, GpuReading):
+            with lock:
+                got.append(ev)
+
+    def of(index: int) -> list[GpuReading]:
+        with lock:
+            return [r for r in got if r.index == index]
+
+    s = GpuSampler(NvmlBackend(fake), publish, interval_s=0.05)
+    s.start()
+    try:
+        wait_for(lambda: s.rounds >= 2)
+        fake.gate.clear()
+        assert fake.hung.wait(5.0)
+        wait_for(lambda: "GPU 1 not answering" in s.status)
+        wait_for(lambda: {r.index: r for r in s.latest()}[1].util_gpu is None)
+        latest = {r.index: r for r in s.latest()}
+        assert latest[1].name == "B" and latest[1].mem_total_bytes is None
+        blanks = [r for r in of(1) if r.util_gpu is None]
+        assert blanks
+        fake.gate.set()
+        wait_for(lambda: of(1)[-1].util_gpu == 55.0)
+        ts = [r.t for r in of(1)]
+        assert ts == sorted(ts)
+    finally:
+        fake.gate.set()
+        assert s.stop(5.0)
