@@ -19,9 +19,11 @@ Preemptions: ``vllm:num_preemptions_total``. The engine's own TTFT histogram:
 Several label sets (one per ``model_name``, engine or data-parallel rank) are **summed** for
 counts (running, waiting, preemptions, histogram buckets) and reduced with **max** for the
 KV-cache fraction — the fullest cache is the one about to preempt, which is what a warning
-must catch. ``raw`` keeps up to :data:`RAW_LIMIT` finite samples (``_bucket`` and
-``_created`` samples, and keys over :data:`RAW_KEY_LIMIT` characters, left out; the engine's
-own names first) keyed ``name{label="value",...}`` (values escaped), for every kind.
+must catch. Series that differ only in SGLang's ``tp_rank``/``pp_rank`` are copies of one
+figure and count once (:data:`REPLICA_LABELS`). ``raw`` keeps up to :data:`RAW_LIMIT`
+finite samples (``_bucket`` and ``_created`` samples, and keys over :data:`RAW_KEY_LIMIT`
+characters, left out; the engine's own names first) keyed ``name{label="value",...}``
+(values escaped), for every kind.
 
 Sample names are kept as written: a ``counter`` without ``_total`` (the real llama.cpp
 capture has ``llamacpp:n_tokens_max`` as one) stays without it.
@@ -89,6 +91,11 @@ LLAMACPP = EngineNames(
 ENGINES = (VLLM, SGLANG, TGI, LLAMACPP)
 TTFT_HISTOGRAMS = frozenset(n for e in ENGINES for n in e.ttft_histogram)
 """The only histograms whose buckets are read; other ``_bucket`` lines are skipped."""
+REPLICA_LABELS = frozenset({"tp_rank", "pp_rank"})
+"""Labels that tell copies of one scheduler's figures apart: SGLang's tensor-parallel ranks
+of one data-parallel group (``dp_rank``) and its pipeline stages all hold the same batch,
+and each exports it (every TP rank with ``--enable-metrics-for-all-schedulers``, every
+stage by default). Summed, 4 TP ranks running 8 requests read 32."""
 SIM_MARKER = "llmtop_sim"
 """A metric name prefix only llmtop's simulator exports (it otherwise speaks vLLM)."""
 
@@ -105,10 +112,21 @@ class Samples:
         self.order.append((name, labels, value))
 
     def values(self, names: Iterable[str]) -> list[float] | None:
-        """Finite values of the first of ``names`` that is present (None if none is)."""
+        """Finite values of the first of ``names`` that is present (None if none is), one
+        per series once copies are merged: series that differ only in a
+        :data:`REPLICA_LABELS` label are one figure (their largest)."""
         for n in names:
             if n in self.by_name:
-                return [v for _, v in self.by_name[n] if math.isfinite(v)]
+                rows = self.by_name[n]
+                if not any(REPLICA_LABELS.intersection(labels) for labels, _ in rows):
+                    return [v for _, v in rows if math.isfinite(v)]
+                merged: dict[tuple[tuple[str, str], ...], float] = {}
+                for labels, v in rows:
+                    if math.isfinite(v):
+                        key = tuple(sorted((k, x) for k, x in labels.items()
+                                           if k not in REPLICA_LABELS))
+                        merged[key] = max(v, merged.get(key, v))
+                return list(merged.values())
         return None
 
 
