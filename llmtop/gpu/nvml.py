@@ -78,6 +78,8 @@ class _Device:
     mig: bool = False
     chains: list[GpmChain] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
+    gpm_error: str | None = None
+    """The GPM error of the last read, if it had one (see :meth:`NvmlBackend.gpm`)."""
     answered: set[str] = field(default_factory=set)
     """Newer queries (of :meth:`NvmlBackend._either`) that have answered at least once."""
     last_error: str | None = None
@@ -444,6 +446,7 @@ class NvmlBackend:
             return GpmValues()
         nv = self._nvml
         now = self._monotonic()
+        failed = None
         for chain in dev.chains:
             if not _gpm_live(dev):
                 break
@@ -451,10 +454,17 @@ class NvmlBackend:
                 chain.advance(nv, dev.handle, now, self._gpm_min_window_s)
             except nv.NVMLError as exc:
                 self._note_error(dev, "gpm", exc)
+                failed = dev.last_error
             except (AttributeError, ctypes.ArgumentError, TypeError):
                 dev.gpm = False  # bindings without GPM, or a handle they cannot pass
         if not _gpm_live(dev):
             return GpmValues()
+        # A failed window restarts its chain, and the next read only primes it again,
+        # without error but still without values: the error is said for that read too
+        # (else a lasting one showed every other read only).
+        if failed is None and dev.gpm_error is not None and dev.last_error is None:
+            dev.last_error = dev.gpm_error
+        dev.gpm_error = failed
         notes = [c.note if c.gi is None else f"GPU instance {c.gi}: {c.note}"
                  for c in dev.chains if c.note]
         if notes and dev.last_error is None:

@@ -82,3 +82,33 @@ def test_memory_used_past_total_is_no_reading() -> None:
     r = b.read(0, 0.0)
     assert r.mem_used_bytes == 20 * 2**30 and b.last_error(0) is None
     b.shutdown()
+
+
+def test_a_lasting_gpm_error_stays_in_the_status() -> None:
+    """nvmlGpmMetricsGet failing every time: each failure restarts the chain, and the read
+    after it only primes it again, without error — the status said the error every other
+    round (flickering between '1 GPU' and '1 GPU; GPU 0 gpm: Unknown Error') while the
+    bandwidth read n/a throughout. Said every round now; gone once a window reads again."""
+    import pynvml
+
+    dev = FakeDevice(dram_bw_util=30.0)
+    clock = Clock()
+    fake = FakeNvml([dev], clock=clock)
+    b = NvmlBackend(fake, monotonic=clock)
+    b.init()
+    b.read(0, 0.0)
+    fake.fail(0, "nvmlGpmMetricsGet", pynvml.NVML_ERROR_UNKNOWN)
+    errors = []
+    for _ in range(6):
+        clock.t += 0.25
+        r = b.read(0, clock.t)
+        assert r.dram_bw_util is None
+        errors.append(b.last_error(0))
+    assert all(e is not None and e.startswith("gpm:") for e in errors), errors
+    fake.heal(0, "nvmlGpmMetricsGet")
+    values = []
+    for _ in range(3):
+        clock.t += 0.25
+        values.append((b.read(0, clock.t).dram_bw_util, b.last_error(0)))
+    assert values[-1] == (30.0, None)
+    b.shutdown()
