@@ -87,6 +87,13 @@ class EngineScraper(Poller[EngineReading]):
             async with session.get(self.url, timeout=timeout) as resp:
                 if resp.status == 404:
                     raise ScrapeError(f"no /metrics at {self.url} (HTTP 404)")
+                if resp.status in (401, 403):
+                    # llmtop sends no credentials here (vLLM's --api-key guards /v1 only;
+                    # a gateway may guard /metrics too): say where the fix is
+                    raise ScrapeError(
+                        f"{self.url}: HTTP {resp.status} (it wants credentials, which "
+                        "llmtop does not send: point engine.metrics_url at the engine's "
+                        "own /metrics, or set engine.enabled = false)")
                 if resp.status != 200:
                     raise ScrapeError(f"{self.url}: HTTP {resp.status}")
                 chunks: list[bytes] = []
