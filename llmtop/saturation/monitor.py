@@ -399,17 +399,30 @@ class SaturationMonitor:
         )
 
     def bandwidth(self, now: float, held: bool) -> Verdict | None:
-        """DRAM bandwidth (GPM; else memory busy time) at the threshold while the chunk-gap
-        p50 has risen 30 % over its baseline (held down to 20 %: scheduling noise moves a
-        p50 by ~10 %): decode is memory-bound."""
+        """DRAM bandwidth (GPM; else memory busy time) at the threshold — now, and on
+        average over the window whose chunk gaps are judged — while the chunk-gap p50 has
+        risen 30 % over its baseline (held down to 20 %: scheduling noise moves a p50 by
+        ~10 %): decode is memory-bound.
+
+        Over the window: the gaps are those of the requests that ended in the last W, so
+        they can be a stretch's when the bandwidth was far lower. QA (``llmtop sim``,
+        concurrency 2, then 16, then 1): the saturated stretch read 51–59 % (compute-bound
+        steps) with 19 ms gaps, the single stream after it 80 % with 12 ms gaps, and the
+        last second's 80 % met the saturated gaps still in the window: "decode is
+        memory-bound" at the run's lowest load."""
         thr = self.cfg.warnings.bandwidth_pct - (10.0 if held else 0.0)
         hot: list[str] = []
-        for g in self.signals.gpus.values():
-            bw, label = g.dram_bw_util, "DRAM bandwidth"
+        sig = self.signals
+        win = self.window_s
+        for g in sig.gpus.values():
+            bw, label, name = g.dram_bw_util, "DRAM bandwidth", "dram_bw_util"
             if bw is None:
-                bw, label = g.mem_busy, "memory busy"
-            if bw is not None and bw >= thr:
-                hot.append(f"GPU {g.index} {label} {bw:.0f}%")
+                bw, label, name = g.mem_busy, "memory busy", "mem_busy"
+            if bw is None or bw < thr:
+                continue
+            mean = sig.gpu_mean(g.index, now, win, name)
+            if mean is not None and mean >= thr:
+                hot.append(f"GPU {g.index} {label} {mean:.0f}% (mean over {win:g} s)")
         if not hot:
             return None
         base = self.signals.itl_baseline()

@@ -197,6 +197,9 @@ class Signals:
         self.engine: EngineReading | None = None
         self.engine_history: deque[EngineReading] = deque()
         self.gpus: dict[int, GpuReading] = {}
+        self.gpu_history: dict[int, deque[GpuReading]] = {}
+        """Per GPU index, its readings of the last ``keep_s`` (and the one in effect at its
+        start): what :meth:`gpu_mean` averages."""
         self.first_tokens: deque[tuple[float, float]] = deque()
         """(unix time of the first token, TTFT) of streamed requests: noted by ``sample``
         when it first sees a stream's first token, else from its record (one that started
@@ -227,6 +230,7 @@ class Signals:
                 self.engine_history.append(ev)
             elif isinstance(ev, GpuReading):
                 self.gpus[ev.index] = ev
+                self.gpu_history.setdefault(ev.index, deque()).append(ev)
         if records:
             limit = self.slo.itl_p95_s
             missed = [False] * len(records) if limit is None else \
@@ -352,6 +356,10 @@ class Signals:
             self.tallies.popleft()
         while self.failures and self.failures[0].t_end < keep:
             self.failures.popleft()
+        cut_gpu = now - self.keep_s
+        for gh in self.gpu_history.values():  # the reading in effect at the cut stays
+            while len(gh) > 1 and gh[1].t <= cut_gpu:
+                gh.popleft()
         cut = now - self.horizon_s
         while self.samples and self.samples[0].t < cut:
             self.samples.popleft()
@@ -434,6 +442,23 @@ class Signals:
                 got = np.empty(0)
             self._memo[key] = got
         return got
+
+    def gpu_mean(self, index: int, now: float, window_s: float, name: str) -> float | None:
+        """GPU ``index``'s mean ``name`` (a :class:`~llmtop.events.GpuReading` field) over
+        the readings in effect in the window: the last one at or before its start and every
+        later one (readings without the field left out; None: none has it)."""
+        hist = self.gpu_history.get(index)
+        if not hist:
+            return None
+        cut = now - window_s
+        vals: list[float] = []
+        for g in reversed(hist):
+            v = getattr(g, name)
+            if v is not None:
+                vals.append(float(v))
+            if g.t <= cut:
+                break
+        return sum(vals) / len(vals) if vals else None
 
     def itl_p50(self, now: float, window_s: float) -> float | None:
         key = ("itl_p50", now, window_s)
