@@ -161,7 +161,8 @@ class SaturationMonitor:
         sig.sample(now, self.active, now_ns)
         window = sig.samples_in(now, self.window_s)
         queued = sum(1 for s in window if s.waiting >= 1)
-        sig.remember_baselines(now, self.window_s, calm=queued <= 0.2 * len(window))
+        sig.remember_baselines(now, self.window_s, calm=queued <= 0.2 * len(window),
+                               gaps_calm=not self._held("BANDWIDTH"))
         detectors: dict[str, Callable[[float, bool], Verdict | None]] = {
             # first: it marks the outage, which is neither QUEUEING nor ERRORS
             "UPSTREAM_DOWN": self.upstream,

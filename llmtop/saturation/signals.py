@@ -470,10 +470,14 @@ class Signals:
     def output_tps(self, now: float, window_s: float) -> float:
         return sum(f.tokens for f in self.finished_in(now, window_s)) / window_s
 
-    def remember_baselines(self, now: float, window_s: float, *, calm: bool) -> None:
+    def remember_baselines(self, now: float, window_s: float, *, calm: bool,
+                           gaps_calm: bool = True) -> None:
         """Add this window's TTFT p95 (from ≥ 5 answered requests, and only when ``calm``:
         nothing was queued, so it is what the service does unloaded) and chunk-gap p50
-        (from ≥ 50 gaps) to the baseline histories."""
+        (from ≥ 50 gaps, and only when ``gaps_calm``: the monitor passes False while
+        BANDWIDTH holds, so the baseline never learns the slowdown that warning reports —
+        a memory-bound stretch longer than the horizon became its own baseline, and the
+        warning cleared after 5.5 minutes with nothing changed) to the baseline histories."""
         if calm:  # the answered requests' TTFTs (None, a non-streamed one's, reads NaN)
             ttfts = [f.ttft_s for f in self.finished_in(now, window_s) if f.outcome == "ok"]
             if len(ttfts) >= 5:
@@ -481,7 +485,7 @@ class Signals:
                 p = _p(arr[~np.isnan(arr)], 95)
                 if p is not None:
                     self.ttft_p95_history.append((now, p))
-        if self.gaps_in(now, window_s).size >= 50:
+        if gaps_calm and self.gaps_in(now, window_s).size >= 50:
             q = self.itl_p50(now, window_s)
             if q is not None:
                 self.itl_p50_history.append((now, q))
@@ -493,7 +497,9 @@ class Signals:
         return _p((v for _, v in self.ttft_p95_history), 10)
 
     def itl_baseline(self) -> float | None:
-        """A low (10th) percentile of the window chunk-gap p50s seen in the horizon."""
+        """A low (10th) percentile of the window chunk-gap p50s seen in the horizon (none
+        taken while BANDWIDTH holds; the latest ones are kept past the horizon, as the
+        TTFT baseline's are)."""
         return _p((v for _, v in self.itl_p50_history), 10)
 
     def slo_attainment(self, now: float, window_s: float, which: str
