@@ -166,6 +166,9 @@ class Aggregator:
         self.users = LabelSlots(n_users, base=2, other_id=1)
         self.models = LabelSlots(MODEL_SLOTS, base=n_users + 3, other_id=n_users + 2)
         self.shape = (n_users + 3 + MODEL_SLOTS, len(COUNTERS))
+        self._user_rows = slice(1, n_users + 2)
+        """The users' series ("other" and the tracked ones): every token of the system's
+        is exactly one of theirs."""
         self._windows = Windows(self.shape, self.started_at,
                                 on_fine_closed=self._on_fine_closed)
         self._capacity = CapacityBins()
@@ -512,6 +515,12 @@ class Aggregator:
         rest is owed (``_debt``) and taken from the series' next tokens, so totals come out
         exact once the series has streamed as many again.
 
+        The system gives back what its users give back (the sum of their rows), so it owes
+        what they owe: owing on its own, it paid a user's over-attribution with the other
+        users' tokens, and read 0 tok/s for seconds while another user's row streamed 142.
+        The system's row is the sum of its users' rows in every window (models owe on
+        their own, as before: they fold the same tokens another way).
+
         The all-time total needs no such smoothing (it holds every token counted so far, so
         a correction cannot take it below zero): the return value is what it must get on
         top of ``counters`` — the change in what is owed — so the session's totals equal
@@ -523,6 +532,7 @@ class Aggregator:
         net = col - debt
         floor = -self._windows.cur.counters[:, C_OUT]
         applied = np.maximum(net, np.minimum(floor, 0))
+        applied[0] = applied[self._user_rows].sum()
         new_debt: np.ndarray[Any, np.dtype[np.int64]] = applied - net
         self._debt = new_debt
         counters[:, C_OUT] = applied
@@ -714,6 +724,7 @@ class Aggregator:
         floor = -self._windows.cur.counters[:, C_OUT]
         applied: np.ndarray[Any, np.dtype[np.int64]] = np.maximum(col - debt,
                                                                    np.minimum(floor, 0))
+        applied[0] = applied[self._user_rows].sum()
         return applied
 
     def live_counts(self) -> tuple[dict[int, list[int]], tuple[int, int, int]]:
