@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -437,39 +437,64 @@ def _bucketed(buckets: Mapping[int, list[float | None]], begin: float, step: flo
 
 def _replay(eng: ReplayEngine, c: _Collector) -> tuple[list[dict[str, Any]], int, int]:
     """Play the whole recording: (time-series snapshots, their step and window). A snapshot
-    every `step` s of recording time (the step grows 2 → 10 → 60 → 300 s, thinning the
-    points so far, so a long recording stays ≤ MAX_SERIES_POINTS)."""
+    every `step` s of recording time over a window of `window` s, at the finest of
+    ``_STEPS`` that keeps the recording within ``MAX_SERIES_POINTS`` (the coarsest if
+    none does), and a last one at the last event.
+
+    Each step is sampled from the start while it still could be the one kept (a coarser
+    one's points are not made from a finer one's: thinning 10 s windows to one a minute
+    left five sixths of the recording in no point, and the peak rate mixed 10 s and 300 s
+    windows)."""
     begin = eng.begin
-    series: list[dict[str, Any]] = []
-    steps = iter(_STEPS[1:])
-    step, window = _STEPS[0]
-    next_snap = begin + step
+    levels = [_Level(step, window, begin) for step, window in _STEPS]
 
     def on_tick(now: float) -> None:
-        nonlocal step, window, next_snap, series
-        if now - next_snap > 2 * step:  # after an idle stretch the replay crossed at once
-            next_snap = begin + math.floor((now - begin) / step) * step
-        while now >= next_snap:
-            series.append(_series_point(eng.snapshot(window), begin, window))
-            if len(series) >= MAX_SERIES_POINTS:
-                nxt = next(steps, None)
-                if nxt is not None:
-                    series = series[:: nxt[0] // step]
-                    step, window = nxt
-                    next_snap = math.floor((now - begin) / step) * step + begin
-            next_snap += step
+        live = [lv for lv in levels if not lv.full]
+        if not live:  # (the coarsest is never full: it is kept whatever its length)
+            return
+        snaps: dict[int, dict[str, Any]] = {}
+        for lv in live:
+            lv.tick(now, lambda w: snaps.setdefault(w, _series_point(eng.snapshot(w), begin, w)))
+        for lv in live[:-1]:
+            if len(lv.points) > MAX_SERIES_POINTS:
+                lv.full = True
+                lv.points = []  # (not kept: a coarser step will be)
 
     eng.run_to_end(on_tick)
-    # a recording no longer than one window: a last point at its last event, whose window
-    # is then the whole recording (the aggregator divides by the span, so its rate is the
-    # session's mean). Without it the stretch after the last step went unseen, and a 7.1 s
-    # recording at 176.7 tok/s read "158.4 tok/s peak". (Longer ones end between ticks,
-    # where a window's rate is not exact: they keep their tick-aligned points.)
+    kept = next(lv for lv in levels if not lv.full)
+    series = kept.points
+    # a last point at the last event: the stretch after the last whole step was in no
+    # point (a 7.1 s recording at 176.7 tok/s read "158.4 tok/s peak"; a day-long one
+    # whose last burst came after its last step, none of it). Its window reaches back
+    # `window` s from the end (the whole recording when shorter), as every point's does.
     end = eng.now - begin
-    if end <= window and (not series or series[-1]["t"] < end):
-        series.append(_series_point(eng.snapshot(window), begin, window))
+    if not series or series[-1]["t"] < end:
+        series.append(_series_point(eng.snapshot(kept.window), begin, kept.window))
     c.flush()
-    return series, step, window
+    return series, kept.step, kept.window
+
+
+class _Level:
+    """One step of the time series: its points so far and when the next is due."""
+
+    __slots__ = ("begin", "full", "next_snap", "points", "step", "window")
+
+    def __init__(self, step: int, window: int, begin: float) -> None:
+        self.step = step
+        self.window = window
+        self.begin = begin
+        self.next_snap = begin + step
+        self.points: list[dict[str, Any]] = []
+        self.full = False
+        """More points than MAX_SERIES_POINTS: no longer sampled, nor kept."""
+
+    def tick(self, now: float, point: Callable[[int], dict[str, Any]]) -> None:
+        step = self.step
+        if now - self.next_snap > 2 * step:  # after an idle stretch the replay crossed at once
+            self.next_snap = self.begin + math.floor((now - self.begin) / step) * step
+        while now >= self.next_snap:
+            self.points.append(point(self.window))
+            self.next_snap += step
 
 
 def analyse(
