@@ -93,9 +93,26 @@ def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return out
 
 
+PEAK: Final = "peak output tok/s"
+"""The figure taken over each recording's series windows (their length grows with the
+recording's: 10 s, 60 s, 300 s)."""
+
+
+def peak_windows(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, Any] | None:
+    """The two recordings' series windows (s) when they differ — their peak rates are then
+    the busiest 10 s against the busiest minute, say, and have no ratio — else None."""
+    wa = (a.get("throughput") or {}).get("series_window_s")
+    wb = (b.get("throughput") or {}).get("series_window_s")
+    return (wa, wb) if wa != wb else None
+
+
 def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Things worth knowing that do not invalidate a comparison."""
     out = []
+    windows = peak_windows(a, b)
+    if windows is not None:
+        out.append(f"{PEAK}: over {num(windows[0], 0)} s windows in A, {num(windows[1], 0)} s "
+                   "in B (the series' window grows with a recording's length): no ratio")
     if a["conditions"]["upstream"] != b["conditions"]["upstream"]:
         out.append(f"upstreams: A {a['conditions']['upstream'] or NA}; "
                    f"B {b['conditions']['upstream'] or NA}")
@@ -141,7 +158,7 @@ FIGURES: Final[list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], 
                         ("tpot", "TPOT"), ("e2e", "E2E"))
       for q in ("p50", "p95", "p99")],
     ("system output tok/s", _get("throughput.output_tps"), num, False),
-    ("peak output tok/s", _get("throughput.output_tps_peak"), num, False),
+    (PEAK, _get("throughput.output_tps_peak"), num, False),
     ("requests/s", _get("throughput.rps"), lambda v: num(v, 2), False),
     ("SLO attainment", _get("slo.attainment"), pct, False),
     ("goodput tok/s", _get("slo.goodput_tps"), num, False),
@@ -171,15 +188,17 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     the SLOs differ, for the figures not judged against them)."""
     warnings = condition_warnings(a, b)
     only_slo = slo_only(warnings)
+    other_windows = peak_windows(a, b) is not None
     rows = []
     for label, get, _fmt, lower_better in FIGURES:
         va, vb = get(a), get(b)
         ratio = None
         comparable = not warnings or (only_slo and label not in SLO_JUDGED)
-        if comparable and isinstance(va, int | float) and isinstance(vb, int | float) and va:
+        withheld = not comparable or (label == PEAK and other_windows)
+        if not withheld and isinstance(va, int | float) and isinstance(vb, int | float) and va:
             ratio = vb / va
         rows.append({"figure": label, "a": va, "b": vb, "ratio_b_over_a": ratio,
-                     "lower_is_better": lower_better})
+                     "lower_is_better": lower_better, "withheld": withheld})
     la, lb = a["source"]["file"], b["source"]["file"]
     sa, sb = a["source"].get("series"), b["source"].get("series")
     if la == lb and sa is not None and sb is not None and sa != sb:
@@ -230,7 +249,8 @@ def figure_rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         fmt = fmts[row["figure"]]
         ratio = row["ratio_b_over_a"]
         shown = (f"{ratio:.2f}×" if ratio is not None
-                 else ("withheld" if not cmp["conditions_match"] else NA))
+                 else ("withheld" if row.get("withheld", not cmp["conditions_match"])
+                       else NA))
         out.append((row["figure"], fmt(row["a"]), fmt(row["b"]), shown))
     return out
 
