@@ -371,7 +371,11 @@ def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
             "concurrency": conc,
             "requests": n,
             "judged": judged,
-            "errors": n - int(cnt[COUNTERS.index("ok")]),
+            # as ``outcomes`` counts them (a cancel is no error: not ok was 16 "errors"
+            # beside outcomes' 12, its 4 cancellations among them)
+            "errors": int(cnt[COUNTERS.index("errors")]),
+            "timeouts": int(cnt[COUNTERS.index("timeouts")]),
+            "cancelled": int(cnt[COUNTERS.index("cancelled")]),
             "slo_attainment": int(cnt[C_MET]) / judged if judged else None,
             "meets_target": (int(cnt[C_MET]) / judged >= slo.target) if judged else None,
             "ttft_p50": p(m_ttft, int(s), 0),
