@@ -20,14 +20,15 @@ def user_name(row: Any) -> str:
 
 
 def secs(v: Any) -> str:
-    """A latency: µs / ms / s with three significant figures."""
+    """A latency: µs / ms / s with three significant figures. The unit is chosen by the
+    value as rounded (0.9996 s read "1e+03 ms", 0.0009996 s "1000 µs")."""
     if not isinstance(v, int | float):
         return NA
-    if v < 1e-3:
+    if v * 1e6 < 999.5:
         return f"{v * 1e6:.0f} µs"
-    if v < 1:
+    if v * 1e3 < 999.5:
         return f"{v * 1e3:.3g} ms"
-    if v < 100:
+    if v < 99.95:
         return f"{v:.3g} s"
     return f"{v:.0f} s"
 
