@@ -46,6 +46,21 @@ def pct(v: Any) -> str:
     return NA if not isinstance(v, int | float) else f"{100 * v:.1f}%"
 
 
+def attainment(v: Any, target: Any) -> str:
+    """An SLO attainment (0–1) as a percentage that never rounds onto what it is not: a
+    share below ``target`` that would read as the target reads "<97.5%" (39 of 40 against
+    97.51% read "97.5% (BELOW the target)" beside "target 97.5%"), and one below 1 that
+    would read "100.0%" reads "<100.0%"."""
+    shown = pct(v)
+    if not isinstance(v, int | float):
+        return shown
+    if isinstance(target, int | float) and v < target and shown == pct(target):
+        return f"<{shown}"
+    if v < 1 and shown == pct(1.0):
+        return f"<{shown}"
+    return shown
+
+
 def pct100(v: Any) -> str:
     """A value already in percent (GPU utilisations)."""
     return NA if not isinstance(v, int | float) else f"{v:.0f}%"
@@ -139,7 +154,8 @@ def capacity_text(cap: Any, by_concurrency: Any) -> str:
         why = ""
         if row is not None and row.get("slo_attainment") is not None:
             judged = row.get("judged", row.get("requests"))
-            why = (f" (met by {pct(row['slo_attainment'])} of its {num(judged, 0)} judged "
+            share = attainment(row["slo_attainment"], cap.get("target"))
+            why = (f" (met by {share} of its {num(judged, 0)} judged "
                    f"requests; target {pct(cap.get('target'))})")
         return f"none — even concurrency {fail}, the lowest level seen, misses the SLOs{why}"
     return (f"max concurrency meeting the SLOs ≈ {best}, goodput there ≈ "

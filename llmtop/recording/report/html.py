@@ -12,6 +12,7 @@ from llmtop.recording.report.compare import comparison, condition_rows, figure_r
 from llmtop.recording.report.fmt import (
     NA,
     arrivals_text,
+    attainment,
     capacity_text,
     dist,
     duration,
@@ -149,6 +150,7 @@ def render_html(r: dict[str, Any]) -> str:
     """The complete page."""
     src = r["source"]
     begin = r["conditions"]["started_at"]
+    target = r["slo"].get("target")  # (shares below it never read as it: fmt.attainment)
     parts: list[str] = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -189,7 +191,7 @@ def render_html(r: dict[str, Any]) -> str:
                        "errors", "timeouts"),
                       [[user_name(u), num(u["requests"], 0), num(u["output_tps"]),
                         secs(u.get("ttft_p95")), secs(u.get("itl_p95")),
-                        pct(u.get("slo_attainment")), num(u.get("errors"), 0),
+                        attainment(u.get("slo_attainment"), target), num(u.get("errors"), 0),
                         num(u.get("timeouts"), 0)] for u in users]))
     parts.append(figure(r, "plot-users", "Output tokens per second and TTFT p95 per user."))
 
@@ -218,7 +220,7 @@ def render_html(r: dict[str, Any]) -> str:
     parts.append("<h2>SLO attainment and goodput</h2>")
     parts.append(kv_table([
         ("objectives", esc(slo_text(r["conditions"]["slo"]))),
-        ("attainment", esc(pct(s["attainment"])) + verdict),
+        ("attainment", esc(attainment(s["attainment"], s.get("target"))) + verdict),
         ("goodput", esc(f"{num(s['goodput_rps'], 2)} req/s, {num(s['goodput_tps'])} tok/s")),
     ]))
 
@@ -257,7 +259,8 @@ def render_html(r: dict[str, Any]) -> str:
                            "E2E p95", "tok/s", "SLO met"),
                           [[str(b["concurrency"]), requests_judged(b), secs(b["ttft_p50"]),
                             secs(b["ttft_p95"]), secs(b["itl_p95"]), secs(b["e2e_p95"]),
-                            num(b["output_tps"]), pct(b["slo_attainment"])] for b in bc]))
+                            num(b["output_tps"]), attainment(b["slo_attainment"], target)]
+                           for b in bc]))
 
     parts.append("<h2>Warnings</h2>")
     if not r["warnings"]:

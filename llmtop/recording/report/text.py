@@ -11,6 +11,7 @@ from llmtop.recording.report.fmt import (
     NA,
     PERCENTILE_NOTE,
     arrivals_text,
+    attainment,
     capacity_text,
     dist,
     duration,
@@ -149,6 +150,7 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
 def render_text(r: dict[str, Any]) -> str:
     """The whole report as text (ends with a newline)."""
     out: list[str] = [f"llmtop report — {r['source']['file']}", ""]
+    target = r["slo"].get("target")  # (shares below it never read as it: fmt.attainment)
     out += ["CONDITIONS", *conditions_lines(r), ""]
 
     out += ["LATENCY (as the client saw it, at the proxy)"]
@@ -172,7 +174,8 @@ def render_text(r: dict[str, Any]) -> str:
     if users:
         out.append("PER USER (output tok/s over the session)")
         rows = [[user_name(u), num(u["requests"], 0), num(u["output_tps"]),
-                 secs(u.get("ttft_p95")), secs(u.get("itl_p95")), pct(u.get("slo_attainment")),
+                 secs(u.get("ttft_p95")), secs(u.get("itl_p95")),
+                 attainment(u.get("slo_attainment"), target),
                  num(u.get("errors", 0) + u.get("timeouts", 0), 0)]
                 for u in users[:25]]
         out += table(rows, ("user", "requests", "tok/s", "TTFT p95", "ITL p95", "SLO met",
@@ -201,7 +204,7 @@ def render_text(r: dict[str, Any]) -> str:
     out += [
         "SLO AND GOODPUT",
         f"  objectives      {slo_text(r['conditions']['slo'])}",
-        f"  attainment      {pct(s['attainment'])}"
+        f"  attainment      {attainment(s['attainment'], s.get('target'))}"
         + ("" if s["target_met"] is None else
            ("  (meets the target)" if s["target_met"] else "  (BELOW the target)")),
         f"  goodput         {num(s['goodput_rps'], 2)} req/s, {num(s['goodput_tps'])} tok/s",
@@ -217,7 +220,8 @@ def render_text(r: dict[str, Any]) -> str:
         if bc[-1] is not shown[-1]:
             shown.append(bc[-1])
         rows = [[str(b["concurrency"]), requests_judged(b), secs(b["ttft_p95"]),
-                 secs(b["itl_p95"]), num(b["output_tps"]), pct(b["slo_attainment"])]
+                 secs(b["itl_p95"]), num(b["output_tps"]),
+                 attainment(b["slo_attainment"], target)]
                 for b in shown]
         out += table(rows, ("concurrency", "requests", "TTFT p95", "ITL p95", "tok/s",
                             "SLO met"))
