@@ -74,3 +74,24 @@ def test_a_two_hour_recording_is_all_in_its_series(
     check_series(r, len(recs))
     # a 60 s window holds 6 or 7 of them: no point reads a 10 s window's 1 or 2
     assert min(p["requests"] for p in r["series"][1:-1]) >= 6
+
+
+@pytest.mark.parametrize(("seconds", "step"), [(300, 2), (7200, 60)])
+def test_every_point_covers_exactly_its_window(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], seconds: int, step: int) -> None:
+    # the aggregator's windows are whole intervals (2 s fine, 10 s coarse) plus the one
+    # open now: a point taken off their edges covered 11 s of a "10 s" window (60-70 s of
+    # a "60 s" one), as the recording's start second fell, so two recordings' peaks were
+    # over windows of different lengths. A point's span is its requests / its rate.
+    t0 = soon()
+    recs = [request(i, t0 + 3.0 * i, n_chunks=4) for i in range(int(seconds // 3))]
+    path = tmp_path / "steady.jsonl"
+    write(path, recs)
+    r = report_json(capsys, path)
+    th = r["throughput"]
+    assert th["series_step_s"] == step
+    window = th["series_window_s"]
+    full = [p for p in r["series"][:-1] if p["t"] >= window and p["requests"]]
+    assert len(full) > 10
+    for p in full:
+        assert p["requests"] / p["rps"] == pytest.approx(window, abs=1e-6)

@@ -487,7 +487,11 @@ class _Level:
         self.step = step
         self.window = window
         self.begin = begin
-        self.next_snap = begin + step
+        self.next_snap = (math.floor(begin / step) + 1) * step
+        """On multiples of ``step`` in unix time: the aggregator's interval edges (2 s
+        fine, 10 s coarse), where a window covers exactly its length (off them a "10 s"
+        window covered 10 to 12 s, a "60 s" one 60 to 70 s, as the recording's start
+        fell)."""
         self.points: list[dict[str, Any]] = []
         self.full = False
         """More points than MAX_SERIES_POINTS: no longer sampled, nor kept."""
@@ -495,7 +499,7 @@ class _Level:
     def tick(self, now: float, point: Callable[[int], dict[str, Any]]) -> None:
         step = self.step
         if now - self.next_snap > 2 * step:  # after an idle stretch the replay crossed at once
-            self.next_snap = self.begin + math.floor((now - self.begin) / step) * step
+            self.next_snap = math.floor(now / step) * step
         while now >= self.next_snap:
             self.points.append(point(self.window))
             self.next_snap += step
