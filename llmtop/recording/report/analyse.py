@@ -347,6 +347,18 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
     }
 
 
+def _before_start(c: _Collector, started: Any) -> dict[str, Any]:
+    """``requests_before_start``: requests that began before the recording did (one started
+    mid-traffic, with ``POST /llmtop/v1/recording``, or a rotated part read alone), and
+    ``first_start_at``, the earliest start. The figures then run from that start, but the
+    requests that ended before the recording began are not in it: its rates read low (61 s
+    at 129 tok/s, started 2.6 s in, read 88 tok/s), and the report says so."""
+    if not isinstance(started, int | float) or not len(c.starts):
+        return {"requests_before_start": 0, "first_start_at": c.first_start}
+    n = int(np.count_nonzero(np.frombuffer(c.starts, dtype=np.float64) < started))
+    return {"requests_before_start": n, "first_start_at": c.first_start}
+
+
 def _by_concurrency(c: _Collector, slo: Slo) -> list[dict[str, Any]]:
     stats = group_stats(c.conc_table, PCTS)
     m_ttft, m_itl, m_e2e = METRICS.index("ttft"), METRICS.index("itl"), METRICS.index("e2e")
@@ -572,6 +584,7 @@ def analyse(
         "token_source": dict(c.token_sources),
         "concurrency_at_start": c.conc.summary(),
         "in_flight": in_flight(c.starts, c.ends, c.firsts, begin, span, series),
+        **_before_start(c, started),
         "arrival": _arrival(c, begin, span),
         "gpus": [f"{g['index']}: {g['name']}" + (" (simulated)" if g["simulated"] else "")
                  for g in sorted(c.gpus.values(), key=lambda g: g["index"])],

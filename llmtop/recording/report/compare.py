@@ -19,6 +19,7 @@ from typing import Any, Final
 from llmtop.recording.report.fmt import (
     NA,
     PERCENTILE_NOTE,
+    before_start_note,
     dist,
     file_notes,
     no_footer,
@@ -122,6 +123,8 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
             out.append(f"{tag} has only {n} requests: its tail percentiles are noisy")
         if not r["source"]["complete"]:
             out.append(f"{tag} has {no_footer(r['source'])}")
+        if (early := before_start_note(r["conditions"])) is not None:
+            out.append(f"{tag}: {early}")
     for tag, r in (("A", a), ("B", b)):  # what each file's reader skipped, as a report says
         out += [f"{tag} ({r['source']['file']}): {n}" for n in file_notes(r["source"])]
     return out

@@ -61,6 +61,21 @@ def attainment(v: Any, target: Any) -> str:
     return shown
 
 
+def before_start_note(c: Any) -> str | None:
+    """What a report says when requests began before the recording did (``conditions``'
+    ``requests_before_start``): its rates run from the first of them, and undercount."""
+    n = c.get("requests_before_start") if isinstance(c, dict) else None
+    if not isinstance(n, int) or n <= 0:
+        return None
+    first, started = c.get("first_start_at"), c.get("started_at")
+    lead = (f", the first {duration(started - first)} before it"
+            if isinstance(first, int | float) and isinstance(started, int | float) else "")
+    return (f"{num(n, 0)} request{'s' if n != 1 else ''} began before the recording did"
+            f"{lead} (started mid-traffic, or a rotated part read alone): the figures run "
+            "from the first start, but the requests that ended before the recording began "
+            "are not in it, so its rates (tok/s, req/s, goodput) read low")
+
+
 def pct100(v: Any) -> str:
     """A value already in percent (GPU utilisations)."""
     return NA if not isinstance(v, int | float) else f"{v:.0f}%"

@@ -13,6 +13,7 @@ from llmtop.recording.report.fmt import (
     NA,
     arrivals_text,
     attainment,
+    before_start_note,
     capacity_text,
     dist,
     duration,
@@ -123,6 +124,8 @@ def conditions_section(r: dict[str, Any]) -> str:
     notes = file_notes(src)
     if notes:
         rows.append(("file", "<br>".join(esc(n) for n in notes)))
+    if (early := before_start_note(c)) is not None:
+        rows.append(("note", f'<span class="bad">{esc(early)}</span>'))
     return "<h2>Conditions</h2>" + kv_table(rows)
 
 

@@ -12,6 +12,7 @@ from llmtop.recording.report.fmt import (
     PERCENTILE_NOTE,
     arrivals_text,
     attainment,
+    before_start_note,
     capacity_text,
     dist,
     duration,
@@ -144,6 +145,8 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"  {k:<15} {plain(v)}")
     for i, note in enumerate(file_notes(src)):
         lines.append(f"  {'file' if i == 0 else '':<15} {note}")
+    if (early := before_start_note(c)) is not None:
+        lines.append(f"  {'note':<15} {early}")
     return lines
 
 
