@@ -38,6 +38,7 @@ from llmtop.proxy.relay import (
     RelaySink,
     UpstreamBroken,
     Watchdog,
+    close_then_drop,
     cut_off,
 )
 from llmtop.proxy.response import SentResponse, response_head
@@ -189,9 +190,12 @@ class DirectExchange:
             return
         if isinstance(exc, UpstreamBroken):
             ex.fail("error", str(exc))
+            transport = self.protocol.transport
+            if transport is not None:  # (a client that does not read is dropped in time)
+                close_then_drop(transport, self.server.cfg.timeouts.idle_s)
         else:
             ex.fail("cancelled", "client disconnected")
-        self._close_client()
+            self._close_client()
         self._finish(False)
 
     def _relayed(self, sink: RelaySink) -> None:

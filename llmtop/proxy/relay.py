@@ -381,6 +381,16 @@ CLIENT_STALL: Final = "client"
 upstream paused for it)."""
 
 
+def close_then_drop(transport: asyncio.BaseTransport, grace_s: float) -> None:
+    """Close a client's connection once what it was sent has gone out, as a truncated
+    response ends; a client that has not taken it all ``grace_s`` later is dropped then,
+    with the rest. (A graceful close alone waits for a client that does not read for as
+    long as it keeps its end open, holding the connection and the bytes.)"""
+    transport.close()
+    if isinstance(transport, asyncio.WriteTransport) and transport.get_write_buffer_size():
+        asyncio.get_running_loop().call_later(grace_s, transport.abort)
+
+
 def cut_off(wd: Watchdog, client: asyncio.Transport | None) -> tuple[Outcome, str]:
     """End a response its watchdog ``wd`` cut off after it had started, on the client's
     transport: returns its outcome and ``error``. The upstream was silent for the idle
@@ -389,14 +399,15 @@ def cut_off(wd: Watchdog, client: asyncio.Transport | None) -> tuple[Outcome, st
     upstream waited on it (``cancelled``: the client went away in all but name — nginx's
     ``send_timeout``): its connection is dropped at once, with the bytes it did not take
     (a graceful close would wait for a client that does not read, holding its connection
-    and those bytes for as long as it keeps its end open)."""
+    and those bytes for as long as it keeps its end open; after a ``timeout`` such a
+    client has the idle limit again to read: :func:`close_then_drop`)."""
     limit = f"{wd.limit_ns / 1e9:g} s"
     if wd.phase == CLIENT_STALL:
         if client is not None:
             client.abort()
         return "cancelled", f"client stopped reading for {limit}"
     if client is not None:
-        client.close()
+        close_then_drop(client, wd.limit_ns / 1e9)
     return "timeout", f"upstream idle for {limit} mid-response"
 
 

@@ -86,6 +86,7 @@ from llmtop.proxy.relay import (
     UpstreamBroken,
     Watchdog,
     WatchdogSweeper,
+    close_then_drop,
     cut_off,
 )
 from llmtop.proxy.response import response_head, sent_response
@@ -743,7 +744,7 @@ class ProxyServer:
                 # response at all (QA: an upstream chunk size of "-5")
                 return self.upstream_broke_early(ex, exc)
             ex.fail("error", str(exc))
-            return _abort(request)
+            return _abort(request, self.cfg.timeouts.idle_s)
         except ConnectionError:
             conn.abort()
             ex.fail("cancelled", "client disconnected")
@@ -1002,10 +1003,11 @@ async def _read_body(content: StreamReader, limit: int, wd: Watchdog) -> bytes |
     return b"".join(parts)
 
 
-def _abort(request: ClientRequest) -> web.StreamResponse:
+def _abort(request: ClientRequest, grace_s: float) -> web.StreamResponse:
     """End a response that has already started and cannot end cleanly: close the client's
-    connection without the end of the body, so the client sees a truncated response."""
+    connection without the end of the body, so the client sees a truncated response (and
+    drop it if the client has not read what it was sent within ``grace_s``)."""
     transport = request.transport
     if transport is not None:
-        transport.close()
+        close_then_drop(transport, grace_s)
     return sent_response(keep_alive=False)
