@@ -321,7 +321,14 @@ class SaturationMonitor:
             return None
         parts = []
         if usage is not None:
-            parts.append(f"KV cache {usage:.0%} full")
+            # preemptions free the pool they were in, so by the time they are counted the
+            # usage can read low: "KV cache 0% full; 2 preemptions" (the report helper's
+            # QA, where the engine's readings had reached 100 %) — its peak says why
+            peak = self.signals.kv_peak(now, win)
+            if pre > 0 and peak is not None and f"{peak:.0%}" != f"{usage:.0%}":
+                parts.append(f"KV cache {usage:.0%} full ({peak:.0%} at most in {win:g} s)")
+            else:
+                parts.append(f"KV cache {usage:.0%} full")
         if pre > 0:
             parts.append(f"{_plural(round(pre), 'preemption')} in {win:g} s")
         return Verdict(

@@ -535,6 +535,14 @@ class Signals:
         cut = now - window_s
         return [f for f in self.failures if f.t_end >= cut]
 
+    def kv_peak(self, now: float, window_s: float) -> float | None:
+        """The engine's highest KV-cache usage among its readings of the last
+        ``window_s`` (None: no reading had one)."""
+        cut = now - window_s
+        seen = [e.kv_cache_usage for e in self.engine_history
+                if e.t >= cut and e.kv_cache_usage is not None]
+        return max(seen) if seen else None
+
     def preemptions_delta(self, now: float, window_s: float) -> float:
         cut = now - window_s
         hist = [e for e in self.engine_history if e.t >= cut and e.preemptions is not None]
