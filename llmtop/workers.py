@@ -266,8 +266,9 @@ class FleetActive(Mapping[str, ActiveRequest]):
     def __init__(self) -> None:
         self.by_worker: dict[int, dict[str, ActiveRequest]] = {}
         self._sender: dict[int, str] = {}
-        self._retired: dict[str, None] = {}
-        """Senders :meth:`drop` retired, the newest :data:`SENDERS_KEPT`."""
+        self._retired: dict[str, frozenset[str]] = {}
+        """Senders :meth:`drop` retired, the newest :data:`SENDERS_KEPT`: the ids of the
+        open requests it returned for each (counted lost)."""
         self.heard: dict[int, float] = {}
         """Per worker: when its last report came (``time.monotonic``); the supervisor
         tells a worker that stopped reporting (a stuck process) from one that exited."""
@@ -286,6 +287,12 @@ class FleetActive(Mapping[str, ActiveRequest]):
             self.by_worker[worker] = rows
             self.heard[worker] = time.monotonic()
 
+    def counted_lost(self, sender: str) -> frozenset[str] | None:
+        """The ids of the requests :meth:`drop` returned when ``sender``'s process was
+        seen gone (counted lost then); None while it is not retired."""
+        with self._lock:
+            return self._retired.get(sender)
+
     def serving(self, sender: str) -> bool:
         """Whether worker process ``sender`` has reported and is not known to be gone."""
         with self._lock:
@@ -296,10 +303,11 @@ class FleetActive(Mapping[str, ActiveRequest]):
         last report had them), and its reports from now on."""
         with self._lock:
             sender = self._sender.pop(worker, None)
+            rows = self.by_worker.pop(worker, {})
             if sender:
-                _keep_newest(self._retired, sender, None)
+                _keep_newest(self._retired, sender, frozenset(rows))
             self.heard.pop(worker, None)
-            return list(self.by_worker.pop(worker, {}).values())
+            return list(rows.values())
 
     def __getitem__(self, key: str) -> ActiveRequest:
         for rows in self.by_worker.values():
@@ -401,7 +409,13 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
             return web.json_response({"error": f"bad ingest payload: {exc}"}, status=400)
         if batch.seq > last_seq.get(batch.sender, 0):
             _keep_newest(last_seq, batch.sender, batch.seq)
+            # a dead process's last report, read after its death was seen: the requests
+            # then counted lost are not counted again from its records (was: once an
+            # error, once as they ended)
+            gone = fleet.counted_lost(batch.sender)
             for ev in batch.events:
+                if gone and type(ev) is RequestRecord and ev.id in gone:
+                    continue
                 if (type(ev) is WarningEvent and ev.code == OUT_OF_FILES
                         and out_of_files is not None):
                     out_of_files.saw(batch.sender, ev)
