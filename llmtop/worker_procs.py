@@ -322,36 +322,54 @@ class Supervisor:
             # the proxy said 20 served, 0 errors)
             for k in range(open_at_exit - len(lost)):
                 self.publish(unreported_lost(i, self.procs[i].pid, k, how))
+        tries = self._tried(i)
+        if tries > MAX_RESTARTS:
+            self.given_up.add(i)
+            self._down(i, f"worker {i} exited ({how}) {tries} times in "
+                       f"{RESTART_WINDOW_S:.0f} s: not restarted", "; the other workers go on")
+            return None
+        delay = self.first_delay_s * (1 << (tries - 1))
+        self._down(i, f"worker {i} exited ({how}); restarting it",
+                   f" in {delay:g} s; its open requests are lost")
+        return delay
+
+    def _tried(self, i: int) -> int:
+        """Worker i exited or failed to start again: how many times in the last
+        :data:`RESTART_WINDOW_S` (both count towards :data:`MAX_RESTARTS`)."""
         now = self.clock()
         recent = self.exits.setdefault(i, deque())
         recent.append(now)
         while recent and recent[0] < now - RESTART_WINDOW_S:
             recent.popleft()
-        if len(recent) > MAX_RESTARTS:
-            self.given_up.add(i)
-            self._down(i, f"worker {i} exited ({how}) {len(recent)} times in "
-                       f"{RESTART_WINDOW_S:.0f} s: not restarted", "; the other workers go on")
-            return None
-        delay = self.first_delay_s * (1 << (len(recent) - 1))
-        self._down(i, f"worker {i} exited ({how}); restarting it",
-                   f" in {delay:g} s; its open requests are lost")
-        return delay
+        return len(recent)
 
     async def _restart(self, i: int, delay: float) -> asyncio.subprocess.Process | None:
-        """Worker i's new process after ``delay``, or None."""
-        await asyncio.sleep(delay)
-        if self._stopping:  # stop_all came during the wait
-            return None
-        try:
-            proc = await self.launcher.start(i)
-        except (StartupErrorProxy, OSError, TimeoutError) as exc:
-            self.given_up.add(i)
-            self._down(i, f"worker {i} could not be restarted: {exc}")
-            return None
-        self.procs[i] = proc
-        self.restarts += 1
-        self._up(i)
-        return proc
+        """Worker i's new process after ``delay``, or None. A start that fails (its port
+        taken for a moment, a start-up slower than the wait on a loaded machine) is tried
+        again, with the backoff of a worker that keeps exiting, and given up after as
+        many tries (before, one failed start left the worker stopped for good)."""
+        while True:
+            await asyncio.sleep(delay)
+            if self._stopping:  # stop_all came during the wait
+                return None
+            try:
+                proc = await self.launcher.start(i)
+            except (StartupErrorProxy, OSError, TimeoutError) as exc:
+                tries = self._tried(i)
+                if tries > MAX_RESTARTS:
+                    self.given_up.add(i)
+                    self._down(i, f"worker {i} could not be restarted: {exc} ({tries} exits "
+                               f"and failed starts in {RESTART_WINDOW_S:.0f} s): not "
+                               "restarted", "; the other workers go on")
+                    return None
+                delay = self.first_delay_s * (1 << (tries - 1))
+                self._down(i, f"worker {i} could not be restarted: {exc}",
+                           f"; trying again in {delay:g} s")
+                continue
+            self.procs[i] = proc
+            self.restarts += 1
+            self._up(i)
+            return proc
 
     def _down(self, i: int, why: str, more: str = "") -> None:
         """Worker i is not serving: the warning carries ``why``; the coordinator's output
