@@ -52,6 +52,9 @@ MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 FIRST_DELAY_S = 0.5
 READY_TIMEOUT_S = 30.0
+FINAL_REPORT_S = 10.0
+"""How long past the grace period a stopping worker has to finish: its last streams'
+records and its final report to the coordinator; then it is killed."""
 
 
 class StartupErrorProxy(RuntimeError):
@@ -144,8 +147,12 @@ class WorkerLauncher:
 
 
 def _terminate(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM, and SIGCONT: a stopped process (SIGSTOP, a debugger) holds the SIGTERM
+    until it runs again — before, a stopping coordinator waited its grace and
+    :data:`FINAL_REPORT_S` more, then killed it, its open requests counted nowhere."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGCONT)
 
 
 async def _stop(proc: asyncio.subprocess.Process, grace_s: float = 5.0) -> None:
@@ -306,6 +313,21 @@ class Supervisor:
             return None
         self.silent.discard(i)
         how = describe_exit(self.procs[i].returncode)
+        self._count_lost(i, how)
+        tries = self._tried(i)
+        if tries > MAX_RESTARTS:
+            self.given_up.add(i)
+            self._down(i, f"worker {i} exited ({how}) {tries} times in "
+                       f"{RESTART_WINDOW_S:.0f} s: not restarted", "; the other workers go on")
+            return None
+        delay = self.first_delay_s * (1 << (tries - 1))
+        self._down(i, f"worker {i} exited ({how}); restarting it",
+                   f" in {delay:g} s; its open requests are lost")
+        return delay
+
+    def _count_lost(self, i: int, how: str) -> None:
+        """Worker i's process is gone (``how``): the others stop counting its requests, the
+        screens stop showing them, and each one it had open is counted as failed."""
         open_at_exit = 0
         if self.counts is not None:
             open_at_exit = self.counts.count(i)  # exact: the worker wrote it as each opened
@@ -322,16 +344,6 @@ class Supervisor:
             # the proxy said 20 served, 0 errors)
             for k in range(open_at_exit - len(lost)):
                 self.publish(unreported_lost(i, self.procs[i].pid, k, how))
-        tries = self._tried(i)
-        if tries > MAX_RESTARTS:
-            self.given_up.add(i)
-            self._down(i, f"worker {i} exited ({how}) {tries} times in "
-                       f"{RESTART_WINDOW_S:.0f} s: not restarted", "; the other workers go on")
-            return None
-        delay = self.first_delay_s * (1 << (tries - 1))
-        self._down(i, f"worker {i} exited ({how}); restarting it",
-                   f" in {delay:g} s; its open requests are lost")
-        return delay
 
     def _tried(self, i: int) -> int:
         """Worker i exited or failed to start again: how many times in the last
@@ -410,13 +422,15 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await stop_workers(self.procs, grace_s)
+        for i, p in enumerate(self.procs):  # one killed at the deadline had requests open
+            self._count_lost(i, describe_exit(p.returncode))  # (one that stopped: none)
 
 
 async def stop_workers(procs: list[asyncio.subprocess.Process], grace_s: float) -> None:
     for p in procs:
         if p.returncode is None:
             _terminate(p)
-    deadline = time.monotonic() + grace_s + 10
+    deadline = time.monotonic() + grace_s + FINAL_REPORT_S
     for p in procs:
         try:
             await asyncio.wait_for(p.wait(), max(0.1, deadline - time.monotonic()))
