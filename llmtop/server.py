@@ -84,6 +84,8 @@ class RunSummary:
     cancelled_at_shutdown: int
     output_tokens: int
     notes: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    """1 when the run ended by a failure, not a signal (every worker left stopped)."""
 
     def lines(self) -> list[str]:
         out = [
@@ -587,7 +589,17 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     watching = asyncio.create_task(supervisor.run())
     obs.start_background()
     _tune_process()
-    await stop.wait()
+    signalled = asyncio.ensure_future(stop.wait())
+    # the supervisor's watch ends by itself only when every worker is left stopped: the
+    # port serves nobody, for good — stop, and exit 1, so a service manager restarts the
+    # whole proxy (before, it ran on, connections refused, and exited 0 at a signal)
+    await asyncio.wait({signalled, watching}, return_when=asyncio.FIRST_COMPLETED)
+    no_workers = (watching.done() and not stop.is_set() and not watching.cancelled()
+                  and watching.exception() is None)  # (an error in it: raised below)
+    signalled.cancel()
+    if no_workers:
+        obs.say(f"llmtop: error: no worker left serving ({len(supervisor.given_up)} of "
+                f"{len(supervisor.procs)} left stopped; the lines above say why): stopping")
     _on_next_signal(lambda: supervisor.hurry(obs.say))
     open_now = counts.others()  # every worker's open requests, from the shared table
     if open_now:
@@ -612,4 +624,6 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
             f"restart{'' if supervisor.restarts == 1 else 's'}"
             + (f"; not running at the end: {', '.join(map(str, sorted(supervisor.given_up)))}"
                if supervisor.given_up else ""))
+    if no_workers:
+        summary.exit_code = 1
     return summary

@@ -439,4 +439,4 @@ def run_workers(cfg: Config, config_path: str | None = None) -> int:
         return 2
     for line in summary.lines():
         pipe_out.say(line)
-    return 0
+    return summary.exit_code
