@@ -63,23 +63,37 @@ class StartupErrorProxy(RuntimeError):
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """Bind (without listening) a SO_REUSEPORT socket so every worker gets the same port
-    even when the user asked for port 0."""
+    even when the user asked for port 0.
+
+    The port is first bound alone (no SO_REUSEPORT) and let go: a port another process
+    listens on with SO_REUSEPORT — a second ``llmtop run --workers`` given the same
+    ``--listen``, ``llmtop sim --reuse-port`` — is refused ("Address already in use"), as
+    one process refuses it. Before, the workers joined it and the kernel split the clients
+    between the two, half the traffic unseen by this proxy."""
     try:
-        if is_any_v6(host):  # the workers' [::] is dual-stack (llmtop.listen)
-            return dual_stack(port, reuse_port=True, listen=False)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            s.close()
-            raise
+        alone = _bound(host, port, reuse_port=False)
+        port = alone.getsockname()[1]
+        alone.close()
+        return _bound(host, port, reuse_port=True)
     except OSError as exc:
         shown = f"[{host}]" if ":" in host else host  # as --listen takes it
         raise StartupErrorProxy(
             f"listen address {shown}:{port}: {exc.strerror or exc}") from None
+
+
+def _bound(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    if is_any_v6(host):  # the workers' [::] is dual-stack (llmtop.listen)
+        return dual_stack(port, reuse_port=reuse_port, listen=False)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind((host, port))
+    except BaseException:
+        s.close()
+        raise
     return s
 
 
