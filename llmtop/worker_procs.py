@@ -300,7 +300,9 @@ class Supervisor:
 
     def check_reports(self, now: float) -> None:
         """Raise WORKER_DOWN for a running worker that stopped reporting while another
-        still reports (:data:`SILENT_S`); clear it once it reports again."""
+        still reports, or while no other reports at all (:data:`SILENT_S`; one worker:
+        ``--split-observers``, or the others exited — before, such a worker was never
+        named); clear it once it reports again."""
         heard = self.active.heard
         for i, proc in enumerate(self.procs):
             t = heard.get(i)
@@ -308,8 +310,9 @@ class Supervisor:
                                                             and i not in self.silent):
                 continue  # exited (its own path), or not reported yet since its start
             quiet = now - t
-            if quiet >= SILENT_S and i not in self.silent and any(
-                    now - u < SILENT_S for j, u in heard.items() if j != i):
+            others = [u for j, u in heard.items() if j != i]
+            if quiet >= SILENT_S and i not in self.silent and (
+                    not others or any(now - u < SILENT_S for u in others)):
                 self.silent.add(i)
                 self._down(i, f"worker {i} (pid {proc.pid}) has not reported for "
                            f"{quiet:.0f} s although it runs: stuck or stopped? the "
