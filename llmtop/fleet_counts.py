@@ -6,8 +6,8 @@ or closes, and sums the other slots when a request opens: exact at that moment, 
 cost of a few hundred nanoseconds, where the coordinator's last report (what workers used
 before) was up to two forwarding intervals old.
 
-The coordinator creates the file (in ``/dev/shm`` where there is one), opens it and removes
-its name at once; each worker maps it at start-up through the descriptor it inherits
+The coordinator creates the file (in ``/dev/shm`` where there is one with room), opens it
+and removes its name at once; each worker maps it at start-up through the descriptor it inherits
 (``/dev/fd/N``, :mod:`llmtop.worker_procs`), a restarted one too: the mappings stay valid
 and nothing is left behind, even after a crash. Slots are aligned
 8-byte integers, written and read whole.
@@ -15,11 +15,16 @@ and nothing is left behind, even after a crash. Slots are aligned
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import tempfile
+from collections.abc import Sequence
 
 SLOT_BYTES = 8
+SHARED_DIRS: tuple[str | None, ...] = ("/dev/shm", None)
+"""Where the table is made: memory-backed where there is one; else the temporary
+directory."""
 
 
 class FleetCounts:
@@ -35,21 +40,38 @@ class FleetCounts:
         self.index = index
 
     @classmethod
-    def create(cls, workers: int) -> tuple[FleetCounts, str]:
-        """A zeroed table of ``workers`` slots, and the path the workers attach to."""
-        try:  # memory-backed where there is one; else the temporary directory
-            fd, path = tempfile.mkstemp(prefix="llmtop-fleet-", dir="/dev/shm")
-        except OSError:
-            fd, path = tempfile.mkstemp(prefix="llmtop-fleet-")
-        try:
-            os.ftruncate(fd, SLOT_BYTES * workers)
-            mm = mmap.mmap(fd, SLOT_BYTES * workers)
-        except BaseException:
-            os.unlink(path)
-            raise
-        finally:
-            os.close(fd)
-        return cls(mm, -1), path
+    def create(cls, workers: int, dirs: Sequence[str | None] = SHARED_DIRS,
+               ) -> tuple[FleetCounts, str]:
+        """A zeroed table of ``workers`` slots, and the path the workers attach to; in the
+        first of ``dirs`` where one can be made (None: the temporary directory)."""
+        error: OSError | None = None
+        for d in dirs:
+            try:
+                fd, path = tempfile.mkstemp(prefix="llmtop-fleet-", dir=d)
+            except OSError as exc:
+                error = exc
+                continue
+            size = SLOT_BYTES * workers
+            try:
+                # the bytes written, not only the size set: a file on a full tmpfs is made
+                # and mapped all the same, and the first write to the page is then SIGBUS
+                # (a worker at its first request, the coordinator clearing a slot); ENOSPC
+                # now, and the next place is tried
+                if os.pwrite(fd, bytes(size), 0) != size:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+                mm = mmap.mmap(fd, size)
+            except OSError as exc:
+                os.unlink(path)
+                error = exc
+                continue
+            except BaseException:
+                os.unlink(path)
+                raise
+            finally:
+                os.close(fd)
+            return cls(mm, -1), path
+        assert error is not None
+        raise error
 
     @classmethod
     def attach(cls, path: str, index: int) -> FleetCounts:
