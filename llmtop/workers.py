@@ -251,12 +251,18 @@ the newest, and a dead process's last POST comes seconds after its death, not hu
 processes later."""
 
 
-def _keep_newest(seen: dict[str, Any], sender: str, value: Any) -> None:
-    """Set ``seen[sender]`` as its newest entry, forgetting the oldest past
-    :data:`SENDERS_KEPT`."""
+LOST_IDS_KEPT = 16
+"""Retired worker processes whose lost requests' ids the coordinator keeps (a dead
+process's last report comes seconds after its death, not 16 deaths later; each set can
+hold thousands of ids)."""
+
+
+def _keep_newest(seen: dict[str, Any], sender: str, value: Any,
+                 kept: int = SENDERS_KEPT) -> None:
+    """Set ``seen[sender]`` as its newest entry, forgetting the oldest past ``kept``."""
     seen.pop(sender, None)
     seen[sender] = value
-    if len(seen) > SENDERS_KEPT:
+    if len(seen) > kept:
         del seen[next(iter(seen))]
 
 
@@ -266,9 +272,11 @@ class FleetActive(Mapping[str, ActiveRequest]):
     def __init__(self) -> None:
         self.by_worker: dict[int, dict[str, ActiveRequest]] = {}
         self._sender: dict[int, str] = {}
-        self._retired: dict[str, frozenset[str]] = {}
-        """Senders :meth:`drop` retired, the newest :data:`SENDERS_KEPT`: the ids of the
-        open requests it returned for each (counted lost)."""
+        self._retired: dict[str, None] = {}
+        """Senders :meth:`drop` retired, the newest :data:`SENDERS_KEPT`."""
+        self._lost_ids: dict[str, frozenset[str]] = {}
+        """The ids of the open requests :meth:`drop` returned (counted lost), for the
+        newest :data:`LOST_IDS_KEPT` retired senders."""
         self.heard: dict[int, float] = {}
         """Per worker: when its last report came (``time.monotonic``); the supervisor
         tells a worker that stopped reporting (a stuck process) from one that exited."""
@@ -291,7 +299,9 @@ class FleetActive(Mapping[str, ActiveRequest]):
         """The ids of the requests :meth:`drop` returned when ``sender``'s process was
         seen gone (counted lost then); None while it is not retired."""
         with self._lock:
-            return self._retired.get(sender)
+            if sender in self._lost_ids:
+                return self._lost_ids[sender]
+            return frozenset() if sender in self._retired else None
 
     def serving(self, sender: str) -> bool:
         """Whether worker process ``sender`` has reported and is not known to be gone."""
@@ -305,7 +315,8 @@ class FleetActive(Mapping[str, ActiveRequest]):
             sender = self._sender.pop(worker, None)
             rows = self.by_worker.pop(worker, {})
             if sender:
-                _keep_newest(self._retired, sender, frozenset(rows))
+                _keep_newest(self._retired, sender, None)
+                _keep_newest(self._lost_ids, sender, frozenset(rows), LOST_IDS_KEPT)
             self.heard.pop(worker, None)
             return list(rows.values())
 

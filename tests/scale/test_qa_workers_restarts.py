@@ -16,7 +16,7 @@ from test_scale_forwarder_codec import TOKEN, active, record
 from llmtop.bus import EventBus
 from llmtop.events import Event, RequestRecord, WarningEvent
 from llmtop.worker_procs import MAX_RESTARTS, Supervisor
-from llmtop.workers import SENDERS_KEPT, FleetActive, LostEvents, ingest_route
+from llmtop.workers import LOST_IDS_KEPT, SENDERS_KEPT, FleetActive, LostEvents, ingest_route
 from llmtop.workers_wire import INGEST_PATH, TOKEN_HEADER, encode_batch
 
 RESTARTS = 7 * 24 * 60 // 3  # worker 1 crashes every 3 minutes for 7 days
@@ -59,6 +59,7 @@ async def test_a_week_of_worker_restarts_keeps_per_sender_state_bounded() -> Non
     assert len(last_seq) <= SENDERS_KEPT
     assert len(lost.by_sender) <= SENDERS_KEPT
     assert len(fleet._retired) <= SENDERS_KEPT
+    assert len(fleet._lost_ids) <= LOST_IDS_KEPT
     # what the bookkeeping is for still holds: every POST taken once, every loss counted
     # once, a retired process's late report not taken as open requests
     assert sum(type(e) is RequestRecord for e in got) == RESTARTS + 1
