@@ -330,7 +330,7 @@ class Supervisor:
             return None
         self.silent.discard(i)
         how = describe_exit(self.procs[i].returncode)
-        self._count_lost(i, how)
+        lost = self._count_lost(i, how)
         tries = self._tried(i)
         if tries > MAX_RESTARTS:
             self.given_up.add(i)
@@ -338,13 +338,15 @@ class Supervisor:
                        f"{RESTART_WINDOW_S:.0f} s: not restarted", "; the other workers go on")
             return None
         delay = self.first_delay_s * (1 << (tries - 1))
-        self._down(i, f"worker {i} exited ({how}); restarting it",
-                   f" in {delay:g} s; its open requests are lost")
+        said = ("" if not lost else
+                f"; its {lost} open request{' was' if lost == 1 else 's were'} lost")
+        self._down(i, f"worker {i} exited ({how}); restarting it", f" in {delay:g} s{said}")
         return delay
 
-    def _count_lost(self, i: int, how: str) -> None:
+    def _count_lost(self, i: int, how: str) -> int:
         """Worker i's process is gone (``how``): the others stop counting its requests, the
-        screens stop showing them, and each one it had open is counted as failed."""
+        screens stop showing them, and each one it had open is counted as failed (their
+        number is returned)."""
         open_at_exit = 0
         if self.counts is not None:
             open_at_exit = self.counts.count(i)  # exact: the worker wrote it as each opened
@@ -361,6 +363,7 @@ class Supervisor:
             # the proxy said 20 served, 0 errors)
             for k in range(open_at_exit - len(lost)):
                 self.publish(unreported_lost(i, self.procs[i].pid, k, how))
+        return max(open_at_exit, len(lost))
 
     def _tried(self, i: int) -> int:
         """Worker i exited or failed to start again: how many times in the last

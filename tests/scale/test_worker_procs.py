@@ -73,6 +73,10 @@ async def test_a_worker_that_keeps_dying_is_restarted_then_left_stopped() -> Non
         assert said[0].startswith("llmtop: worker 1 exited (exit code 3)")
         assert "restarting it in 0.001 s" in said[0]
         assert "restarting it in 0.002 s" in said[2]  # doubling while it keeps failing
+        # the count of what it lost, and none said where it had nothing open (a worker
+        # stopped cleanly read "its open requests are lost" too)
+        assert said[0].endswith("in 0.001 s; its 7 open requests were lost"), said[0]
+        assert said[2].endswith("restarting it in 0.002 s"), said[2]
         assert "not restarted; the other workers go on" in said[-1]
         assert sup.procs[0] is sleeper and sleeper.returncode is None
         warnings = [w for w in warned if isinstance(w, WarningEvent)]
