@@ -437,19 +437,28 @@ class WarningEvent:
     severity: Severity
     message: str
     state: WarningState
+    since: float | None = None
+    """A warning still raised when a rotated recording's new part began is written again
+    at the part's start (``t``), with ``since`` the time it was first raised (None
+    otherwise; the line then has no ``since``)."""
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"type": "warning", "t": self.t, "code": self.code, "severity": self.severity,
-                "message": self.message, "state": self.state}
+        d = {"type": "warning", "t": self.t, "code": self.code, "severity": self.severity,
+             "message": self.message, "state": self.state}
+        if self.since is not None:
+            d["since"] = self.since
+        return d
 
     @classmethod
     def from_json_dict(cls, d: dict[str, Any]) -> WarningEvent:
+        since = d.get("since")
         return cls(
             t=float(d["t"]),
             code=str(d["code"]),
             severity=d.get("severity", "warning"),
             message=str(d.get("message", "")),
             state=d.get("state", "raised"),
+            since=None if since is None else float(since),
         )
 
 

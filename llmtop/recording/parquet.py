@@ -57,7 +57,7 @@ ENGINE_SCHEMA: Final = pa.schema([
 ])
 WARNINGS_SCHEMA: Final = pa.schema([
     ("t", pa.float64()), ("time", _TS), ("code", pa.string()), ("severity", pa.string()),
-    ("message", pa.string()), ("state", pa.string()),
+    ("message", pa.string()), ("state", pa.string()), ("since", pa.float64()),
 ])
 
 
@@ -95,6 +95,7 @@ def _warning_row(w: WarningEvent) -> dict[str, Any]:
     d = w.to_json_dict()
     del d["type"]
     d["time"] = _ts(w.t)
+    d["since"] = w.since  # (null but for a warning a rotated part carried in)
     return d
 
 

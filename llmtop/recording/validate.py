@@ -327,10 +327,15 @@ def warning_from(d: dict[str, Any]) -> WarningEvent:
     state = g("state", "raised")
     if state not in _STATES:
         raise InvalidLine(f"state is {_what(state)}, not raised or cleared")
+    t = number(d["t"], "t", lo=-MAX_TIME_S, hi=MAX_TIME_S)
+    since = _opt_number(g("since"), "since", lo=-MAX_TIME_S, hi=MAX_TIME_S)
     return WarningEvent(
-        t=number(d["t"], "t", lo=-MAX_TIME_S, hi=MAX_TIME_S), code=_string(d["code"], "code"),
+        t=t, code=_string(d["code"], "code"),
         severity=_string(g("severity", "warning"), "severity"),  # type: ignore[arg-type]
         message=_string(g("message", ""), "message"), state=state,
+        # (a carried warning's first raise; it can read a few ms after the part's start,
+        # the line's ``t``, when it was published late: kept, the report takes the earlier)
+        since=since if state == "raised" else None,
     )
 
 

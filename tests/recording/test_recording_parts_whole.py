@@ -11,6 +11,7 @@ part's end, a warning raised in one part and cleared two parts later one episode
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -202,6 +203,42 @@ def test_a_warning_across_parts_is_one_episode(tmp_path: Path) -> None:
     eng.run_to_end()
     assert eng.snapshot(None)["warnings"] == []
     eng.close()
+
+
+def test_a_part_read_alone_says_when_its_carried_warning_was_raised(tmp_path: Path) -> None:
+    """A part after the first begins with the warnings still raised, each with ``since``
+    (its first raise). Read alone, the report said it was raised at the part's start and
+    measured its duration from there; ``since`` was read by nothing (nor exported). The
+    report now says how long before the file it was raised, and measures from then; the
+    Parquet warnings table has a ``since`` column."""
+    stem = tmp_path / "w.jsonl"
+    run = Run(stem)
+    t_raised = unix_now() - 30.0  # raised well before any part but the first began
+    run.rec.on_events([WarningEvent(t=t_raised, code="QUEUEING", severity="warning",
+                                    message="queueing", state="raised")])
+    time.sleep(0.3)
+    run.feed(50)
+    t_cleared = run.warn("cleared")
+    run.feed(20, first=50)
+    parts = run.stop()
+    carried = [p for p in parts[1:] if '"since"' in p.read_text()]
+    assert carried, parts
+    last = carried[-1]  # (the part the clear is in, or one before it)
+    alone, _ = report_json(str(last))
+    (ep,) = alone["warnings"]
+    assert ep["since"] == t_raised and ep["raised_at"] > t_raised + 25
+    if ep["cleared_at"] is not None:
+        assert ep["cleared_at"] == t_cleared
+        assert ep["duration_s"] == pytest.approx(t_cleared - t_raised)
+    text = run_cli("report", str(last)).stdout
+    assert re.search(r"QUEUEING \(warning\): queueing \(raised [0-9.]+ ?s before this file "
+                     r"began\)", text), text
+    out = tmp_path / "pq"
+    assert run_cli("export", str(last), "--parquet", str(out)).returncode == 0
+    assert pq.read_table(out / "warnings.parquet").column("since").to_pylist()[0] == t_raised
+    whole, _ = report_json(str(stem))  # the whole series: one episode, from the raise
+    assert [(w["raised_at"], w["cleared_at"]) for w in whole["warnings"]] == \
+        [(t_raised, t_cleared)]
 
 
 def test_two_series_with_one_stem(tmp_path: Path) -> None:

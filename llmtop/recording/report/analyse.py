@@ -301,15 +301,20 @@ class _Collector:
                     open_ep["message"] = w.message
                     open_ep["escalated_at"] = w.t
                 return
+            # carried into a rotated part still raised: ``since`` is its first raise,
+            # before this file's start (its own line is at the part's start)
             ep = {"code": w.code, "severity": w.severity, "message": w.message,
-                  "raised_at": w.t, "cleared_at": None, "duration_s": None}
+                  "raised_at": w.t, "cleared_at": None, "duration_s": None,
+                  "since": w.since}
             self._open_warnings[w.code] = ep
             self.warnings.append(ep)
         else:
             ep2 = self._open_warnings.pop(w.code, None)
             if ep2 is not None:
                 ep2["cleared_at"] = w.t
-                ep2["duration_s"] = w.t - ep2["raised_at"]
+                since = ep2.get("since")
+                first = ep2["raised_at"] if since is None else min(since, ep2["raised_at"])
+                ep2["duration_s"] = w.t - first
                 if w.message and w.message != ep2["message"]:
                     ep2["clear_message"] = w.message
 

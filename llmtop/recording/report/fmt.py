@@ -115,6 +115,15 @@ def offset(t: Any, begin: Any) -> str:
     return f"+{h}:{m:02d}:{s:02d}" if h else f"+{m:02d}:{s:02d}"
 
 
+def carried(w: dict[str, Any]) -> str:
+    """`` (raised 5m12s before this file began)`` for a warning a rotated part carried
+    in still raised (its ``since``), else empty."""
+    since, at = w.get("since"), w.get("raised_at")
+    if not isinstance(since, int | float) or not isinstance(at, int | float) or since >= at:
+        return ""
+    return f" (raised {duration(at - since)} before this file began)"
+
+
 def dist(d: Any) -> str:
     """A token-length distribution: ``p50 100 · p90 112 · p99 123 (68–134)``."""
     if not isinstance(d, dict) or not d.get("count"):

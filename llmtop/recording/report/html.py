@@ -15,6 +15,7 @@ from llmtop.recording.report.fmt import (
     attainment,
     before_start_note,
     capacity_text,
+    carried,
     dist,
     duration,
     file_notes,
@@ -273,7 +274,7 @@ def render_html(r: dict[str, Any]) -> str:
                           [[offset(w["raised_at"], begin), w["code"],
                             w["severity"] + (f" from {offset(w['escalated_at'], begin)}"
                                              if w.get("escalated_at") is not None else ""),
-                            w["message"], offset(w["cleared_at"], begin)
+                            w["message"] + carried(w), offset(w["cleared_at"], begin)
                             if w["cleared_at"] is not None else "still raised",
                             duration(w["duration_s"])] for w in r["warnings"]]))
 

@@ -14,6 +14,7 @@ from llmtop.recording.report.fmt import (
     attainment,
     before_start_note,
     capacity_text,
+    carried,
     dist,
     duration,
     file_notes,
@@ -240,7 +241,7 @@ def render_text(r: dict[str, Any]) -> str:
         sev = w["severity"] + (f" from {offset(w['escalated_at'], begin)}"
                                if w.get("escalated_at") is not None else "")
         out.append(f"  {offset(w['raised_at'], begin)}  {w['code']} ({sev}): "
-                   f"{w['message']} — {span}")
+                   f"{w['message']}{carried(w)} — {span}")
     out.append("")
 
     out.append("GPU (peaks)")
