@@ -36,6 +36,11 @@ count of the other choices is made up.
 
 The usage-injection helpers (``add_include_usage``, ``UsageChunkStripper``,
 ``is_usage_rejection``) live in ``openai_usage`` and are re-exported here.
+
+llama.cpp's own completion API (``POST /completion``, and ``/completions`` without
+``/v1``) is read here too: its events and answers have no ``choices`` but a top-level
+``content`` string and a ``stop`` flag (``_native_content``); a non-empty ``content`` is
+content, and the last event's (or the answer's) ``timings`` give the counts as above.
 """
 
 from __future__ import annotations
@@ -128,6 +133,15 @@ def _choices_have_content(choices: object, key: str) -> bool:
         if _text_like(ch.get("text")):  # legacy completions
             return True
     return False
+
+
+def _native_content(obj: dict[str, Any]) -> bool:
+    """A content-bearing event or answer of llama.cpp's own completion API (``/completion``,
+    ``/completions`` without ``/v1``): no ``choices``, a non-empty top-level ``content``
+    string, and its ``stop`` flag."""
+    content = obj.get("content")
+    return (content.__class__ is str and content != "" and "stop" in obj
+            and "choices" not in obj)
 
 
 def _error_of(obj: dict[str, Any]) -> tuple[str, str | None] | None:
@@ -384,7 +398,7 @@ class OpenAIStreamParser(ParserState):
                     cum = count(usage.get("completion_tokens"))
             elif not self._usage_obj:
                 self._timings(obj)
-            if _choices_have_content(obj.get("choices"), "delta"):
+            if _choices_have_content(obj.get("choices"), "delta") or _native_content(obj):
                 n += 1
                 if cum is None:
                     tokens += 1
@@ -466,7 +480,7 @@ class OpenAIBodyParser(JSONBodyParser):
             self._set_prompt(usage.get("prompt_tokens"))
         else:
             _llamacpp_timings(self, obj)
-        return _choices_have_content(obj.get("choices"), "message")
+        return _choices_have_content(obj.get("choices"), "message") or _native_content(obj)
 
 
 def _llamacpp_timings(state: ParserState, obj: dict[str, Any]) -> None:
