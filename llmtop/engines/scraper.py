@@ -4,7 +4,8 @@
 thread (a large vLLM exposition takes milliseconds of pure Python that must not stall the
 proxy's event loop), publishes one :class:`~llmtop.events.EngineReading` per scrape and
 keeps it as :attr:`EngineScraper.latest`. A 404, a refused connection or text that is not
-exposition format becomes :attr:`EngineScraper.status` and a back-off (doubling up to
+exposition format becomes :attr:`EngineScraper.status` (another error status with the
+engine's own message, when its body gives one) and a back-off (doubling up to
 ``max_backoff_s``); the loop only ends when cancelled. An engine without ``/metrics``
 (Ollama) is therefore harmless: the status says so and the rest of llmtop carries on.
 """
@@ -12,6 +13,7 @@ exposition format becomes :attr:`EngineScraper.status` and a back-off (doubling 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -28,6 +30,10 @@ MAX_BYTES = 16 * 1024 * 1024
 """Largest exposition accepted (vLLM with many models/ranks stays far below)."""
 INLINE_PARSE_CHARS = 32 * 1024
 """An exposition up to this long is parsed on the loop, a longer one in a thread."""
+REASON_BYTES = 4096
+"""Of an error answer to the scrape, the bytes read for its message."""
+REASON_CHARS = 200
+"""The longest engine message a failed scrape's status line quotes."""
 
 
 class ScrapeError(Exception):
@@ -95,7 +101,11 @@ class EngineScraper(Poller[EngineReading]):
                         "llmtop does not send: point engine.metrics_url at the engine's "
                         "own /metrics, or set engine.enabled = false)")
                 if resp.status != 200:
-                    raise ScrapeError(f"{self.url}: HTTP {resp.status}")
+                    # the engine's own reason, when it gives one: llama.cpp without
+                    # --metrics answers 501 "... Start it with `--metrics`"
+                    why = _reason(await resp.content.read(REASON_BYTES))
+                    raise ScrapeError(f"{self.url}: HTTP {resp.status}"
+                                      + (f" ({why})" if why else ""))
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in resp.content.iter_chunked(1 << 16):
@@ -136,6 +146,37 @@ class EngineScraper(Poller[EngineReading]):
         if isinstance(exc, ScrapeError):
             return str(exc)
         return f"{self.url}: {type(exc).__name__}: {exc}"
+
+
+def _reason(body: bytes) -> str:
+    """The message of an error answer's body, on one line and at most
+    :data:`REASON_CHARS` long: ``error.message`` (llama.cpp, vLLM), a string ``error``,
+    ``message`` or ``detail``, else the body's text when it is short plain text (not HTML);
+    "" when there is none."""
+    text = body.decode("utf-8", errors="replace").strip()
+    if not text:
+        return ""
+    said: object = None
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            err = obj.get("error")
+            if isinstance(err, dict):
+                err = err.get("message")
+            for said in (err, obj.get("message"), obj.get("detail")):
+                if isinstance(said, str) and said.strip():
+                    break
+            else:
+                return ""
+    elif not text.startswith("<") and len(body) < REASON_BYTES:
+        said = text
+    if not isinstance(said, str):
+        return ""
+    line = " ".join(said.split())
+    return line if len(line) <= REASON_CHARS else line[:REASON_CHARS - 1] + "…"
 
 
 def _why(exc: BaseException) -> str:
