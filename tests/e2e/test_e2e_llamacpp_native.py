@@ -65,3 +65,44 @@ async def test_native_completion_is_counted_as_the_engine_counts(
     assert rec_whole["token_source"] == "usage"
     assert rec_whole["ttft_s"] is not None and rec_whole["ttft_s"] > 0
     assert rec_whole["chunk_tokens"] == [answer["tokens_predicted"]]
+
+
+async def test_native_prompt_list_counts_every_prompts_completion(
+    llmtop: LlmtopProcess, engine: Any
+) -> None:
+    """A list of prompts is one completion per prompt: streamed, each event carries its
+    prompt's ``index`` and each prompt ends with its own ``timings``; not streamed, the
+    answer is a JSON list of results. The record sums over the prompts (each prompt's
+    tokens its own: they are different prompts)."""
+    body = {"prompt": [PROMPT, "The sky is"], "n_predict": N_PREDICT, "temperature": 0.0}
+    streamed, whole = new_user("native-list-stream"), new_user("native-list-whole")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{llmtop.proxy_url}/completions", json={**body, "stream": True},
+            headers={USER_HEADER: streamed},
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            raw = await resp.read()
+        async with session.post(
+            f"{llmtop.proxy_url}/completions", json=body, headers={USER_HEADER: whole}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            answer = await resp.json()
+    events = [json.loads(p) for p in sse_events(raw) if p != b"[DONE]"]
+    events = [e for e in events if e is not None]  # it may open with "data: null"
+    finals = [e for e in events if e.get("stop") is True]
+    assert sorted(e["index"] for e in finals) == [0, 1]
+    content_events = [e for e in events if e.get("content")]
+
+    rec, rec_whole = await llmtop.records_for([streamed, whole])
+    assert rec["completion_tokens"] == sum(e["tokens_predicted"] for e in finals)
+    assert rec["prompt_tokens"] == sum(e["tokens_evaluated"] for e in finals)
+    assert rec["token_source"] == "usage"
+    assert len(rec["chunk_offsets_s"]) == len(content_events)
+    assert sum(rec["chunk_tokens"]) == rec["completion_tokens"]
+
+    assert isinstance(answer, list) and len(answer) == 2
+    assert rec_whole["completion_tokens"] == sum(a["tokens_predicted"] for a in answer)
+    assert rec_whole["prompt_tokens"] == sum(a["tokens_evaluated"] for a in answer)
+    assert rec_whole["token_source"] == "usage"
+    assert rec_whole["ttft_s"] is not None and rec_whole["ttft_s"] > 0

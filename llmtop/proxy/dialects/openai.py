@@ -176,8 +176,8 @@ def _one_index(choices: object) -> int | None:
 class OpenAIStreamParser(ParserState):
     """An OpenAI-style SSE stream (see the module docstring for what counts)."""
 
-    __slots__ = ("_counted", "_fast", "_first", "_max", "_per_choice", "_sse", "_summed",
-                 "_usage_obj", "_usage_per_choice", "_warm", "done")
+    __slots__ = ("_counted", "_fast", "_first", "_max", "_per_choice", "_prompt_per_index",
+                 "_sse", "_summed", "_usage_obj", "_usage_per_choice", "_warm", "done")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__()
@@ -189,6 +189,7 @@ class OpenAIStreamParser(ParserState):
         self._usage_obj = False  # a ``usage`` object was seen (timings are then not read)
         self._summed: int | None = None  # completion tokens of the usage-only events, summed
         self._per_choice: dict[int, int] | None = None  # timings.predicted_n per choice index
+        self._prompt_per_index: dict[int, int] | None = None  # native API: prompt per index
         self._usage_per_choice: dict[int, int] | None = None  # usage per choice index
         self._first: bytes | None = None  # the first event, for its id (see response_id)
         self.done = False
@@ -441,15 +442,22 @@ class OpenAIStreamParser(ParserState):
     def _timings(self, obj: dict[str, Any]) -> None:
         """llama.cpp's counts from ``timings`` (no ``usage`` in the stream): the last
         ``predicted_n`` of each choice index, summed (with ``n > 1`` each choice's finish
-        event carries its own), and the prompt once."""
+        event carries its own), and the prompt once. Its own API's events have no
+        ``choices`` but a top-level ``index``, one per prompt of a list of prompts: their
+        prompts are different, so theirs are summed too."""
         t = obj.get("timings")
         if not isinstance(t, dict):
             return
+        index = _one_index(obj.get("choices"))
+        native = None
+        if index is None and "choices" not in obj:
+            native = obj.get("index")
+            if type(native) is int:
+                index = native
+        if index is None:
+            index = -1
         n = count(t.get("predicted_n"))
         if n is not None:
-            index = _one_index(obj.get("choices"))
-            if index is None:
-                index = -1
             per = self._per_choice
             if per is None:
                 per = self._per_choice = {}
@@ -457,7 +465,14 @@ class OpenAIStreamParser(ParserState):
             self._set_completion(sum(per.values()))
         prompt, cached = t.get("prompt_n"), t.get("cache_n", 0)
         if type(prompt) is int and type(cached) is int:
-            self._set_prompt(prompt + cached)
+            if type(native) is int:
+                prompts = self._prompt_per_index
+                if prompts is None:
+                    prompts = self._prompt_per_index = {}
+                prompts[native] = prompt + cached
+                self._set_prompt(sum(prompts.values()))
+            else:
+                self._set_prompt(prompt + cached)
 
 
 class OpenAIBodyParser(JSONBodyParser):
@@ -466,6 +481,8 @@ class OpenAIBodyParser(JSONBodyParser):
     __slots__ = ()
 
     def _interpret(self, obj: Any) -> bool:
+        if isinstance(obj, list):
+            return self._native_results(obj)
         if not isinstance(obj, dict):
             return False
         err = _error_of(obj)
@@ -481,6 +498,33 @@ class OpenAIBodyParser(JSONBodyParser):
         else:
             _llamacpp_timings(self, obj)
         return _choices_have_content(obj.get("choices"), "message") or _native_content(obj)
+
+    def _native_results(self, results: list[Any]) -> bool:
+        """llama.cpp's own API answering a list of prompts: a list of results, one per
+        prompt, each with its own ``timings``: their counts summed (different prompts)."""
+        if not results or not all(isinstance(r, dict) and "stop" in r and "choices" not in r
+                                  for r in results):
+            return False
+        completion = prompt = 0
+        have_completion = have_prompt = False
+        for r in results:
+            self._set_model(r.get("model"))
+            t = r.get("timings")
+            if not isinstance(t, dict):
+                continue
+            n = count(t.get("predicted_n"))
+            if n is not None:
+                completion += n
+                have_completion = True
+            p, cached = t.get("prompt_n"), t.get("cache_n", 0)
+            if type(p) is int and type(cached) is int:
+                prompt += p + cached
+                have_prompt = True
+        if have_completion:
+            self._set_completion(completion)
+        if have_prompt:
+            self._set_prompt(prompt)
+        return any(_native_content(r) for r in results)
 
 
 def _llamacpp_timings(state: ParserState, obj: dict[str, Any]) -> None:
