@@ -98,7 +98,8 @@ async def test_native_prompt_list_counts_every_prompts_completion(
     assert rec["completion_tokens"] == sum(e["tokens_predicted"] for e in finals)
     assert rec["prompt_tokens"] == sum(e["tokens_evaluated"] for e in finals)
     assert rec["token_source"] == "usage"
-    assert len(rec["chunk_offsets_s"]) == len(content_events)
+    # the prompts decode side by side: two of their events may arrive in one read (one chunk)
+    assert 0 < len(rec["chunk_offsets_s"]) <= len(content_events)
     assert sum(rec["chunk_tokens"]) == rec["completion_tokens"]
 
     assert isinstance(answer, list) and len(answer) == 2
