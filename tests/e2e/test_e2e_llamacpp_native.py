@@ -1,9 +1,8 @@
 """llama.cpp's own completion API from the real server through ``llmtop run --headless``:
-``POST /completions`` without ``/v1`` (the alias of its ``/completion``, which path detection
-leaves to the ``other`` dialect) takes ``n_predict`` and answers ``{"content", "stop",
-"tokens_predicted", "tokens_evaluated", "timings"}`` with no ``choices``. The record counts
-what the engine says it generated, its first chunk is the first content event the client
-got, and the text is what a direct request gets."""
+``POST /completion`` and its alias ``/completions`` (without ``/v1``) take ``n_predict`` and
+answer ``{"content", "stop", "tokens_predicted", "tokens_evaluated", "timings"}`` with no
+``choices``. The record counts what the engine says it generated, its first chunk is the
+first content event the client got, and the text is what a direct request gets."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 from e2e_support import PROMPT, USER_HEADER, LlmtopProcess, new_user, sse_events
 
 N_PREDICT = 6
@@ -21,10 +21,10 @@ def _body(stream: bool) -> dict[str, Any]:
             "stream": stream}
 
 
+@pytest.mark.parametrize("path", ["/completions", "/completion"])
 async def test_native_completion_is_counted_as_the_engine_counts(
-    llmtop: LlmtopProcess, engine: Any
+    llmtop: LlmtopProcess, engine: Any, path: str
 ) -> None:
-    path = "/completions"
     streamed, whole = new_user("native-stream"), new_user("native-whole")
     async with aiohttp.ClientSession() as session:
         async with session.post(

@@ -130,7 +130,7 @@ _SUFFIXES: Final[tuple[tuple[str, Dialect], ...]] = (
 
 BODY_DECIDES: Final[frozenset[Dialect]] = frozenset({"other", "tgi"})
 """The answers of ``detect_dialect`` without a body that the body may change: ``other``
-(TGI's ``POST /``) and ``tgi`` (SGLang's ``/generate``)."""
+(TGI's ``POST /``, llama.cpp's ``/completion``) and ``tgi`` (SGLang's ``/generate``)."""
 
 _SSE = "text/event-stream"
 _NDJSON = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl",
@@ -156,6 +156,10 @@ def detect_dialect(
     ``…/generate`` request is sglang when the body is SGLang's
     (``sglang.is_sglang_request``: ``text``, ``input_ids``, ``input_embeds`` or
     ``sampling_params``, and no ``inputs``), else tgi as before.
+
+    ``…/completion`` is llama.cpp's own completion API (``n_predict``; answers with a
+    top-level ``content``, which the openai parsers read): openai when the ``body`` is a
+    JSON object with a ``prompt``, else other.
 
     The path ``/`` alone (query and trailing slashes aside) says nothing: TGI serves
     generation there, and so do other servers their own APIs. With the request's ``body``
@@ -183,7 +187,18 @@ def detect_dialect(
             return dialect
     if not p and body and is_tgi_compat_request(body):
         return "tgi"  # TGI's POST / (CompatGenerateRequest)
+    if p.endswith("/completion") and body and _is_llamacpp_completion(body):
+        return "openai"  # llama.cpp's own POST /completion: the openai parsers read it
     return "other"
+
+
+def _is_llamacpp_completion(body: bytes) -> bool:
+    """``body`` is a request for llama.cpp's own ``/completion``: a JSON object with a
+    ``prompt`` (a string, tokens, or a list of either). Never raises."""
+    if b'"prompt"' not in body or not body[:64].lstrip().startswith(b"{"):
+        return False
+    obj = loads(body)
+    return isinstance(obj, dict) and isinstance(obj.get("prompt"), str | list | dict)
 
 
 def _media_type(content_type: str | None) -> str:
