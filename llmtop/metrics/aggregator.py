@@ -166,9 +166,6 @@ class Aggregator:
         self.users = LabelSlots(n_users, base=2, other_id=1)
         self.models = LabelSlots(MODEL_SLOTS, base=n_users + 3, other_id=n_users + 2)
         self.shape = (n_users + 3 + MODEL_SLOTS, len(COUNTERS))
-        self._user_rows = slice(1, n_users + 2)
-        """The users' series ("other" and the tracked ones): every token of the system's
-        is exactly one of theirs."""
         self._windows = Windows(self.shape, self.started_at,
                                 on_fine_closed=self._on_fine_closed)
         self._capacity = CapacityBins()
@@ -206,9 +203,10 @@ class Aggregator:
         self._live: dict[str, tuple[int, float, int]] = {}
         """Active request id → (content events seen at the last tick, tokens attributed —
         unrounded —, chunks seen at the last tick)."""
-        self._debt = np.zeros(self.shape[0], dtype=np.int64)
-        """Per series: output tokens over-attributed live and not yet taken back (see
-        :meth:`_settle_out`)."""
+        self._owed: dict[tuple[int, int], int] = {}
+        """(user series, model series) → output tokens over-attributed live to requests of
+        that user and model and not yet taken back from the windows (see
+        :meth:`_settle_out`); bounded by the series, not the requests."""
         self._live_seen: dict[str, float] = {}
         self.tokens_per_event: dict[str, float] = {}
         """Model → output tokens per content event, learned from finished requests with
@@ -478,6 +476,12 @@ class Aggregator:
     def _file(self, records: list[RequestRecord], users: list[int], models: list[int],
               rest: list[int], ttft_filed: list[bool], live: list[int]) -> None:
         """File one slice of the queue."""
+        takes: dict[tuple[int, int], int] = {}
+        if min(rest, default=0) < 0:  # over-attributed live: given back per request below
+            for u, m, x in zip(users, models, rest, strict=True):
+                if x < 0:
+                    takes[u, m] = takes.get((u, m), 0) - x
+            rest = [x if x > 0 else 0 for x in rest]
         try:
             b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed, live)
         except Exception as exc:  # filing runs inside readers and ticks too
@@ -486,7 +490,7 @@ class Aggregator:
             self.filing_errors += 1
             self.last_filing_error = exc
             return
-        owed = self._settle_out(b.counters)
+        owed = self._settle_out(b.counters, takes)
         self._windows.add(b.table, b.counters)
         if owed is not None:
             self._windows.add_to_total(C_OUT, owed)
@@ -505,39 +509,72 @@ class Aggregator:
 
     def _settle_out(
         self, counters: np.ndarray[Any, np.dtype[np.int64]],
+        takes: dict[tuple[int, int], int] | None = None,
     ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
-        """Keep every series' output tokens in the current interval at or above zero.
+        """Take back over-attributed output tokens, keeping every series' output tokens in
+        the current interval at or above zero.
 
         Live tokens are attributed at the model's learned rate; when a request ends, its
         final count corrects them, downwards if the rate was too high for it. Taken at once,
-        that correction made a window's output tokens/s negative. A negative amount is
-        taken back from the current interval only as far as it holds output tokens; the
-        rest is owed (``_debt``) and taken from the series' next tokens, so totals come out
-        exact once the series has streamed as many again.
-
-        The system gives back what its users give back (the sum of their rows), so it owes
-        what they owe: owing on its own, it paid a user's over-attribution with the other
-        users' tokens, and read 0 tok/s for seconds while another user's row streamed 142.
-        The system's row is the sum of its users' rows in every window (models owe on
-        their own, as before: they fold the same tokens another way).
+        that correction made a window's output tokens/s negative. ``counters`` holds the
+        tokens to add (none negative); ``takes`` what ended requests take back, per (user
+        series, model series). A take-back is one per request: its user, its model and the
+        system give back the same amount, as far as the current interval (with these
+        tokens) holds output tokens of both its user and its model; the rest is owed
+        (``_owed``) and taken the same way from later tokens, so the windows' totals come out
+        exact once that user and model have streamed as many again. The system's row is
+        then the sum of the users' rows and the sum of the models' rows in every window.
+        (Owed per series, the system paid a user's take-back with the other users' tokens
+        and read 0 tok/s while another user streamed 142; owed per user and per model, one
+        model's row read 0 while the system read the users' sum.)
 
         The all-time total needs no such smoothing (it holds every token counted so far, so
         a correction cannot take it below zero): the return value is what it must get on
         top of ``counters`` — the change in what is owed — so the session's totals equal
         the engine's count at once (``None``: nothing to add)."""
-        col = counters[:, C_OUT]
-        debt = self._debt
-        if col.min() >= 0 and not debt.any():
+        if not takes and not self._owed:
             return None
-        net = col - debt
-        floor = -self._windows.cur.counters[:, C_OUT]
-        applied = np.maximum(net, np.minimum(floor, 0))
-        applied[0] = applied[self._user_rows].sum()
-        new_debt: np.ndarray[Any, np.dtype[np.int64]] = applied - net
-        self._debt = new_debt
+        col = counters[:, C_OUT]
+        exact = col.copy()  # what the all-time total gets: the tokens less every take-back
+        if takes:
+            for (u, m), x in takes.items():
+                exact[0] -= x
+                exact[u] -= x
+                exact[m] -= x
+            owing = dict(self._owed)
+            for key, x in takes.items():
+                owing[key] = owing.get(key, 0) + x
+        else:
+            owing = self._owed
+        applied, self._owed = self._give_back(col, owing)
         counters[:, C_OUT] = applied
-        owed: np.ndarray[Any, np.dtype[np.int64]] = debt - new_debt
+        owed: np.ndarray[Any, np.dtype[np.int64]] = exact - applied
         return owed
+
+    def _give_back(
+        self, col: np.ndarray[Any, np.dtype[np.int64]], owing: Mapping[tuple[int, int], int],
+    ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], dict[tuple[int, int], int]]:
+        """``col`` (output tokens per series to add to the current interval, none negative)
+        less what ``owing`` takes back from it, each (user, model) pair at most what both
+        its rows hold in the current interval with ``col``; and what is left owing. Pure:
+        :meth:`_settle_out` keeps the result, :meth:`_live_tail` only reads it."""
+        held = (self._windows.cur.counters[:, C_OUT] + col).tolist()
+        out = col.copy()
+        left: dict[tuple[int, int], int] = {}
+        for (u, m), want in owing.items():
+            x = min(want, held[u], held[m], held[0])
+            if x > 0:
+                held[0] -= x
+                held[u] -= x
+                held[m] -= x
+                out[0] -= x
+                out[u] -= x
+                out[m] -= x
+            else:
+                x = 0
+            if want > x:
+                left[u, m] = want - x
+        return out, left
 
     def tick(self, now: float | None = None) -> None:
         """Sample concurrency and live tokens from the active registry; rotate intervals."""
@@ -629,9 +666,12 @@ class Aggregator:
             self._coarse_start = w.coarse_cur.start
             remap = self.users.rebalance(elapsed) | self.models.rebalance(elapsed)
             w.remap_series(remap)
-            for old, new in remap.items():  # what a folded series owes, its new one owes
-                self._debt[new] += self._debt[old]
-                self._debt[old] = 0
+            if remap and self._owed:  # what a folded series owes, its new one owes
+                owed: dict[tuple[int, int], int] = {}
+                for (u, m), x in self._owed.items():
+                    key = (remap.get(u, u), remap.get(m, m))
+                    owed[key] = owed.get(key, 0) + x
+                self._owed = owed
 
     def _on_fine_closed(self, iv: Interval) -> None:
         span = iv.end - max(iv.start, self.started_at)
@@ -716,16 +756,9 @@ class Aggregator:
             for name, d in names.items():
                 tokens[slots.peek(name)] += d
         col = np.array(tokens, dtype=np.int64)
-        if all_time:
+        if all_time or not self._owed:
             return col
-        debt = self._debt  # as _settle_out, without moving the debt
-        if min(tokens) >= 0 and not debt.any():
-            return col
-        floor = -self._windows.cur.counters[:, C_OUT]
-        applied: np.ndarray[Any, np.dtype[np.int64]] = np.maximum(col - debt,
-                                                                   np.minimum(floor, 0))
-        applied[0] = applied[self._user_rows].sum()
-        return applied
+        return self._give_back(col, self._owed)[0]  # as _settle_out, owing on as before
 
     def live_counts(self) -> tuple[dict[int, list[int]], tuple[int, int, int]]:
         """In flight now from the registry: per user series ``[in_flight, waiting,

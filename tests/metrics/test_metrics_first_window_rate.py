@@ -238,7 +238,7 @@ def test_the_tail_is_what_the_next_tick_attributes() -> None:
     p.agg.on_events([record(rid="b", user="bob", t_start=b.t_start, ttft=0.01,
                             gaps=[0.01] * (b.tokens - 1), completion_tokens=300)])
     p.agg.flush()
-    assert p.agg._debt.any()  # the case under test
+    assert p.agg._owed  # the case under test
     p.run_to(p.next_tick - 0.01)
     before = {w: p.snap(w) for w in ALL_WINDOWS}
     p.agg.tick()  # the same instant: the tail becomes attributed

@@ -58,7 +58,7 @@ def _measure(agg: Aggregator, col: LlmtopCollector) -> dict[str, Any]:
         "recent": len(agg.recent),
         "warnings": len(agg.warnings),
         "engine_history": len(agg.engine_history),
-        "debt": len(agg._debt),
+        "debt": len(agg._owed),
     }
     out.update({name: len(getattr(agg, name)) for name in PER_REQUEST})
     gc.collect()
