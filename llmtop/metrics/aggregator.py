@@ -94,7 +94,7 @@ from llmtop.metrics.ingest import (
     slice_table,
     ttft_table,
 )
-from llmtop.metrics.labels import LabelSlots
+from llmtop.metrics.labels import LabelSlots, model_label
 from llmtop.metrics.slo import Slo
 from llmtop.metrics.snapshot import build_snapshot  # not at the first request: no compile there
 from llmtop.metrics.table import CountTable
@@ -311,7 +311,7 @@ class Aggregator:
             filed, acc, _ = state.get(sl.id, (0, 0.0, 0.0))
             if sl.first != filed or (filed > 0) != (sl.prev_ns is not None):
                 continue
-            model = sl.model or "unknown"
+            model = model_label(sl.model)
             tpe = tpe_of(model)
             toks: Sequence[int] = sl.tokens
             if tpe is None or tpe == 1.0:
@@ -347,7 +347,7 @@ class Aggregator:
         for r in records:
             w = 0.0 if r.id in scored else 1.0
             users.append(self.users.series_for(r.user, w))
-            models.append(self.models.series_for(r.model or "unknown", w))
+            models.append(self.models.series_for(model_label(r.model), w))
             events, attributed, chunks_seen = live.pop(r.id, (0, 0.0, 0))
             last_tick = seen.pop(r.id, None)
             remainder.append(output_tokens(r) - int(attributed + 0.5))
@@ -403,7 +403,7 @@ class Aggregator:
         # the per-chunk counts sum to the usage (the relay scales them); if they do not,
         # they still share it in proportion
         sample = min(max(usage * seen / (total * events), 0.5), 64.0)
-        model = r.model or "unknown"
+        model = model_label(r.model)
         old = self.tokens_per_event.get(model)
         if old is None:  # a model's first request sets it; later ones move it
             if len(self.tokens_per_event) >= TPE_MODELS:
@@ -598,14 +598,15 @@ class Aggregator:
             if a.user and a.id not in self._scored:  # the user is known once the body is read
                 self._scored.add(a.id)
                 self.users.series_for(a.user)
-                self.models.series_for(a.model or "unknown")
+                self.models.series_for(model_label(a.model))
             seen[a.id] = t
             raw = a.tokens
             if raw == prev[0]:
                 continue
             # only the events since the last tick take the model's rate now: re-rating the
             # whole stream made a rate change re-count thousands of tokens in one tick
-            tpe = tpe_of(a.model or "unknown") if tpe_of is not None else None
+            model = model_label(a.model)
+            tpe = tpe_of(model) if tpe_of is not None else None
             attributed = prev[1] + (raw - prev[0] if tpe is None else (raw - prev[0]) * tpe)
             live[a.id] = (raw, attributed, a.chunks)
             d = int(attributed + 0.5) - int(prev[1] + 0.5)
@@ -614,7 +615,7 @@ class Aggregator:
                     delta = np.zeros(self.shape, dtype=np.int64)
                 delta[0, C_OUT] += d
                 delta[self.users.peek(a.user), C_OUT] += d
-                delta[self.models.peek(a.model or "unknown"), C_OUT] += d
+                delta[self.models.peek(model), C_OUT] += d
         if first:
             self._file_first_tokens(first)
         if delta is not None:
@@ -650,7 +651,7 @@ class Aggregator:
             if a.first_token_ns is not None:
                 ttfts.append((a.first_token_ns - a.t0_ns) / 1e9)
                 user_ids.append(peek_u(a.user))
-                model_ids.append(peek_m(a.model or "unknown"))
+                model_ids.append(peek_m(model_label(a.model)))
         table, clamped = ttft_table(ttfts, user_ids, model_ids)
         self._ttft_filed.update(a.id for a in first)
         self._clamped += clamped
@@ -739,7 +740,7 @@ class Aggregator:
             if not new:
                 continue
             prev_att = prev[1]
-            model = a.model or "unknown"
+            model = model_label(a.model)
             tpe = tpe_of(model) if tpe_of is not None else None
             attributed = prev_att + (new if tpe is None else new * tpe)
             d = int(attributed + 0.5) - int(prev_att + 0.5)

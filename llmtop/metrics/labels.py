@@ -19,6 +19,12 @@ fold keeps the name ``other`` and it is the real value that is told apart: the s
 rows carry ``tracked`` (false only for the fold), and :meth:`LabelSlots.labels` (the
 Prometheus label values) adds one ``_`` to a tracked name of the form ``other``, ``other_``,
 ``other__``... (:func:`label_value`), so no two series share a label value.
+
+Models: a request that names no model (none, or a blank name) is counted as the model
+``unknown`` (:data:`UNNAMED_MODEL`); a model literally named ``unknown`` is then labelled
+``unknown_`` (and ``unknown_`` ``unknown__``..., one ``_`` more each: :func:`model_label`)
+everywhere the aggregator names it — series, snapshot rows, /metrics labels, learned rates —
+so it is not merged with the requests that named none.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Final
 import numpy as np
 
 OTHER: Final = "other"
+UNNAMED_MODEL: Final = "unknown"
+"""The label of requests that name no model."""
 HALF_LIFE_S: Final = 60.0
 RECENT_SCORE: Final = 0.2
 """A decayed score this high: the value sent a request within about two minutes."""
@@ -51,6 +59,18 @@ def label_value(name: str) -> str:
     if name.startswith(OTHER) and name.count("_", len(OTHER)) == len(name) - len(OTHER):
         return name + "_"
     return name
+
+
+def model_label(model: str | None) -> str:
+    """The label ``model`` is counted under: :data:`UNNAMED_MODEL` for none or a blank name
+    (empty or whitespace only: it names no model), a name of the form ``unknown``,
+    ``unknown_``... with one ``_`` more (one-to-one, so no model takes the unnamed label
+    or another's), any other name as sent."""
+    if not model or model.isspace():
+        return UNNAMED_MODEL
+    if model.startswith(UNNAMED_MODEL) and model.rstrip("_") == UNNAMED_MODEL:
+        return model + "_"
+    return model
 
 
 class LabelSlots:

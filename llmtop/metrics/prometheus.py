@@ -29,6 +29,8 @@ Families (all prefixed ``llmtop_``):
 The ``user`` label only takes the bounded top-N set plus ``other``; ``model`` likewise.
 ``other`` is always the fold: a tracked user (or model) named ``other`` is labelled
 ``other_`` (and ``other_`` ``other__``, and so on: :func:`llmtop.metrics.labels.label_value`).
+``model="unknown"`` is the requests that named no model (or a blank name); a model named
+``unknown`` is ``unknown_`` (:func:`llmtop.metrics.labels.model_label`), as in the snapshot.
 Label values are data: the exposition format escapes them; lone surrogates (text that
 was not UTF-8) become U+FFFD, so no name can make the scrape fail.
 
