@@ -191,6 +191,9 @@ class Aggregator:
         self._pending_users: list[int] = []
         self._pending_models: list[int] = []
         self._pending_rest: list[int] = []
+        self._pending_asked: list[int] = []
+        """Per queued record: the model series its live tokens were counted in when that is
+        not the record's (the answer named another model than the request), else -1."""
         self._pending_ttft: list[bool] = []
         self._pending_live: list[int] = []
         self._pending_slices: list[tuple[ChunkSlice, int, int, Sequence[int]]] = []
@@ -208,6 +211,9 @@ class Aggregator:
         that user and model and not yet taken back from the windows (see
         :meth:`_settle_out`); bounded by the series, not the requests."""
         self._live_seen: dict[str, float] = {}
+        self._live_model: dict[str, str] = {}
+        """Active request id → the model label its live tokens were last counted under (the
+        model the request asked for; its record may name the answer's)."""
         self.tokens_per_event: dict[str, float] = {}
         """Model → output tokens per content event, learned from finished requests with
         usage (absent: 1)."""
@@ -340,6 +346,7 @@ class Aggregator:
         once it is long enough."""
         users, models = self._pending_users, self._pending_models
         remainder, scored = self._pending_rest, self._scored
+        asked_l, live_model = self._pending_asked, self._live_model
         live, seen = self._live, self._live_seen
         ttft_filed, ttft_pending = self._ttft_filed, self._pending_ttft
         itl_live, live_pending = self._itl_live, self._pending_live
@@ -347,15 +354,20 @@ class Aggregator:
         for r in records:
             w = 0.0 if r.id in scored else 1.0
             users.append(self.users.series_for(r.user, w))
-            models.append(self.models.series_for(model_label(r.model), w))
+            model = model_label(r.model)
+            models.append(self.models.series_for(model, w))
             events, attributed, chunks_seen = live.pop(r.id, (0, 0.0, 0))
             last_tick = seen.pop(r.id, None)
             remainder.append(output_tokens(r) - int(attributed + 0.5))
+            asked = live_model.pop(r.id, model) if live_model else model
+            asked_l.append(-1 if asked == model else self.models.peek(asked))
             if r.token_source == "usage" and r.stream and last_tick is not None:
                 if chunks_seen <= 0 < events:  # a registry that does not count chunks
                     chunks_seen = bisect.bisect_right(r.chunk_offsets_s,
                                                       last_tick - r.t_start)
-                self._learn_tpe(r, events, chunks_seen)
+                self._learn_tpe(r, model, events, chunks_seen)
+                if asked != model:  # the rate the next stream asking for it is counted at
+                    self._learn_tpe(r, asked, events, chunks_seen)
             scored.discard(r.id)
             if r.id in ttft_filed:
                 ttft_filed.discard(r.id)
@@ -385,8 +397,9 @@ class Aggregator:
             held -= _chunks_of(recent.popleft())
         self._recent_chunks = held
 
-    def _learn_tpe(self, r: RequestRecord, events: int, chunks: int) -> None:
-        """Update ``r.model``'s tokens per event from what the last tick saw of it: its
+    def _learn_tpe(self, r: RequestRecord, model: str, events: int, chunks: int) -> None:
+        """Update ``model``'s (the label of ``r.model``, or of the model its request asked
+        for) tokens per event from what the last tick saw of it: its
         first ``chunks`` chunks carried ``events`` content events, and the record's
         per-chunk counts (scaled to the engine's usage) say how many tokens those chunks
         were. Exact whatever an engine packs into a read: counting the chunks after the
@@ -403,7 +416,6 @@ class Aggregator:
         # the per-chunk counts sum to the usage (the relay scales them); if they do not,
         # they still share it in proportion
         sample = min(max(usage * seen / (total * events), 0.5), 64.0)
-        model = model_label(r.model)
         old = self.tokens_per_event.get(model)
         if old is None:  # a model's first request sets it; later ones move it
             if len(self.tokens_per_event) >= TPE_MODELS:
@@ -422,6 +434,8 @@ class Aggregator:
             self._pending_chunks = 0
             return
         users, models, rest = self._pending_users, self._pending_models, self._pending_rest
+        asked = self._pending_asked
+        self._pending_asked = []
         self._pending = []
         self._pending_users = []
         self._pending_models = []
@@ -436,14 +450,14 @@ class Aggregator:
             m = len(r.chunk_offsets_s)
             if n and n + m > FILE_SLICE_CHUNKS:
                 self._file(records[start:i], users[start:i], models[start:i], rest[start:i],
-                           ttft_filed[start:i], live[start:i])
+                           ttft_filed[start:i], live[start:i], asked[start:i])
                 start, n = i, 0
             n += m
         if start == 0:
-            self._file(records, users, models, rest, ttft_filed, live)
+            self._file(records, users, models, rest, ttft_filed, live, asked)
         else:
             self._file(records[start:], users[start:], models[start:], rest[start:],
-                       ttft_filed[start:], live[start:])
+                       ttft_filed[start:], live[start:], asked[start:])
 
     def _file_slices(self) -> None:
         """File the queued slices' ITL and chunk-gap samples (:func:`slice_table`)."""
@@ -474,9 +488,34 @@ class Aggregator:
         self._clamped += clamped
 
     def _file(self, records: list[RequestRecord], users: list[int], models: list[int],
-              rest: list[int], ttft_filed: list[bool], live: list[int]) -> None:
-        """File one slice of the queue."""
+              rest: list[int], ttft_filed: list[bool], live: list[int], asked: list[int],
+              ) -> None:
+        """File one slice of the queue.
+
+        A record whose live tokens were counted under another model than its own (``asked``:
+        the request asked for "gpt-4o", the answer named "gpt-4o-2024-08-06") has the rest of
+        its tokens, or what it takes back, counted where its live tokens are, so the windows'
+        model rows hold every token once and none goes below zero; the all-time rows then
+        move its tokens to its own model (``moved``), so they are the engines' counts by the
+        answer's model (the request and its latencies are its own model's throughout)."""
         takes: dict[tuple[int, int], int] = {}
+        extra: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        moved: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        if max(asked, default=-1) >= 0:
+            extra = np.zeros(self.shape[0], dtype=np.int64)
+            moved = np.zeros(self.shape[0], dtype=np.int64)
+            rest = list(rest)
+            for i, (u, m, x, a) in enumerate(zip(users, models, rest, asked, strict=True)):
+                if a < 0:
+                    continue
+                rest[i] = 0
+                if x > 0:
+                    extra[[0, u, a]] += x
+                elif x < 0:
+                    takes[u, a] = takes.get((u, a), 0) - x
+                out = output_tokens(records[i])
+                moved[a] -= out
+                moved[m] += out
         if min(rest, default=0) < 0:  # over-attributed live: given back per request below
             for u, m, x in zip(users, models, rest, strict=True):
                 if x < 0:
@@ -490,8 +529,12 @@ class Aggregator:
             self.filing_errors += 1
             self.last_filing_error = exc
             return
+        if extra is not None:
+            b.counters[:, C_OUT] += extra
         owed = self._settle_out(b.counters, takes)
         self._windows.add(b.table, b.counters)
+        if moved is not None:
+            owed = moved if owed is None else owed + moved
         if owed is not None:
             self._windows.add_to_total(C_OUT, owed)
         # the capacity bins hold answers under load: the proxy's own 502s of an outage (it
@@ -582,7 +625,7 @@ class Aggregator:
         self._advance(t)
         waiting = 0
         delta: np.ndarray[Any, np.dtype[np.int64]] | None = None
-        live, seen = self._live, self._live_seen
+        live, seen, live_model = self._live, self._live_seen, self._live_model
         tpe_of = self.tokens_per_event.get if self.tokens_per_event else None
         actives = list(self.active.values())
         ttft_filed = self._ttft_filed
@@ -609,6 +652,7 @@ class Aggregator:
             tpe = tpe_of(model) if tpe_of is not None else None
             attributed = prev[1] + (raw - prev[0] if tpe is None else (raw - prev[0]) * tpe)
             live[a.id] = (raw, attributed, a.chunks)
+            live_model[a.id] = model
             d = int(attributed + 0.5) - int(prev[1] + 0.5)
             if d:
                 if delta is None:
@@ -630,6 +674,7 @@ class Aggregator:
             for rid in [r for r, ts in seen.items() if t - ts > _LIVE_FORGET_S]:
                 seen.pop(rid, None)
                 live.pop(rid, None)
+                live_model.pop(rid, None)
                 self._scored.discard(rid)
                 ttft_filed.discard(rid)
         itl_live = self._itl_live
