@@ -191,9 +191,8 @@ class Aggregator:
         self._pending_users: list[int] = []
         self._pending_models: list[int] = []
         self._pending_rest: list[int] = []
-        self._pending_asked: list[int] = []
-        """Per queued record: the model series its live tokens were counted in when that is
-        not the record's (the answer named another model than the request), else -1."""
+        self._pending_where: list[dict[tuple[int, int], int] | None] = []
+        """Per queued record: where its live tokens were counted (:attr:`_live_where`)."""
         self._pending_ttft: list[bool] = []
         self._pending_live: list[int] = []
         self._pending_slices: list[tuple[ChunkSlice, int, int, Sequence[int]]] = []
@@ -214,6 +213,11 @@ class Aggregator:
         self._live_model: dict[str, str] = {}
         """Active request id → the model label its live tokens were last counted under (the
         model the request asked for; its record may name the answer's)."""
+        self._live_where: dict[str, dict[tuple[int, int], int]] = {}
+        """Active request id → (user series, model series) → the output tokens counted live
+        there. Usually one pair, the record's own; another when the answer names another
+        model than the request asked for, or the user was promoted out of "other" (or
+        demoted into it) while the stream was open (see :meth:`_file`)."""
         self.tokens_per_event: dict[str, float] = {}
         """Model → output tokens per content event, learned from finished requests with
         usage (absent: 1)."""
@@ -346,7 +350,7 @@ class Aggregator:
         once it is long enough."""
         users, models = self._pending_users, self._pending_models
         remainder, scored = self._pending_rest, self._scored
-        asked_l, live_model = self._pending_asked, self._live_model
+        where_l, live_model, live_where = self._pending_where, self._live_model, self._live_where
         live, seen = self._live, self._live_seen
         ttft_filed, ttft_pending = self._ttft_filed, self._pending_ttft
         itl_live, live_pending = self._itl_live, self._pending_live
@@ -360,7 +364,7 @@ class Aggregator:
             last_tick = seen.pop(r.id, None)
             remainder.append(output_tokens(r) - int(attributed + 0.5))
             asked = live_model.pop(r.id, model) if live_model else model
-            asked_l.append(-1 if asked == model else self.models.peek(asked))
+            where_l.append(live_where.pop(r.id, None) if live_where else None)
             if r.token_source == "usage" and r.stream and last_tick is not None:
                 if chunks_seen <= 0 < events:  # a registry that does not count chunks
                     chunks_seen = bisect.bisect_right(r.chunk_offsets_s,
@@ -434,8 +438,8 @@ class Aggregator:
             self._pending_chunks = 0
             return
         users, models, rest = self._pending_users, self._pending_models, self._pending_rest
-        asked = self._pending_asked
-        self._pending_asked = []
+        where = self._pending_where
+        self._pending_where = []
         self._pending = []
         self._pending_users = []
         self._pending_models = []
@@ -450,14 +454,14 @@ class Aggregator:
             m = len(r.chunk_offsets_s)
             if n and n + m > FILE_SLICE_CHUNKS:
                 self._file(records[start:i], users[start:i], models[start:i], rest[start:i],
-                           ttft_filed[start:i], live[start:i], asked[start:i])
+                           ttft_filed[start:i], live[start:i], where[start:i])
                 start, n = i, 0
             n += m
         if start == 0:
-            self._file(records, users, models, rest, ttft_filed, live, asked)
+            self._file(records, users, models, rest, ttft_filed, live, where)
         else:
             self._file(records[start:], users[start:], models[start:], rest[start:],
-                       ttft_filed[start:], live[start:], asked[start:])
+                       ttft_filed[start:], live[start:], where[start:])
 
     def _file_slices(self) -> None:
         """File the queued slices' ITL and chunk-gap samples (:func:`slice_table`)."""
@@ -488,34 +492,52 @@ class Aggregator:
         self._clamped += clamped
 
     def _file(self, records: list[RequestRecord], users: list[int], models: list[int],
-              rest: list[int], ttft_filed: list[bool], live: list[int], asked: list[int],
-              ) -> None:
+              rest: list[int], ttft_filed: list[bool], live: list[int],
+              where: list[dict[tuple[int, int], int] | None]) -> None:
         """File one slice of the queue.
 
-        A record whose live tokens were counted under another model than its own (``asked``:
-        the request asked for "gpt-4o", the answer named "gpt-4o-2024-08-06") has the rest of
-        its tokens, or what it takes back, counted where its live tokens are, so the windows'
-        model rows hold every token once and none goes below zero; the all-time rows then
-        move its tokens to its own model (``moved``), so they are the engines' counts by the
-        answer's model (the request and its latencies are its own model's throughout)."""
+        A record whose live tokens were counted elsewhere than in its own user and model
+        series (``where``: the request asked for "gpt-4o" and the answer named
+        "gpt-4o-2024-08-06"; the user was promoted out of "other" while it streamed) has
+        the rest of its tokens added, or taken back, where its live tokens were last counted
+        (a take-back first from each pair as far as it holds this request's tokens), so in
+        the windows every token is in one row and no row goes below zero. The all-time
+        counters then move the request's whole output to its own series (``moved``), so
+        each all-time row holds exactly the engines' counts of the requests it counts."""
         takes: dict[tuple[int, int], int] = {}
         extra: np.ndarray[Any, np.dtype[np.int64]] | None = None
         moved: np.ndarray[Any, np.dtype[np.int64]] | None = None
-        if max(asked, default=-1) >= 0:
-            extra = np.zeros(self.shape[0], dtype=np.int64)
-            moved = np.zeros(self.shape[0], dtype=np.int64)
-            rest = list(rest)
-            for i, (u, m, x, a) in enumerate(zip(users, models, rest, asked, strict=True)):
-                if a < 0:
-                    continue
-                rest[i] = 0
-                if x > 0:
-                    extra[[0, u, a]] += x
-                elif x < 0:
-                    takes[u, a] = takes.get((u, a), 0) - x
-                out = output_tokens(records[i])
-                moved[a] -= out
-                moved[m] += out
+        for i, wh in enumerate(where):
+            if wh is None:
+                continue
+            u, m = users[i], models[i]
+            if len(wh) == 1 and (u, m) in wh:
+                continue  # counted where its record is: the usual case
+            if extra is None or moved is None:
+                extra = np.zeros(self.shape[0], dtype=np.int64)
+                moved = np.zeros(self.shape[0], dtype=np.int64)
+                rest = list(rest)
+            x = rest[i]
+            rest[i] = 0
+            held = dict(wh)  # per pair: this request's tokens there once settled
+            last = next(reversed(wh))
+            if x > 0:
+                extra[[0, *last]] += x
+                held[last] += x
+            elif x < 0:
+                want = -x
+                for key in reversed(wh):
+                    t = min(want, held[key])
+                    if t > 0:
+                        takes[key] = takes.get(key, 0) + t
+                        held[key] -= t
+                        want -= t
+                if want:
+                    takes[last] = takes.get(last, 0) + want
+                    held[last] -= want
+            for (pu, pm), t in held.items():
+                moved[[pu, pm]] -= t
+                moved[[u, m]] += t
         if min(rest, default=0) < 0:  # over-attributed live: given back per request below
             for u, m, x in zip(users, models, rest, strict=True):
                 if x < 0:
@@ -626,6 +648,7 @@ class Aggregator:
         waiting = 0
         delta: np.ndarray[Any, np.dtype[np.int64]] | None = None
         live, seen, live_model = self._live, self._live_seen, self._live_model
+        live_where = self._live_where
         tpe_of = self.tokens_per_event.get if self.tokens_per_event else None
         actives = list(self.active.values())
         ttft_filed = self._ttft_filed
@@ -657,9 +680,15 @@ class Aggregator:
             if d:
                 if delta is None:
                     delta = np.zeros(self.shape, dtype=np.int64)
+                su, sm = self.users.peek(a.user), self.models.peek(model)
                 delta[0, C_OUT] += d
-                delta[self.users.peek(a.user), C_OUT] += d
-                delta[self.models.peek(model), C_OUT] += d
+                delta[su, C_OUT] += d
+                delta[sm, C_OUT] += d
+                wh = live_where.get(a.id)
+                if wh is None:
+                    live_where[a.id] = {(su, sm): d}
+                else:
+                    wh[su, sm] = wh.get((su, sm), 0) + d
         if first:
             self._file_first_tokens(first)
         if delta is not None:
@@ -675,6 +704,7 @@ class Aggregator:
                 seen.pop(rid, None)
                 live.pop(rid, None)
                 live_model.pop(rid, None)
+                live_where.pop(rid, None)
                 self._scored.discard(rid)
                 ttft_filed.discard(rid)
         itl_live = self._itl_live
@@ -712,12 +742,12 @@ class Aggregator:
             self._coarse_start = w.coarse_cur.start
             remap = self.users.rebalance(elapsed) | self.models.rebalance(elapsed)
             w.remap_series(remap)
-            if remap and self._owed:  # what a folded series owes, its new one owes
-                owed: dict[tuple[int, int], int] = {}
-                for (u, m), x in self._owed.items():
-                    key = (remap.get(u, u), remap.get(m, m))
-                    owed[key] = owed.get(key, 0) + x
-                self._owed = owed
+            if remap:  # what a folded series owes or holds of a stream, its new one does
+                self._owed = _remap_pairs(self._owed, remap)
+                where = self._live_where
+                for rid, wh in where.items():
+                    if any(u in remap or m in remap for u, m in wh):
+                        where[rid] = _remap_pairs(wh, remap)
 
     def _on_fine_closed(self, iv: Interval) -> None:
         span = iv.end - max(iv.start, self.started_at)
@@ -860,6 +890,17 @@ class Aggregator:
     def interval_s(self) -> tuple[float, float]:
         """(fine, coarse) interval lengths in seconds."""
         return FINE_S, COARSE_S
+
+
+def _remap_pairs(pairs: dict[tuple[int, int], int], remap: Mapping[int, int]
+                 ) -> dict[tuple[int, int], int]:
+    """``pairs`` (user series, model series) → amount, with series folded as ``remap``
+    says (amounts of pairs that become one added up)."""
+    out: dict[tuple[int, int], int] = {}
+    for (u, m), x in pairs.items():
+        key = (remap.get(u, u), remap.get(m, m))
+        out[key] = out.get(key, 0) + x
+    return out
 
 
 _NOT_LIVE: Final = (0, 0.0, 0)

@@ -120,9 +120,14 @@ def test_a_random_mix_of_users_and_models_adds_up_at_every_read() -> None:
         if step % 3 != 1:
             agg.tick()
         for w in WINDOWS:
-            s, u, m = sums(agg.snapshot(w))
+            snap = agg.snapshot(w)
+            s, u, m = sums(snap)
             if not s == u == m:
                 bad.append((step, w, s, u, m))
+            for row in [*snap["users"], *snap["models"]]:  # promotions mid-stream too
+                if row["output_tokens"] < 0:
+                    bad.append((step, w, row.get("user", row.get("model")),
+                                row["output_tokens"], 0))
     assert not bad, bad[:10]
     assert agg.users.demotions > 0  # the fold into "other" took what its users owed
     for rid in list(reg):  # the rest end with the events counted, and no more tokens
