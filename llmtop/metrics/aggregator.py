@@ -192,7 +192,8 @@ class Aggregator:
         self._pending_models: list[int] = []
         self._pending_rest: list[int] = []
         self._pending_where: list[dict[tuple[int, int], int] | None] = []
-        """Per queued record: where its live tokens were counted (:attr:`_live_where`)."""
+        """Per queued record: where its live tokens were counted, (user series, model series)
+        → tokens, when that is not just its own user and model (see :meth:`_file`)."""
         self._pending_ttft: list[bool] = []
         self._pending_live: list[int] = []
         self._pending_slices: list[tuple[ChunkSlice, int, int, Sequence[int]]] = []
@@ -202,22 +203,19 @@ class Aggregator:
         self.filing_errors = 0
         """Batches of records dropped because filing them raised (a bug, not traffic)."""
         self.last_filing_error: BaseException | None = None
-        self._live: dict[str, tuple[int, float, int]] = {}
+        self._live: dict[str, _LiveState] = {}
         """Active request id → (content events seen at the last tick, tokens attributed —
-        unrounded —, chunks seen at the last tick)."""
+        unrounded —, chunks seen at the last tick; the model label, user series and model
+        series its tokens were last counted under (``""``, -1, -1 before any), and the
+        pairs (user series, model series) → tokens it was counted under before, or None).
+        Usually one pair, the record's own; another when the answer names another model
+        than the request asked for, or the user was promoted out of "other" while the
+        stream was open (see :meth:`_file`)."""
         self._owed: dict[tuple[int, int], int] = {}
         """(user series, model series) → output tokens over-attributed live to requests of
         that user and model and not yet taken back from the windows (see
         :meth:`_settle_out`); bounded by the series, not the requests."""
         self._live_seen: dict[str, float] = {}
-        self._live_model: dict[str, str] = {}
-        """Active request id → the model label its live tokens were last counted under (the
-        model the request asked for; its record may name the answer's)."""
-        self._live_where: dict[str, dict[tuple[int, int], int]] = {}
-        """Active request id → (user series, model series) → the output tokens counted live
-        there. Usually one pair, the record's own; another when the answer names another
-        model than the request asked for, or the user was promoted out of "other" (or
-        demoted into it) while the stream was open (see :meth:`_file`)."""
         self.tokens_per_event: dict[str, float] = {}
         """Model → output tokens per content event, learned from finished requests with
         usage (absent: 1)."""
@@ -350,21 +348,31 @@ class Aggregator:
         once it is long enough."""
         users, models = self._pending_users, self._pending_models
         remainder, scored = self._pending_rest, self._scored
-        where_l, live_model, live_where = self._pending_where, self._live_model, self._live_where
+        where_l = self._pending_where
         live, seen = self._live, self._live_seen
         ttft_filed, ttft_pending = self._ttft_filed, self._pending_ttft
         itl_live, live_pending = self._itl_live, self._pending_live
         chunks = 0
         for r in records:
             w = 0.0 if r.id in scored else 1.0
-            users.append(self.users.series_for(r.user, w))
+            u = self.users.series_for(r.user, w)
+            users.append(u)
             model = model_label(r.model)
-            models.append(self.models.series_for(model, w))
-            events, attributed, chunks_seen = live.pop(r.id, (0, 0.0, 0))
+            m = self.models.series_for(model, w)
+            models.append(m)
+            events, attributed, chunks_seen, asked, su, sm, earlier = live.pop(r.id, _NOT_LIVE)
             last_tick = seen.pop(r.id, None)
-            remainder.append(output_tokens(r) - int(attributed + 0.5))
-            asked = live_model.pop(r.id, model) if live_model else model
-            where_l.append(live_where.pop(r.id, None) if live_where else None)
+            counted = int(attributed + 0.5)
+            remainder.append(output_tokens(r) - counted)
+            if su < 0 or (earlier is None and su == u and sm == m):
+                where_l.append(None)  # no live tokens, or all where its record is
+            else:
+                wh = dict(earlier) if earlier else {}
+                last = counted - sum(wh.values())
+                wh[su, sm] = wh.pop((su, sm), 0) + last  # the last pair last
+                where_l.append(wh)
+            if not asked:
+                asked = model
             if r.token_source == "usage" and r.stream and last_tick is not None:
                 if chunks_seen <= 0 < events:  # a registry that does not count chunks
                     chunks_seen = bisect.bisect_right(r.chunk_offsets_s,
@@ -647,8 +655,7 @@ class Aggregator:
         self._advance(t)
         waiting = 0
         delta: np.ndarray[Any, np.dtype[np.int64]] | None = None
-        live, seen, live_model = self._live, self._live_seen, self._live_model
-        live_where = self._live_where
+        live, seen = self._live, self._live_seen
         tpe_of = self.tokens_per_event.get if self.tokens_per_event else None
         actives = list(self.active.values())
         ttft_filed = self._ttft_filed
@@ -660,7 +667,7 @@ class Aggregator:
                 first.append(a)
             prev = live.get(a.id)
             if prev is None:
-                prev = live[a.id] = (0, 0.0, 0)
+                prev = live[a.id] = _NOT_LIVE
             if a.user and a.id not in self._scored:  # the user is known once the body is read
                 self._scored.add(a.id)
                 self.users.series_for(a.user)
@@ -674,9 +681,8 @@ class Aggregator:
             model = model_label(a.model)
             tpe = tpe_of(model) if tpe_of is not None else None
             attributed = prev[1] + (raw - prev[0] if tpe is None else (raw - prev[0]) * tpe)
-            live[a.id] = (raw, attributed, a.chunks)
-            live_model[a.id] = model
             d = int(attributed + 0.5) - int(prev[1] + 0.5)
+            psu, psm, earlier = prev[4], prev[5], prev[6]
             if d:
                 if delta is None:
                     delta = np.zeros(self.shape, dtype=np.int64)
@@ -684,11 +690,13 @@ class Aggregator:
                 delta[0, C_OUT] += d
                 delta[su, C_OUT] += d
                 delta[sm, C_OUT] += d
-                wh = live_where.get(a.id)
-                if wh is None:
-                    live_where[a.id] = {(su, sm): d}
-                else:
-                    wh[su, sm] = wh.get((su, sm), 0) + d
+                if (su != psu or sm != psm) and psu >= 0:  # counted elsewhere from now on
+                    earlier = dict(earlier) if earlier else {}
+                    before = int(prev[1] + 0.5) - sum(earlier.values())
+                    earlier[psu, psm] = earlier.get((psu, psm), 0) + before
+                live[a.id] = (raw, attributed, a.chunks, model, su, sm, earlier)
+            else:
+                live[a.id] = (raw, attributed, a.chunks, prev[3], psu, psm, earlier)
         if first:
             self._file_first_tokens(first)
         if delta is not None:
@@ -703,8 +711,6 @@ class Aggregator:
             for rid in [r for r, ts in seen.items() if t - ts > _LIVE_FORGET_S]:
                 seen.pop(rid, None)
                 live.pop(rid, None)
-                live_model.pop(rid, None)
-                live_where.pop(rid, None)
                 self._scored.discard(rid)
                 ttft_filed.discard(rid)
         itl_live = self._itl_live
@@ -744,10 +750,13 @@ class Aggregator:
             w.remap_series(remap)
             if remap:  # what a folded series owes or holds of a stream, its new one does
                 self._owed = _remap_pairs(self._owed, remap)
-                where = self._live_where
-                for rid, wh in where.items():
-                    if any(u in remap or m in remap for u, m in wh):
-                        where[rid] = _remap_pairs(wh, remap)
+                live = self._live
+                for rid, st in live.items():
+                    su, sm, earlier = st[4], st[5], st[6]
+                    if su in remap or sm in remap or (
+                            earlier and any(u in remap or m in remap for u, m in earlier)):
+                        live[rid] = (*st[:4], remap.get(su, su), remap.get(sm, sm),
+                                     _remap_pairs(earlier, remap) if earlier else earlier)
 
     def _on_fine_closed(self, iv: Interval) -> None:
         span = iv.end - max(iv.start, self.started_at)
@@ -903,7 +912,9 @@ def _remap_pairs(pairs: dict[tuple[int, int], int], remap: Mapping[int, int]
     return out
 
 
-_NOT_LIVE: Final = (0, 0.0, 0)
+_LiveState = tuple[int, float, int, str, int, int, dict[tuple[int, int], int] | None]
+"""What :attr:`Aggregator._live` holds of an open stream."""
+_NOT_LIVE: Final[_LiveState] = (0, 0.0, 0, "", -1, -1, None)
 """What :meth:`Aggregator._live_tail` takes for a stream no tick has seen yet."""
 
 
