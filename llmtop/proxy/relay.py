@@ -613,6 +613,11 @@ class RelaySink:
                 active.first_token_ns = now
                 if ex.slices is not None:
                     ex.slice_due = now + SLICE_NS
+                # (once a request) the live row goes by the model the answer names, as the
+                # chunk slices and the record do: gpt-4o is answered as gpt-4o-2024-08-06
+                answered = self._parser.model
+                if answered is not None:
+                    active.model = answered
             active.last_chunk_ns = now
             active.chunks += 1
             active.tokens += toks
