@@ -55,6 +55,7 @@ from llmtop.metrics.ingest import (
     METRICS,
     ingest,
 )
+from llmtop.metrics.labels import model_label
 from llmtop.metrics.slo import Slo
 from llmtop.metrics.table import CountTable, group_stats
 from llmtop.recording.parts import Series, Source, resolve, source_path
@@ -183,9 +184,10 @@ class _Collector:
 
     def _request(self, r: RequestRecord) -> None:
         self.requests += 1
-        self.models[r.model or "unknown"] += 1
+        model = model_label(r.model)  # (as the live rows name it: "unknown" for none)
+        self.models[model] += 1
         if r.outcome == "ok":
-            self.models_ok[r.model or "unknown"] += 1
+            self.models_ok[model] += 1
         self.dialects[r.dialect] += 1
         self.paths[r.path] += 1
         self.outcomes[r.outcome] += 1
