@@ -504,18 +504,20 @@ def unknown_env(env: Mapping[str, str]) -> list[str]:
     return out
 
 
-def upstream_v1_note(upstream: str) -> str | None:
+def upstream_v1_note(upstream: str, name: str = "--upstream") -> str | None:
     """A line when ``upstream``'s path ends in ``/v1``: the proxy keeps that prefix and adds
     the client's path to it, so clients that send ``/v1/...`` themselves (the OpenAI SDK
     with ``base_url`` ending in ``/v1``) reach ``/v1/v1/...`` and get the engine's 404 —
-    right for clients that leave ``/v1`` out, a puzzle for everyone else."""
+    right for clients that leave ``/v1`` out, a puzzle for everyone else. ``name``: where
+    the URL was given (``--upstream``, ``LLMTOP_UPSTREAM``, the config file's
+    ``upstream``)."""
     try:
         path = urlsplit(upstream).path.rstrip("/")
     except ValueError:
         return None
     if not path.endswith("/v1"):
         return None
-    return (f"--upstream ends in /v1: a client's /v1/chat/completions goes upstream as "
+    return (f"{name} ends in /v1: a client's /v1/chat/completions goes upstream as "
             f"{printable(path)}/v1/chat/completions; give the engine's URL without /v1 if "
             "your clients send /v1 themselves (as the OpenAI SDK does)")
 

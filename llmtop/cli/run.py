@@ -25,6 +25,7 @@ from llmtop.config import (
     MAX_REFRESH_HZ,
     ConfigError,
     check_zone,
+    env_name,
     gpu_devices_note,
     unknown_env,
     upstream_tls_note,
@@ -82,7 +83,9 @@ def main(args: argparse.Namespace) -> int:
     if cfg.recording.path:  # (before anything binds or says it listens)
         probe_new_file(cfg.recording.path)
     if not os.environ.get("LLMTOP_PARENT_PID"):  # (a TUI's own proxy: its parent said so)
-        note = upstream_v1_note(cfg.upstream)
+        note = upstream_v1_note(cfg.upstream, "--upstream" if args.upstream else (
+            env_name("upstream") if env_name("upstream") in os.environ else
+            f"upstream in {args.config}" if args.config else "upstream"))
         tls = upstream_tls_note(cfg, "--upstream-ca" if args.upstream_ca else "upstream_ca")
         gpus = gpu_devices_note(cfg, "--gpus" if args.gpus else "gpu.devices",
                                 "--gpu-source" if args.gpu_source else "gpu.source")

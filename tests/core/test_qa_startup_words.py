@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -82,3 +83,26 @@ def test_an_upstream_ending_in_v1_is_pointed_out() -> None:
     assert "/v1/v1/chat/completions" in line
     assert warnings("http://127.0.0.1:9/gateway/v1beta") == []
     assert warnings("http://127.0.0.1:9") == []
+
+
+def test_the_v1_note_names_where_the_upstream_was_given(tmp_path: Path) -> None:
+    """It said "--upstream ends in /v1" of an upstream from the config file or the
+    environment, where no --upstream was typed (the sim helper's note)."""
+    def note(args: list[str], env: dict[str, str]) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "llmtop", "run", "--headless", *args,
+             "--listen", "no-such-host.invalid:0", "--admin", "127.0.0.1:0",
+             "--gpu-source", "none"],
+            capture_output=True, text=True, timeout=60,
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("LLMTOP_")},
+                 **env})
+        assert proc.returncode == 2, proc.stderr
+        (line,) = [ln for ln in proc.stderr.splitlines() if "ends in /v1" in ln]
+        return line
+
+    conf = tmp_path / "c.toml"
+    conf.write_text('upstream = "http://127.0.0.1:9/v1"\n')
+    assert note(["--config", str(conf)], {}).startswith(
+        f"llmtop run: warning: upstream in {conf} ends in /v1")
+    assert note([], {"LLMTOP_UPSTREAM": "http://127.0.0.1:9/v1"}).startswith(
+        "llmtop run: warning: LLMTOP_UPSTREAM ends in /v1")
