@@ -19,6 +19,7 @@ from typing import Any, Final
 from llmtop.recording.report.fmt import (
     NA,
     PERCENTILE_NOTE,
+    attainment,
     before_start_note,
     dist,
     file_notes,
@@ -154,6 +155,8 @@ def _gib(v: Any) -> float | None:
     return v / 2**30 if isinstance(v, int | float) else None
 
 
+ATTAINMENT: Final = "SLO attainment"
+
 FIGURES: Final[list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str], bool]]] = [
     # (label, getter, formatter, lower is better)
     *[(f"{name} {q}", _get(f"latency.{key}.{q}"), secs, True)
@@ -163,7 +166,7 @@ FIGURES: Final[list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], 
     ("system output tok/s", _get("throughput.output_tps"), num, False),
     (PEAK, _get("throughput.output_tps_peak"), num, False),
     ("requests/s", _get("throughput.rps"), lambda v: num(v, 2), False),
-    ("SLO attainment", _get("slo.attainment"), pct, False),
+    (ATTAINMENT, _get("slo.attainment"), pct, False),
     ("goodput tok/s", _get("slo.goodput_tps"), num, False),
     ("error rate", _get("outcomes.error_rate"), pct, True),
     ("timeout rate", _get("outcomes.timeout_rate"), pct, True),
@@ -193,6 +196,7 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     only_slo = slo_only(warnings)
     other_windows = peak_windows(a, b) is not None
     rows = []
+    targets = (_get("slo.target")(a), _get("slo.target")(b))
     for label, get, _fmt, lower_better in FIGURES:
         va, vb = get(a), get(b)
         ratio = None
@@ -216,6 +220,7 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "warnings": warnings,
         "notes": notes(a, b),
         "figures": rows,
+        "slo_targets": list(targets),
         "percentiles": PERCENTILE_NOTE,
     }
 
@@ -254,6 +259,11 @@ def figure_rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         shown = (f"{ratio:.2f}×" if ratio is not None
                  else ("withheld" if row.get("withheld", not cmp["conditions_match"])
                        else NA))
+        if row["figure"] == ATTAINMENT:  # never rounded onto its target (fmt.attainment)
+            ta, tb = cmp.get("slo_targets") or (None, None)
+            out.append((row["figure"], attainment(row["a"], ta), attainment(row["b"], tb),
+                        shown))
+            continue
         out.append((row["figure"], fmt(row["a"]), fmt(row["b"]), shown))
     return out
 
