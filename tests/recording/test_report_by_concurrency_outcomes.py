@@ -42,3 +42,20 @@ def test_rows_split_errors_timeouts_and_cancellations(
         assert row["errors"] == sum(x.outcome == "error" for x in mine)
         assert row["timeouts"] == sum(x.outcome == "timeout" for x in mine)
         assert row["cancelled"] == sum(x.outcome == "cancelled" for x in mine)
+
+
+def test_series_points_split_errors_and_timeouts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The time series' points counted errors and timeouts as one "errors": the same
+    word meant three things in one report. Each point now has both, as the outcomes."""
+    t0 = soon()
+    outcomes = ["ok"] * 5 + ["error"] * 2 + ["timeout"] * 3
+    recs = [request(i, t0 + i, outcome=o) for i, o in enumerate(outcomes)]
+    events: list[Event] = sorted(recs, key=lambda r: r.t_start + r.e2e_s)
+    path = tmp_path / "series.jsonl"
+    write_recording(path, events)
+    capsys.readouterr()
+    assert main(["report", str(path), "--format", "json", "-q"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    last = r["series"][-1]
+    assert (last["errors"], last["timeouts"]) == (2, 3), last

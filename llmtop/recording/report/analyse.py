@@ -434,7 +434,9 @@ def _series_point(s: Mapping[str, Any], begin: float, window_s: int) -> dict[str
         "window_s": window_s,
         "rps": sy["rps"], "output_tps": sy["output_tps"], "input_tps": sy["input_tps"],
         "goodput_tps": sy["goodput_tps"], "slo_attainment": sy["slo_attainment"],
-        "requests": sy["requests"], "errors": sy["errors"] + sy.get("timeouts", 0),
+        # errors and timeouts apart, as ``outcomes`` and the by-concurrency rows count
+        # them (this point's "errors" held both: three meanings of one word in one report)
+        "requests": sy["requests"], "errors": sy["errors"], "timeouts": sy.get("timeouts", 0),
         "in_flight_mean": sy.get("in_flight_mean"), "in_flight_max": sy.get("in_flight_max"),
         "waiting_mean": sy.get("waiting_mean"),
         **{f"{m}_{q}": lat[m][q] for m in METRICS for q in ("p50", "p95", "p99")},
