@@ -18,6 +18,12 @@ snapshot's ``engine.interval_s`` when it says so, if that is longer) is stale: t
 or its /metrics stopped answering, and its last figures are not what it is doing now."""
 
 
+PREEMPT_RECENT_S = 60.0
+"""The preemption count is shown in the alarm colour for this long (engine time) after it
+last rose; before, any count above 0 was red for good: an engine that preempted once
+yesterday read red all day (the GPU/engine helper's note)."""
+
+
 def stale_after(view: SnapView) -> float:
     interval = view.num("engine", "interval_s")
     return STALE_AFTER_S if interval is None else max(STALE_AFTER_S, 3 * interval)
@@ -34,6 +40,26 @@ class EnginePanel(ViewPanel):
     colour, and its figures turn dim."""
 
     READS = ("engine", "latency", "slo")
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._pre_seen: float | None = None
+        self._pre_rose_at: float | None = None
+        """The engine's reading time when its preemption count last rose."""
+
+    def _preempt_style(self, count: float | None, at: float | None) -> str:
+        """``bad`` while the count rose within :data:`PREEMPT_RECENT_S` of the reading's
+        time, else plain (a count that fell: the engine restarted, no rise)."""
+        if at is None:  # (a snapshot without the reading's time: any count, as before)
+            return self.palette.bad if count else "bold"
+        seen = self._pre_seen
+        if count is not None and count != seen:
+            if count > (seen or 0):  # (the first reading above 0: a rise, time unknown)
+                self._pre_rose_at = at
+            self._pre_seen = count
+        rose = self._pre_rose_at
+        recent = rose is not None and 0 <= at - rose <= PREEMPT_RECENT_S
+        return self.palette.bad if count and recent else "bold"
 
     DEFAULT_CSS = """
     EnginePanel { height: auto; }
@@ -76,7 +102,7 @@ class EnginePanel(ViewPanel):
         kv_part.append(fmt.pct(kv, fraction=True), live(pal.usage(kv_pct)))
         parts.append(kv_part)
         pre = v.num("engine", "preemptions")
-        fig("preempt", fmt.count(pre), pal.bad if pre else "bold")
+        fig("preempt", fmt.count(pre), self._preempt_style(pre, v.num("engine", "t")))
         with_bar = Text("KV ", pal.dim)
         with_bar.append_text(bar(kv, 8, live(pal.usage(kv_pct)), pal.dim))
         with_bar.append(" ")
