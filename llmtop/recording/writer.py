@@ -598,7 +598,7 @@ class Recorder:
         self._part_newest = -math.inf
         self.lines += len(lines)
         self._mark_flushed(sink)
-        if self.rotating:
+        if self.rotating and self.keep:  # only keep reads them (without: one per part for good)
             self._parts.append((path, sink.identity, False))
             self._prune()
 
