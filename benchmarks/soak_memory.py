@@ -14,6 +14,15 @@ size and latency, and ``/metrics``'s size::
 
 Processes run with this checkout's code (``PYTHONPATH`` is set to the repository root).
 Exit status 0; 3 when the proxy died or no request was answered.
+
+Measured on the shared 2-core CI machine (``--rate 150 --duration 420``, 63,000 requests):
+one process 59.6 MB at start, 75.7 MB at 150 s, 81.3 at 240 s, then 80-83 MB to the end
+(the bounded structures full: the 300 s windows, the 150-point series, the detectors'
+330 s horizon, 500 recent requests); fds 24-30 under load, 24 after; 8 threads. With
+``--workers 2 --record``: the coordinator the same (60.1 -> 85.3 MB at most, 82.9 at the
+end), the two workers 118.6 -> 120.5 MB together, 3 parts of 2 MB on disk. Before
+9a1e0e2 the observers' tick could die on a race and RSS then grew ~0.65 kB a request
+without end (142 MB at 118,000 requests).
 """
 
 from __future__ import annotations
