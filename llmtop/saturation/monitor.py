@@ -541,7 +541,12 @@ class SaturationMonitor:
         Not while the upstream is unreachable (UPSTREAM_DOWN's)."""
         now_ns = self._now_ns
         life = self.last_life if self.last_life is not None else now  # from the first tick
-        for a in self.active.values():
+        # one copy (list() of the view runs in C, under the GIL): the proxy's thread adds
+        # and removes requests meanwhile, and iterating the view itself raised "dictionary
+        # changed size during iteration", which ended the observers' tick for good (the
+        # soak helper's find: every later request stayed in the detectors' queues)
+        actives = list(self.active.values())
+        for a in actives:
             seen = a.last_chunk_ns or a.first_token_ns
             if seen:
                 life = max(life, now - (now_ns - seen) / 1e9)
@@ -553,7 +558,7 @@ class SaturationMonitor:
             return None
         stall = self.cfg.warnings.stall_s
         silent = now - life
-        waiting = [(now_ns - a.t0_ns) / 1e9 for a in self.active.values()
+        waiting = [(now_ns - a.t0_ns) / 1e9 for a in actives
                    if a.stream and a.first_token_ns is None]
         waited = [w for w in waiting if w >= stall]
         if silent < stall or not waited:
