@@ -137,5 +137,8 @@ def test_the_stall_detector_reads_a_registry_that_changes_under_it() -> None:
         stop.set()
         th.join(10)
         sys.setswitchinterval(interval)
-    assert last >= first + 20  # the detectors kept sampling throughout
+    # the detectors kept sampling (each tick reads up to 3,000 open requests while the
+    # churn holds the interpreter lock half the time: a clean-clone CI run made 12 ticks
+    # in the 2 s, a quiet run here 27)
+    assert last >= first + 5, (first, last)
     assert obs.tick_errors == 0, (obs.last_tick_error, out.getvalue())
