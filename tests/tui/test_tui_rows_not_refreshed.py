@@ -16,6 +16,11 @@ from llmtop.tui.screens.request_detail import RequestDetail
 from llmtop.tui.screens.user_detail import UserDetail
 from llmtop.tui.source import AdminSource, SourceUnavailable
 
+# long enough that a loaded CI machine answers a working fetch in time (the first one, at
+# mount, is the only one these apps make by themselves: refresh_hz=0), short enough that a
+# stalled list times out soon
+FETCH_TIMEOUT_S = 2.0
+
 FAULTS = {"500": "HTTP 500 registry unavailable", "stall": "timed out",
           "reset": "server disconnected"}
 
@@ -32,7 +37,7 @@ async def test_an_older_proxys_failed_list_keeps_its_rows_and_says_so(fault: str
     "finished"), with its last figures. The next list that arrives clears both."""
     srv = AdminServer("saturated")  # an older proxy: no rows in its snapshot
     await srv.start()
-    src = AdminSource([srv.url], timeout_s=0.5)
+    src = AdminSource([srv.url], timeout_s=FETCH_TIMEOUT_S)
     app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
     try:
         async with app.run_test(size=WIDE) as pilot:
@@ -78,7 +83,7 @@ async def test_disconnected_the_modal_and_the_panel_say_the_rows_are_old(
     request's modal, which kept its figures without a word, says it could not refresh;
     so does the requests panel, whose rows are the last ones had. Back, both clear."""
     open_request(admin, "r-1", "alice", age_s=4)
-    app = LlmtopApp(AdminSource([admin.url], timeout_s=0.5), refresh_hz=0,
+    app = LlmtopApp(AdminSource([admin.url], timeout_s=FETCH_TIMEOUT_S), refresh_hz=0,
                     clock=lambda: FIXED_NOW)
     async with app.run_test(size=WIDE) as pilot:
         await open_modal(pilot, app)
@@ -124,7 +129,7 @@ async def test_one_of_two_proxies_down_keeps_its_rows_and_the_others_go_on() -> 
         open_request(a, "r-a", "alice", age_s=9)
         open_request(a, "r-a2", "alice", age_s=8)
         open_request(b, "r-b", "bob", age_s=3).upstream_id = "engine-b-1"
-        app = LlmtopApp(AdminSource([a.url, b.url], timeout_s=0.5), refresh_hz=0,
+        app = LlmtopApp(AdminSource([a.url, b.url], timeout_s=FETCH_TIMEOUT_S), refresh_hz=0,
                         clock=lambda: FIXED_NOW)
         async with app.run_test(size=WIDE) as pilot:
             await until(pilot, lambda: app.dashboard.requests.row_count == 3)
@@ -171,8 +176,8 @@ async def test_the_source_keeps_a_failing_proxys_rows_and_names_it() -> None:
     a, b = AdminServer("low_load"), AdminServer("saturated")
     await a.start()
     await b.start()
-    src = AdminSource([a.url, b.url], merge=sum_merge, timeout_s=0.5)
-    one = AdminSource([b.url], timeout_s=0.5)
+    src = AdminSource([a.url, b.url], merge=sum_merge, timeout_s=FETCH_TIMEOUT_S)
+    one = AdminSource([b.url], timeout_s=FETCH_TIMEOUT_S)
     try:
         await src.fetch(60)
         assert len(await src.active_requests()) == 13 and src.stale_rows() == {}
