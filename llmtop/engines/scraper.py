@@ -6,7 +6,11 @@ proxy's event loop), publishes one :class:`~llmtop.events.EngineReading` per scr
 keeps it as :attr:`EngineScraper.latest`. A 404, a refused connection or text that is not
 exposition format becomes :attr:`EngineScraper.status` (another error status with the
 engine's own message, when its body gives one) and a back-off (doubling up to
-``max_backoff_s``); the loop only ends when cancelled. An engine without ``/metrics``
+``max_backoff_s``); the loop only ends when cancelled. An exposition so big that parsing
+it takes more than :data:`PARSE_SHARE` of the interval's CPU time is scraped less often
+(every parse time ÷ ``PARSE_SHARE``, on the interval's grid), and the status says so: the
+parse holds the interpreter the proxy forwards tokens with (16 MB of vLLM text takes
+~0.5 s of CPU). An engine without ``/metrics``
 (Ollama) is therefore harmless: the status says so and the rest of llmtop carries on.
 """
 
@@ -14,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -30,6 +36,9 @@ MAX_BYTES = 16 * 1024 * 1024
 """Largest exposition accepted (vLLM with many models/ranks stays far below)."""
 INLINE_PARSE_CHARS = 32 * 1024
 """An exposition up to this long is parsed on the loop, a longer one in a thread."""
+PARSE_SHARE = 0.05
+"""The most of one core's time parsing scrapes may take, on average; a slower parse
+spaces the scrapes out."""
 REASON_BYTES = 4096
 """Of an error answer to the scrape, the bytes read for its message."""
 REASON_CHARS = 200
@@ -74,10 +83,17 @@ class EngineScraper(Poller[EngineReading]):
         interval_s: float = 1.0,
         clock: Callable[[], float] = unix_now,
         max_backoff_s: float = 30.0,
+        parse_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         super().__init__(url, session, interval_s=interval_s, max_backoff_s=max_backoff_s)
         self._publish = publish
         self._clock = clock
+        self._parse_clock = parse_clock
+        self.parse_s = 0.0
+        """CPU seconds the last successful scrape's parse took (``parse_clock``: the
+        parsing thread's CPU time, so waiting for the interpreter lock does not count)."""
+        self.parse_chars = 0
+        """How long the last successful scrape's text was."""
         self.latest: EngineReading | None = None
         """The last successful scrape."""
         self.status = f"engine metrics: waiting for {url}"
@@ -127,20 +143,47 @@ class EngineScraper(Poller[EngineReading]):
             # and back costs two more thread wake-ups than that, every scrape (the
             # simulator's and llama.cpp's are 2-7 KiB); a big one (vLLM with many
             # histogram buckets) goes to a thread, so the admin API is not held up by it
-            reading = (recognise(text, t) if len(text) <= INLINE_PARSE_CHARS
-                       else await asyncio.to_thread(recognise, text, t))
+            reading, cpu_s = (self._parse(text, t) if len(text) <= INLINE_PARSE_CHARS
+                              else await asyncio.to_thread(self._parse, text, t))
         except ValueError as exc:
             raise ScrapeError(f"{self.url} is not Prometheus text ({exc})") from None
+        self.parse_s, self.parse_chars = cpu_s, len(text)
         self._publish(reading)
         self.latest = reading
         self.scrapes += 1
         return reading
 
+    def _parse(self, text: str, t: float) -> tuple[EngineReading, float]:
+        """The reading, and the CPU seconds parsing it took (in the thread it ran in)."""
+        start = self._parse_clock()
+        reading = recognise(text, t)
+        return reading, max(0.0, self._parse_clock() - start)
+
     async def once(self, session: aiohttp.ClientSession) -> EngineReading:
         return await self.scrape_once(session)
 
+    @property
+    def spacing_s(self) -> float:
+        """The least time between scrapes that keeps parsing within :data:`PARSE_SHARE` of
+        a core: the interval, or more for an exposition that is slow to parse."""
+        return max(self._interval_s, self.parse_s / PARSE_SHARE)
+
+    def _delay(self, now: float) -> float:
+        base = super()._delay(now)
+        spacing = self.spacing_s
+        if self.failures or spacing <= self._interval_s or spacing <= base:
+            return base
+        # still on the interval's grid, as the loop's other periodic tasks are
+        return base + math.ceil((spacing - base) / self._interval_s - 1e-9) * self._interval_s
+
     def describe(self, result: EngineReading) -> str:
-        return _describe(result, self.url)
+        said = _describe(result, self.url)
+        if self.spacing_s > self._interval_s:
+            said += (f"; scraped every {self.spacing_s:.0f} s, not "
+                     f"{self._interval_s:g} s: parsing its "
+                     f"{self.parse_chars / 1e6:.1f} MB exposition takes "
+                     f"{self.parse_s * 1000:.0f} ms of CPU")
+        return said
 
     def explain(self, exc: Exception) -> str:
         if isinstance(exc, ScrapeError):
