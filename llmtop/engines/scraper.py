@@ -137,7 +137,7 @@ class EngineScraper(Poller[EngineReading]):
             raise ScrapeError(f"no /metrics at {self.url} ({_why(exc)})") from None
         except TimeoutError:
             raise ScrapeError(f"no /metrics at {self.url} (timed out)") from None
-        text = b"".join(chunks).decode("utf-8", errors="replace")
+        text = b"".join(chunks).decode("utf-8-sig", errors="replace")  # a BOM is not text
         try:
             # a small exposition is parsed here (~50 µs per KiB); handing it to a thread
             # and back costs two more thread wake-ups than that, every scrape (the

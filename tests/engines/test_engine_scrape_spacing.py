@@ -82,3 +82,4 @@ async def test_the_real_cpu_clock_measures_a_big_parse() -> None:
     assert 0.0 < sc.parse_s < 5.0
     assert sc.parse_chars == len(big)
     assert sc.spacing_s == max(1.0, sc.parse_s / PARSE_SHARE)
+

@@ -202,3 +202,13 @@ async def test_against_llmtop_sim_metrics() -> None:
     p50 = engine_ttft_quantile(r.ttft_buckets, 0.5)
     assert p50 is not None and p50 > 0
     assert sc.status == f"sim engine at {url}"
+
+
+async def test_a_byte_order_mark_before_the_exposition_is_not_text() -> None:
+    """Some Windows-built exporters begin with a UTF-8 BOM: read as text, it made the
+    first line's name invalid and the scrape fail ("not Prometheus text")."""
+    srv = Server("\ufeff" + (FIXTURES / "vllm_v1_metrics.txt").read_text())
+    async with serve(srv), aiohttp.ClientSession() as session:
+        sc = EngineScraper(srv.base + "/metrics", session, lambda e: None, interval_s=1.0)
+        reading = await sc.scrape_once(session)
+    assert (reading.kind, reading.running) == ("vllm", 21.0)
