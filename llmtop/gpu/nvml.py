@@ -14,6 +14,7 @@ container set-ups) let this process open only some; those are left out of "all G
 Units: bytes, percent (0–100), watts, MHz, °C, bytes per second. A percentage that reads
 more than a point outside 0–100 is None (a GPM window over counters that wrapped or went
 back; NVML's 0xFFFFFFFF "not available"); a GPM one is also named in :meth:`last_error`.
+Power, clocks, temperature and PCIe throughput that read 0xFFFFFFFF are None too.
 
 :meth:`NvmlBackend.read` of different devices may run at once, each in its own thread
 (:mod:`llmtop.gpu.sampler`): per-device state is the device's own, and NVML is
@@ -85,12 +86,18 @@ class _Device:
     last_error: str | None = None
 
 
+NOT_AVAILABLE = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF)
+"""What NVML puts in an unsigned field it cannot read (``NVML_VALUE_NOT_AVAILABLE``): a
+power draw of 4.3 MW, a temperature of 4.3e9 °C, as numbers."""
+
+
 def _finite(x: Any) -> float | None:
+    """``x`` as a reading: None when it is no finite number or NVML's "not available"."""
     try:
         v = float(x)
     except (TypeError, ValueError):
         return None
-    return v if math.isfinite(v) else None
+    return v if math.isfinite(v) and v not in NOT_AVAILABLE else None
 
 
 def _as_int(x: Any) -> int:
@@ -376,15 +383,17 @@ class NvmlBackend:
     def power_w(self, index: int) -> float | None:
         """Board power draw in watts (``nvidia-smi --query-gpu=power.draw``)."""
         dev = self._devices[index]
-        mw = self._query(dev, "power", lambda: self._nvml.nvmlDeviceGetPowerUsage(dev.handle))
-        return None if mw is None else float(mw) / 1000.0
+        mw = _finite(self._query(dev, "power",
+                                 lambda: self._nvml.nvmlDeviceGetPowerUsage(dev.handle)))
+        return None if mw is None else mw / 1000.0
 
     def power_limit_w(self, index: int) -> float | None:
         """Enforced power limit in watts (``nvidia-smi --query-gpu=enforced.power.limit``)."""
         dev = self._devices[index]
         nv = self._nvml
-        mw = self._query(dev, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(dev.handle))
-        return None if mw is None else float(mw) / 1000.0
+        mw = _finite(self._query(dev, "power_limit",
+                                 lambda: nv.nvmlDeviceGetEnforcedPowerLimit(dev.handle)))
+        return None if mw is None else mw / 1000.0
 
     def sm_clock_mhz(self, index: int) -> float | None:
         """Current SM clock in MHz (``nvidia-smi --query-gpu=clocks.sm``)."""
@@ -431,10 +440,10 @@ class NvmlBackend:
     def _pcie(self, index: int, fld: str, counter: str) -> float | None:
         dev = self._devices[index]
         nv = self._nvml
-        kbs = self._query(
+        kbs = _finite(self._query(
             dev, fld, lambda: nv.nvmlDeviceGetPcieThroughput(dev.handle, getattr(nv, counter))
-        )
-        return None if kbs is None else float(kbs) * KIB
+        ))
+        return None if kbs is None else kbs * KIB
 
     def gpm(self, index: int) -> GpmValues:
         """DRAM bandwidth (% of peak) and SM activity (% of SMs busy) over the window since

@@ -112,3 +112,24 @@ def test_a_lasting_gpm_error_stays_in_the_status() -> None:
         values.append((b.read(0, clock.t).dram_bw_util, b.last_error(0)))
     assert values[-1] == (30.0, None)
     b.shutdown()
+
+
+def test_not_available_in_power_clocks_temperature_and_pcie_reads_n_a() -> None:
+    """NVML's 0xFFFFFFFF in an unsigned field is "not available", not a 4.3 MW draw, a
+    4.3e9 °C core or 4 TB/s over PCIe: each reads None, the rest of the device reads on,
+    and a real value after it reads again."""
+    dev = FakeDevice(power_mw=NA, power_limit_mw=NA, sm_clock=NA, mem_clock=NA,
+                     temperature=NA, pcie_rx_kbs=NA, pcie_tx_kbs=NA)
+    b, _ = windows(dev, n=0)
+    r = b.read(0, 0.0)
+    assert (r.power_w, r.power_limit_w, r.sm_clock_mhz, r.mem_clock_mhz, r.temperature_c,
+            r.pcie_rx_bytes_s, r.pcie_tx_bytes_s) == (None,) * 7
+    assert r.mem_used_bytes == dev.mem_used
+    assert not b.lost(0)
+    dev.power_mw, dev.power_limit_mw, dev.sm_clock, dev.temperature = 350_000, 700_000, 1980, 61
+    dev.pcie_rx_kbs = 2
+    r = b.read(0, 0.0)
+    assert (r.power_w, r.power_limit_w, r.sm_clock_mhz, r.temperature_c) == (
+        350.0, 700.0, 1980.0, 61.0)
+    assert r.pcie_rx_bytes_s == 2048.0
+    b.shutdown()
