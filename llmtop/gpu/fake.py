@@ -85,6 +85,8 @@ class FakeDevice:
     """NVML function name → error code it raises (until removed)."""
     lost: bool = False
     """True: every call on this device raises NVMLError_GpuIsLost."""
+    uuid: str = ""
+    """``nvmlDeviceGetUUID``'s answer; "" gives ``GPU-fake-<index>``."""
 
 
 @dataclass
@@ -166,6 +168,10 @@ class FakeNvml:
         """The device falls off the bus: every call on it raises NVMLError_GpuIsLost."""
         self.devices[index].lost = True
 
+    def recover(self, index: int) -> None:
+        """The device is back (reset, or the driver recovered): it answers again."""
+        self.devices[index].lost = False
+
     def count(self, function: str) -> int:
         """How many times ``function`` was called."""
         return sum(1 for c in list(self.calls) if c == function)
@@ -224,6 +230,20 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         self._dev("nvmlDeviceGetHandleByIndex", index)
         return index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> int:
+        self._enter("nvmlDeviceGetHandleByUUID")
+        want = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for i, d in enumerate(self.devices):
+            if (d.uuid or f"GPU-fake-{i}") == want:
+                if d.lost:
+                    raise self._err(self._real.NVML_ERROR_GPU_IS_LOST)
+                return i
+        raise self._err(self._real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        d = self._dev("nvmlDeviceGetUUID", handle)
+        return d.uuid or f"GPU-fake-{self.devices.index(d)}"
 
     # -- fields ----------------------------------------------------------------------------
 

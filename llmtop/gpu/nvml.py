@@ -7,7 +7,10 @@ Rules (after nvitop): "no NVML at all" is decided once, in :meth:`NvmlBackend.in
 that every getter returns ``None`` for a reading it cannot get instead of raising. A field
 that answers ``NOT_SUPPORTED`` (or ``NO_PERMISSION``) once is not asked again.
 ``GPU_IS_LOST`` / ``GPU_NOT_FOUND`` mark the whole device lost; it is not asked anything
-again. A device whose handle is refused with ``NO_PERMISSION`` at init is not lost but
+else until it answers again: every :data:`REOPEN_S` a read asks for its handle again (by
+its UUID when it had one, so another GPU that took its index is not read in its place) and
+its memory, and when both answer it is opened afresh (a GPU reset, a driver that
+recovered). A device whose handle is refused with ``NO_PERMISSION`` at init is not lost but
 *inaccessible*: NVML counts every GPU of the machine even where cgroups (Slurm, some
 container set-ups) let this process open only some; those are left out of "all GPUs".
 
@@ -45,6 +48,9 @@ from llmtop.gpu.backend import GpuUnavailable
 from llmtop.gpu.gpm import GpmChain, GpmValues, as_percent, combine
 
 T = TypeVar("T")
+
+REOPEN_S = 30.0
+"""How often a lost GPU is asked whether it is back (two NVML calls)."""
 
 KIB = 1024
 """NVML reports PCIe throughput in KB/s with KB = 1024 bytes (nvidia-smi, nvitop agree)."""
@@ -84,6 +90,9 @@ class _Device:
     answered: set[str] = field(default_factory=set)
     """Newer queries (of :meth:`NvmlBackend._either`) that have answered at least once."""
     last_error: str | None = None
+    uuid: str | None = None
+    reopen_at: float = 0.0
+    """While lost: when (on the backend's monotonic clock) to ask whether it is back."""
 
 
 NOT_AVAILABLE = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF)
@@ -174,19 +183,26 @@ class NvmlBackend:
         except Exception:  # already shut down, or the library went away
             pass
 
-    def _open(self, index: int) -> _Device:
+    def _open(self, index: int, handle: Any = None) -> _Device:
+        """Device ``index``: its handle (``handle``, else asked by index), name, UUID, GPM
+        support and MIG instances."""
         nv = self._nvml
         try:
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            if handle is None:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as exc:
             if getattr(exc, "value", None) == nv.NVML_ERROR_NO_PERMISSION:
                 return _Device(index, None, f"GPU {index}", denied=True,
                                last_error="not accessible to this process (no permission)")
-            return _Device(index, None, f"GPU {index}", lost=True, last_error=f"handle: {exc}")
+            return _Device(index, None, f"GPU {index}", lost=True, last_error=f"handle: {exc}",
+                           reopen_at=self._monotonic() + REOPEN_S)
         dev = _Device(index, handle, f"GPU {index}")
         name = self._query(dev, "name", lambda: nv.nvmlDeviceGetName(handle))
         if name is not None:
             dev.name = name.decode() if isinstance(name, bytes) else str(name)
+        uuid = self._query(dev, "uuid", lambda: nv.nvmlDeviceGetUUID(handle))
+        if uuid is not None:
+            dev.uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         support = self._query(dev, "gpm", lambda: nv.nvmlGpmQueryDeviceSupport(handle))
         dev.gpm = bool(support is not None and _as_int(support.isSupportedDevice))
         mode = self._query(dev, "mig", lambda: nv.nvmlDeviceGetMigMode(handle))
@@ -228,8 +244,27 @@ class NvmlBackend:
         return self._devices[index].handle
 
     def lost(self, index: int) -> bool:
-        """True once the device has fallen off the bus or been reset (``GPU_IS_LOST``)."""
+        """True once the device has fallen off the bus or been reset (``GPU_IS_LOST``),
+        until it answers again."""
         return self._devices[index].lost
+
+    def _reopen(self, dev: _Device) -> _Device:
+        """``dev`` opened afresh if it answers again, else ``dev`` (asked again later)."""
+        nv = self._nvml
+        dev.reopen_at = self._monotonic() + REOPEN_S
+        try:
+            handle = (nv.nvmlDeviceGetHandleByIndex(dev.index) if dev.uuid is None
+                      else nv.nvmlDeviceGetHandleByUUID(dev.uuid))
+            nv.nvmlDeviceGetMemoryInfo(handle)
+        except Exception:  # NVMLError: still lost; or a binding/library in a bad state
+            return dev
+        for chain in dev.chains:
+            chain.free(nv)
+        new = self._open(dev.index, handle)  # still llmtop's GPU <index>, whatever NVML's is
+        if new.uuid is None:
+            new.uuid = dev.uuid
+        self._devices[dev.index] = new
+        return new
 
     def accessible(self, index: int) -> bool:
         """False for a GPU NVML counts but this process may not open (NO_PERMISSION)."""
@@ -320,6 +355,8 @@ class NvmlBackend:
                 dev.gpm = False
             return
         if code in (nv.NVML_ERROR_GPU_IS_LOST, getattr(nv, "NVML_ERROR_GPU_NOT_FOUND", 28)):
+            if not dev.lost:
+                dev.reopen_at = self._monotonic() + REOPEN_S
             dev.lost = True
         dev.last_error = f"{fld}: {exc}"
 
@@ -485,6 +522,8 @@ class NvmlBackend:
     def read(self, index: int, t: float) -> GpuReading:
         """Every field of device ``index`` (one NVML call per field), stamped ``t``."""
         dev = self._devices[index]
+        if dev.lost and self._monotonic() >= dev.reopen_at:
+            dev = self._reopen(dev)
         if not dev.lost and not dev.denied:
             dev.last_error = None
         mem = self.memory(index)
