@@ -57,6 +57,7 @@ import json
 import math
 import operator
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -333,13 +334,20 @@ def _shared(hit: tuple[float, bytes], now: float) -> web.Response:
                         headers={AGE_HEADER: f"{max(0.0, now - hit[0]):.3f}"})
 
 
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+_INTEGER = re.compile(r"-?[0-9]+", re.ASCII)
+
+
 def _max_age(request: web.Request) -> float | None:
-    """The ``max_age`` parameter (0 when absent: a fresh answer); ``None`` when invalid."""
-    try:
-        max_age = float(request.query.get("max_age", "0"))
-    except ValueError:
+    """The ``max_age`` parameter (0 when absent: a fresh answer); ``None`` when invalid.
+    Plain decimals (an exponent allowed: ``f"{x:g}"`` writes 1e-05) only: Python's
+    ``float`` also takes ``1_0``, ``+5``, ``inf`` and other scripts' digits, which no client
+    means."""
+    raw = request.query.get("max_age", "0").strip()
+    if not _DECIMAL.fullmatch(raw):
         return None
-    return max_age if 0.0 <= max_age <= MAX_AGE_LIMIT_S else None  # also NaN
+    max_age = float(raw)
+    return max_age if max_age <= MAX_AGE_LIMIT_S else None
 
 
 def _max_age_error() -> web.Response:
@@ -353,10 +361,10 @@ async def requests_(request: web.Request) -> web.Response:
     if dup is not None:
         return dup
     state = request.query.get("state", "active").strip().lower()
-    try:
-        limit = int(request.query.get("limit", str(DEFAULT_RECENT)))
-    except ValueError:
+    raw_limit = request.query.get("limit", str(DEFAULT_RECENT)).strip()
+    if not _INTEGER.fullmatch(raw_limit):  # not int()'s "1_0", "+5", "٥"
         return json_error(400, "limit must be an integer")
+    limit = int(raw_limit)
     if not 0 <= limit <= RECENT_MAX:
         return json_error(400, f"limit must be between 0 and {RECENT_MAX}")
     if state not in ("active", "recent"):
