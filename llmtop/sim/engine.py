@@ -149,10 +149,14 @@ class SimEngine:
     Also usable in-process as ground truth: :meth:`state`, :meth:`records`, :meth:`gpu`.
     """
 
-    def __init__(self, profile: SimProfile, *, firehose: bool = False, seed: int = 0) -> None:
+    def __init__(self, profile: SimProfile, *, firehose: bool = False, seed: int = 0,
+                 id_salt: int = 0) -> None:
         self.profile = profile
         self.firehose = firehose
         self._rng = random.Random(seed)
+        self._id_salt = id_salt & ((1 << 96) - 1)
+        """XORed into every request id: processes sharing a port (``--reuse-port``) with
+        one seed would otherwise hand out the same ids (the rest stays the seed's)."""
         self._num = 0
         self._waiting: deque[SimRequest] = deque()
         self._running: dict[int, SimRequest] = {}
@@ -240,7 +244,7 @@ class SimEngine:
                 )
             target, reason = max_tokens, "length"
         self._num += 1
-        rid = f"{id_prefix}{self._rng.getrandbits(96):024x}"
+        rid = f"{id_prefix}{self._rng.getrandbits(96) ^ self._id_salt:024x}"
         req = SimRequest(self._num, rid, path, stream, prompt_tokens, target, reason,
                          self._rng.randrange(len(VOCAB)))
         self._records.append(req)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sys
 
 from llmtop.sim.profiles import SimProfile
@@ -21,11 +22,14 @@ async def serve_forever(profile: SimProfile, host: str, port: int, *, firehose: 
     ``llmtop: sim listening on http://HOST:PORT`` (flushed) once bound.
 
     ``reuse_port``: share the port with other simulators bound the same way (each keeps
-    its own engine; the kernel spreads new connections across them).
+    its own engine; the kernel spreads new connections across them). The request ids then
+    differ per process (the seed still fixes lengths and text): two processes handing out
+    the same id read as one request to whatever joins them by id.
 
     Raises :class:`ListenError` when the address cannot be bound.
     """
-    app = make_sim_app(profile, firehose=firehose, seed=seed)
+    app = make_sim_app(profile, firehose=firehose, seed=seed,
+                       id_salt=secrets.randbits(96) | 1 if reuse_port else 0)
     # the handlers go in before the "listening" line: a parent that stops the simulator as
     # soon as it reads the line (a test, the demo on Ctrl-C) found the signals' default
     # action still in place (killed by SIGTERM, 12 times in 20)

@@ -126,13 +126,15 @@ async def _json_errors(request: web.Request,
 _REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("sim_registry", CollectorRegistry)
 
 
-def make_sim_app(profile: SimProfile, *, firehose: bool = False, seed: int = 0
-                 ) -> web.Application:
+def make_sim_app(profile: SimProfile, *, firehose: bool = False, seed: int = 0,
+                 id_salt: int = 0) -> web.Application:
     """The simulator as an aiohttp application. The engine (``app[ENGINE]``) starts with
     the app and stops on shutdown (unfinished streams are then dropped). ``seed`` fixes
-    request ids, output lengths and text. Serve it with ``handler_cancellation=True``."""
+    request ids, output lengths and text; a non-zero ``id_salt`` changes only the ids (a
+    process of its own for each of several sharing one port). Serve it with
+    ``handler_cancellation=True``."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_json_errors])
-    engine = SimEngine(profile, firehose=firehose, seed=seed)
+    engine = SimEngine(profile, firehose=firehose, seed=seed, id_salt=id_salt)
     app[ENGINE] = engine
     app[_REGISTRY] = registry_for(engine)
 
