@@ -10,20 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
+from admin_support import T0, FedAggregator, admin_servers
 
-from llmtop.admin.routes import (
-    MAX_AGE_LIMIT_S,
-    REQUEST_LISTS_MAX,
-    AdminContext,
-    make_admin_app,
-)
-from llmtop.bus import EventBus
-from llmtop.config import Config
-from llmtop.events import ActiveRequest, RequestRecord
-from llmtop.metrics.aggregator import Aggregator
+from llmtop.admin.routes import MAX_AGE_LIMIT_S, REQUEST_LISTS_MAX, AdminContext
+from llmtop.events import RequestRecord
 
-T0 = 1_796_000_000.0
 CHUNKS = 400
 
 
@@ -51,24 +42,15 @@ class Admin:
 
 @pytest.fixture
 async def admin() -> AsyncIterator[Admin]:
-    bus = EventBus()
-    active: dict[str, ActiveRequest] = {}
-    agg = Aggregator(Config(), active, clock=lambda: T0 + 100, upstream="http://up:1")
-    bus.subscribe(agg.on_events)
+    fed = FedAggregator()
+    fed.now = T0 + 100
     for i in range(60):
-        bus.publish(_rec(i))
-    bus.drain()
-    agg.flush()
-    ctx = AdminContext(aggregator=agg, active=active)
-    runner = web.AppRunner(make_admin_app(ctx), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield Admin(f"http://127.0.0.1:{port}", ctx)
-    finally:
-        await runner.cleanup()
+        fed.bus.publish(_rec(i))
+    fed.bus.drain()
+    fed.aggregator.flush()
+    ctx = fed.context()
+    async with admin_servers() as servers:
+        yield Admin(await servers.serve(ctx), ctx)
 
 
 async def test_many_different_limits_keep_a_bounded_number_of_lists(admin: Admin) -> None:

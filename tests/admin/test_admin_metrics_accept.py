@@ -17,37 +17,18 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
+from admin_support import admin_servers
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
-from llmtop.admin.routes import AdminContext, make_admin_app
-from llmtop.config import Config
-from llmtop.events import ActiveRequest
-from llmtop.metrics.aggregator import Aggregator
-
-T0 = 1_796_000_000.0
 TEXT_004 = "text/plain; version=0.0.4; charset=utf-8"
 OM_100 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
 @pytest.fixture
 async def admin() -> AsyncIterator[Callable[[], Any]]:
-    runners: list[web.AppRunner] = []
-
-    async def start() -> str:
-        active: dict[str, ActiveRequest] = {}
-        agg = Aggregator(Config(), active, clock=lambda: T0, upstream="http://up:1")
-        runner = web.AppRunner(make_admin_app(AdminContext(aggregator=agg, active=active)),
-                               access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-    yield start
-    for r in runners:
-        await r.cleanup()
+    async with admin_servers() as servers:
+        yield servers.serve_admin
 
 
 async def scrape(url: str, accept: str) -> tuple[int, str, str]:

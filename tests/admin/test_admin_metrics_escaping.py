@@ -19,51 +19,18 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
+from admin_support import admin_servers
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
-from llmtop.admin.routes import AdminContext, make_admin_app
-from llmtop.bus import EventBus
-from llmtop.config import Config
-from llmtop.events import ActiveRequest, RequestRecord
-from llmtop.metrics.aggregator import Aggregator
-
-T0 = 1_796_000_000.0
 OM = "application/openmetrics-text; version=1.0.0"
 TEXT = "text/plain; version=1.0.0"
 
 
-def record(i: int, user: str) -> RequestRecord:
-    offs = tuple(0.2 + 0.02 * k for k in range(5))
-    return RequestRecord(f"r{i}", user, "m", "openai", "/v1/chat/completions", True, 200, "ok",
-                         T0 + i, 0.2, offs[-1], 10, 5, "usage", offs, (1,) * 5, 1)
-
-
 @pytest.fixture
 async def admin() -> AsyncIterator[Callable[[], Any]]:
-    runners: list[web.AppRunner] = []
-
-    async def start() -> str:
-        clock = [T0]
-        bus = EventBus()
-        active: dict[str, ActiveRequest] = {}
-        agg = Aggregator(Config(), active, clock=lambda: clock[0], upstream="http://up:1")
-        bus.subscribe(agg.on_events)
-        for i, user in enumerate(("alice", "bob", 'q"uote')):
-            clock[0] += 1.0
-            bus.publish(record(i, user))
-            bus.drain()
-        runner = web.AppRunner(make_admin_app(AdminContext(aggregator=agg, active=active)),
-                               access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-    yield start
-    for r in runners:
-        await r.cleanup()
+    async with admin_servers() as servers:
+        yield lambda: servers.serve_admin(("alice", "bob", 'q"uote'))
 
 
 async def scrape(url: str, accept: str) -> tuple[str, str]:

@@ -11,43 +11,17 @@ import http.client
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web
+from admin_support import admin_servers
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.admin.routes import AdminContext, accepts_gzip, make_admin_app
-from llmtop.bus import EventBus
-from llmtop.config import Config
-from llmtop.events import ActiveRequest, RequestRecord
-from llmtop.metrics.aggregator import Aggregator
-
-T0 = 1_796_000_000.0
-
-
-def record(i: int, user: str) -> RequestRecord:
-    offs = tuple(0.2 + 0.02 * k for k in range(5))
-    return RequestRecord(f"r{i}", user, "m", "openai", "/v1/chat/completions", True, 200, "ok",
-                         T0 + i, 0.2, offs[-1], 10, 5, "usage", offs, (1,) * 5, 1)
+from llmtop.admin.routes import accepts_gzip
 
 
 @pytest.fixture
 async def admin_port() -> AsyncIterator[int]:
-    clock = [T0]
-    bus = EventBus()
-    active: dict[str, ActiveRequest] = {}
-    agg = Aggregator(Config(), active, clock=lambda: clock[0], upstream="http://up:1")
-    bus.subscribe(agg.on_events)
-    for i in range(12):
-        clock[0] += 1.0
-        bus.publish(record(i, f"user-{i}"))
-        bus.drain()
-    runner = web.AppRunner(make_admin_app(AdminContext(aggregator=agg, active=active)),
-                           access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        await runner.cleanup()
+    async with admin_servers() as servers:
+        url = await servers.serve_admin([f"user-{i}" for i in range(12)])
+        yield int(url.rpartition(":")[2])
 
 
 def scrape(port: int, encoding: str | None) -> tuple[int, dict[str, str], bytes]:

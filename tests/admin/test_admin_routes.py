@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from admin_support import T0, FedAggregator, admin_servers, record
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,15 +20,10 @@ from llmtop.bus import EventBus
 from llmtop.config import Config
 from llmtop.events import ActiveRequest, RequestRecord
 from llmtop.metrics.aggregator import Aggregator
-from llmtop.recording.writer import RecordingController
-
-T0 = 1_796_000_000.0
 
 
 def rec(i: int, user: str) -> RequestRecord:
-    offs = tuple(0.2 + 0.02 * k for k in range(10))
-    return RequestRecord(f"r{i}", user, "m", "openai", "/v1/chat/completions", True, 200, "ok",
-                         T0, 0.2, offs[-1], 10, 10, "usage", offs, (1,) * 10, 1)
+    return record(i, user, chunks=10, t_start=T0)
 
 
 class Server:
@@ -39,41 +35,21 @@ class Server:
 
 @pytest.fixture
 async def make_server() -> AsyncIterator[Callable[..., Any]]:
-    runners: list[web.AppRunner] = []
-    controllers: list[RecordingController] = []
+    async with admin_servers() as servers:
 
-    async def start(token: str = "", recorder: bool = True) -> Server:
-        clock = [T0]
-        bus = EventBus()
-        active: dict[str, ActiveRequest] = {}
-        agg = Aggregator(Config(), active, clock=lambda: clock[0], upstream="http://up:1")
-        bus.subscribe(agg.on_events)
-        ctl = RecordingController(bus, header={"upstream": "http://up:1", "slo": {}})
-        controllers.append(ctl)
-        ctx = AdminContext(aggregator=agg, active=active,
-                           recording=ctl if recorder else None, admin_token=token,
-                           extra_info={"llmtop_version": "test", "upstream": "http://up:1"})
-        runner = web.AppRunner(make_admin_app(ctx), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        port = runner.addresses[0][1]
-        for i in range(6):
-            clock[0] += 1.0
-            bus.publish(rec(i, "alice" if i % 2 else "bob"))
-            bus.drain()
-        now = time.perf_counter_ns()
-        active["live"] = ActiveRequest("live", "carol", "m", "openai", "/v1/chat/completions",
-                                       True, clock[0], now - 2 * 10**9)
-        return Server(f"http://127.0.0.1:{port}", ctx, bus)
+        async def start(token: str = "", recorder: bool = True) -> Server:
+            fed = FedAggregator(recording=recorder)
+            ctx = fed.context(admin_token=token,
+                              extra_info={"llmtop_version": "test", "upstream": "http://up:1"})
+            url = await servers.serve(ctx)
+            fed.publish(*(rec(i, "alice" if i % 2 else "bob") for i in range(6)))
+            now = time.perf_counter_ns()
+            fed.active["live"] = ActiveRequest("live", "carol", "m", "openai",
+                                               "/v1/chat/completions", True, fed.now,
+                                               now - 2 * 10**9)
+            return Server(url, ctx, fed.bus)
 
-    yield start
-    for c in controllers:
-        if c.status() is not None:
-            c.stop()
-    for r in runners:
-        await r.cleanup()
+        yield start
 
 
 async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
@@ -226,21 +202,14 @@ async def test_self_authenticated_paths_skip_the_admin_token() -> None:
                        self_authenticated=frozenset({"/llmtop/v1/_ingest"}))
     app = make_admin_app(ctx)
     app.router.add_post("/llmtop/v1/_ingest", ingest)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(url + "/llmtop/v1/_ingest", headers={"X-Own-Secret": "w0rker"}) as r:
-                assert r.status == 200
-            async with s.post(url + "/llmtop/v1/_ingest") as r:
-                assert r.status == 403  # its own check, not the admin guard
-            async with s.get(url + "/llmtop/v1/health") as r:
-                assert r.status == 401
-    finally:
-        await runner.cleanup()
+    async with admin_servers() as servers, aiohttp.ClientSession() as s:
+        url = await servers.serve(app)
+        async with s.post(url + "/llmtop/v1/_ingest", headers={"X-Own-Secret": "w0rker"}) as r:
+            assert r.status == 200
+        async with s.post(url + "/llmtop/v1/_ingest") as r:
+            assert r.status == 403  # its own check, not the admin guard
+        async with s.get(url + "/llmtop/v1/health") as r:
+            assert r.status == 401
 
 
 async def test_max_age_shares_one_snapshot_between_fast_pollers(
@@ -420,16 +389,12 @@ async def test_a_proxy_that_does_not_say_the_age_is_asked_every_tick() -> None:
 
     app = web.Application()
     app.router.add_get("/llmtop/v1/snapshot", old_snapshot)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    source = AdminSource([f"http://127.0.0.1:{runner.addresses[0][1]}"], max_age_s=5.0)
-    try:
-        got = [(await source.fetch(60))["n"] for _ in range(3)]
-    finally:
-        await source.close()
-        await runner.cleanup()
+    async with admin_servers() as servers:
+        source = AdminSource([await servers.serve(app)], max_age_s=5.0)
+        try:
+            got = [(await source.fetch(60))["n"] for _ in range(3)]
+        finally:
+            await source.close()
     assert got == [1, 2, 3] and source.gets == 3
 
 
