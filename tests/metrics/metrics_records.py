@@ -1,11 +1,13 @@
-"""Helpers for the metrics tests: synthetic request records and a settable clock."""
+"""Helpers for the metrics tests: synthetic request records, open streams and a settable
+clock."""
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 
-from llmtop.events import Outcome, RequestRecord
+from llmtop.events import ActiveRequest, Outcome, RequestRecord
 
 T0 = 1_796_000_000.0
 _ids = itertools.count()
@@ -67,3 +69,14 @@ def record(
         chunk_tokens=toks,
         concurrency_at_start=concurrency,
     )
+
+
+def open_stream(reg: dict[str, ActiveRequest], rid: str, user: str, t: float, *,
+                model: str | None = "m") -> ActiveRequest:
+    """A streamed request ``rid`` opened at ``t`` (unix s) whose first token has come,
+    registered in ``reg`` as the proxy's live registry holds it."""
+    now = time.perf_counter_ns()
+    a = ActiveRequest(rid, user, model, "openai", "/v1/chat/completions", True, t, now,
+                      first_token_ns=now)
+    reg[rid] = a
+    return a

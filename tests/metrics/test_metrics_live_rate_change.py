@@ -9,9 +9,7 @@ back without any interval's output tokens going below zero.
 
 from __future__ import annotations
 
-import time
-
-from metrics_records import Clock, record
+from metrics_records import Clock, open_stream, record
 
 from llmtop.config import Config
 from llmtop.events import ActiveRequest
@@ -25,15 +23,6 @@ def user_tps(snap: dict[str, object], user: str) -> float:
     users = snap["users"]
     assert isinstance(users, list)
     return next((float(u["output_tps"]) for u in users if u["user"] == user), 0.0)
-
-
-def open_stream(reg: dict[str, ActiveRequest], rid: str, user: str, t: float
-                ) -> ActiveRequest:
-    now = time.perf_counter_ns()
-    a = ActiveRequest(rid, user, "m", "openai", "/v1/chat/completions", True, t, now,
-                      first_token_ns=now)
-    reg[rid] = a
-    return a
 
 
 def finish(agg: Aggregator, reg: dict[str, ActiveRequest], a: ActiveRequest, usage: int

@@ -14,22 +14,7 @@ always the sum of its users' rows, and its all-time count is the engines' at onc
 
 from __future__ import annotations
 
-import time
-
-from metrics_records import Clock, record
-
-from llmtop.config import Config
-from llmtop.events import ActiveRequest
-from llmtop.metrics.aggregator import Aggregator
-
-
-def open_stream(reg: dict[str, ActiveRequest], rid: str, user: str, t: float
-                ) -> ActiveRequest:
-    now = time.perf_counter_ns()
-    a = ActiveRequest(rid, user, "m", "openai", "/v1/chat/completions", True, t, now,
-                      first_token_ns=now)
-    reg[rid] = a
-    return a
+from takeback_support import alice_ends_over_attributed
 
 
 def users_sum(snap: dict[str, object]) -> int:
@@ -39,21 +24,7 @@ def users_sum(snap: dict[str, object]) -> int:
 
 
 def test_another_users_tokens_do_not_pay_an_ended_requests_over_attribution() -> None:
-    clock = Clock()
-    reg: dict[str, ActiveRequest] = {}
-    agg = Aggregator(Config(), reg, clock=clock)
-    agg.tokens_per_event["m"] = 1.5  # learned from earlier answers that packed tokens
-    alice = open_stream(reg, "A", "alice", clock.t)
-    bob = open_stream(reg, "B", "bob", clock.t)
-    for _ in range(60):  # 30 s, 100 events/s each
-        clock.advance(0.5)
-        for a in (alice, bob):
-            a.tokens += 50
-            a.chunks += 50
-        agg.tick()
-    del reg["A"]  # the engine's usage: 3,000 tokens, one an event (4,500 attributed)
-    agg.on_events([record(rid="A", user="alice", model="m", t_start=alice.t_start,
-                          gaps=[0.01] * 2999, completion_tokens=3000)])
+    clock, agg, bob = alice_ends_over_attributed()
     for i in range(40):  # 20 s of Bob alone
         clock.advance(0.5)
         bob.tokens += 50

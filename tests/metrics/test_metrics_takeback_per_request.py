@@ -14,24 +14,15 @@ read, in every window, and the all-time counts are the engines' at once.
 from __future__ import annotations
 
 import random
-import time
 
-from metrics_records import Clock, record
+from metrics_records import Clock, open_stream, record
+from takeback_support import alice_ends_over_attributed
 
 from llmtop.config import Config
 from llmtop.events import ActiveRequest
 from llmtop.metrics.aggregator import Aggregator
 
 WINDOWS = (10, 60, 300, None)
-
-
-def open_stream(reg: dict[str, ActiveRequest], rid: str, user: str, model: str, t: float
-                ) -> ActiveRequest:
-    now = time.perf_counter_ns()
-    a = ActiveRequest(rid, user, model, "openai", "/v1/chat/completions", True, t, now,
-                      first_token_ns=now)
-    reg[rid] = a
-    return a
 
 
 def sums(snap: dict[str, object]) -> tuple[int, int, int]:
@@ -43,21 +34,7 @@ def sums(snap: dict[str, object]) -> tuple[int, int, int]:
 
 
 def test_one_models_row_reads_what_the_system_reads_after_a_take_back() -> None:
-    clock = Clock()
-    reg: dict[str, ActiveRequest] = {}
-    agg = Aggregator(Config(), reg, clock=clock)
-    agg.tokens_per_event["m"] = 1.5  # learned from earlier answers that packed tokens
-    alice = open_stream(reg, "A", "alice", "m", clock.t)
-    bob = open_stream(reg, "B", "bob", "m", clock.t)
-    for _ in range(60):  # 30 s, 100 events/s each
-        clock.advance(0.5)
-        for a in (alice, bob):
-            a.tokens += 50
-            a.chunks += 50
-        agg.tick()
-    del reg["A"]  # the engine's usage: 3,000 tokens, one an event (4,500 attributed)
-    agg.on_events([record(rid="A", user="alice", model="m", t_start=alice.t_start,
-                          gaps=[0.01] * 2999, completion_tokens=3000)])
+    clock, agg, bob = alice_ends_over_attributed()
     for i in range(40):  # 20 s of Bob alone
         clock.advance(0.25)
         for w in WINDOWS:  # between ticks too: the live tail takes back as a tick would
@@ -102,8 +79,8 @@ def test_a_random_mix_of_users_and_models_adds_up_at_every_read() -> None:
     for step in range(400):  # 200 s
         if len(reg) < 30 and rnd.random() < 0.6:
             n += 1
-            open_stream(reg, f"r{n}", rnd.choice(users[: 10 + step // 4]),
-                        rnd.choice(models), clock.t)
+            open_stream(reg, f"r{n}", rnd.choice(users[: 10 + step // 4]), clock.t,
+                        model=rnd.choice(models))
         for a in reg.values():
             k = rnd.randint(0, 20)
             a.tokens += k
