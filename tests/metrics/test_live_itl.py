@@ -9,21 +9,18 @@ histograms are exactly those of filing the record alone at its end."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import aiohttp
 import numpy as np
 import pytest
 from metrics_records import Clock
+from observed_support import observed_proxy
 
-from llmtop.bus import EventBus
-from llmtop.config import Config, SloConfig, load_config
+from llmtop.config import Config, SloConfig
 from llmtop.events import ActiveRequest, ChunkSlice, Outcome, RequestRecord
 from llmtop.metrics.aggregator import Aggregator
 from llmtop.metrics.ingest import M_GAP, M_ITL
 from llmtop.metrics.table import CountTable
-from llmtop.proxy.server import ProxyServer
 from llmtop.sim.server import running_sim
 
 NS = 1_000_000_000
@@ -223,8 +220,9 @@ async def test_through_the_proxy_a_long_streams_itl_shows_while_it_is_open() -> 
     holds each of its samples once."""
     async with (
         running_sim("tiny", seed=5, time_scale=0.15) as sim,
-        live_proxy(sim.url) as (url, agg, records, active),
+        observed_proxy(sim.url) as obs,
     ):
+        url, agg, records, active = obs.url, obs.agg, obs.records, obs.active
         body = {
             "model": "sim-tiny",
             "max_tokens": 1_900,
@@ -259,36 +257,3 @@ async def test_through_the_proxy_a_long_streams_itl_shows_while_it_is_open() -> 
     assert end["latency"]["chunk_gap"]["count"] == len(rec.chunk_offsets_s) - 1
     weight = sum(k for k in rec.chunk_tokens[1:] if k > 0)
     assert abs(end["latency"]["itl"]["count"] - weight) <= 1
-
-
-@contextlib.asynccontextmanager
-async def live_proxy(
-    upstream: str,
-) -> AsyncIterator[tuple[str, Aggregator, list[RequestRecord], dict[str, ActiveRequest]]]:
-    """A proxy observed as ``llmtop run`` wires it: bus pump, periodic ticks, registry."""
-    cfg = load_config(env={}, overrides={"upstream": upstream, "listen": "127.0.0.1:0"})
-    bus = EventBus()
-    active: dict[str, ActiveRequest] = {}
-    proxy = ProxyServer(cfg, bus, active)
-    url = await proxy.start()
-    agg = Aggregator(cfg, active, upstream=upstream)
-    records: list[RequestRecord] = []
-    bus.subscribe(agg.on_events)
-    bus.subscribe(lambda b: records.extend(e for e in b if isinstance(e, RequestRecord)))
-
-    async def ticker() -> None:
-        while True:
-            await asyncio.sleep(0.1)
-            agg.tick()
-
-    tasks = [asyncio.create_task(bus.pump(0.02)), asyncio.create_task(ticker())]
-    try:
-        yield url, agg, records, active
-    finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        await proxy.shutdown(1.0)
-        bus.drain()

@@ -6,68 +6,17 @@ What the client received and what the simulator reports are the ground truth."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
+from observed_support import observed_proxy
 
-from llmtop.bus import EventBus
-from llmtop.config import load_config
-from llmtop.events import ActiveRequest, Event, RequestRecord
-from llmtop.metrics.aggregator import Aggregator
-from llmtop.proxy.server import ProxyServer
+from llmtop.events import RequestRecord
 from llmtop.sim.server import running_sim
-
-TICK_S = 0.1
-
-
-@dataclass
-class Observed:
-    url: str
-    agg: Aggregator
-    t_created: float
-    """The test's own clock (unix s) just before the aggregator was created."""
-    records: list[RequestRecord] = field(default_factory=list)
-
-
-@contextlib.asynccontextmanager
-async def observed_proxy(upstream: str, **overrides: Any) -> AsyncIterator[Observed]:
-    cfg = load_config(env={}, overrides={"upstream": upstream, "listen": "127.0.0.1:0",
-                                         **overrides})
-    bus = EventBus()
-    active: dict[str, ActiveRequest] = {}
-    proxy = ProxyServer(cfg, bus, active)
-    url = await proxy.start()
-    t_created = time.time()
-    obs = Observed(url, Aggregator(cfg, active, upstream=upstream), t_created)
-
-    def take(batch: list[Event] | tuple[Event, ...] | Any) -> None:
-        obs.records.extend(e for e in batch if isinstance(e, RequestRecord))
-
-    bus.subscribe(obs.agg.on_events)
-    bus.subscribe(take)
-
-    async def ticker() -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            obs.agg.tick()
-
-    tasks = [asyncio.create_task(bus.pump(0.02)), asyncio.create_task(ticker())]
-    try:
-        yield obs
-    finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        await proxy.shutdown(1.0)
-        bus.drain()
 
 
 def client(url: str) -> openai.AsyncOpenAI:
