@@ -14,9 +14,8 @@ the stream's tokens per event: the next stream of it is attributed at the engine
 from __future__ import annotations
 
 import random
-import time
 
-from metrics_records import Clock, record
+from metrics_records import Clock, open_stream, record
 from test_metrics_prometheus import scrape, value
 
 from llmtop.config import Config
@@ -28,10 +27,7 @@ ASKED, ANSWERED = "gpt-4o", "gpt-4o-2024-08-06"
 
 def _stream(agg: Aggregator, reg: dict[str, ActiveRequest], clock: Clock, rid: str,
             usage: int) -> None:
-    now = time.perf_counter_ns()
-    a = ActiveRequest(rid, "alice", ASKED, "openai", "/v1/chat/completions", True, clock.t,
-                      now, first_token_ns=now)
-    reg[rid] = a
+    a = open_stream(reg, rid, "alice", clock.t, model=ASKED)
     for _ in range(10):
         clock.advance(0.5)
         a.tokens += 50
@@ -82,10 +78,7 @@ def test_a_random_mix_of_asked_and_answered_names_adds_up() -> None:
     for step in range(300):
         if len(reg) < 12 and rnd.random() < 0.5:
             n += 1
-            now = time.perf_counter_ns()
-            reg[f"r{n}"] = ActiveRequest(f"r{n}", f"u{n % 7}", rnd.choice(asked), "openai",
-                                         "/v1/chat/completions", True, clock.t, now,
-                                         first_token_ns=now)
+            open_stream(reg, f"r{n}", f"u{n % 7}", clock.t, model=rnd.choice(asked))
         for a in reg.values():
             k = rnd.randint(0, 30)
             a.tokens += k

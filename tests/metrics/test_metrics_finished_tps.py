@@ -9,9 +9,7 @@ share of, so goodput_tps <= finished_output_tps always.
 
 from __future__ import annotations
 
-import time
-
-from metrics_records import Clock, record
+from metrics_records import Clock, open_stream, record
 
 from llmtop.config import Config
 from llmtop.events import ActiveRequest
@@ -24,10 +22,7 @@ SECONDS = 20
 
 def long_answer(agg: Aggregator, reg: dict[str, ActiveRequest], clock: Clock,
                 user: str) -> int:
-    now = time.perf_counter_ns()
-    a = ActiveRequest(f"r-{user}", user, "m", "openai", "/v1/chat/completions", True,
-                      clock.t, now, first_token_ns=now)
-    reg[a.id] = a
+    a = open_stream(reg, f"r-{user}", user, clock.t)
     t_start = clock.t
     for _ in range(SECONDS * 2):
         clock.advance(0.5)

@@ -15,10 +15,8 @@ fills, "all" always) now count the open streams' tokens up to the snapshot.
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from metrics_records import T0, Clock, record
+from metrics_records import T0, Clock, open_stream, record
 from prometheus_client.registry import CollectorRegistry
 
 from llmtop.config import Config
@@ -41,11 +39,7 @@ class Proxy:
         self.start = start
         self.reg: dict[str, ActiveRequest] = {}
         self.agg = Aggregator(Config(), self.reg, clock=self.clock)
-        now = time.perf_counter_ns()
-        self.stream = ActiveRequest(f"long-{user}-{start}", user, "m", "openai",
-                                    "/v1/chat/completions", True, start, now,
-                                    first_token_ns=now)
-        self.reg[self.stream.id] = self.stream
+        self.stream = open_stream(self.reg, f"long-{user}-{start}", user, start)
         self.next_tick = start + TICK
 
     def run_to(self, t: float) -> None:
@@ -226,10 +220,7 @@ def test_the_tail_is_what_the_next_tick_attributes() -> None:
     p = Proxy(T0 + 0.3)
     p.agg.tokens_per_event["m"] = 1.3
     p.run_to(p.start + 2.2)
-    now = time.perf_counter_ns()
-    b = ActiveRequest("b", "bob", "m", "openai", "/v1/chat/completions", True, p.clock.t,
-                      now, first_token_ns=now)
-    p.reg["b"] = b
+    b = open_stream(p.reg, "b", "bob", p.clock.t)
     for _ in range(10):
         p.run_to(p.next_tick)
         b.tokens = b.chunks = b.tokens + 100

@@ -12,9 +12,7 @@ Live tokens and learned tokens-per-event rates follow the same names.
 
 from __future__ import annotations
 
-import time
-
-from metrics_records import Clock, record
+from metrics_records import Clock, open_stream, record
 from test_metrics_prometheus import scrape, value
 
 from llmtop.config import Config
@@ -62,10 +60,7 @@ def test_a_blank_models_live_tokens_and_rate_are_the_unnamed_ones() -> None:
     reg: dict[str, ActiveRequest] = {}
     agg = Aggregator(Config(), reg, clock=clock)
     agg.tokens_per_event["unknown"] = 2.0  # learned from answers that named no model
-    now = time.perf_counter_ns()
-    a = ActiveRequest("A", "alice", " ", "openai", "/v1/chat/completions", True, clock.t,
-                      now, first_token_ns=now)
-    reg["A"] = a
+    a = open_stream(reg, "A", "alice", clock.t, model=" ")
     for _ in range(4):
         clock.advance(0.5)
         a.tokens += 10

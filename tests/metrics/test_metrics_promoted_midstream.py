@@ -13,9 +13,7 @@ holds exactly the engines' counts of its own requests.
 
 from __future__ import annotations
 
-import time
-
-from metrics_records import T0, Clock, record
+from metrics_records import T0, Clock, open_stream, record
 from test_metrics_prometheus import scrape, value
 
 from llmtop.config import Config
@@ -29,10 +27,7 @@ def test_a_user_promoted_mid_stream_reads_its_own_requests_tokens() -> None:
     agg = Aggregator(Config(top_users=1), reg, clock=clock)
     agg.tokens_per_event["m"] = 2.0
     agg.on_events([record(user="a", completion_tokens=10)])  # a takes the one slot
-    now = time.perf_counter_ns()
-    b = ActiveRequest("B", "b", "m", "openai", "/v1/chat/completions", True, clock.t, now,
-                      first_token_ns=now)
-    reg["B"] = b
+    b = open_stream(reg, "B", "b", clock.t)
     agg.on_events([record(user="b", completion_tokens=10) for _ in range(5)])  # in "other"
     for _ in range(20):  # 10 s: the rebalance promotes b near the end
         clock.advance(0.5)
