@@ -216,6 +216,11 @@ class Aggregator:
         that user and model and not yet taken back from the windows (see
         :meth:`_settle_out`); bounded by the series, not the requests."""
         self._live_seen: dict[str, float] = {}
+        self._carried: dict[str, int] = {}
+        """Open request id → its output tokens streamed before this aggregator started, for
+        the requests :meth:`carry_in` was told of (none live)."""
+        self._pending_before: list[int] = []
+        """Per queued record: its tokens in :attr:`_carried`, or −1 (began in the span)."""
         self.tokens_per_event: dict[str, float] = {}
         """Model → output tokens per content event, learned from finished requests with
         usage (absent: 1)."""
@@ -352,6 +357,7 @@ class Aggregator:
         live, seen = self._live, self._live_seen
         ttft_filed, ttft_pending = self._ttft_filed, self._pending_ttft
         itl_live, live_pending = self._itl_live, self._pending_live
+        carried, before_l = self._carried, self._pending_before
         chunks = 0
         for r in records:
             w = 0.0 if r.id in scored else 1.0
@@ -363,7 +369,10 @@ class Aggregator:
             events, attributed, chunks_seen, asked, su, sm, earlier = live.pop(r.id, _NOT_LIVE)
             last_tick = seen.pop(r.id, None)
             counted = int(attributed + 0.5)
-            remainder.append(output_tokens(r) - counted)
+            pre = carried.pop(r.id, -1) if carried else -1
+            before_l.append(pre)
+            # (tokens streamed before the start are in no window: not added now either)
+            remainder.append(output_tokens(r) - max(pre, 0) - counted)
             if su < 0 or (earlier is None and su == u and sm == m):
                 where_l.append(None)  # no live tokens, or all where its record is
             else:
@@ -456,20 +465,22 @@ class Aggregator:
         self._pending_ttft = []
         live = self._pending_live
         self._pending_live = []
+        before = self._pending_before
+        self._pending_before = []
         self._pending_chunks = 0
         start = n = 0
         for i, r in enumerate(records):
             m = len(r.chunk_offsets_s)
             if n and n + m > FILE_SLICE_CHUNKS:
                 self._file(records[start:i], users[start:i], models[start:i], rest[start:i],
-                           ttft_filed[start:i], live[start:i], where[start:i])
+                           ttft_filed[start:i], live[start:i], where[start:i], before[start:i])
                 start, n = i, 0
             n += m
         if start == 0:
-            self._file(records, users, models, rest, ttft_filed, live, where)
+            self._file(records, users, models, rest, ttft_filed, live, where, before)
         else:
             self._file(records[start:], users[start:], models[start:], rest[start:],
-                       ttft_filed[start:], live[start:], where[start:])
+                       ttft_filed[start:], live[start:], where[start:], before[start:])
 
     def _file_slices(self) -> None:
         """File the queued slices' ITL and chunk-gap samples (:func:`slice_table`)."""
@@ -501,8 +512,12 @@ class Aggregator:
 
     def _file(self, records: list[RequestRecord], users: list[int], models: list[int],
               rest: list[int], ttft_filed: list[bool], live: list[int],
-              where: list[dict[tuple[int, int], int] | None]) -> None:
+              where: list[dict[tuple[int, int], int] | None], before: list[int]) -> None:
         """File one slice of the queue.
+
+        ``before``: per record, the output tokens it streamed before this aggregator started
+        (:meth:`carry_in`), or −1; they count in no window (:func:`ingest`'s
+        ``before_start``).
 
         A record whose live tokens were counted elsewhere than in its own user and model
         series (``where``: the request asked for "gpt-4o" and the answer named
@@ -552,7 +567,8 @@ class Aggregator:
                     takes[u, m] = takes.get((u, m), 0) - x
             rest = [x if x > 0 else 0 for x in rest]
         try:
-            b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed, live)
+            b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed, live,
+                       before if max(before, default=-1) >= 0 else None)
         except Exception as exc:  # filing runs inside readers and ticks too
             # a batch that cannot be filed is dropped (as a failing bus subscriber's batch
             # is), counted, and never breaks the tick or the snapshot that asked
@@ -711,6 +727,7 @@ class Aggregator:
             for rid in [r for r, ts in seen.items() if t - ts > _LIVE_FORGET_S]:
                 seen.pop(rid, None)
                 live.pop(rid, None)
+                self._carried.pop(rid, None)
                 self._scored.discard(rid)
                 ttft_filed.discard(rid)
         itl_live = self._itl_live
@@ -718,6 +735,20 @@ class Aggregator:
             for rid in [r for r, st in itl_live.items()
                         if t - max(st[2], seen.get(r, st[2])) > _LIVE_FORGET_S]:
                 del itl_live[rid]
+
+    def carry_in(self, a: ActiveRequest, tokens: int) -> None:
+        """``a`` was already open when this aggregator started — a replay of a recording
+        started mid-traffic (or of a rotated part read alone) starts at the recording's
+        ``started_at`` — and had streamed ``a.tokens`` content events in ``a.chunks``
+        chunks, ``tokens`` output tokens, by then. Those came before the span every window
+        and rate here runs over, and are never counted: the ticks attribute only what it
+        streams from now on, and its record only the rest of its output; its finished and
+        good tokens leave them out, and its prompt's input tokens (sent before the start)
+        count not at all (:func:`~llmtop.metrics.ingest.ingest`'s ``before_start``). Its
+        latency samples and SLO verdict are any record's. Call it before the first tick
+        that sees ``a`` in the registry."""
+        self._live[a.id] = (a.tokens, 0.0, a.chunks, "", -1, -1, None)
+        self._carried[a.id] = max(0, tokens)
 
     def _file_first_tokens(self, first: list[ActiveRequest]) -> None:
         """File the TTFT of streams whose first token this tick is the first to see, into

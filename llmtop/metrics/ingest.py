@@ -93,6 +93,7 @@ def ingest(
     shape: tuple[int, int],
     ttft_filed: Sequence[bool] | None = None,
     live_filed: Sequence[int] | None = None,
+    before_start: Sequence[int] | None = None,
 ) -> Batch:
     """Build one batch's table and counters.
 
@@ -104,6 +105,14 @@ def ingest(
     filed live, from slices (:func:`slice_table`), so only the gaps that end at a later
     chunk add samples now (the first of them: the gap from the last chunk filed live). Its
     ITL objective is still judged over every chunk.
+
+    ``before_start[i]`` ≥ 0: record i began before the aggregator started (a replay of a
+    recording started mid-traffic: :meth:`~llmtop.metrics.aggregator.Aggregator.carry_in`)
+    and had streamed that many output tokens by then. Rates over the aggregator's span do
+    not count them: its ``output_tokens_done`` and ``good_tokens`` are the rest of its
+    output, and its ``input_tokens`` none (its prompt went upstream before the start).
+    −1: it began inside the span. The capacity estimate's good tokens (``Batch.good_tokens``)
+    stay the whole request's: they are tokens per request, not per second of the span.
     """
     n = len(records)
     nan = float("nan")
@@ -165,6 +174,14 @@ def ingest(
     rows[:, C_OUT] = live_remainder
     rows[:, C_OUT_DONE] = out_l
     rows[:, C_IN] = in_l
+    whole_good: npt.NDArray[np.int64] | None = None
+    if before_start is not None:
+        pre = np.asarray(before_start, dtype=np.int64)
+        carried = pre >= 0
+        if carried.any():
+            whole_good = rows[:, C_OUT_DONE].copy()
+            rows[carried, C_OUT_DONE] = np.maximum(whole_good[carried] - pre[carried], 0)
+            rows[carried, C_IN] = 0
 
     # chunk gaps and ITL samples of every record in one array
     total = int(lens.sum())
@@ -210,6 +227,8 @@ def ingest(
     rows[:, C_MET] = met
     good_i = np.where(met, rows[:, C_OUT_DONE], 0)
     rows[:, C_GOOD] = good_i
+    if whole_good is not None:
+        good_i = np.where(met, whole_good, 0)
 
     # latency samples, chunk gaps first (they go to the system only): value (seconds),
     # metric, weight, record

@@ -34,6 +34,11 @@ Fields beyond the documented ones (extensions; the documented ones never change 
 - ``warnings[*]``: as documented.
 
 Latency values are seconds; ``None`` where there is no data.
+
+Every counter holds only what happened since the aggregator started: a replay of a recording
+started mid-traffic starts it at the recording's start, with the requests open then carried
+in (:meth:`~llmtop.metrics.aggregator.Aggregator.carry_in`), and no counter — output, finished
+or good tokens, input tokens — holds what they streamed, or the prompts they sent, before it.
 """
 
 from __future__ import annotations

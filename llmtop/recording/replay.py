@@ -18,6 +18,14 @@ The read-ahead grows to the longest request read so far (+ ``LOOKAHEAD_MARGIN_S`
 the first such requests are late; ``late_starts`` counts them and ``max_e2e_s`` says what
 read-ahead would have avoided them — the report replays again with it. Seeking backwards
 restarts from the beginning of the file (keeping the grown read-ahead).
+
+The clock starts at the recording's ``started_at`` (``begin``): a recording started
+mid-traffic (with ``POST /llmtop/v1/recording``), or a rotated part read alone, holds
+requests that began before it. They are carried in — open at the start, with what they
+streamed before it told to the aggregator (:meth:`Aggregator.carry_in`), which never counts
+it — so every rate is over the recording's span and the tokens inside it (starting at the
+first request's start instead, over all its tokens, a span missing the requests that ended
+before the recording began read 234 tok/s for 199).
 The records read ahead are held packed (:mod:`llmtop.packed`: their chunk lists
 as packed numbers, about 8 bytes a chunk instead of 40) and unpacked, equal to what was
 read, when they are delivered.
@@ -61,6 +69,10 @@ _START, _EVENT = 0, 1
 DEFAULT_LOOKAHEAD_S: Final = 600.0
 LOOKAHEAD_MARGIN_S: Final = 30.0
 """Read-ahead kept beyond the longest request read so far (see ``late_starts``)."""
+EARLY_EVENT_S: Final = 60.0
+"""A first event this much before the header's ``started_at`` (by its time: a request's
+end) says the header's clock is off, not that the event reached the recorder a moment
+late: the replay then starts at the first event instead."""
 IDLE_SKIP_S: Final = 86400.0
 """A stretch longer than this with nothing in flight and nothing to deliver is crossed in one
 step instead of tick by tick (its concurrency samples, all zero, are not taken)."""
@@ -95,6 +107,23 @@ class _Live:
     status: int
     prompt_tokens: int | None
     upstream_id: str | None = None
+
+
+def _to_chunk(lv: _Live, k: int) -> None:
+    """Move ``lv``'s row to its first ``k`` chunks out."""
+    a, offs, cum = lv.active, lv.offsets, lv.cum_tokens
+    a.chunks = k
+    if k:
+        # the head went out before the first chunk: the row has its status from there, as
+        # a live one does; the recording does not say when the engine told the prompt's
+        # size (at the start or with the last chunk), so the row shows it from the first
+        # chunk too
+        a.status = lv.status
+        a.prompt_tokens = lv.prompt_tokens
+        a.upstream_id = lv.upstream_id
+        a.first_token_ns = a.t0_ns + round(offs[0] * 1e9)
+        a.last_chunk_ns = a.t0_ns + round(offs[k - 1] * 1e9)
+        a.tokens = cum[k - 1] if cum is not None and k <= len(cum) else k
 
 
 class ReplayEngine:
@@ -146,12 +175,22 @@ class ReplayEngine:
         self._fill(-math.inf, want_one=True)
         started = self.header.get("started_at")
         begin = float(started) if isinstance(started, int | float) else None
-        first = self._heap[0][0] if self._heap else None
-        if begin is None or (first is not None and not begin <= first <= begin + MAX_GAP_S):
-            # no start, a first event before it, or none for a day after it (a clock step
-            # or a damaged header: a report spanned a year of empty seconds, 830 MB)
+        first = self._heap[0][0] if self._heap else None  # (a request's start)
+        first_t = self._read_to if self._heap else None  # (its end: when it was written)
+        if begin is None or (first_t is not None
+                             and not begin - EARLY_EVENT_S <= first_t <= begin + MAX_GAP_S):
+            # no start, a first event well before it, or none for a day after it (a clock
+            # step or a damaged header: a report spanned a year of empty seconds, 830 MB)
             begin = first if first is not None else time.time()
+        elif first_t is not None and first_t < begin:
+            # an event stamped a moment before the recorder started and handed to it
+            # after (a reading; a request that ended as it started): the span holds it
+            begin = first_t
         self.begin: float = begin
+        """Where the replay's clock and the aggregator start: the header's ``started_at``
+        (or the first event's time when that is a moment earlier) — the recording's span,
+        every rate's; requests begun before it are carried in (:meth:`_start`) — or the
+        first request's start when the header has no start to trust."""
         self.now: float = begin
         self.aggregator = Aggregator(self.cfg, self.active, clock=self._clock,
                                      upstream=self.cfg.upstream)
@@ -227,29 +266,24 @@ class ReplayEngine:
             stream=rec.stream, t_start=rec.t_start, t0_ns=base_ns,
             concurrency_at_start=rec.concurrency_at_start,
         )
-        self._live[rec.id] = _Live(rec.t_start, offsets, cum, a, rec.status, rec.prompt_tokens,
-                                   rec.upstream_id)
+        lv = self._live[rec.id] = _Live(rec.t_start, offsets, cum, a, rec.status,
+                                        rec.prompt_tokens, rec.upstream_id)
         self.active[rec.id] = a
+        if rec.t_start < self.begin:
+            # begun before the recording (started mid-traffic, or a rotated part read
+            # alone): its chunks before the start are outside the span every rate runs
+            # over; the aggregator is told of them and never counts them
+            k = bisect.bisect_left(offsets, self.begin - rec.t_start)
+            if k:
+                _to_chunk(lv, k)
+            self.aggregator.carry_in(a, a.tokens)
 
     def _progress_streams(self) -> None:
         """Bring every active request's first token / chunks / tokens up to ``now``."""
         for lv in self._live.values():
-            a, offs, cum = lv.active, lv.offsets, lv.cum_tokens
-            k = bisect.bisect_right(offs, self.now - lv.t_start)
-            if k == a.chunks:
-                continue
-            a.chunks = k
-            if k:
-                # the head went out before the first chunk: the row has its status from
-                # there, as a live one does; the recording does not say when the engine
-                # told the prompt's size (at the start or with the last chunk), so the row
-                # shows it from the first chunk too
-                a.status = lv.status
-                a.prompt_tokens = lv.prompt_tokens
-                a.upstream_id = lv.upstream_id
-                a.first_token_ns = a.t0_ns + round(offs[0] * 1e9)
-                a.last_chunk_ns = a.t0_ns + round(offs[k - 1] * 1e9)
-                a.tokens = cum[k - 1] if cum is not None and k <= len(cum) else k
+            k = bisect.bisect_right(lv.offsets, self.now - lv.t_start)
+            if k != lv.active.chunks:
+                _to_chunk(lv, k)
 
     def now_ns(self) -> int:
         """The virtual clock on the ``ActiveRequest`` nanosecond scale."""
@@ -263,7 +297,7 @@ class ReplayEngine:
         while heap and heap[0][0] <= upto:
             t, _, kind, item = heapq.heappop(heap)
             if kind == _START:
-                if t < self.now - self.tick_s:
+                if max(t, self.begin) < self.now - self.tick_s:  # (begun before: carried in)
                     self.late_starts += 1
                 self._start(item)
                 continue

@@ -3,10 +3,12 @@ recording).
 
 A recording started with ``POST /llmtop/v1/recording`` while requests are in flight (or
 a rotated part read alone) holds requests that began before it did. The report's figures
-then run from the first of those starts, but the requests that ended before the
-recording began are not in it: a sim run at 129 tok/s, recorded from 2.6 s in, read
-"88.1 tok/s" with nothing to say why. The report now counts those requests and says so
-(text, HTML, a comparison's notes). Recordings are written by the real recorder.
+ran from the first of those starts, but the requests that ended before the recording
+began are not in it: a sim run at 129 tok/s, recorded from 2.6 s in, read "88.1 tok/s"
+with nothing to say why. The report counts those requests and says so (text, HTML, a
+comparison's notes); its rates run from the recording's start and count only the tokens
+streamed after it (``test_recording_mid_traffic_rates`` checks them against a real
+client). Recordings are written by the real recorder.
 """
 
 from __future__ import annotations
@@ -48,9 +50,19 @@ def test_requests_begun_before_the_recording_are_counted_and_said(
     c = r["conditions"]
     assert c["requests_before_start"] == 3
     assert c["first_start_at"] == pytest.approx(now - 3.0)
+    # the rates: the recording's span, and the early streams' chunks from its start on
+    started = header["started_at"]
+    after = sum(1 for e in early for off in e.chunk_offsets_s if e.t_start + off >= started)
+    assert 0 < after < 3 * 120
+    th = r["throughput"]
+    assert th["output_tokens"] == after + 10 * 10
+    assert th["input_tokens"] == 10 * 100  # the early prompts went before the start
+    assert th["span_s"] == pytest.approx(c["last_event_at"] - started)
+    assert th["output_tps"] == pytest.approx((after + 100) / th["span_s"])
     text = run(capsys, str(mid))
     note = next(x for x in text.splitlines() if x.strip().startswith("note"))
-    assert "3 requests began before the recording did" in note and "read low" in note
+    assert "3 requests began before the recording did" in note
+    assert "count only the tokens streamed after it" in note
     html = run(capsys, str(mid), "--format", "html", "-o", str(tmp_path / "r.html"))
     assert html == ""
     assert "3 requests began before the recording did" in (tmp_path / "r.html").read_text()

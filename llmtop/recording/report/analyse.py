@@ -357,9 +357,13 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
 def _before_start(c: _Collector, started: Any) -> dict[str, Any]:
     """``requests_before_start``: requests that began before the recording did (one started
     mid-traffic, with ``POST /llmtop/v1/recording``, or a rotated part read alone), and
-    ``first_start_at``, the earliest start. The figures then run from that start, but the
-    requests that ended before the recording began are not in it: its rates read low (61 s
-    at 129 tok/s, started 2.6 s in, read 88 tok/s), and the report says so."""
+    ``first_start_at``, the earliest start. The rates run over the recording's span (from
+    its ``started_at``: :class:`~llmtop.recording.replay.ReplayEngine`'s ``begin``) and count
+    only the output those requests streamed inside it; the report says so. (They ran from
+    the first request read and counted every token of those requests — against a span
+    missing the requests that ended before the recording began: 61 s at 129 tok/s,
+    started 2.6 s in, read 88 tok/s; two long streams begun 2 s before a 4.4 s recording
+    of 199 tok/s read 234.)"""
     if not isinstance(started, int | float) or not len(c.starts):
         return {"requests_before_start": 0, "first_start_at": c.first_start}
     n = int(np.count_nonzero(np.frombuffer(c.starts, dtype=np.float64) < started))

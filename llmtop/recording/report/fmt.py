@@ -63,7 +63,8 @@ def attainment(v: Any, target: Any) -> str:
 
 def before_start_note(c: Any) -> str | None:
     """What a report says when requests began before the recording did (``conditions``'
-    ``requests_before_start``): its rates run from the first of them, and undercount."""
+    ``requests_before_start``): the rates run over the recording's span and count only
+    what those requests streamed inside it; their latencies are in the figures whole."""
     n = c.get("requests_before_start") if isinstance(c, dict) else None
     if not isinstance(n, int) or n <= 0:
         return None
@@ -71,9 +72,10 @@ def before_start_note(c: Any) -> str | None:
     lead = (f", the first {duration(started - first)} before it"
             if isinstance(first, int | float) and isinstance(started, int | float) else "")
     return (f"{num(n, 0)} request{'s' if n != 1 else ''} began before the recording did"
-            f"{lead} (started mid-traffic, or a rotated part read alone): the figures run "
-            "from the first start, but the requests that ended before the recording began "
-            "are not in it, so its rates (tok/s, req/s, goodput) read low")
+            f"{lead} (started mid-traffic, or a rotated part read alone): the rates (tok/s, "
+            "req/s, goodput) run from the recording's start and count only the tokens "
+            "streamed after it (none of their prompts); their latencies and SLO verdicts "
+            "count whole")
 
 
 def pct100(v: Any) -> str:
