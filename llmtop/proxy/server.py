@@ -60,10 +60,10 @@ from llmtop.out_of_files import is_out_of_files, out_of_files, refusal
 from llmtop.proxy.dialects.base import RequestInfo, StreamParser
 from llmtop.proxy.dialects.compressed import INFLATABLE, InflatingParser
 from llmtop.proxy.dialects.openai import (
-    UsageChunkStripper,
     add_include_usage,
     is_usage_rejection,
 )
+from llmtop.proxy.dialects.openai_usage import stripper_for
 from llmtop.proxy.dialects.plain import PlainParser
 from llmtop.proxy.dialects.registry import (
     BODY_DECIDES,
@@ -180,8 +180,9 @@ class ProxyServer:
         so each new request's ``concurrency_at_start`` counts the whole proxy's."""
         self.usage_rejected = False
         """The upstream refused ``stream_options`` once, or its usage event held more than
-        usage (llama.cpp's ``timings``, which the client would then lose): injection is off
-        from then on."""
+        usage (llama.cpp's ``timings``: it counts its answers itself): injection is off from
+        then on. (The streams injected until then gave their clients llama.cpp's
+        ``timings`` back where llama.cpp puts them without usage: ``TimingsRestorer``.)"""
         self.token_rates = TokenRates()
         """Per model, the engine's tokens per content event, learned from streams with usage
         and used for streams that end without it (``token_source`` ``estimate``)."""
@@ -793,7 +794,9 @@ class ProxyServer:
         if head.request_id is not None:  # the engine's id (the body's, else: the parser's)
             ex.active.upstream_id = head.request_id
         ctype = head.content_type
-        strip = UsageChunkStripper() if inject and status < 300 else None
+        # (llama.cpp's first streams: a stripper that gives its timings back, see
+        # openai_usage.TimingsRestorer)
+        strip = stripper_for(head.headers) if inject and status < 300 else None
         media = ctype.split(";", 1)[0].strip().lower()
         if media in _STREAM_TYPES:
             is_stream = True

@@ -276,6 +276,24 @@ def without_usage_only_event(body: bytes) -> bytes:
     return b"\n\n".join(b for b in body.split(b"\n\n") if not _is_usage_only(b))
 
 
+def llamacpp_without_usage(body: bytes) -> bytes:
+    """What llama.cpp sends for ``body`` (a chat stream it answered with
+    ``include_usage``) without ``include_usage``, by hand: each usage-only event out, and
+    the ``timings`` it carried (its bytes; llama.cpp writes it last) at the end of the
+    event just before it — where llama.cpp puts ``timings`` when no usage follows."""
+    out: list[bytes] = []
+    for block in body.split(b"\n\n"):
+        if _is_usage_only(block):
+            at = block.find(b',"timings":{')
+            if at >= 0:
+                prev = out[-1]
+                cut = prev.rindex(b"}")
+                out[-1] = prev[:cut] + block[at:block.rindex(b"}")] + prev[cut:]
+            continue
+        out.append(block)
+    return b"\n\n".join(out)
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0–100)."""
     ordered = sorted(values)

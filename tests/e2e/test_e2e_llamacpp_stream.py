@@ -24,6 +24,7 @@ from e2e_support import (
     LlmtopProcess,
     Tee,
     has_usage_only_event,
+    llamacpp_without_usage,
     new_user,
     openai_client,
     percentile,
@@ -31,7 +32,6 @@ from e2e_support import (
     timings_of,
     usage_of,
     wait_engine_idle,
-    without_usage_only_event,
 )
 
 AGREE_S = 0.005
@@ -115,8 +115,9 @@ async def test_bytes_pass_through_unchanged_and_usage_is_the_servers(
     read, and their SHA-256 must be equal. When the client did not ask for usage, llmtop
     adds ``stream_options.include_usage`` upstream and removes exactly the usage-only event:
     the client's bytes equal the upstream bytes less that one event. But llama.cpp then moves
-    its ``timings`` from the finish event into that usage event, so the client loses them:
-    llmtop stops asking this upstream from then on, and the bytes pass through whole, the
+    its ``timings`` from the finish event into that usage event: llmtop puts them back on
+    the finish event (the client's bytes are then llama.cpp's without ``include_usage``) and
+    stops asking this upstream from then on, and the bytes pass through whole, the
     counts coming from the finish event's ``timings``. Either way llmtop's recorded
     ``completion_tokens`` is the server's own count for that very request (its usage, and
     ``timings.predicted_n``). (llama.cpp's legacy completions carry usage on their finish
@@ -157,7 +158,9 @@ async def test_bytes_pass_through_unchanged_and_usage_is_the_servers(
                 assert not injected_chat, "llmtop kept asking after losing the client timings"
                 assert usage is not None
                 assert not has_usage_only_event(bytes(got)), "the client got an extra usage event"
-                assert bytes(got) == without_usage_only_event(upstream)
+                # (llama.cpp's timings, moved into the usage event, put back on the finish
+                # event: the client's bytes are llama.cpp's answer without include_usage)
+                assert bytes(got) == llamacpp_without_usage(upstream)
                 if path == "/v1/chat/completions":
                     injected_chat = True
                     assert has_usage_only_event(upstream) and usage_of(bytes(got)) is None
