@@ -211,6 +211,7 @@ class Exchange:
         "offsets",
         "outcome",
         "parser",
+        "prompt_list",
         "prompt_tokens",
         "slice_due",
         "slices",
@@ -237,6 +238,9 @@ class Exchange:
         self.model: str | None = None
         self.stream = False
         self.prompt_tokens: int | None = None
+        self.prompt_list: tuple[int, int] | None = None
+        """The request held a list of prompts: how many, and the choices asked for each
+        (``RequestInfo.prompts``, ``n``); None: one prompt."""
         self.measured = True
         """A generation request: in the live views and published as a record (a GET for
         a model list, a health check or ``/metrics`` is forwarded but not measured)."""

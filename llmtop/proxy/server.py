@@ -60,6 +60,7 @@ from llmtop.out_of_files import is_out_of_files, out_of_files, refusal
 from llmtop.proxy.dialects.base import RequestInfo, StreamParser
 from llmtop.proxy.dialects.compressed import INFLATABLE, InflatingParser
 from llmtop.proxy.dialects.openai import (
+    OpenAIStreamParser,
     add_include_usage,
     is_usage_rejection,
 )
@@ -438,6 +439,8 @@ class ProxyServer:
             active.user = ""
         active.model = info.model
         active.stream = ex.stream = info.stream
+        if info.prompts > 1:
+            ex.prompt_list = (info.prompts, info.n)
         ex.slices = self.bus  # an open stream's chunks, as it goes (relay.hold)
         direct = DirectExchange(self, protocol, DirectClient(quick, protocol), ex, conn, head,
                                 raw, inject, body, info)
@@ -529,6 +532,8 @@ class ProxyServer:
         active.user = self._identity.resolve(request.headers, info.user, request.remote)
         active.model = info.model
         active.stream = ex.stream = info.stream
+        if info.prompts > 1:
+            ex.prompt_list = (info.prompts, info.n)
         ex.slices = self.bus  # an open stream's chunks, as it goes (relay.hold)
         forwarding = self.forward(request, ex, wd, body, info)
         del body  # forward holds it until the response head has come, and no longer
@@ -824,6 +829,8 @@ class ProxyServer:
             parser = (InflatingParser(make_parser(ex.active.dialect, is_stream, ctype or None,
                                                   ex.active.path), encoding)
                       if encoding in INFLATABLE else PlainParser(status < 400))
+        if ex.prompt_list is not None and isinstance(parser, OpenAIStreamParser):
+            parser.several_prompts(*ex.prompt_list)  # their prompt tokens summed
         ex.parser = ex.active.usage = parser  # (the live row reads the prompt's size there)
         transport = request.transport
         if transport is None:

@@ -89,3 +89,9 @@ class RequestInfo:
     """The API always sends usage with its answer (the Responses API's
     ``response.completed``): there is nothing to ask for, and the proxy leaves the body
     as it is (``inject_usage`` does not apply)."""
+    prompts: int = 1
+    """How many prompts the request holds: a legacy completions request's ``prompt`` may be
+    a list of them (``["a", "b"]``, or lists of token ids), each answered with its own
+    choices; 1 for anything else (a string, one list of token ids)."""
+    n: int = 1
+    """Choices asked for per prompt (``n``)."""

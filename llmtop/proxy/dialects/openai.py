@@ -16,7 +16,10 @@ usage counts each choice of an ``n > 1`` request on its own, and llama.cpp's leg
 completions (``/v1/completions``) put each choice's final usage on that choice's finish
 event. So ``usage_completion_tokens`` is the last figure of each choice index, summed over
 the choices (with ``n = 1``: the last one seen), and ``usage_prompt_tokens`` the last
-prompt figure (the same prompt in each: counted once). Usage on an event that is not one
+prompt figure (the same prompt in each: counted once) — unless the request held a list of
+prompts (``"prompt": ["a", "b"]``, told from its body: ``RequestInfo.prompts``), whose
+choices ``i`` answer prompt ``i // n``, each with its own prompt's figure: the last one per
+prompt, summed (``several_prompts``). Usage on an event that is not one
 choice with an ``index`` is a figure for the whole answer: it replaces those before it.
 Usage-only events (``choices: []``) are summed: vLLM and the OpenAI API send one for
 the whole answer, but llama.cpp's chat completions send one per choice of an ``n > 1``
@@ -32,7 +35,8 @@ counted exactly when usage is not injected (see ``openai_usage``).
 A non-streamed answer's ``usage`` (or, without it, ``timings``) is taken as it is. With
 ``n > 1`` llama.cpp's covers choice 0 only (its usage and its ``timings`` are the first
 choice's; it sends no per-choice counts): the figures are then a lower bound, and no
-count of the other choices is made up.
+count of the other choices is made up. (The same for a list of prompts: llama.cpp's
+answer counts the first prompt and its first choice only.)
 
 The usage-injection helpers (``add_include_usage``, ``UsageChunkStripper``,
 ``is_usage_rejection``) live in ``openai_usage`` and are re-exported here.
@@ -176,8 +180,9 @@ def _one_index(choices: object) -> int | None:
 class OpenAIStreamParser(ParserState):
     """An OpenAI-style SSE stream (see the module docstring for what counts)."""
 
-    __slots__ = ("_counted", "_fast", "_first", "_max", "_per_choice", "_prompt_per_index",
-                 "_sse", "_summed", "_usage_obj", "_usage_per_choice", "_warm", "done")
+    __slots__ = ("_counted", "_fast", "_first", "_max", "_per_choice", "_per_prompt",
+                 "_prompt_per_index", "_sse", "_summed", "_usage_obj", "_usage_per_choice",
+                 "_warm", "done")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__()
@@ -192,12 +197,23 @@ class OpenAIStreamParser(ParserState):
         self._prompt_per_index: dict[int, int] | None = None  # native API: prompt per index
         self._usage_per_choice: dict[int, int] | None = None  # usage per choice index
         self._first: bytes | None = None  # the first event, for its id (see response_id)
+        self._per_prompt = 0  # choices per prompt of a list of prompts (0: one prompt)
         self.done = False
         """``data: [DONE]`` was seen."""
 
     @property
     def buffered_bytes(self) -> int:
         return self._sse.buffered_bytes
+
+    def several_prompts(self, prompts: int, n: int) -> None:
+        """The request held a list of ``prompts`` prompts, ``n`` choices each (legacy
+        completions; ``RequestInfo.prompts``): choice ``i`` answers prompt ``i // n`` (as
+        llama.cpp and vLLM number them), and a choice's own usage (or ``timings``) gives
+        its prompt's tokens — different prompts, summed, each once however many choices
+        it has. A usage-only event's ``prompt_tokens`` (vLLM's, for the whole request) is
+        taken as it is."""
+        if prompts > 1 and n > 0:
+            self._per_prompt = n
 
     def feed(self, data: bytes) -> tuple[int, int]:
         if self._fast and data.endswith(b"}\n\n"):
@@ -427,11 +443,14 @@ class OpenAIStreamParser(ParserState):
         not one choice with an ``index``. Returns the completion tokens so far (None when
         this usage has no figure)."""
         n = count(usage.get("completion_tokens"))
-        self._set_prompt(usage.get("prompt_tokens"))
+        index = _one_index(choices)
+        if self._per_prompt and index is not None:
+            self._prompt_of(index // self._per_prompt, usage.get("prompt_tokens"))
+        else:
+            self._set_prompt(usage.get("prompt_tokens"))
         if n is None:
             return None
         per = self._usage_per_choice
-        index = _one_index(choices)
         if index is None or per is None:
             per = self._usage_per_choice = {}
         per[-1 if index is None else index] = n
@@ -466,13 +485,23 @@ class OpenAIStreamParser(ParserState):
         prompt, cached = t.get("prompt_n"), t.get("cache_n", 0)
         if type(prompt) is int and type(cached) is int:
             if type(native) is int:
-                prompts = self._prompt_per_index
-                if prompts is None:
-                    prompts = self._prompt_per_index = {}
-                prompts[native] = prompt + cached
-                self._set_prompt(sum(prompts.values()))
+                self._prompt_of(native, prompt + cached)
+            elif self._per_prompt and index >= 0:
+                self._prompt_of(index // self._per_prompt, prompt + cached)
             else:
                 self._set_prompt(prompt + cached)
+
+    def _prompt_of(self, prompt: int, tokens: object) -> None:
+        """``tokens``: the prompt tokens of the request's prompt number ``prompt`` (one of
+        several, each counted once): the prompt figure is their sum."""
+        n = count(tokens)
+        if n is None:
+            return
+        prompts = self._prompt_per_index
+        if prompts is None:
+            prompts = self._prompt_per_index = {}
+        prompts[prompt] = n
+        self._set_prompt(sum(prompts.values()))
 
 
 class OpenAIBodyParser(JSONBodyParser):
@@ -550,9 +579,26 @@ def inspect_openai_request(body: bytes) -> RequestInfo:
     model = obj.get("model")
     user = obj.get("user")
     opts = obj.get("stream_options")
+    n = obj.get("n")
     return RequestInfo(
         model=text_or_none(model),
         user=text_or_none(user),
         stream=obj.get("stream") is True,
         wants_usage=isinstance(opts, dict) and opts.get("include_usage") is True,
+        prompts=_prompt_count(obj.get("prompt")),
+        n=n if type(n) is int and n > 0 else 1,
     )
+
+
+def _prompt_count(prompt: object) -> int:
+    """How many prompts a completions request's ``prompt`` holds, as llama.cpp and vLLM
+    read it: a list of strings or of token lists is one prompt each; a string, a list of
+    token ids, and llama.cpp's mixed list of token ids and strings are one prompt."""
+    if not isinstance(prompt, list) or len(prompt) < 2:
+        return 1
+    first = prompt[0]
+    if type(first) is int:  # token ids (or llama.cpp's mixed list): one prompt
+        return 1
+    if isinstance(first, str) and any(type(p) is int for p in prompt):
+        return 1  # llama.cpp's mixed list of strings and token ids
+    return len(prompt)
