@@ -185,8 +185,9 @@ def verdict(result: SearchResult, mode: str, cfg: Config,
         return f"{head}: none — {why_failed(lowest, mode, cfg.slo.target)}{note}"
     b = result.best
     lvl = f"{int(b.level)}" if mode == "concurrency" else f"{b.level:g} req/s"
+    during = "" if interrupted == "between levels" else "during "
     if interrupted is not None and fail is None:
-        tail = f" (interrupted during {interrupted}: the limit may be higher)"
+        tail = f" (interrupted {during}{interrupted}: the limit may be higher)"
     elif (fail is not None and interrupted is not None and interrupted_level is not None
           and b.level < interrupted_level < fail.level):
         tail = (f" (interrupted during {interrupted}, before the search settled: the limit "

@@ -273,15 +273,18 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
                         "never sent, so the level measures this process, not the target "
                         "(left out of the results); raise the limit (ulimit -n) or lower "
                         "the level", nothing_ok=False)
-        if plan.admin_url:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess:
-                s.gpus = await _gpu_readings(sess, plan.admin_url, plan.admin_headers)
-        elif gpu is not None:
-            s.gpus = [r.to_json_dict() for r in gpu.latest()]
-        if recorder is not None:
-            recorder.on_events([BenchStepLine(s)])
-        steps.append(s)
-        progress.done(s)
+        try:  # the level is done: a Ctrl-C while its readings come keeps it (without them)
+            if plan.admin_url:
+                async with aiohttp.ClientSession(
+                        timeout=aiohttp.ClientTimeout(total=5)) as sess:
+                    s.gpus = await _gpu_readings(sess, plan.admin_url, plan.admin_headers)
+            elif gpu is not None:
+                s.gpus = [r.to_json_dict() for r in gpu.latest()]
+        finally:
+            if recorder is not None:
+                recorder.on_events([BenchStepLine(s)])
+            steps.append(s)
+            progress.done(s)
         any_ok = any_ok or run.watch.any_ok
         _check_alive(run, label, any_ok, client.url())
         return s

@@ -1,0 +1,83 @@
+"""llmtop bench at its edges: Ctrl-C in the moments between a level's requests and its
+summary, levels that sent nothing, and figures checked against what the client saw."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+from net_support import serving
+
+
+def event(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+USAGE = {"id": "chatcmpl-1", "choices": [],
+         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+
+
+async def quick_answer(request: web.Request) -> web.StreamResponse:
+    """Two content events and the usage, at once."""
+    await request.read()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for _ in range(2):
+        await resp.write(event({"id": "chatcmpl-1",
+                                "choices": [{"index": 0, "delta": {"content": "a"}}]}))
+    await resp.write(event(USAGE))
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def test_ctrl_c_while_a_level_reads_the_gpus_keeps_that_level(tmp_path: Path) -> None:
+    """With --admin, a level's GPU readings are asked for after its requests are done. A
+    Ctrl-C then (an admin API slow to answer holds bench there up to 5 s a level) lost
+    the finished level: no row in the results, no summary line in the recording, though
+    its requests were recorded. The level is kept (without readings)."""
+    snapshots = 0
+    asked_again, release = asyncio.Event(), asyncio.Event()
+
+    async def snapshot(request: web.Request) -> web.Response:
+        nonlocal snapshots
+        snapshots += 1
+        if snapshots > 1:  # the probe of --admin answers at once; a level's reading hangs
+            asked_again.set()
+            await release.wait()
+        return web.json_response({"gpus": [{"index": 0, "mem_used_bytes": 1,
+                                            "mem_total_bytes": 2}]})
+
+    rec = tmp_path / "b.jsonl"
+    async with serving(web.post("/v1/chat/completions", quick_answer),
+                       web.get("/llmtop/v1/snapshot", snapshot)) as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "bench", url, "--concurrency", "1,2",
+            "--requests", "3", "--json", "--admin", url, "--record", str(rec),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            await asyncio.wait_for(asked_again.wait(), 30)
+            await asyncio.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            release.set()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    text = err.decode()
+    assert proc.returncode == 130, text
+    data = json.loads(out)
+    assert [(s["level"], s["requests"]) for s in data["steps"]] == [(1.0, 3)], text
+    assert data["best"] == 1.0
+    assert data["interrupted"] == "between levels"
+    assert "interrupted during between levels" not in data["verdict"]
+    assert "interrupted between levels" in data["verdict"]
+    assert "results above for the 1 level that finished" in text
+    lines = [json.loads(ln) for ln in rec.read_text().splitlines()]
+    assert [x["level"] for x in lines if x["type"] == "bench_step"] == [1.0]
+    assert sum(x["type"] == "request" for x in lines) == 3
