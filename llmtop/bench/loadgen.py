@@ -256,7 +256,8 @@ async def run_open(
     watch: FailureWatch | None = None,
 ) -> StepRun:
     """Arrivals at ``rate``/s (exponential gaps when ``poisson``, else constant), each
-    measured from its scheduled time."""
+    measured from its scheduled time. By duration, the level lasts until its window's end
+    or its last request's, whichever is later."""
     assert duration_s is not None or requests is not None
     watch = FailureWatch() if watch is None else watch
     rng = random.Random(seed)
@@ -322,6 +323,12 @@ async def run_open(
                 while in_flight and not give_up.is_set():
                     await asyncio.wait([waiter, *in_flight],
                                        return_when=asyncio.FIRST_COMPLETED)
+                # a level by duration lasts its window: its rates are over the window, not
+                # over the span to its last arrival (Poisson: about 1/rate short of it,
+                # so a low rate read high)
+                rest = None if end_ns is None else (end_ns - perf_counter_ns()) / 1e9
+                if rest is not None and rest > 0 and not give_up.is_set():
+                    await asyncio.wait([waiter], timeout=rest)
             finally:
                 waiter.cancel()
             if died:  # a request task that raised: its error is the benchmark's error

@@ -81,3 +81,25 @@ async def test_ctrl_c_while_a_level_reads_the_gpus_keeps_that_level(tmp_path: Pa
     lines = [json.loads(ln) for ln in rec.read_text().splitlines()]
     assert [x["level"] for x in lines if x["type"] == "bench_step"] == [1.0]
     assert sum(x["type"] == "request" for x in lines) == 3
+
+
+async def test_an_open_loop_level_by_duration_lasts_its_window() -> None:
+    """An open-loop level by --duration ended at its last arrival's answer, not at the end
+    of its window: its duration, and every rate over it, came out of the span to the last
+    arrival. With Poisson arrivals that span is about 1/rate short of the window, so low
+    rates read high: --rate 1 --duration 3 measured 5 arrivals over 1.4 s and said 3.6
+    req/s (seen against llmtop sim). Constant arrivals here, for a sure count: at 2/s for
+    0.9 s, arrivals at 0 and 0.5 s, then the level said 4 req/s over 0.5 s."""
+    from llmtop.bench.client import BenchClient
+    from llmtop.bench.loadgen import run_open
+    from llmtop.bench.summary import summarize
+    from llmtop.bench.workload import Length, Workload
+    from llmtop.config import load_config
+
+    async with serving(web.post("/v1/chat/completions", quick_answer)) as url:
+        run = await run_open(BenchClient(url), Workload(max_tokens=Length(2, 2)), 2.0,
+                             duration_s=0.9, poisson=False)
+    s = summarize(run, load_config(None, env={}, overrides={}))
+    assert s.requests == 2 and s.ok == 2
+    assert s.duration_s >= 0.9
+    assert s.rps <= 2 / 0.9
