@@ -132,6 +132,12 @@ def why_failed(s: StepSummary, mode: str, target: float) -> str:
                    f"{s.cut_off_answered} had begun to answer")
             return (f"{lvl} finished no request ({s.cut_off} open at the level's end; "
                     f"{had})")
+        if mode == "rate" and not s.overflow and not s.gave_up:
+            # (an open loop files every measured arrival it sent, or cuts it off)
+            return (f"{lvl} sent no request: no arrival fell in its "
+                    f"{s.duration_s:.2g} s window (about {s.level * s.duration_s:.2g} "
+                    "on average at this rate; a longer --duration, or --requests, measures "
+                    "it)")
         return f"{lvl} finished no request"
     parts = []
     bad = s.errors + s.timeouts

@@ -103,3 +103,23 @@ async def test_an_open_loop_level_by_duration_lasts_its_window() -> None:
     assert s.requests == 2 and s.ok == 2
     assert s.duration_s >= 0.9
     assert s.rps <= 2 / 0.9
+
+
+async def test_a_rate_level_that_sent_nothing_says_so() -> None:
+    """A low rate in a short window can see no arrival at all (Poisson: at 0.2/s in 1 s,
+    four times in five). The verdict said 'even rate 0.001/s finished no request', as if
+    the target had failed to answer; nothing was sent."""
+    async with serving(web.post("/v1/chat/completions", quick_answer)) as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmtop", "bench", url, "--rate", "0.001",
+            "--duration", "1", "--json",  # (seed 0: the first arrival ~1,860 s in)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    doc = json.loads(out)
+    assert [(s["requests"], s["cut_off"]) for s in doc["steps"]] == [(0, 0)]
+    assert "finished no request" not in doc["verdict"]
+    assert doc["verdict"].endswith(
+        "none — even rate 0.001/s sent no request: no arrival fell in its 1 s window "
+        "(about 0.001 on average at this rate; a longer --duration, or --requests, "
+        "measures it)"), doc["verdict"]
