@@ -117,6 +117,10 @@ class StepRun:
     """Open loop: for each measured arrival, how late its request started against its
     scheduled time (the load generator's own delay: a busy client, a burst of arrivals).
     Every latency is measured from the schedule, so this lag is in each of them."""
+    peak_open: int | None = None
+    """Closed loop by ``requests``: the most requests open at once as a measured one
+    started (itself included). Fewer requests than workers never hold the level's
+    concurrency: ``--requests 2`` at concurrency 8 measures concurrency 2."""
     watch: FailureWatch = field(default_factory=FailureWatch)
 
     @property
@@ -175,7 +179,8 @@ async def run_closed(
     watch = FailureWatch() if watch is None else watch
     mono0 = time.monotonic()
     measure_from = mono0 + warmup_s
-    run = StepRun("concurrency", concurrency, started=time.time() + warmup_s, watch=watch)
+    run = StepRun("concurrency", concurrency, started=time.time() + warmup_s, watch=watch,
+                  peak_open=None if requests is None else 0)
     stop = asyncio.Event()
     open_now = 0
     claimed = 0
@@ -195,6 +200,8 @@ async def run_closed(
                 req = workload.next()
                 open_now += 1
                 run.sent += 1
+                if measured and run.peak_open is not None:
+                    run.peak_open = max(run.peak_open, open_now)
                 try:
                     rec = await client.send(session, req, concurrency=open_now)
                 finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmtop.bench.search import SearchResult, passes
+from llmtop.bench.search import SearchResult, passes, unreached
 from llmtop.bench.summary import StepSummary, errors_text
 from llmtop.config import Config
 
@@ -71,6 +71,13 @@ def lag_text(s: StepSummary) -> str | None:
             "server alone")
 
 
+def unreached_text(s: StepSummary) -> str:
+    """``never more than 2 requests open at once (--requests 2 is fewer than the level)``."""
+    n = s.peak_open or 0
+    return (f"never more than {n} request{'' if n == 1 else 's'} open at once (--requests "
+            f"{s.requests} is fewer than the level)")
+
+
 def error_lines(result: SearchResult, mode: str) -> list[str]:
     """``errors at concurrency 2: 5 connection refused, 2 HTTP 500`` for levels with any,
     ``at rate 900/s: 12 arrivals not sent …`` for open-loop levels that dropped some, and
@@ -85,6 +92,9 @@ def error_lines(result: SearchResult, mode: str) -> list[str]:
             out.append(f"  at {level_label(mode, s.level)}: {overflow_text(s.overflow)}")
         if (lag := lag_text(s)) is not None:
             out.append(f"  at {level_label(mode, s.level)}: {lag}")
+        if unreached(s):
+            out.append(f"  at {level_label(mode, s.level)}: {unreached_text(s)}: not "
+                       "counted")
     return out
 
 
@@ -184,11 +194,19 @@ def verdict(result: SearchResult, mode: str, cfg: Config,
         f" ({', '.join(level_text(mode, x) for x in above)} passed, above the failed "
         f"{level_text(mode, fail.level)}: not counted, the results are not monotonic — "
         "noise or a hiccup; a longer --duration may settle it)")
+    gaps = [s for s in result.ordered() if unreached(s)]
+    unmeasured = "" if not gaps else (
+        f" ({what} {', '.join(level_text(mode, s.level) for s in gaps)} not measured: "
+        f"{unreached_text(max(gaps, key=lambda s: s.peak_open or 0))})")
     if result.best is None:
         if not result.steps:
             return f"{head}: no level finished"
-        lowest = min(result.steps, key=lambda s: s.level)
-        return f"{head}: none — {why_failed(lowest, mode, cfg.slo.target)}{note}"
+        measured = [s for s in result.steps if not unreached(s)]
+        if not measured:
+            return f"{head}: none measured{unmeasured}"
+        lowest = min(measured, key=lambda s: s.level)
+        return (f"{head}: none — {why_failed(lowest, mode, cfg.slo.target)}{note}"
+                f"{unmeasured}")
     b = result.best
     lvl = f"{int(b.level)}" if mode == "concurrency" else f"{b.level:g} req/s"
     during = "" if interrupted == "between levels" else "during "
@@ -203,4 +221,4 @@ def verdict(result: SearchResult, mode: str, cfg: Config,
         tail = " (no level failed: the limit may be higher)"
     else:
         tail = note
-    return f"{head}: {lvl} → {b.goodput_tps:,.0f} tok/s goodput{tail}"
+    return f"{head}: {lvl} → {b.goodput_tps:,.0f} tok/s goodput{tail}{unmeasured}"

@@ -4,7 +4,8 @@ A sweep runs the given levels, then keeps doubling (ending with ``max_level`` it
 level above it is ever run) until a level fails, then bisects between the last passing and
 the first failing level (integers for concurrency; for rates, until the two are within
 ``rate_resolution`` req/s or :data:`RATE_RELATIVE` of the failing rate, whichever is
-wider). A
+wider). A closed-loop level that its ``--requests`` cannot fill (:func:`unreached`) ends
+the sweep as ``max_level`` does. A
 level "passes" when its attainment ≥ target, it had no more errors than
 ``max_error_rate`` and (open loop) it sent every arrival: one it could not send, as too
 many requests were open already, is a request its figures leave out.
@@ -43,8 +44,17 @@ class SearchResult:
         return sorted(self.steps, key=lambda s: s.level)
 
 
+def unreached(s: StepSummary) -> bool:
+    """A closed-loop level that never had its concurrency open (``--requests`` fewer than
+    the level): it measured a lower one, so it neither passes nor fails."""
+    # (read with getattr: tests/bench/test_bench_search_levels.py drives search with
+    # stand-ins that have only the fields passes() read before)
+    peak: int | None = getattr(s, "peak_open", None)
+    return peak is not None and 0 < peak < s.level  # (set in closed loop only)
+
+
 def passes(s: StepSummary, target: float, max_error_rate: float = 0.0) -> bool:
-    if s.requests == 0 or s.slo_attainment is None or s.overflow:
+    if s.requests == 0 or s.slo_attainment is None or s.overflow or unreached(s):
         return False
     errors = (s.errors + s.timeouts) / s.requests
     return s.slo_attainment >= target and errors <= max_error_rate
@@ -108,6 +118,8 @@ async def search(
         i += 1
         s = await run_level(level)
         steps.append(s)
+        if unreached(s):  # (--requests fewer than the level: no higher level is reached)
+            break
         if passes(s, target, max_error_rate):
             best = s if best is None or s.level > best.level else best
         else:

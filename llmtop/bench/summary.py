@@ -68,6 +68,10 @@ class StepSummary:
     their schedule, P99 (``None`` closed loop, or with no measured arrival)."""
     send_lag_max_s: float | None = None
     """Open loop: the same, the largest."""
+    peak_open: int | None = None
+    """Closed loop by ``--requests``: the most requests open at once as a measured one
+    started (``None`` by duration, and in open loop). Below the level, the level was not
+    measured (see :func:`llmtop.bench.search.unreached`)."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,6 +128,7 @@ def summarize(run: StepRun, cfg: Config) -> StepSummary:
         cut_off_answered=run.cut_off_answered,
         send_lag_p99_s=_lag_p99(run.send_lags_ns),
         send_lag_max_s=max(run.send_lags_ns) / 1e9 if run.send_lags_ns else None,
+        peak_open=run.peak_open,
     )
 
 

@@ -123,3 +123,42 @@ async def test_a_rate_level_that_sent_nothing_says_so() -> None:
         "none — even rate 0.001/s sent no request: no arrival fell in its 1 s window "
         "(about 0.001 on average at this rate; a longer --duration, or --requests, "
         "measures it)"), doc["verdict"]
+
+
+async def bench_json(url: str, *args: str) -> tuple[int, dict[str, object], str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "llmtop", "bench", url, "--json", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, json.loads(out), err.decode()
+
+
+async def test_a_level_above_its_requests_is_not_a_capacity() -> None:
+    """--requests N at a concurrency above N never has more than N requests open: the
+    level measures concurrency N. A search with --requests 2 doubled up to --max-level
+    and named it the capacity ('max concurrency 64', seen against llmtop sim, from levels
+    that each ran 2 requests). Such a level is not counted: the search stops there, a
+    list of levels leaves it out, and the output says why."""
+    async with serving(web.post("/v1/chat/completions", quick_answer)) as url:
+        code, doc, err = await bench_json(url, "--search", "--requests", "2",
+                                          "--max-level", "16")
+        assert code == 0, err
+        steps = doc["steps"]
+        assert isinstance(steps, list)
+        assert [(s["level"], s["peak_open"]) for s in steps] == [(1, 1), (2, 2), (4, 2)]
+        assert doc["best"] == 2
+        verdict = doc["verdict"]
+        assert isinstance(verdict, str)
+        assert ": 2 → " in verdict
+        assert ("concurrency 4 not measured: never more than 2 requests open at once "
+                "(--requests 2 is fewer than the level)") in verdict
+
+        code, doc, err = await bench_json(url, "--concurrency", "1,8", "--requests", "2")
+        assert code == 0, err
+        assert doc["best"] == 1
+        assert "concurrency 8 not measured" in str(doc["verdict"])
+
+        code, doc, err = await bench_json(url, "--concurrency", "4", "--requests", "4")
+        assert code == 0, err
+        assert doc["best"] == 4 and "not measured" not in str(doc["verdict"])
