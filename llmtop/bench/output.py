@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmtop.bench.search import SearchResult, passes, unreached
+from llmtop.bench.search import SearchResult, not_counted, passes, sent_nothing, unreached
 from llmtop.bench.summary import StepSummary, errors_text
 from llmtop.config import Config
 
@@ -78,6 +78,17 @@ def unreached_text(s: StepSummary) -> str:
             f"{s.requests} is fewer than the level)")
 
 
+def nothing_sent_text(levels: list[StepSummary]) -> str:
+    """``sent no request: no arrival fell in its 1 s window (…)``, of one level or more."""
+    if len(levels) > 1:
+        return ("sent no request: no arrival fell in their windows (a longer --duration, "
+                "or --requests, measures them)")
+    s = levels[0]
+    return (f"sent no request: no arrival fell in its {s.duration_s:.2g} s window (about "
+            f"{s.level * s.duration_s:.2g} on average at this rate; a longer --duration, "
+            "or --requests, measures it)")
+
+
 def error_lines(result: SearchResult, mode: str) -> list[str]:
     """``errors at concurrency 2: 5 connection refused, 2 HTTP 500`` for levels with any,
     ``at rate 900/s: 12 arrivals not sent …`` for open-loop levels that dropped some, and
@@ -93,8 +104,7 @@ def error_lines(result: SearchResult, mode: str) -> list[str]:
         if (lag := lag_text(s)) is not None:
             out.append(f"  at {level_label(mode, s.level)}: {lag}")
         if unreached(s):
-            out.append(f"  at {level_label(mode, s.level)}: {unreached_text(s)}: not "
-                       "counted")
+            out.append(f"  at {level_label(mode, s.level)}: {unreached_text(s)}")
     return out
 
 
@@ -142,12 +152,8 @@ def why_failed(s: StepSummary, mode: str, target: float) -> str:
                    f"{s.cut_off_answered} had begun to answer")
             return (f"{lvl} finished no request ({s.cut_off} open at the level's end; "
                     f"{had})")
-        if mode == "rate" and not s.overflow and not s.gave_up:
-            # (an open loop files every measured arrival it sent, or cuts it off)
-            return (f"{lvl} sent no request: no arrival fell in its "
-                    f"{s.duration_s:.2g} s window (about {s.level * s.duration_s:.2g} "
-                    "on average at this rate; a longer --duration, or --requests, measures "
-                    "it)")
+        if sent_nothing(s):
+            return f"{lvl} {nothing_sent_text([s])}"
         return f"{lvl} finished no request"
     parts = []
     bad = s.errors + s.timeouts
@@ -194,16 +200,26 @@ def verdict(result: SearchResult, mode: str, cfg: Config,
         f" ({', '.join(level_text(mode, x) for x in above)} passed, above the failed "
         f"{level_text(mode, fail.level)}: not counted, the results are not monotonic — "
         "noise or a hiccup; a longer --duration may settle it)")
-    gaps = [s for s in result.ordered() if unreached(s)]
+    gaps = [s for s in result.ordered() if unreached(s) and not_counted(s, cfg.slo.target)]
     unmeasured = "" if not gaps else (
         f" ({what} {', '.join(level_text(mode, s.level) for s in gaps)} not measured: "
         f"{unreached_text(max(gaps, key=lambda s: s.peak_open or 0))})")
+    empty = [s for s in result.ordered() if sent_nothing(s)]
+    if empty:
+        unmeasured += (f" ({what} {', '.join(level_text(mode, s.level) for s in empty)} "
+                       f"not measured: {nothing_sent_text(empty)})")
     if result.best is None:
         if not result.steps:
             return f"{head}: no level finished"
-        measured = [s for s in result.steps if not unreached(s)]
+        measured = [s for s in result.steps if not not_counted(s, cfg.slo.target)]
         if not measured:
-            return f"{head}: none measured{unmeasured}"
+            why = [] if not gaps else [
+                f"{what} {', '.join(level_text(mode, s.level) for s in gaps)}: "
+                f"{unreached_text(max(gaps, key=lambda s: s.peak_open or 0))}"]
+            if empty:
+                why.append(f"{what} {', '.join(level_text(mode, s.level) for s in empty)} "
+                           f"{nothing_sent_text(empty)}")
+            return f"{head}: none measured — {'; '.join(why)}"
         lowest = min(measured, key=lambda s: s.level)
         return (f"{head}: none — {why_failed(lowest, mode, cfg.slo.target)}{note}"
                 f"{unmeasured}")

@@ -33,7 +33,7 @@ from llmtop.bench.output import (
     table,
     verdict,
 )
-from llmtop.bench.search import SearchResult, passes, search, unreached
+from llmtop.bench.search import SearchResult, not_counted, passes, search
 from llmtop.bench.summary import StepSummary, errors_text, summarize
 from llmtop.bench.workload import Workload
 from llmtop.config import Config, slo_dict
@@ -366,7 +366,7 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
 
 def _settled(steps: list[StepSummary], target: float) -> SearchResult:
     """The finished levels, the best and the lowest failed one."""
-    fail = [s for s in steps if not passes(s, target) and not unreached(s)]
+    fail = [s for s in steps if not passes(s, target) and not not_counted(s, target)]
     first_fail = min(fail, key=lambda s: s.level) if fail else None
     # the largest passing level below every failing one: a level that passed above a
     # failed one (noise, a hiccup) is not a capacity to plan on (the verdict says so)

@@ -4,8 +4,10 @@ A sweep runs the given levels, then keeps doubling (ending with ``max_level`` it
 level above it is ever run) until a level fails, then bisects between the last passing and
 the first failing level (integers for concurrency; for rates, until the two are within
 ``rate_resolution`` req/s or :data:`RATE_RELATIVE` of the failing rate, whichever is
-wider). A closed-loop level that its ``--requests`` cannot fill (:func:`unreached`) ends
-the sweep as ``max_level`` does. A
+wider). A closed-loop level that its ``--requests`` cannot fill (:func:`unreached`) and
+that met the SLOs at the lower concurrency it had ends the sweep as ``max_level`` does;
+an open-loop level that saw no arrival (:func:`sent_nothing`) neither passes nor fails:
+the sweep goes on past it, a bisection stops there. A
 level "passes" when its attainment ≥ target, it had no more errors than
 ``max_error_rate`` and (open loop) it sent every arrival: one it could not send, as too
 many requests were open already, is a request its figures leave out.
@@ -46,18 +48,37 @@ class SearchResult:
 
 def unreached(s: StepSummary) -> bool:
     """A closed-loop level that never had its concurrency open (``--requests`` fewer than
-    the level): it measured a lower one, so it neither passes nor fails."""
+    the level): it measured a lower one. Failing there, it fails (more load would not
+    do better); meeting the SLOs there, it does not pass (see :func:`not_counted`)."""
     # (read with getattr: tests/bench/test_bench_search_levels.py drives search with
     # stand-ins that have only the fields passes() read before)
     peak: int | None = getattr(s, "peak_open", None)
     return peak is not None and 0 < peak < s.level  # (set in closed loop only)
 
 
-def passes(s: StepSummary, target: float, max_error_rate: float = 0.0) -> bool:
-    if s.requests == 0 or s.slo_attainment is None or s.overflow or unreached(s):
+def sent_nothing(s: StepSummary) -> bool:
+    """An open-loop level that saw no arrival in its window (a low rate, a short
+    duration): it measured nothing, so it neither passes nor fails. (An open loop files
+    every measured arrival it sent, or cuts it off, or counts it as overflow.)"""
+    return (getattr(s, "mode", None) == "rate" and s.requests == 0 and not s.overflow
+            and not getattr(s, "cut_off", 0) and not getattr(s, "gave_up", False))
+
+
+def _meets(s: StepSummary, target: float, max_error_rate: float) -> bool:
+    if s.requests == 0 or s.slo_attainment is None or s.overflow:
         return False
     errors = (s.errors + s.timeouts) / s.requests
     return s.slo_attainment >= target and errors <= max_error_rate
+
+
+def passes(s: StepSummary, target: float, max_error_rate: float = 0.0) -> bool:
+    return _meets(s, target, max_error_rate) and not unreached(s)
+
+
+def not_counted(s: StepSummary, target: float, max_error_rate: float = 0.0) -> bool:
+    """A level that neither passes nor fails: it sent nothing (:func:`sent_nothing`), or
+    met the SLOs at a lower concurrency than its own (:func:`unreached`)."""
+    return sent_nothing(s) or (unreached(s) and _meets(s, target, max_error_rate))
 
 
 def most_levels(start_levels: Sequence[float], *, integer: bool, max_level: float,
@@ -118,8 +139,10 @@ async def search(
         i += 1
         s = await run_level(level)
         steps.append(s)
-        if unreached(s):  # (--requests fewer than the level: no higher level is reached)
-            break
+        if sent_nothing(s):  # (no evidence: a higher rate fills the window)
+            continue
+        if not_counted(s, target, max_error_rate):  # (--requests fewer than the level: no
+            break  # higher level is reached either)
         if passes(s, target, max_error_rate):
             best = s if best is None or s.level > best.level else best
         else:
@@ -143,6 +166,8 @@ async def search(
             break
         s = await run_level(mid)
         steps.append(s)
+        if not_counted(s, target, max_error_rate):  # (nothing to narrow the bounds by)
+            break
         if passes(s, target, max_error_rate):
             lo = mid
             if best is None or s.level > best.level:

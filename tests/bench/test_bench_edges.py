@@ -120,7 +120,7 @@ async def test_a_rate_level_that_sent_nothing_says_so() -> None:
     assert [(s["requests"], s["cut_off"]) for s in doc["steps"]] == [(0, 0)]
     assert "finished no request" not in doc["verdict"]
     assert doc["verdict"].endswith(
-        "none — even rate 0.001/s sent no request: no arrival fell in its 1 s window "
+        "none measured — rate 0.001/s sent no request: no arrival fell in its 1 s window "
         "(about 0.001 on average at this rate; a longer --duration, or --requests, "
         "measures it)"), doc["verdict"]
 
@@ -162,3 +162,25 @@ async def test_a_level_above_its_requests_is_not_a_capacity() -> None:
         code, doc, err = await bench_json(url, "--concurrency", "4", "--requests", "4")
         assert code == 0, err
         assert doc["best"] == 4 and "not measured" not in str(doc["verdict"])
+
+
+async def test_a_rate_search_goes_on_past_a_level_that_sent_nothing() -> None:
+    """A rate search whose first level saw no arrival in its window (0.5/s for 1 s: the
+    first arrival of seed 0 comes 3.7 s in) took it as a failure: it bisected below it,
+    where fewer arrivals still come, and said 'none' of a target that never got a
+    request. A level that sent nothing is no evidence either way: the sweep goes on up."""
+    async with serving(web.post("/v1/chat/completions", quick_answer)) as url:
+        code, doc, err = await bench_json(url, "--rate", "0.5", "--search", "--duration", "1",
+                                          "--max-level", "4", "--slo", "ttft=10,itl=10")
+    assert code == 0, err
+    steps = doc["steps"]
+    assert isinstance(steps, list)
+    assert [s["level"] for s in steps] == [0.5, 1, 2, 4], err
+    # (the arrivals are the seed's: levels 0.5/s and 2/s, seeds 0 and 2, see none)
+    assert [s["requests"] == 0 for s in steps] == [True, False, True, False]
+    assert doc["best"] == 4
+    verdict = str(doc["verdict"])
+    assert ": 4 req/s → " in verdict
+    assert verdict.endswith("(rate 0.5/s, 2/s not measured: sent no request: no arrival fell "
+                            "in their windows (a longer --duration, or --requests, measures "
+                            "them))"), verdict
