@@ -50,9 +50,7 @@ def unreached(s: StepSummary) -> bool:
     """A closed-loop level that never had its concurrency open (``--requests`` fewer than
     the level): it measured a lower one. Failing there, it fails (more load would not
     do better); meeting the SLOs there, it does not pass (see :func:`not_counted`)."""
-    # (read with getattr: tests/bench/test_bench_search_levels.py drives search with
-    # stand-ins that have only the fields passes() read before)
-    peak: int | None = getattr(s, "peak_open", None)
+    peak = s.peak_open
     return peak is not None and 0 < peak < s.level  # (set in closed loop only)
 
 
@@ -60,8 +58,8 @@ def sent_nothing(s: StepSummary) -> bool:
     """An open-loop level that saw no arrival in its window (a low rate, a short
     duration): it measured nothing, so it neither passes nor fails. (An open loop files
     every measured arrival it sent, or cuts it off, or counts it as overflow.)"""
-    return (getattr(s, "mode", None) == "rate" and s.requests == 0 and not s.overflow
-            and not getattr(s, "cut_off", 0) and not getattr(s, "gave_up", False))
+    return (s.mode == "rate" and s.requests == 0 and not s.overflow and not s.cut_off
+            and not s.gave_up)
 
 
 def _meets(s: StepSummary, target: float, max_error_rate: float) -> bool:

@@ -13,13 +13,20 @@ import pytest
 from llmtop.bench.search import most_levels, search
 
 
+def step(level: float, slo_attainment: float) -> Any:
+    """What search reads of a level's StepSummary (a closed-loop level that had its
+    concurrency open)."""
+    return SimpleNamespace(level=level, requests=10, errors=0, timeouts=0, overflow=0,
+                           slo_attainment=slo_attainment, mode="concurrency",
+                           peak_open=None, cut_off=0, gave_up=False)
+
+
 async def levels_run(threshold: float, *, integer: bool, start: list[float],
                      max_level: float) -> int:
     """How many levels search runs when every level up to ``threshold`` passes."""
     async def run_level(level: float) -> Any:
         ok = level <= threshold
-        return SimpleNamespace(level=level, requests=10, errors=0, timeouts=0, overflow=0,
-                               slo_attainment=1.0 if ok else 0.0)
+        return step(level, slo_attainment=1.0 if ok else 0.0)
 
     result = await search(run_level, integer=integer, start_levels=start, target=0.95,
                           max_level=max_level)
@@ -79,8 +86,7 @@ async def test_a_rate_search_stops_within_five_percent_of_the_failing_rate() -> 
     async def run_level(level: float) -> Any:
         tried.append(level)
         ok = level <= 700.0
-        return SimpleNamespace(level=level, requests=10, errors=0, timeouts=0, overflow=0,
-                               slo_attainment=1.0 if ok else 0.0)
+        return step(level, slo_attainment=1.0 if ok else 0.0)
 
     result = await search(run_level, integer=False, start_levels=[512.0, 1024.0],
                           target=0.95, max_level=1024.0)
@@ -94,8 +100,7 @@ async def test_a_rate_search_stops_within_five_percent_of_the_failing_rate() -> 
 
     async def low_level(level: float) -> Any:  # a limit of 1.3 req/s: 0.25 is over 5 %
         slow.append(level)
-        return SimpleNamespace(level=level, requests=10, errors=0, timeouts=0, overflow=0,
-                               slo_attainment=1.0 if level <= 1.3 else 0.0)
+        return step(level, slo_attainment=1.0 if level <= 1.3 else 0.0)
 
     low = await search(low_level, integer=False, start_levels=[1.0, 2.0], target=0.95,
                        max_level=2.0)
