@@ -109,6 +109,37 @@ def most_levels(start_levels: Sequence[float], *, integer: bool, max_level: floa
     return most
 
 
+def most_seconds(start_levels: Sequence[float], *, max_level: float,
+                 level_s: Callable[[float], float],
+                 rate_resolution: float = RATE_RESOLUTION) -> float:
+    """The longest a rate search (levels in requests/s, not whole numbers) from these
+    arguments can run, whatever the results, when a level at rate ``r`` takes
+    ``level_s(r)`` seconds (``--requests N``: N / r, longer the lower the rate): the
+    sweep up to each level and, after that level fails, the bisection whose middles all
+    fail — each lower than the one before, so the slowest. (Counting levels times the
+    slowest given level, a search from 1 req/s that fails there read 300 s for 700.)"""
+    levels = [lv for lv in start_levels if lv <= max_level]
+    while True:  # the sweep's doublings, as search makes them
+        level = min((levels[-1] * 2) if levels else 1.0, max_level)
+        if level <= 0 or (levels and level <= levels[-1]):
+            break
+        levels.append(level)
+    swept = most = 0.0
+    lo = 0.0
+    for hi in levels:
+        swept += level_s(hi)
+        t, top = swept, hi
+        while not _settled(lo, top, rate_resolution):
+            mid = (lo + top) / 2
+            if mid <= 0:
+                break
+            t += level_s(mid)
+            top = mid
+        most = max(most, t)
+        lo = hi
+    return most
+
+
 async def search(
     run_level: RunLevel,
     *,

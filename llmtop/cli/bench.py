@@ -333,8 +333,15 @@ def main(args: argparse.Namespace) -> int:
                 f"{args.max_duration:.0f} s; shorten --duration or raise --max-duration"
             )
     elif mode == "rate":  # N requests at R/s: their arrivals alone take N / R seconds
-        per_level = [warmup + args.requests / rate for rate in levels]
-        could = sum(per_level) + (steps - len(levels)) * max(per_level)
+        def level_s(rate: float) -> float:
+            return float(warmup + args.requests / rate)
+
+        if args.search:  # (a bisection goes below the lowest level given: slower ones)
+            from llmtop.bench.search import most_seconds
+
+            could = most_seconds(levels, max_level=max_level, level_s=level_s)
+        else:
+            could = sum(level_s(rate) for rate in levels)
         if could > args.max_duration:
             raise UsageError(
                 f"this plan could run {could:.0f} s, over --max-duration "

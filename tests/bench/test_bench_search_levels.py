@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llmtop.bench.search import most_levels, search
+from llmtop.bench.search import most_levels, most_seconds, search
 
 
 def step(level: float, slo_attainment: float) -> Any:
@@ -106,3 +106,45 @@ async def test_a_rate_search_stops_within_five_percent_of_the_failing_rate() -> 
                        max_level=2.0)
     assert slow == [1.0, 2.0, 1.5, 1.25]
     assert low.first_fail is not None and low.first_fail.level == 1.5
+
+
+@pytest.mark.parametrize(("start", "max_level", "fail_above"), [
+    ([1.0], 1.0, 0.0), ([1.0], 1.0, 0.6), ([1.0, 2.0], 8.0, 0.0), ([1.0, 2.0], 8.0, 3.0),
+    ([0.5], 16.0, 100.0), ([4.0], 64.0, 0.3), ([2.0, 3.0], 10.0, 2.5),
+])
+async def test_most_seconds_bounds_a_rate_searchs_time(start: list[float], max_level: float,
+                                                       fail_above: float) -> None:
+    """``--requests 100`` at rate r takes 100 / r s: whatever fails, the search's levels
+    take no longer than most_seconds says; failing at once, exactly that long (the
+    bisection's middles go down, each slower than the one before)."""
+    tried: list[float] = []
+
+    async def run_level(level: float) -> Any:
+        tried.append(level)
+        return step(level, slo_attainment=1.0 if level <= fail_above else 0.0)
+
+    def level_s(rate: float) -> float:
+        return 100.0 / rate
+
+    await search(run_level, integer=False, start_levels=start, target=0.95,
+                 max_level=max_level)
+    bound = most_seconds(start, max_level=max_level, level_s=level_s)
+    assert sum(map(level_s, tried)) <= bound + 1e-9
+    if fail_above == 0.0:
+        assert sum(map(level_s, tried)) == pytest.approx(bound)
+
+
+def test_max_duration_counts_a_rate_searchs_slower_middles() -> None:
+    """From 1 req/s, failing there, a search of 100 requests a level runs 1, 0.5 and 0.25
+    req/s: 100 + 200 + 400 s. The check counted three levels of the given one's 100 s
+    (300 s) and took the plan under --max-duration 500."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "llmtop", "bench", "http://127.0.0.1:9",
+                        "--rate", "1", "--search", "--max-level", "1", "--requests", "100",
+                        "--max-duration", "500"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "llmtop bench: error: this plan could run 700 s, over --max-duration 500 s; "
+        "lower --requests, raise --rate or raise --max-duration"]
