@@ -384,8 +384,9 @@ class ProxyServer:
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         # t0: noted by the server protocol when the request line and headers came off the
         # socket (stamping.py), a few loop turns before this handler runs
-        ex = self._begin(request.method, request.path, request.headers.get("Content-Type"),
-                         t0_ns_of(request))
+        # (an absolute-form target with an empty path, http://host, is the path /)
+        ex = self._begin(request.method, request.path or "/",
+                         request.headers.get("Content-Type"), t0_ns_of(request))
         task = asyncio.current_task(self._loop)
         assert task is not None
         self._handlers.add(task)
@@ -981,11 +982,15 @@ def _h2c_only(upgrade: str) -> bool:
 
 
 def _target(request: ClientRequest) -> str:
-    """The request target as the client wrote it (path and query, still encoded)."""
+    """The request target as the client wrote it (path and query, still encoded); an
+    absolute-form target (``http://host/path``) as its path and query, ``/`` for an empty
+    path (RFC 9112 3.3: ``http://host?x`` asks for ``/?x``; it went upstream as ``?x``, and
+    ``http://host`` as no target at all)."""
     raw = request.raw_path
     if raw.startswith("/") or not isinstance(request, web.BaseRequest):
         return raw
-    return request.rel_url.raw_path_qs
+    target = request.rel_url.raw_path_qs  # (``*`` for OPTIONS's asterisk-form)
+    return "/" + target if target[:1] in ("", "?") else target
 
 
 async def _continue_if_expected(request: web.BaseRequest) -> None:
