@@ -14,11 +14,13 @@ response is complete and whether the connection stays open.
 The head is what aiohttp would have written: the upstream's headers less hop-by-hop fields
 (:func:`llmtop.proxy.headers.client_response_headers`), ``Content-Length`` when the body
 passes unchanged (and the upstream's on a HEAD or 304 answer), else ``Transfer-Encoding:
-chunked`` (HTTP/1.1), ``X-Accel-Buffering: no`` on streams, ``Content-Type``
-(``application/octet-stream``), ``Date`` and ``Server`` when the upstream sent none, and
-``Connection`` as the client's keep-alive asks. One difference: an HTTP/1.0 client whose
-response has no length gets it delimited by closing the connection (aiohttp kept such a
-connection open, so the client could not tell where the body ended).
+chunked`` (HTTP/1.1), ``X-Accel-Buffering: no`` on streams, ``Date`` and ``Server`` when
+the upstream sent none, and ``Connection`` as the client's keep-alive asks. Two
+differences: an HTTP/1.0 client whose response has no length gets it delimited by closing
+the connection (aiohttp kept such a connection open, so the client could not tell where
+the body ended); and a body the upstream sent without ``Content-Type`` goes on without one
+(aiohttp adds ``application/octet-stream``, which the upstream never said: RFC 9110 8.3
+leaves an untyped body to the recipient, to sniff or not).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from llmtop.proxy.headers import RESPONSE_DROP, client_response_headers
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _NO_BODY_STATUS = frozenset({204, 304})
 _SERVER = f"Server: {SERVER_SOFTWARE}".encode()
-_SEEN = {b"content-type": 1, b"date": 2, b"server": 4}
+_SEEN = {b"date": 2, b"server": 4}
 
 
 class ResponseFrame:
@@ -98,15 +100,12 @@ def response_head(
         lines.append(b"Content-Length: %d" % length)
     if stream:
         lines.append(b"X-Accel-Buffering: no")
-    if not empty:
-        if length is None:
-            if version >= (1, 1):
-                chunked = True
-                lines.append(b"Transfer-Encoding: chunked")
-            else:
-                keep_alive = False  # the end of the body is the end of the connection
-        if length != 0 and not seen & 1:
-            lines.append(b"Content-Type: application/octet-stream")
+    if not empty and length is None:
+        if version >= (1, 1):
+            chunked = True
+            lines.append(b"Transfer-Encoding: chunked")
+        else:
+            keep_alive = False  # the end of the body is the end of the connection
     if not seen & 2:
         lines.append(b"Date: " + rfc822_formatted_time().encode())
     if not seen & 4:
