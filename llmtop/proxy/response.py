@@ -14,8 +14,8 @@ response is complete and whether the connection stays open.
 The head is what aiohttp would have written: the upstream's headers less hop-by-hop fields
 (:func:`llmtop.proxy.headers.client_response_headers`), ``Content-Length`` when the body
 passes unchanged (and the upstream's on a HEAD or 304 answer), else ``Transfer-Encoding:
-chunked`` (HTTP/1.1), ``X-Accel-Buffering: no`` on streams, ``Date`` and ``Server`` when
-the upstream sent none, and ``Connection`` as the client's keep-alive asks. Two
+chunked`` (HTTP/1.1); ``X-Accel-Buffering: no`` on streams, ``Date`` and ``Server``, each
+when the upstream sent none, and ``Connection`` as the client's keep-alive asks. Two
 differences: an HTTP/1.0 client whose response has no length gets it delimited by closing
 the connection (aiohttp kept such a connection open, so the client could not tell where
 the body ended); and a body the upstream sent without ``Content-Type`` goes on without one
@@ -37,7 +37,8 @@ from llmtop.proxy.headers import RESPONSE_DROP, client_response_headers
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _NO_BODY_STATUS = frozenset({204, 304})
 _SERVER = f"Server: {SERVER_SOFTWARE}".encode()
-_SEEN = {b"date": 2, b"server": 4}
+_SEEN = {b"x-accel-buffering": 1, b"date": 2, b"server": 4}
+"""Fields the proxy adds when the upstream sent none (bits of ``seen``)."""
 
 
 class ResponseFrame:
@@ -98,7 +99,7 @@ def response_head(
         # (a 304 may carry the length of the 200 it stands for, RFC 9110 8.6, as a HEAD
         # answer does; 1xx and 204 never carry one)
         lines.append(b"Content-Length: %d" % length)
-    if stream:
+    if stream and not seen & 1:  # (sse-starlette sends it on every stream itself)
         lines.append(b"X-Accel-Buffering: no")
     if not empty and length is None:
         if version >= (1, 1):

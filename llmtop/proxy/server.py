@@ -24,8 +24,9 @@ a gzip or deflate body passes through unchanged while its parser reads an inflat
 byte for byte, less hop-by-hop fields — except ``Accept-Encoding``, set to ``identity``
 on a request whose body llmtop edited to ask for usage; only the usage-only SSE event that
 the proxy itself asked for is removed (``inject_usage``). The one header added is
-``X-Accel-Buffering: no`` on streams, so a buffering proxy in front of llmtop does not
-batch chunks.
+``X-Accel-Buffering: no`` on a stream whose upstream did not send the field, so a
+buffering proxy in front of llmtop does not batch chunks (and ``Date`` and ``Server``
+when the upstream sent none, :mod:`llmtop.proxy.response`).
 
 Outcomes: ``ok``; ``error`` (upstream status ≥ 400, a malformed stream, a stream that broke
 off — still forwarded as-is; unreachable upstream → 502; body too big → 413);
