@@ -54,3 +54,31 @@ async def test_absolute_form_with_an_empty_path_is_recorded_as_slash() -> None:
     assert got[0][0] == 200
     assert heads[0].startswith(b"POST / HTTP/1.1\r\n"), heads[0]
     assert record.path == "/" and record.outcome == "ok"
+
+
+async def test_a_target_with_a_fragment_is_measured_alike_cold_and_warm() -> None:
+    """A ``#`` in a request target (no client should send one: a fragment is not part of
+    it) is read by aiohttp's path as the path before it, so ``POST
+    /v1/chat/completions#x`` was measured as OpenAI; served directly (a warm pool), the
+    whole target was the path, and the same request was recorded as dialect ``other``,
+    without its tokens. Such a target is now left to aiohttp's path; it goes upstream as
+    sent either way."""
+
+    async def respond(_head: bytes, _n: int) -> bytes:
+        body = b'{"id":"x","model":"m","usage":{"prompt_tokens":3,"completion_tokens":4}}'
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    body = b'{"model":"m","messages":[]}'
+    request = (b"POST /v1/chat/completions#x HTTP/1.1\r\nHost: engine\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    async with raw_upstream(respond) as (url, heads, _c), \
+            running_proxy(url) as (_, purl, records):
+        await exchange(purl, [request])  # cold: aiohttp's path
+        await exchange(purl, [b"GET /prime HTTP/1.1\r\nHost: engine\r\n\r\n"])
+        await exchange(purl, [request])  # warm: an upstream connection is idle
+        cold, warm = await records.wait(2)
+    for record in (cold, warm):
+        assert (record.path, record.dialect) == ("/v1/chat/completions", "openai"), record
+        assert (record.prompt_tokens, record.completion_tokens) == (3, 4)
+    assert heads[0] == heads[2] and heads[0].startswith(b"POST /v1/chat/completions#x ")
