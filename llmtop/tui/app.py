@@ -406,32 +406,42 @@ class LlmtopApp(App[int]):
             self._record("stop", None)
             return
 
-        self.push_screen(RecordPrompt(proposed_recording_path(self.clock())),
-                         self._record_chosen)
+        self._ask_path(proposed_recording_path(self.clock()))
 
-    def _record_chosen(self, path: str | None) -> None:
-        if path:
-            self._record_busy = True
-            self._record("start", path)
+    def _ask_path(self, proposed: str, problem: str | None = None) -> None:
+        """The prompt over the screen on top now (the dashboard or a user's detail), which
+        is where it comes back after a refusal."""
+        origin = self.screen
+
+        def chosen(path: str | None) -> None:
+            if path:
+                self._record_busy = True
+                self._record("start", path, origin)
+
+        self.push_screen(RecordPrompt(proposed, problem=problem), chosen)
 
     @work(group="recording", exit_on_error=False)
-    async def _record(self, action: str, path: str | None) -> None:
+    async def _record(self, action: str, path: str | None,
+                      origin: Screen[Any] | None = None) -> None:
         try:
-            await self._record_once(action, path)
+            await self._record_once(action, path, origin)
         finally:
             self._record_busy = False
 
-    async def _record_once(self, action: str, path: str | None) -> None:
+    async def _record_once(self, action: str, path: str | None,
+                           origin: Screen[Any] | None = None) -> None:
         try:
             reply = await self.source.recording(action, path)
         except Exception as exc:
             why = _first_line(str(exc) if isinstance(exc, SourceUnavailable) else (
                 f"{type(exc).__name__}: {exc}"))
             self.notify(why, title="recording", severity="error", markup=False)
-            if action == "start" and path and self.screen is self.dashboard:
+            if action == "start" and path and origin is not None and self.screen is origin:
                 # the prompt again, with the name typed and the reason (a bad suffix, a
-                # missing directory): a notification alone goes in seconds, the name with it
-                self.push_screen(RecordPrompt(path, problem=why), self._record_chosen)
+                # missing directory): a notification alone goes in seconds, the name with
+                # it. Over the screen r was pressed on (the dashboard or a user's detail),
+                # while it is still on top: not over one the reader has gone to since.
+                self._ask_path(path, problem=why)
             return
         if action == "start":
             self._recording = _reply_path(reply) or path
