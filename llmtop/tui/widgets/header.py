@@ -190,48 +190,61 @@ class HeaderBar(ViewPanel):
         ]
         return fit_parts(parts, steps, width)
 
-    def _line2(self, wide: bool) -> Text:
+    def _line2(self, wide: bool, width: int | None = None) -> Text:
+        """The system's figures in ``width`` cells (all of them when ``None``). Where
+        they do not all fit, the least telling give way first (the in-flight breakdown,
+        the SLO target, goodput, in flight, output tok/s), so that errors and the SLO
+        attainment, the alarms, stay in view: cut at the end, they were the first to go
+        (60 columns: "… │ err 3 │ …"; 40: "… flight 48 …")."""
         v, pal = self.view, self.palette
         t = Text(no_wrap=True, overflow="ellipsis")
         if not self.status.has_data:
             t.append("waiting for the first snapshot…", pal.dim)
             return t
         stale = self.status.stale_s
-        start = 0
         if stale is not None:  # the last figures known: said so, and none bold or coloured
             t.append(f"as of {fmt.duration(stale)} ago: ", f"bold {pal.warn}")
-            start = len(t)
 
-        def fig(label: str, value: str, style: str = "bold") -> None:
-            if len(t) > start:
-                t.append(SEP)
-            t.append(label, pal.dim)
-            t.append(value, style if value != fmt.NA and stale is None else pal.dim)
+        def fig(label: str, value: str, style: str = "bold") -> Text:
+            part = Text()
+            part.append(label, pal.dim)
+            part.append(value, style if value != fmt.NA and stale is None else pal.dim)
+            return part
 
-        fig("RPS ", fmt.rate(v.num("system", "rps")))
-        fig("out " if wide else "", fmt.rate(v.num("system", "output_tps")),
-            f"bold {pal.accent}")
-        t.append(" tok/s", pal.dim)
+        out = fig("out " if wide else "", fmt.rate(v.num("system", "output_tps")),
+                  f"bold {pal.accent}")
+        out.append(" tok/s", pal.dim)
         waiting, streaming = v.num("system", "waiting"), v.num("system", "streaming")
-        fig("in flight " if wide else "flight ", fmt.count(v.num("system", "in_flight")))
+        flight = fig("in flight " if wide else "flight ", fmt.count(v.num("system", "in_flight")))
+        brief = flight.copy()
         if waiting is None and streaming is None:
             pass  # "n/a (n/a wait / n/a stream)" says "n/a" three times
         elif wide:
-            t.append(f" ({fmt.count(waiting)} wait / {fmt.count(streaming)} stream)", pal.dim)
+            flight.append(f" ({fmt.count(waiting)} wait / {fmt.count(streaming)} stream)",
+                          pal.dim)
         else:
-            t.append(f" ({fmt.count(waiting)}w/{fmt.count(streaming)}s)", pal.dim)
+            flight.append(f" ({fmt.count(waiting)}w/{fmt.count(streaming)}s)", pal.dim)
         errors = v.num("system", "errors")
-        fig("errors " if wide else "err ", fmt.count(errors), pal.bad if errors else "bold")
-        fig("goodput ", fmt.rate(v.num("system", "goodput_tps")))
+        err = fig("errors " if wide else "err ", fmt.count(errors), pal.bad if errors else "bold")
+        goodput = fig("goodput ", fmt.rate(v.num("system", "goodput_tps")))
         if wide:
-            t.append(" tok/s", pal.dim)
+            goodput.append(" tok/s", pal.dim)
         att = v.num("system", "slo_attainment")
         target = v.slo.target
-        fig("SLO ", fmt.attainment(att, target), f"bold {pal.attainment(att, target)}")
+        slo = fig("SLO ", fmt.attainment(att, target), f"bold {pal.attainment(att, target)}")
+        slo_brief = slo.copy()
         if target is not None and wide:
-            t.append(f" (target {fmt.pct(target, fraction=True)})", pal.dim)
+            slo.append(f" (target {fmt.pct(target, fraction=True)})", pal.dim)
+        parts: dict[str, Text | None] = {
+            "rps": fig("RPS ", fmt.rate(v.num("system", "rps"))), "out": out,
+            "flight": flight, "err": err, "goodput": goodput, "slo": slo}
+        steps: list[tuple[str, Step]] = [
+            ("flight", brief), ("slo", slo_brief), ("goodput", None), ("flight", None),
+            ("out", None)]
+        room = 10_000 if width is None else max(1, width - t.cell_len)
+        t.append_text(fit_parts(parts, steps, room))
         return t
 
     def build(self, width: int) -> RenderableType:
         wide = width >= 120
-        return Group(self._line1(wide, width), self._line2(wide))
+        return Group(self._line1(wide, width), self._line2(wide, width))
