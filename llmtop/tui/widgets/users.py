@@ -313,6 +313,9 @@ class UsersTable(DataTable[Text]):
         visible, user_w = fit_columns(widths, available_cells(self, len(table)),
                                       self.sort_column.key)
         widths["user"] = user_w
+        # the cursor's user and the view before new headings (a re-sort moves the ▲/▼)
+        # clear the table, which puts the cursor on row 0
+        current, at, scroll_y = self.cursor_key(), self.cursor_row, self.scroll_y
         self._headers(visible, widths)
         shown = [COLUMNS.index(c) for c in visible]
         rows: list[tuple[str, str, list[Text]]] = []
@@ -343,7 +346,6 @@ class UsersTable(DataTable[Text]):
                         [cells for _, _, cells in rows])
             self._rendered = signature
             return
-        current, at, scroll_y = self.cursor_key(), self.cursor_row, self.scroll_y
         self.clear()
         self._users = {}
         for key, user, cells in rows:
