@@ -52,6 +52,8 @@ KNOWN: tuple[tuple[str, str, str], ...] = (
     ("cancelled", "cancelled", "count"),
     ("timeouts", "timeouts", "count"),
 )
+BOUNDED = frozenset({"ttft", "itl", "tpot", "e2e"})
+"""The kinds of :data:`KNOWN` that are percentiles: upper bounds in an approximate row."""
 ROWS_KEPT = 1
 """Request rows the detail keeps on screen at any height: chrome gives way first."""
 FOOTER_LINES = 1
@@ -115,7 +117,12 @@ class UserSummary(ViewPanel):
             if key not in row:
                 continue
             shown.add(key)
-            cells.append((Text(label), self._value(row.get(key), kind, v, pal)))
+            value = self._value(row.get(key), kind, v, pal)
+            if kind in BOUNDED and row.get("approximate") is True and value.plain != fmt.NA:
+                # merged from proxies without per-user histograms: the largest part's
+                # percentile, an upper bound, marked "≤" as the users table marks it
+                value = Text.assemble("≤", value)
+            cells.append((Text(label), value))
         for key, value in row.items():
             if key in shown or as_num(value) is None:
                 continue
