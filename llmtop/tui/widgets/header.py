@@ -47,6 +47,9 @@ class HeaderStatus:
 SEP = " │ "
 MIN_PATH = 8
 """The fewest cells a recording path is cut to ("llmtop-…") before only "● REC" is left."""
+MIN_WHY = 12
+"""The fewest cells the reason a source is down is cut to ("HTTP 401: t…") before only
+"DISCONNECTED — retrying" is left."""
 
 
 class _Keep:
@@ -136,10 +139,27 @@ class HeaderBar(ViewPanel):
         window stay in view at any width."""
         st, pal, v = self.status, self.palette, self.view
         parts: dict[str, Text | None] = {"title": Text("llmtop", "bold")}
+        down_style = f"bold reverse {pal.bad}"
+        error = st.error or ""
+
+        def disconnected(why: str) -> Text:
+            return Text(f"DISCONNECTED — retrying ({why})" if why
+                        else "DISCONNECTED — retrying", down_style)
+
+        # one proxy's error starts with its address (the source's label's first word),
+        # which the header names elsewhere (via, admin) where there is room: where there
+        # is not, why it is down matters more
+        where = st.source.split(" ", 1)[0]
+        brief = error.removeprefix(f"{where}: ") if where else error
+
+        def why_in(room: int) -> Text:
+            """The reason cut to ``room`` cells; none where too little of it would show."""
+            left = room - disconnected("").cell_len - 3
+            return disconnected(fmt.clip(brief, left)) if left >= MIN_WHY else (
+                disconnected(""))
+
         if not st.connected:
-            why = f" ({st.error})" if st.error else ""
-            parts["disconnected"] = Text(f"DISCONNECTED — retrying{why}",
-                                         f"bold reverse {pal.bad}")
+            parts["disconnected"] = disconnected(error)
         if st.down:
             parts["down"] = Text(st.down, f"bold reverse {pal.bad}")
         if st.paused:
@@ -179,14 +199,17 @@ class HeaderBar(ViewPanel):
             ("up", None),
             ("upstream", Text(upstream or fmt.NA) if wide else _KEEP),
             ("upstream", None),
+            ("disconnected", disconnected(brief) if brief != error else _KEEP),
             ("rec", lambda room: _rec(fmt.clip(base, max(0, room - len(label) - 1)), pal.bad,
                                       label)
              if room - len(label) - 1 >= MIN_PATH else _rec("", pal.bad, label)),
+            ("disconnected", why_in),
             ("admin", Text.assemble(("admin ", pal.dim), _beside(st.admin, st.proxy))
              if st.admin and wide else _KEEP),
             ("replay", None),
             ("proxy", None),
             ("admin", None),
+            ("disconnected", Text("DISCONNECTED", down_style)),
         ]
         return fit_parts(parts, steps, width)
 
