@@ -61,8 +61,12 @@ def mem_percent(gpu: Mapping[str, Any]) -> float | None:
     return 100.0 * used / total
 
 
-def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -> Text:
-    """The line for one GPU, with fewer details as the width shrinks."""
+def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int,
+             suffix: Text | None = None) -> Text:
+    """The line for one GPU, with fewer details as the width shrinks. Narrow (below 90
+    cells), figures are left out whole from the end (power, util, busy, bw: never the
+    memory) until the line and ``suffix`` ("+6 more") fit: a cut "bus…" or "688…" says
+    nothing, and a cut suffix hid the GPUs not shown."""
     idx = as_num(gpu.get("index"))
     name = printable(as_str(gpu.get("name")) or "GPU").removeprefix("NVIDIA ")
     used, total = as_num(gpu.get("mem_used_bytes")), as_num(gpu.get("mem_total_bytes"))
@@ -83,14 +87,24 @@ def gpu_line(view: SnapView, gpu: Mapping[str, Any], pal: Palette, width: int) -
     t.append(f" {fmt.pct(mem):>4}", pal.usage(mem))
     if width >= 90:
         t.append(f" {fmt.size_bytes(used)}/{fmt.size_bytes(total)}", pal.dim)
-    t.append("  bw ", pal.dim)
-    t.append(fmt.pct(bw), pal.usage(bw))
-    t.append("  busy ", pal.dim)
-    t.append(fmt.pct(busy), pal.usage(busy) if busy is not None else pal.dim)
-    t.append("  util ", pal.dim)
-    t.append(fmt.pct(util), "" if util is not None else pal.dim)
-    t.append("  ", pal.dim)
-    t.append(fmt.watts(power), "" if power is not None else pal.dim)
+    figures: list[Text] = []
+    for words, value, style in (
+            ("  bw ", fmt.pct(bw), pal.usage(bw)),
+            ("  busy ", fmt.pct(busy), pal.usage(busy) if busy is not None else pal.dim),
+            ("  util ", fmt.pct(util), "" if util is not None else pal.dim),
+            ("  ", fmt.watts(power), "" if power is not None else pal.dim)):
+        part = Text()
+        part.append(words, pal.dim)
+        part.append(value, style)
+        figures.append(part)
+    room = width - (suffix.cell_len if suffix is not None else 0)
+    if width < 90:
+        while figures and t.cell_len + sum(f.cell_len for f in figures) > room:
+            figures.pop()
+    for part in figures:
+        t.append_text(part)
+    if suffix is not None:
+        t.append_text(suffix)
     return t
 
 
@@ -100,7 +114,8 @@ class GpuPanel(ViewPanel):
     READS = ("gpus", "gpu_source", "gpu_status")  # the status: why no readings, a GPU lost
 
     def layout_key(self, view: SnapView) -> object:
-        return len(view.items("gpus"))
+        # narrow, the source's trouble takes a line of its own
+        return len(view.items("gpus")), gpu_trouble(view) is not None
 
     DEFAULT_CSS = """
     GpuPanel { height: auto; }
@@ -131,15 +146,20 @@ class GpuPanel(ViewPanel):
         return Group(*lines)
 
     def _compact(self, gpus: list[Mapping[str, Any]], width: int) -> RenderableType:
-        """No title line: "GPU0 SIM mem ███ 97% bw 91% …"; two GPUs, then "+N more"."""
+        """No title line: "GPU0 SIM mem ███ 97% bw 91% …"; two GPUs, the second saying
+        "+N more"; then the source's trouble ("GPU 3 lost: …"), which the wide panel
+        has in its title, on a line of its own."""
         v, pal = self.view, self.palette
         if not gpus:
             why = f"n/a ({no_gpu_reason(v)})" if v.raw else fmt.NA
             return Text.assemble(("GPU ", "bold"), (why, pal.dim))
         shown = gpus[:MAX_NARROW]
-        lines: list[RenderableType] = [gpu_line(v, g, pal, width) for g in shown]
-        if len(shown) < len(gpus):
-            last = lines[-1]
-            if isinstance(last, Text):
-                last.append(f"  +{len(gpus) - len(shown)} more", pal.dim)
+        more = len(gpus) - len(shown)
+        suffix = Text(f"  +{more} more", pal.dim) if more else None
+        lines: list[RenderableType] = [
+            gpu_line(v, g, pal, width, suffix if i == len(shown) - 1 else None)
+            for i, g in enumerate(shown)]
+        trouble = gpu_trouble(v)
+        if trouble:
+            lines.append(Text(trouble, f"bold {pal.warn}", no_wrap=True, overflow="ellipsis"))
         return Group(*lines)
