@@ -28,12 +28,19 @@ class CapacityLine(ViewPanel):
     """
 
     def build(self, width: int) -> RenderableType:
-        full = self._line(compact=False)
-        return full if full.cell_len <= width else self._line(compact=True)
+        line = self._line(compact=False)
+        for brevity in (1, 2, 3):  # shorter wordings, the in-flight verdict kept to the last
+            if line.cell_len <= width:
+                break
+            line = self._line(compact=True, brevity=brevity)
+        return line
 
-    def _line(self, *, compact: bool) -> Text:
+    def _line(self, *, compact: bool, brevity: int = 1) -> Text:
         """The line; ``compact`` words it shorter for about 80 columns, the in-flight
-        verdict kept. Anything still too wide ends in "…"."""
+        verdict kept; ``brevity`` 2 leaves out the goodput at capacity (60 columns: the
+        verdict "48 in flight: over capacity" was cut to "48 in fl…"), 3 says the
+        verdict shortest ("capacity ≈ 12 · now 48: over capacity", 40 columns). Anything
+        still too wide ends in "…"."""
         v, pal = self.view, self.palette
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("capacity ", "bold")
@@ -58,13 +65,21 @@ class CapacityLine(ViewPanel):
         else:
             t.append("≈ " if compact else "max concurrency at SLO ≈ ", pal.dim)
             t.append(fmt.count(n), f"bold {pal.accent}")
-            t.append(" at SLO · goodput ≈ " if compact else ", goodput ≈ ", pal.dim)
-            t.append(fmt.rate(tps), f"bold {pal.accent}" if tps is not None else pal.dim)
-            t.append(" tok/s", pal.dim)
+            if brevity == 2:
+                t.append(" at SLO", pal.dim)
+            elif brevity < 2:
+                t.append(" at SLO · goodput ≈ " if compact else ", goodput ≈ ", pal.dim)
+                t.append(fmt.rate(tps), f"bold {pal.accent}" if tps is not None else pal.dim)
+                t.append(" tok/s", pal.dim)
             in_flight = v.num("system", "in_flight")
             if in_flight is not None and in_flight > n:
                 now = f" · {fmt.count(in_flight)}" if compact else f"  — now {fmt.count(in_flight)}"
-                if failing is not None:
+                if brevity == 3:
+                    verdict = ("over capacity" if failing is not None
+                               else "above the levels measured")
+                    t.append(f" · now {fmt.count(in_flight)}: {verdict}",
+                             pal.bad if failing is not None else pal.warn)
+                elif failing is not None:
                     t.append(f"{now} in flight: over capacity", pal.bad)
                 else:  # nothing above n has failed: n is what was measured, not a limit
                     above = "above the levels measured" if compact else (
