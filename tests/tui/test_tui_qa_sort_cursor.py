@@ -42,13 +42,29 @@ async def test_s_and_S_keep_the_cursor_on_its_user() -> None:
 
 
 async def test_a_header_click_keeps_the_cursor_on_its_user() -> None:
-    app = LlmtopApp(FixtureSource("saturated"), refresh_hz=0, clock=lambda: FIXED_NOW)
+    app = LlmtopApp(FixtureSource("many_users"), refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.dashboard.users
-        await until(pilot, lambda: table.row_count == 3, what="3 users")
-        assert table.cursor_user() == "batch-job"  # the most output tok/s, first
+        await until(pilot, lambda: table.row_count == 150, what="150 users")
+        await pilot.press(*["down"] * 5)
+        await until(pilot, lambda: table.cursor_row == 5, what="the cursor on row 5")
+        user = table.cursor_user()
         table.sort_by("user")  # what a click on the user heading does
         await pilot.pause()
         assert table.sort_column.key == "user"
-        assert table.cursor_user() == "batch-job", (table.cursor_row, table.cursor_user())
-        assert table.cursor_row == 1  # after alice
+        assert table.cursor_user() == user, (table.cursor_row, table.cursor_user())
+        assert in_view(table), (table.cursor_row, table.scroll_y)
+
+
+async def test_a_cursor_on_the_first_row_stays_at_the_top() -> None:
+    """Not moved from the first row, the cursor is at the top of the new order after a
+    re-sort (what the reader sorted to see), not sent after the user it was on."""
+    app = LlmtopApp(FixtureSource("many_users"), refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.dashboard.users
+        await until(pilot, lambda: table.row_count == 150, what="150 users")
+        first = table.cursor_user()
+        await pilot.press("S")  # the fewest output tok/s first: the first user goes last
+        await pilot.pause()
+        assert table.cursor_row == 0 and table.scroll_y == 0
+        assert table.cursor_user() != first

@@ -251,11 +251,11 @@ class UsersTable(DataTable[Text]):
                 break
         self.sort_index = i
         self.sort_reverse = self.sort_column.descending
-        self.redraw()
+        self.redraw(resorted=True)
 
     def reverse_sort(self) -> None:
         self.sort_reverse = not self.sort_reverse
-        self.redraw()
+        self.redraw(resorted=True)
 
     def sort_by(self, key: str) -> None:
         """Sort by the column ``key``; sorting by the same column again reverses it."""
@@ -265,7 +265,7 @@ class UsersTable(DataTable[Text]):
                     self.sort_reverse = not self.sort_reverse
                 else:
                     self.sort_index, self.sort_reverse = i, c.descending
-                self.redraw()
+                self.redraw(resorted=True)
                 return
 
     def set_filter(self, text: str) -> None:
@@ -293,9 +293,12 @@ class UsersTable(DataTable[Text]):
                             key=c.key, width=widths[c.key])
         self._rendered = None
 
-    def redraw(self) -> None:
+    def redraw(self, *, resorted: bool = False) -> None:
         """Rebuild the rows (only when something visible changed); keep the cursor's user.
-        Columns that do not fit the width are left out whole, never cut mid-value."""
+        Columns that do not fit the width are left out whole, never cut mid-value.
+        ``resorted``: the reader asked for another order (s, S, a header click): a cursor
+        on the first row stays on the first row, at the top of the new order (it is
+        what the reader sorted to see); one moved down follows its user."""
         every = self.view.items("users")
         users = [u for u in every
                  if not is_fold(u) and matches(as_str(u.get("user")) or "", self.filter_text)]
@@ -316,6 +319,8 @@ class UsersTable(DataTable[Text]):
         # the cursor's user and the view before new headings (a re-sort moves the ▲/▼)
         # clear the table, which puts the cursor on row 0
         current, at, scroll_y = self.cursor_key(), self.cursor_row, self.scroll_y
+        if resorted and at == 0:
+            current, scroll_y = None, 0.0
         self._headers(visible, widths)
         shown = [COLUMNS.index(c) for c in visible]
         rows: list[tuple[str, str, list[Text]]] = []
