@@ -45,7 +45,7 @@ async def test_a_refused_name_in_a_users_detail_opens_the_prompt_again(
             await until(pilot, lambda: not busy_workers(app, "recording"),
                         what="the proxy's answer")
             await until(pilot, lambda: isinstance(app.screen, RecordPrompt)
-                        and WHY in screen_text(app), limit_s=5,
+                        and WHY in screen_text(app),
                         what="the prompt again over the detail, with why")
             assert app.screen.query_one("#record-path", Input).value == "incident-db"
             assert admin.recorder.status() is None
