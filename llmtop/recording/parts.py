@@ -112,7 +112,7 @@ def _peek_header(path: Path) -> dict[str, Any] | str:
     line = data.split(b"\n", 1)[0]
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # (JSON nested too deeply)
         return _NO_HEADER
     if not isinstance(obj, dict) or obj.get("type") != "header" or obj.get("format") != FORMAT:
         return _NO_HEADER

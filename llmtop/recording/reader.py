@@ -107,11 +107,21 @@ def loads_line(line: bytes) -> Any:
     ``json.loads`` takes 5 ms: most of what replay, report and export spend on long
     answers), and ``json`` for what orjson refuses (``NaN``, lone surrogates, numbers past
     a double), so a line reads as it read before (an integer past 64 bits, which llmtop
-    never writes, reads as a float); raises ``ValueError`` as ``json.loads`` does."""
+    never writes, reads as a float); raises ``ValueError`` as ``json.loads`` does, and
+    :class:`TooDeep` (a ``ValueError``) for JSON nested past what a parser recurses into
+    (``json.loads`` raised RecursionError: a traceback from every reader)."""
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except RecursionError:
+            raise TooDeep("JSON nested too deeply") from None
+
+
+class TooDeep(ValueError):
+    """A line whose JSON is nested deeper than a parser follows (no recorder writes one)."""
+
 
 def _salvage(d: Any, data: bytes) -> tuple[Any, bytes, bytes, int | None]:
     """``data`` fed to the decompressor ``d`` a slice at a time, and the slice that fails
@@ -382,10 +392,11 @@ class RecordingReader:
             return None
         try:
             obj = loads_line(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError) as exc:
             if complete:
                 self.bad_lines += 1
-                self._problem("not JSON")
+                self._problem("JSON nested too deeply (not a recording's line)"
+                              if isinstance(exc, TooDeep) else "not JSON")
             else:
                 self.truncated_lines += 1
             return None
