@@ -42,6 +42,7 @@ from typing import Any, Final
 from llmtop.events import Event, WarningEvent
 from llmtop.recording.errors import RecordingError
 from llmtop.recording.reader import (
+    FOOTER_COUNTS,
     GZIP_MAGIC,
     MAX_PROBLEMS,
     Progress,
@@ -55,7 +56,6 @@ from llmtop.recording_names import split_stem
 _PEEK: Final = 65536
 """Bytes read of a part to find its header (a header line is well under 1 kB): a day of
 hourly parts is 24 small reads, not 24 MiB-sized ones."""
-_FOOTER_SUMS: Final = ("requests", "lines", "dropped", "dropped_requests", "out_of_order")
 
 
 @dataclass(frozen=True)
@@ -474,10 +474,11 @@ class SeriesReader:
         if last is None:
             return None
         out = dict(last)
-        for k in _FOOTER_SUMS:
+        for k in FOOTER_COUNTS:
             vals = [f.get(k) for f in self._footers]
-            if all(type(v) is int for v in vals):
-                out[k] = sum(v for v in vals if type(v) is int)
+            # (a part's count missing or ignored as damaged: the sum is not known)
+            out[k] = (sum(v for v in vals if type(v) is int)
+                      if all(type(v) is int for v in vals) else None)
         return out
 
     @property

@@ -34,6 +34,7 @@ from llmtop.recording.validate import (
     MAX_TIME_S,
     InvalidLine,
     clean_slo,
+    count,
     engine_from,
     gpu_from,
     number,
@@ -67,6 +68,8 @@ MAX_LINE: Final = 256 << 20
 (a crash's zero-filled tail, binary junk glued on) is skipped without being held whole."""
 _OVERLONG: Final = b"\0 (a line longer than the reader holds)"
 """Stands in for such a line (by identity); it is not JSON, so it is never an event."""
+FOOTER_COUNTS: Final = ("requests", "lines", "dropped", "dropped_requests", "out_of_order")
+"""The footer's counts (each an integer in [0, MAX_COUNT]; a rotated recording sums them)."""
 MAX_PROBLEMS: Final = 5
 """How many problems ``problems`` describes (every one is counted)."""
 
@@ -612,7 +615,19 @@ class RecordingReader:
 
     def _clean_footer(self, obj: dict[str, Any], held: Event | None, held_t: float,
                       frontier: float | None) -> dict[str, Any]:
-        """The footer, its ``ended_at`` dropped (None) when it cannot be right."""
+        """The footer, its ``ended_at`` and counts dropped (None) when they cannot be right
+        (a count went out as it was: report's JSON said ``dropped_by_recorder: -3``, and a
+        stem summed it into its parts' total)."""
+        obj = dict(obj)
+        for k in FOOTER_COUNTS:
+            v = obj.get(k)
+            if v is None:
+                continue
+            try:
+                count(v, k)
+            except InvalidLine as exc:
+                self._problem(f"footer {exc}; ignored")
+                obj[k] = None
         end = obj.get("ended_at")
         if end is None:
             return obj

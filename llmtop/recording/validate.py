@@ -78,6 +78,11 @@ def _integer(v: Any, name: str, *, lo: int = 0, hi: int = MAX_COUNT) -> int:
     return v
 
 
+def count(v: Any, name: str) -> int:
+    """``v`` as a count: an integer (never a bool) in ``[0, MAX_COUNT]``."""
+    return _integer(v, name)
+
+
 def _opt_integer(v: Any, name: str) -> int | None:
     return None if v is None else _integer(v, name)
 

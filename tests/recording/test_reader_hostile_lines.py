@@ -71,3 +71,63 @@ def test_a_part_beginning_deeply_nested_is_left_out(tmp_path: Path) -> None:
     assert isinstance(src, Series) and parts[1] not in src.files
     assert any(f"{parts[1].name} is named like one of its parts but does not begin with a "
                "part's header: left out" in n for n in src.notes), src.notes
+
+
+def _set_footer(path: Path, **kw: object) -> None:
+    lines = path.read_text().splitlines()
+    foot = json.loads(lines[-1])
+    assert foot["type"] == "footer"
+    lines[-1] = json.dumps({**foot, **kw})
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_footer_count_that_cannot_be_one_is_ignored_and_said(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The footer's counts went out as they were: report --format json gave
+    dropped_by_recorder -3 and out_of_order_lines "x", and a stem summed a part's -3 in."""
+    path = tmp_path / "r.jsonl"
+    write_recording(path, session(20, duration_s=5))
+    _set_footer(path, dropped=-3, out_of_order="x", requests=1e30, lines=2**50,
+                dropped_requests=None)
+    with RecordingReader(path) as r:
+        assert sum(1 for _ in r) > 20
+        s = r.summary()
+        foot = r.footer
+    assert foot is not None
+    assert (foot["dropped"], foot["out_of_order"], foot["requests"], foot["lines"]) == (
+        None, None, None, None)
+    assert s["dropped_by_recorder"] is None and s["out_of_order_lines"] is None
+    assert s["bad_lines"] == 0
+    assert s["problems"] == [
+        f"line {r.lines_read}: footer requests is 1e+30, not an integer; ignored",
+        f"line {r.lines_read}: footer lines is {2**50}, outside [0, {2**40}]; ignored",
+        f"line {r.lines_read}: footer dropped is -3, outside [0, {2**40}]; ignored",
+        f"line {r.lines_read}: footer out_of_order is a string ('x'), not an integer; "
+        "ignored",
+    ]
+    out = tmp_path / "r.json"
+    assert main(["report", str(path), "-q", "--format", "json", "-o", str(out)]) == 0
+    src = json.loads(out.read_text())["source"]
+    assert src["dropped_by_recorder"] is None and src["out_of_order_lines"] is None
+    assert main(["export", str(path), "--hlog", str(tmp_path / "r.hlog")]) == 0
+    assert "footer dropped is -3" in capsys.readouterr().err
+
+
+def test_a_parts_negative_footer_count_is_not_summed(tmp_path: Path) -> None:
+    stem = tmp_path / "p.jsonl"
+    rec = Recorder(stem, header={"upstream": "http://127.0.0.1:9/v1"}, flush_s=0.1,
+                   order_hold_s=0.0, rotate_bytes=3000)
+    rec.start()
+    feed(rec, 40)
+    rec.stop()
+    src = resolve(stem)
+    assert isinstance(src, Series) and len(src.files) >= 3, src
+    _set_footer(src.files[0], dropped=-5)
+    from llmtop.recording.parts import open_recording
+
+    with open_recording(src) as r:
+        for _ in r:
+            pass
+        s = r.summary()
+    assert s["dropped_by_recorder"] is None, s  # not the parts' sum with -5 in it
+    assert any("footer dropped is -5, outside" in p for p in s["problems"]), s["problems"]
