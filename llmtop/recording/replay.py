@@ -441,6 +441,8 @@ class ReplaySource:
         except OSError:
             return None
         begin = self.engine.begin
+        times: list[float] = []  # the tail's event times, the last line's first
+        ended: float | None = None
         for line in reversed(tail):
             try:
                 obj = loads_line(line)
@@ -449,9 +451,19 @@ class ReplaySource:
             except (ValueError, UnicodeDecodeError):  # InvalidLine is a ValueError
                 continue
             if ev is None:
+                end = obj.get("ended_at") if obj.get("type") == "footer" else None
+                if isinstance(end, int | float) and math.isfinite(end):
+                    ended = float(end)
                 continue
             t = event_time(ev)
             if begin - MAX_GAP_S <= t:
+                times.append(t)
+        # the last time the reader will keep: one more than a day past the events before
+        # it is skipped as damaged unless the footer or the start is near it (a year-late
+        # digit in the last line made the length a year), as RecordingReader.events does
+        for i, t in enumerate(times):
+            near = [*times[i + 1:i + 2], begin, *([ended] if ended is not None else [])]
+            if any(abs(t - x) <= MAX_GAP_S for x in near):
                 return max(0.0, t - begin)
         return None
 
