@@ -111,8 +111,9 @@ def _peek_header(path: Path) -> dict[str, Any] | str:
             return _NO_HEADER
     line = data.split(b"\n", 1)[0]
     try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # (JSON nested too deeply)
+        # (a byte that is not UTF-8 read as U+FFFD, as RecordingReader reads the header)
+        obj = json.loads(line.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):  # (RecursionError: JSON nested too deeply)
         return _NO_HEADER
     if not isinstance(obj, dict) or obj.get("type") != "header" or obj.get("format") != FORMAT:
         return _NO_HEADER

@@ -122,6 +122,15 @@ def loads_line(line: bytes) -> Any:
             raise TooDeep("JSON nested too deeply") from None
 
 
+def not_utf8(line: bytes) -> str | None:
+    """Why ``line`` is not UTF-8 (``not valid UTF-8 (byte 0xff at byte 57)``), or None."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 (byte 0x{line[exc.start]:02x} at byte {exc.start + 1})"
+    return None
+
+
 class TooDeep(ValueError):
     """A line whose JSON is nested deeper than a parser follows (no recorder writes one)."""
 
@@ -399,7 +408,8 @@ class RecordingReader:
             if complete:
                 self.bad_lines += 1
                 self._problem("JSON nested too deeply (not a recording's line)"
-                              if isinstance(exc, TooDeep) else "not JSON")
+                              if isinstance(exc, TooDeep) else
+                              not_utf8(line) or "not JSON")
             else:
                 self.truncated_lines += 1
             return None
@@ -417,6 +427,8 @@ class RecordingReader:
             try:
                 obj = loads_line(line)
             except (ValueError, UnicodeDecodeError):
+                obj = self._header_replaced(line)
+            if obj is None:
                 for magic, what, how in OTHER_MAGIC:
                     if line.startswith(magic):
                         raise RecordingError(
@@ -447,6 +459,21 @@ class RecordingReader:
         if self._chunks.gz_incomplete:
             raise RecordingError(f"{name}: compressed recording is empty or corrupt")
         raise RecordingError(f"{name}: empty file, not an llmtop recording")
+
+    def _header_replaced(self, line: bytes) -> Any:
+        """A first line that is a header but for bytes that are not UTF-8 (a damaged byte
+        in its upstream or a name: the whole recording was refused as 'not JSON'): read
+        with U+FFFD in their place, and said; None when it is not such a line."""
+        why = not_utf8(line)
+        if why is None:
+            return None
+        try:
+            obj = loads_line(line.decode("utf-8", "replace").encode())
+        except ValueError:
+            return None
+        if isinstance(obj, dict) and obj.get("type") == "header":
+            self._problem(f"{why}; read with U+FFFD in its place")
+        return obj
 
     def _clean_header(self, h: dict[str, Any]) -> dict[str, Any]:
         """Values in the header that cannot be right are dropped (``started_at`` → None, an

@@ -131,3 +131,55 @@ def test_a_parts_negative_footer_count_is_not_summed(tmp_path: Path) -> None:
         s = r.summary()
     assert s["dropped_by_recorder"] is None, s  # not the parts' sum with -5 in it
     assert any("footer dropped is -5, outside" in p for p in s["problems"]), s["problems"]
+
+
+def test_a_damaged_byte_in_the_header_does_not_refuse_the_recording(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One byte of the header's upstream turned to 0xff (not UTF-8): every reader refused
+    the whole recording ('not an llmtop recording (the first line is not JSON)'). The header
+    is read with U+FFFD in the byte's place, and that is said; a request line so damaged
+    is skipped, and said to be not UTF-8, not 'not JSON'."""
+    path = tmp_path / "r.jsonl"
+    write_recording(path, session(20, duration_s=5))
+    lines = _lines(path)
+    assert b'"upstream":"http://' in lines[0]
+    lines[0] = lines[0].replace(b'"upstream":"http://', b'"upstream":"ht\xfftp://')
+    k = next(i for i, x in enumerate(lines) if b'"type":"request"' in x)
+    lines[k] = lines[k].replace(b'"user":"', b'"user":"\xc3', 1)
+    path.write_bytes(b"\n".join(lines))
+    with RecordingReader(path) as r:
+        assert r.header["upstream"] == "ht\ufffdtp://127.0.0.1:9/v1"
+        n = sum(1 for _ in r)
+        assert n == len([x for x in lines[1:] if x]) - 2  # not the footer, not line k
+        assert r.bad_lines == 1
+        at, h_at = lines[k].index(b"\xc3") + 1, lines[0].index(b"\xff") + 1
+        assert r.problems == [
+            f"line 1: not valid UTF-8 (byte 0xff at byte {h_at}); read with U+FFFD in its "
+            "place",
+            f"line {k + 1}: not valid UTF-8 (byte 0xc3 at byte {at})",
+        ], r.problems
+    assert main(["report", str(path), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert f"not valid UTF-8 (byte 0xff at byte {h_at})" in out
+
+
+def test_a_part_with_a_damaged_byte_in_its_header_is_read_in_its_stem(tmp_path: Path) -> None:
+    stem = tmp_path / "p.jsonl"
+    rec = Recorder(stem, header={"upstream": "http://127.0.0.1:9/v1"}, flush_s=0.1,
+                   order_hold_s=0.0, rotate_bytes=3000)
+    rec.start()
+    feed(rec, 40)
+    rec.stop()
+    src = resolve(stem)
+    assert isinstance(src, Series) and len(src.files) >= 3, src
+    parts = list(src.files)
+    data = parts[1].read_bytes()
+    parts[1].write_bytes(data.replace(b'"upstream":"http', b'"upstream":"\xffttp', 1))
+    src = resolve(stem)
+    assert isinstance(src, Series) and list(src.files) == parts, src.notes
+    from llmtop.recording.parts import open_recording
+
+    with open_recording(src) as r:
+        assert sum(1 for e in r if type(e).__name__ == "RequestRecord") == 40
+        assert any(p.startswith(f"{parts[1].name}: line 1: not valid UTF-8")
+                   for p in r.summary()["problems"]), r.summary()["problems"]
