@@ -120,8 +120,11 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
                    f"B {b['conditions']['upstream'] or NA}")
     for tag, r in (("A", a), ("B", b)):
         n = r["conditions"]["requests"]
-        if n < 100:
-            out.append(f"{tag} has only {n} requests: its tail percentiles are noisy")
+        if n == 0:
+            out.append(f"{tag} has no requests: there is nothing of it to compare")
+        elif n < 100:
+            out.append(f"{tag} has only {n} request{'' if n == 1 else 's'}: its tail "
+                       "percentiles are noisy")
         if not r["source"]["complete"]:
             out.append(f"{tag} has {no_footer(r['source'])}")
         if (early := before_start_note(r["conditions"])) is not None:
