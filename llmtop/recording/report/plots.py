@@ -39,6 +39,20 @@ def _label(s: Any) -> str:
     return printable(str(s)).replace("$", r"\$")
 
 
+MAX_LABEL: Final = 32
+"""Longest name on a plot's axis: the proxy writes users up to 128 characters, and bars
+labelled so squeezed the plot to nothing (matplotlib: 'axes sizes collapsed to zero')."""
+
+
+def _short(s: str) -> str:
+    """A name shortened to ``MAX_LABEL`` characters, its start and end kept (users often
+    differ at the end: key:3f9a1c2e); the report's tables give it whole."""
+    if len(s) <= MAX_LABEL:
+        return s
+    head = (MAX_LABEL - 1) * 2 // 3
+    return s[:head] + "…" + s[len(s) - (MAX_LABEL - 1 - head):]
+
+
 def _svg(fig: Figure, plot_id: str) -> str:
     """The figure as an inline SVG whose text stays text (the browser draws it in its own
     fonts). matplotlib's "Glyph N missing from font" warnings are dropped: it measures
@@ -219,12 +233,15 @@ def per_user(r: dict[str, Any]) -> str:
         _empty(axes[0], "no per-user traffic")
         _empty(axes[1], "")
         return _svg(fig, "plot-users")
-    names = [_label(user_name(u)) for u in users][::-1]
+    names = [_label(_short(printable(user_name(u)))) for u in users][::-1]
     tps = [_num(u.get("output_tps")) for u in users][::-1]
     ttft = [_ms(u.get("ttft_p95")) for u in users][::-1]
-    axes[0].barh(names, tps, color=COLORS[2])
+    # bars at positions, not at their names: two names alike once shortened stay apart
+    pos = list(range(len(names)))
+    axes[0].barh(pos, tps, color=COLORS[2])
+    axes[0].set_yticks(pos, names)
     axes[0].set_xlabel("output tok/s (session mean)")
-    axes[1].barh(names, ttft, color=COLORS[0])
+    axes[1].barh(pos, ttft, color=COLORS[0])
     axes[1].set_xlabel("TTFT p95 (ms)")
     slo = r["conditions"]["slo"].get("ttft_s")
     if isinstance(slo, int | float):
