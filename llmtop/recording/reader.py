@@ -16,6 +16,8 @@ the first few of these lines were.
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import json
 import math
 import os
@@ -161,6 +163,32 @@ def _salvage(d: Any, data: bytes) -> tuple[Any, bytes, bytes, int | None]:
     return d, b"".join(out), b"", None
 
 
+def _utf16(first: bytes) -> str | None:
+    """The UTF-16 codec a file beginning with ``first`` is written in, or None: a byte-order
+    mark, or a JSON object's ``{"`` with a zero byte beside each (not UTF-32's marks)."""
+    if first.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return None
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if first.startswith(b'{\x00"\x00'):
+        return "utf-16-le"
+    if first.startswith(b'\x00{\x00"'):
+        return "utf-16-be"
+    return None
+
+
+def _to_utf8(enc: str, first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    """UTF-16 chunks as UTF-8 (incremental: a character split between chunks is whole)."""
+    dec = codecs.getincrementaldecoder(enc)("replace")
+    for b in itertools.chain((first,), rest):
+        out = dec.decode(b)
+        if out:
+            yield out.encode("utf-8", "surrogatepass")
+    tail = dec.decode(b"", final=True)
+    if tail:
+        yield tail.encode("utf-8", "surrogatepass")
+
+
 class _Chunks:
     """The file's decoded bytes in chunks; gzip (one or several members) decoded as it goes.
     A gzip stream that ends early (a killed writer) simply ends: ``gz_incomplete`` says so."""
@@ -179,6 +207,8 @@ class _Chunks:
         """Where (a byte offset in the file) the compressed data stopped decoding when more
         than zero bytes follow it: damage, not the end a killed writer leaves."""
         self._next_report = progress_every
+        self.utf16 = False
+        """The file is UTF-16 (a byte-order mark, or a first line so encoded), read as such."""
 
     def _raw(self) -> Iterator[bytes]:
         while True:
@@ -221,6 +251,11 @@ class _Chunks:
         raw = self._raw()
         first = next(raw, b"")
         if not first.startswith(GZIP_MAGIC):
+            enc = _utf16(first)
+            if enc is not None:  # (re-saved by Windows PowerShell or an editor)
+                self.utf16 = True
+                yield from _to_utf8(enc, first, raw)
+                return
             if first:
                 yield first
             yield from raw
@@ -323,6 +358,10 @@ class RecordingReader:
                                    str(self.path))
             self._lines = self._iter_lines()
             self.header = self._read_header()
+            if self._chunks.utf16:
+                self.problems.insert(0, "the file is UTF-16, not UTF-8 as llmtop writes: "
+                                        "read as UTF-16 (iconv -f UTF-16 -t UTF-8 converts it)")
+                del self.problems[MAX_PROBLEMS:]
         except BaseException:
             self._fh.close()
             raise
