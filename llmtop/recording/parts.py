@@ -111,8 +111,9 @@ def _peek_header(path: Path) -> dict[str, Any] | str:
             return _NO_HEADER
     line = data.split(b"\n", 1)[0]
     try:
-        # (a byte that is not UTF-8 read as U+FFFD, as RecordingReader reads the header)
-        obj = json.loads(line.decode("utf-8", "replace"))
+        # (a byte that is not UTF-8 read as U+FFFD, as RecordingReader reads the header;
+        # a byte-order mark skipped, as json.loads of the bytes did)
+        obj = json.loads(line.decode("utf-8-sig", "replace"))
     except (ValueError, RecursionError):  # (RecursionError: JSON nested too deeply)
         return _NO_HEADER
     if not isinstance(obj, dict) or obj.get("type") != "header" or obj.get("format") != FORMAT:
