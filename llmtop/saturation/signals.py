@@ -472,17 +472,18 @@ class Signals:
 
     def remember_baselines(self, now: float, window_s: float, *, calm: bool,
                            gaps_calm: bool = True) -> None:
-        """Add this window's TTFT p95 (from ≥ 5 answered requests, and only when ``calm``:
-        nothing was queued, so it is what the service does unloaded) and chunk-gap p50
+        """Add this window's TTFT p95 (from ≥ 5 streamed answers: a non-streamed one has no
+        first token and is not one of the five; and only when ``calm``: nothing was queued,
+        so it is what the service does unloaded) and chunk-gap p50
         (from ≥ 50 gaps, and only when ``gaps_calm``: the monitor passes False while
         BANDWIDTH holds, so the baseline never learns the slowdown that warning reports —
         a memory-bound stretch longer than the horizon became its own baseline, and the
         warning cleared after 5.5 minutes with nothing changed) to the baseline histories."""
-        if calm:  # the answered requests' TTFTs (None, a non-streamed one's, reads NaN)
-            ttfts = [f.ttft_s for f in self.finished_in(now, window_s) if f.outcome == "ok"]
-            if len(ttfts) >= 5:
-                arr = np.array(ttfts, dtype=float)
-                p = _p(arr[~np.isnan(arr)], 95)
+        if calm:  # the streamed answers' TTFTs (a non-streamed one has none: None)
+            ttfts = [f.ttft_s for f in self.finished_in(now, window_s)
+                     if f.outcome == "ok" and f.ttft_s is not None]
+            if len(ttfts) >= 5:  # five streamed answers, not five answers
+                p = _p(ttfts, 95)
                 if p is not None:
                     self.ttft_p95_history.append((now, p))
         if gaps_calm and self.gaps_in(now, window_s).size >= 50:
