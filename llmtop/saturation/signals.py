@@ -69,12 +69,16 @@ class Finished:
 
 @dataclass(slots=True)
 class Tally:
-    """Answered (outcome ok) requests that ended in one slice of time, and how many of
-    them met each latency SLO; and the cancelled requests that had already missed each one
-    (their clients gave up on a slow server: judged and failed, as in the metrics)."""
+    """Answered (outcome ok) requests that ended in one slice of time, how many of them
+    were streamed, and how many met each latency SLO; and the cancelled requests that had
+    already missed each one (their clients gave up on a slow server: judged and failed, as
+    in the metrics). TTFT and ITL apply to streamed answers only (a non-streamed one has
+    no first token and no pace of tokens: :mod:`llmtop.metrics.slo`), so ``ok_ttft`` and
+    ``ok_itl`` are out of ``streamed``, ``ok_e2e`` out of ``answered``."""
 
     t: float
     answered: int = 0
+    streamed: int = 0
     ok_ttft: int = 0
     ok_itl: int = 0
     ok_e2e: int = 0
@@ -275,9 +279,11 @@ class Signals:
             slo = self.slo
             tally = self._tally_for(t_end)
             tally.answered += 1
-            tally.ok_ttft += not ev.stream or (f.ttft_s is not None and (
-                slo.ttft_s is None or f.ttft_s <= slo.ttft_s))
-            tally.ok_itl += not itl_miss  # a one-token answer has no ITL to miss
+            if ev.stream:  # TTFT and ITL apply to streamed answers only
+                tally.streamed += 1
+                tally.ok_ttft += f.ttft_s is not None and (
+                    slo.ttft_s is None or f.ttft_s <= slo.ttft_s)
+                tally.ok_itl += not itl_miss  # a one-token answer has no ITL to miss
             tally.ok_e2e += slo.e2e_s is None or f.e2e_s <= slo.e2e_s
         elif ev.outcome == "cancelled":
             # judged on each objective it had already broken, as llmtop.metrics.slo does:
@@ -507,15 +513,17 @@ class Signals:
                        ) -> tuple[float | None, int]:
         """Share of the requests judged on one SLO (``ttft``, ``itl``, ``e2e``) in the
         window (to the slice) that met it, and how many were judged: those answered
-        (outcome ok) and those cancelled after missing it (:meth:`gave_up`). Failed
-        requests are left to ERRORS/UPSTREAM_DOWN, so a latency warning is about latency."""
+        (outcome ok; for TTFT and ITL the streamed ones: a non-streamed answer is judged on
+        E2E only, as in :mod:`llmtop.metrics.slo`) and those cancelled after missing it
+        (:meth:`gave_up`). Failed requests are left to ERRORS/UPSTREAM_DOWN, so a latency
+        warning is about latency."""
         slo = self.slo
         if {"ttft": slo.ttft_s, "itl": slo.itl_p95_s, "e2e": slo.e2e_s}[which] is None:
             return None, 0
         n = met = 0
         for t in self.tallies_in(now, window_s):
-            n += t.answered + {"ttft": t.gave_up_ttft, "itl": t.gave_up_itl,
-                               "e2e": t.gave_up_e2e}[which]
+            n += (t.answered if which == "e2e" else t.streamed) + {
+                "ttft": t.gave_up_ttft, "itl": t.gave_up_itl, "e2e": t.gave_up_e2e}[which]
             met += {"ttft": t.ok_ttft, "itl": t.ok_itl, "e2e": t.ok_e2e}[which]
         return (met / n if n else None), n
 
