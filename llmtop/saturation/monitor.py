@@ -289,10 +289,13 @@ class SaturationMonitor:
         (answered, or cancelled after missing it) is below target beyond sampling noise:
         even the optimistic end of its one-sided 95 % confidence interval (Wilson) misses
         the target — 3 misses in 56 requests is what a service that meets 95 % does; 10 in
-        56 is not. Once raised, it holds while the attainment itself stays below target."""
+        56 is not. Once raised, it holds while the attainment itself stays below target,
+        over however many requests the window holds (asking a raised warning for the ten a
+        raise needs cleared and raised it again every minute or two at some ten requests a
+        minute, every one of them missing the objective)."""
         slo = self.cfg.slo
         att, n = self.signals.slo_attainment(now, 6 * self.window_s, which)
-        if att is None or n < 10:
+        if att is None or (n < 10 and not held):
             return None
         if (att if held else wilson_upper(att, n)) >= slo.target:
             return None
