@@ -175,6 +175,9 @@ class Aggregator:
         self.gpus: dict[int, GpuReading] = {}
         self.engine: EngineReading | None = None
         self.engine_history: deque[EngineReading] = deque()
+        self.engine_first: EngineReading | None = None
+        """The session's first engine reading with a TTFT histogram: what the engine's TTFT
+        over the whole session ("all") counts from (the history keeps 320 s)."""
         self.engine_status: Callable[[], str] | None = None
         """The engine scraper's line ("vllm engine at URL", or why the last scrape failed:
         "no /metrics at URL (HTTP 404)"); None when there is no scraper."""
@@ -343,6 +346,8 @@ class Aggregator:
 
     def _on_engine(self, e: EngineReading) -> None:
         self.engine = e
+        if self.engine_first is None and e.ttft_buckets:
+            self.engine_first = e
         h = self.engine_history
         h.append(e)
         while len(h) > 2 and h[1].t < e.t - ENGINE_HISTORY_S:

@@ -141,12 +141,18 @@ def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float |
 
 
 def _engine_ttft_p95(history: Sequence[EngineReading], window_s: int | None,
-                     now: float) -> float | None:
+                     now: float, first: EngineReading | None = None) -> float | None:
+    """The engine's TTFT P95 over the window: its histogram since the last reading at or
+    before the window's start (the oldest kept when the session is younger than the
+    window); over the session (``None``) since ``first``, the session's first reading with
+    a histogram — without one, or with that reading the last, all the engine's counts."""
     if not history or not history[-1].ttft_buckets:
         return None
     last = history[-1]
     base = None
-    if window_s is not None:
+    if window_s is None:
+        base = first if first is not last else None
+    else:
         cut = now - window_s
         for e in reversed(history):  # the last reading at or before the window's start
             if e.t <= cut:
@@ -213,7 +219,7 @@ def engine_section(agg: Aggregator, window_s: int | None, now: float) -> dict[st
         "waiting": finite_or_none(e.waiting),
         "kv_cache_usage": finite_or_none(e.kv_cache_usage),
         "preemptions": finite_or_none(e.preemptions),
-        "ttft_p95": _engine_ttft_p95(agg.engine_history, window_s, now),
+        "ttft_p95": _engine_ttft_p95(agg.engine_history, window_s, now, agg.engine_first),
         "t": e.t,
         "age_s": max(0.0, now - e.t),
     }
