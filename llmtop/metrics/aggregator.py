@@ -798,6 +798,9 @@ class Aggregator:
         span = iv.end - max(iv.start, self.started_at)
         if span <= 0:
             return
+        # at least a second, as the snapshot's span: the first interval can be 10 ms long,
+        # and one request in it plotted 100 req/s (the snapshot of the moment read 1)
+        span = max(span, 1.0)
         c = iv.counters[0]
         samples = iv.conc_sum[-1]
 
