@@ -545,7 +545,9 @@ class SaturationMonitor:
         answer to any request (a first-byte timeout or the proxy's own 502/504 is none):
         a hung engine that accepts connections and never answers, which QUEUEING (no
         serving seen) and ERRORS (the first-byte timeout is minutes away) do not tell.
-        Not while the upstream is unreachable (UPSTREAM_DOWN's)."""
+        Not while the upstream is unreachable (UPSTREAM_DOWN's). A warning, not critical,
+        while a non-streamed request has been in flight all the silent time: its answer
+        shows only when it ends, and a one-slot engine is silent while it generates."""
         now_ns = self._now_ns
         life = self.last_life if self.last_life is not None else now  # from the first tick
         # one copy (list() of the view runs in C, under the GIL): the proxy's thread adds
@@ -571,6 +573,24 @@ class SaturationMonitor:
         if silent < stall or not waited:
             return None
         where = self.cfg.upstream or "the upstream"
+        whole = [(now_ns - a.t0_ns) / 1e9 for a in actives if not a.stream]
+        if whole and max(whole) >= silent:
+            # a non-streamed answer in flight all that time: nothing of it shows until it
+            # ends, and an engine serving one request at a time (llama.cpp with one slot,
+            # Ollama) is silent while it generates — said, not called hung (critical)
+            return Verdict(
+                f"engine silent: {_plural(len(waiting), 'streamed request')} waiting for a "
+                f"first token (the oldest {max(waited):.0f} s) and nothing back from "
+                f"{where} for {silent:.0f} s, while "
+                f"{_plural(len(whole), 'non-streamed request')} "
+                f"{'is' if len(whole) == 1 else 'are'} in flight (the oldest "
+                f"{max(whole):.0f} s), "
+                + ("whose answer shows only when it ends" if len(whole) == 1
+                   else "whose answers show only when they end")
+                + ": an engine serving one request at a time is busy — or it is hung "
+                "(its logs)",
+                "warning",
+            )
         return Verdict(
             f"engine stalled: {_plural(len(waiting), 'streamed request')} waiting for a "
             f"first token (the oldest {max(waited):.0f} s) and nothing back from {where} "
