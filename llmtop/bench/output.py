@@ -109,21 +109,27 @@ def error_lines(result: SearchResult, mode: str) -> list[str]:
 
 
 def gpu_lines(result: SearchResult, mode: str) -> list[str]:
-    """GPU memory and bandwidth at each level, when readings were in reach."""
+    """GPU memory and bandwidth at each level, when readings were in reach: the means of
+    the readings inside the level's measured part (:mod:`llmtop.bench.gpu_level`)."""
     out: list[str] = []
     for s in result.ordered():
         for g in s.gpus:
             used, total = g.get("mem_used_bytes"), g.get("mem_total_bytes")
             mem = "n/a" if not used or not total else (
                 f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB ({used / total:.0%})")
-            bw = g.get("dram_bw_util")
+            bw, peak = g.get("dram_bw_util"), g.get("dram_bw_util_max")
             busy = g.get("mem_busy")
             lvl = level_text(mode, s.level)
             sim = " (simulated)" if g.get("simulated") else ""
+            n = g.get("samples")
+            over = (f" (mean of {n} readings; memory at its most"
+                    + ("" if peak is None or bw is None or peak <= bw
+                       else f", bandwidth peak {peak:.0f}%") + ")"
+                    if isinstance(n, int) and n > 1 else "")
             out.append(
                 f"  GPU {g.get('index')}{sim} at {lvl}: memory {mem}, DRAM bandwidth "
                 f"{'n/a' if bw is None else f'{bw:.0f}%'}, memory busy "
-                f"{'n/a' if busy is None else f'{busy:.0f}%'}"
+                f"{'n/a' if busy is None else f'{busy:.0f}%'}{over}"
             )
     return out
 

@@ -23,6 +23,7 @@ import aiohttp
 
 from llmtop import __version__
 from llmtop.bench.client import Api, BenchClient
+from llmtop.bench.gpu_level import collect, over_level
 from llmtop.bench.loadgen import StepInterrupted, StepRun, run_closed, run_open
 from llmtop.bench.output import (
     error_lines,
@@ -167,6 +168,15 @@ async def _gpu_readings(session: aiohttp.ClientSession, admin: str,
         return []
 
 
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    """Stop a level's GPU sampling (:func:`gpu_level.collect`). (``asyncio.wait``, not
+    ``await task`` under a suppressed CancelledError: a Ctrl-C cancelling this task
+    meanwhile must not be swallowed with the sampler's own.)"""
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait([task])
+
+
 async def admin_problem(admin: str, headers: dict[str, str] | None = None) -> str | None:
     """Why ``admin`` gives no GPU readings (it does not answer, or not as an llmtop admin
     API, or refuses the token), or ``None`` when it does: ``--admin`` is checked before any
@@ -244,10 +254,19 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
         if recorder is not None:
             recorder.on_events(records)
 
+    async def read_gpus() -> list[dict[str, Any]]:
+        if plan.admin_url:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess:
+                return await _gpu_readings(sess, plan.admin_url, plan.admin_headers)
+        return [r.to_json_dict() for r in gpu.latest()] if gpu is not None else []
+
     async def run_level(level: float) -> StepSummary:
         nonlocal any_ok
         label = level_label(plan.mode, level)
         progress.step(label)
+        readings: list[dict[str, Any]] = []  # (the level's, as it runs: gpu_level)
+        sampling = (asyncio.create_task(collect(read_gpus, readings))
+                    if plan.admin_url or gpu is not None else None)
         try:
             if integer:
                 run = await run_closed(client, plan.workload, int(level),
@@ -259,11 +278,14 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
                                      poisson=plan.poisson, seed=plan.seed + len(steps),
                                      progress=progress.update)
         except StepInterrupted as exc:  # Ctrl-C: keep (and record) what the level did
+            await _stop(sampling)
             keep(exc.run.records)
             outcome.interrupted, outcome.interrupted_level = label, level
             outcome.interrupted_done = sum(r.outcome != "cancelled" for r in exc.run.records)
             outcome.interrupted_stopped = len(exc.run.records) - outcome.interrupted_done
             raise
+        finally:
+            await _stop(sampling)
         s = summarize(run, cfg)
         keep(run.records)
         own = s.error_kinds.get(OUT_OF_FILES, 0)
@@ -274,12 +296,10 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
                         "(left out of the results); raise the limit (ulimit -n) or lower "
                         "the level", nothing_ok=False)
         try:  # the level is done: a Ctrl-C while its readings come keeps it (without them)
-            if plan.admin_url:
-                async with aiohttp.ClientSession(
-                        timeout=aiohttp.ClientTimeout(total=5)) as sess:
-                    s.gpus = await _gpu_readings(sess, plan.admin_url, plan.admin_headers)
-            elif gpu is not None:
-                s.gpus = [r.to_json_dict() for r in gpu.latest()]
+            s.gpus = over_level(readings, run.started, run.ended)
+            if not s.gpus and (plan.admin_url or gpu is not None):
+                # a level too short for a reading inside it: the one at its end
+                s.gpus = [{**g, "samples": 1} for g in await read_gpus()]
         finally:
             if recorder is not None:
                 recorder.on_events([BenchStepLine(s)])

@@ -36,24 +36,30 @@ async def quick_answer(request: web.Request) -> web.StreamResponse:
 
 
 async def test_ctrl_c_while_a_level_reads_the_gpus_keeps_that_level(tmp_path: Path) -> None:
-    """With --admin, a level's GPU readings are asked for after its requests are done. A
-    Ctrl-C then (an admin API slow to answer holds bench there up to 5 s a level) lost
-    the finished level: no row in the results, no summary line in the recording, though
-    its requests were recorded. The level is kept (without readings)."""
-    snapshots = 0
+    """With --admin, a level that had no GPU reading inside it asks for one after its
+    requests are done. A Ctrl-C then (an admin API slow to answer holds bench there up to
+    5 s a level) lost the finished level: no row in the results, no summary line in the
+    recording, though its requests were recorded. The level is kept (without readings).
+    (The readings asked for while the level runs come without a time, so none is inside
+    it; once its three requests are answered every snapshot hangs.)"""
+    answered = 0
     asked_again, release = asyncio.Event(), asyncio.Event()
 
+    async def answer(request: web.Request) -> web.StreamResponse:
+        nonlocal answered
+        resp = await quick_answer(request)
+        answered += 1
+        return resp
+
     async def snapshot(request: web.Request) -> web.Response:
-        nonlocal snapshots
-        snapshots += 1
-        if snapshots > 1:  # the probe of --admin answers at once; a level's reading hangs
+        if answered >= 3:  # the probe of --admin and the level's own answer at once
             asked_again.set()
             await release.wait()
         return web.json_response({"gpus": [{"index": 0, "mem_used_bytes": 1,
                                             "mem_total_bytes": 2}]})
 
     rec = tmp_path / "b.jsonl"
-    async with serving(web.post("/v1/chat/completions", quick_answer),
+    async with serving(web.post("/v1/chat/completions", answer),
                        web.get("/llmtop/v1/snapshot", snapshot)) as url:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "llmtop", "bench", url, "--concurrency", "1,2",
