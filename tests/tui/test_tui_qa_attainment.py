@@ -6,7 +6,7 @@ missed. Such a value now keeps the decimal that tells it apart, rounded towards 
 
 from __future__ import annotations
 
-from tui_support import FIXED_NOW, AdminServer, screen_text, until
+from tui_support import FIXED_NOW, AdminServer, screen_text, until, until_fetched
 
 from llmtop.tui import fmt
 from llmtop.tui.app import LlmtopApp
@@ -34,8 +34,8 @@ async def test_the_screen_does_not_round_onto_the_target() -> None:
     try:
         app = LlmtopApp(AdminSource([srv.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
         async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: "SLO 94.6% (target 95%)" in screen_text(app),
-                        limit_s=5, what="the header's attainment")
+            await until_fetched(pilot, lambda: "SLO 94.6% (target 95%)" in screen_text(app),
+                                what="the header's attainment")
             users = app.dashboard.users
             row = [c.plain for c in users.get_row_at(0)]
             assert users.user_for(users.coordinate_to_cell_key((0, 0)).row_key) == "batch-job"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from tui_support import FIXED_NOW, RealAdmin, screen_text, until
+from tui_support import FIXED_NOW, RealAdmin, screen_text, until, until_fetched
 
 from llmtop.config import Config
 from llmtop.events import ActiveRequest
@@ -37,7 +37,7 @@ async def test_the_requests_cursor_stays_on_its_request(admin: RealAdmin) -> Non
     app = LlmtopApp(AdminSource([admin.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.dashboard.requests
-        await until(pilot, lambda: table.row_count == 5, what="the requests")
+        await until_fetched(pilot, lambda: table.row_count == 5, what="the requests")
         await pilot.press("tab", "down", "down")
         await until(pilot, lambda: cursor_request(app) == "r-2", what="the cursor on r-2")
         await pilot.pause(0.05)  # the ages move on
@@ -75,7 +75,7 @@ async def users_view_kept(admin: RealAdmin) -> None:
     app = LlmtopApp(AdminSource([admin.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=(160, 50)) as pilot:
         users = app.dashboard.users
-        await until(pilot, lambda: users.row_count == 150, what="150 users")
+        await until_fetched(pilot, lambda: users.row_count == 150, what="150 users")
         await pilot.press("pagedown", "pagedown", *["up"] * 8)
         await until(pilot, lambda: users.scroll_y > 0 and users.cursor_row > 0,
                     what="scrolled down")

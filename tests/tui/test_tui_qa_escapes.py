@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from tui_support import FIXED_NOW, AdminServer, fixture, screen_text, until
+from tui_support import FIXED_NOW, AdminServer, fixture, screen_text, until, until_fetched
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.record import RecordPrompt
@@ -82,7 +82,7 @@ async def test_a_refused_recording_is_shown_escaped(evil: EvilAdmin) -> None:
     evil.snapshot["recording"] = None
     app = LlmtopApp(AdminSource([evil.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=(160, 40)) as pilot:
-        await until(pilot, lambda: app.refreshes > 0, what="a snapshot")
+        await until_fetched(pilot, lambda: app.refreshes > 0, what="a snapshot")
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, RecordPrompt), what="the prompt")
         await pilot.press("enter")
@@ -104,7 +104,7 @@ async def test_warnings_gpu_names_and_user_fields_are_shown_escaped() -> None:
     try:
         app = LlmtopApp(AdminSource([srv.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
         async with app.run_test(size=(200, 50)) as pilot:
-            await until(pilot, lambda: "boom" in screen_text(app), what="the warning")
+            await until_fetched(pilot, lambda: "boom" in screen_text(app), what="the warning")
             text = shown(app)
             assert "X\\x1b[2JY" in text and "\\x1b]0;PWNED" in text
             assert "H100\\x1b]0;GPU\\x07" in text

@@ -8,7 +8,7 @@ their last values."""
 
 from __future__ import annotations
 
-from tui_support import FIXED_NOW, AdminServer, screen_text, until
+from tui_support import FIXED_NOW, AdminServer, screen_text, until, until_fetched
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import AdminSource
@@ -22,7 +22,8 @@ async def test_the_gpu_status_line_is_followed() -> None:
     try:
         app = LlmtopApp(AdminSource([srv.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
         async with app.run_test(size=(160, 40)) as pilot:
-            await until(pilot, lambda: "n/a (starting)" in screen_text(app), what="starting")
+            await until_fetched(pilot, lambda: "n/a (starting)" in screen_text(app),
+                                what="starting")
             srv.snapshot["gpu_status"] = "no NVIDIA GPU found"
             assert await app.refresh_now()
             await until(pilot, lambda: "n/a (no NVIDIA GPU found)" in screen_text(app),

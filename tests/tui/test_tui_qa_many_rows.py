@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual.widgets import DataTable
-from tui_support import FIXED_NOW, AdminServer, screen_text, until
+from tui_support import FIXED_NOW, AdminServer, screen_text, until, until_fetched
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import AdminSource
@@ -27,7 +27,7 @@ async def test_a_figures_only_refresh_writes_cells_in_place() -> None:
         app = LlmtopApp(AdminSource([srv.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
         async with app.run_test(size=(200, 60)) as pilot:
             users, requests = app.dashboard.users, app.dashboard.requests
-            await until(pilot, lambda: users.row_count > 100 and requests.row_count > 50,
+            await until_fetched(pilot, lambda: users.row_count > 100 and requests.row_count > 50,
                         what="the rows")
             await pilot.pause()
             before = rows_of(users), rows_of(requests)
@@ -64,7 +64,7 @@ async def test_the_count_follows_requests_past_the_rows_shown() -> None:
     try:
         app = LlmtopApp(AdminSource([srv.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
         async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: "600 active · 100 not shown" in screen_text(app),
+            await until_fetched(pilot, lambda: "600 active · 100 not shown" in screen_text(app),
                         what="the count")
             del srv.requests[550:]  # the youngest 50 end: the 500 rows stay as they were
             assert await app.refresh_now()

@@ -6,7 +6,7 @@ still could): the rows stood still, ages and all, with no word on screen of why.
 
 from __future__ import annotations
 
-from tui_support import FIXED_NOW, AdminServer, screen_text, until
+from tui_support import FIXED_NOW, AdminServer, screen_text, until, until_fetched
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import AdminSource
@@ -19,7 +19,7 @@ async def test_narrow_requests_say_they_are_not_refreshed() -> None:
         app = LlmtopApp(AdminSource([srv.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
         async with app.run_test(size=(80, 24)) as pilot:
             table = app.dashboard.requests
-            await until(pilot, lambda: table.row_count == 10, what="the requests")
+            await until_fetched(pilot, lambda: table.row_count == 10, what="the requests")
             await pilot.press("tab")
             await until(pilot, lambda: "r-4400" in screen_text(app), what="the table")
             assert "not refreshed" not in screen_text(app)

@@ -4,7 +4,7 @@ latest point's, not the window's (which the header and the latency panel show)."
 
 from __future__ import annotations
 
-from tui_support import FIXED_NOW, AdminServer, FixtureSource, screen_text, until
+from tui_support import FIXED_NOW, AdminServer, FixtureSource, screen_text, until, until_fetched
 
 from llmtop.tui import fmt
 from llmtop.tui.app import LlmtopApp
@@ -37,7 +37,7 @@ async def test_the_plots_say_their_figures_are_the_latest_points() -> None:
     try:
         app = LlmtopApp(AdminSource([server.url]), refresh_hz=0, clock=lambda: FIXED_NOW)
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.refreshes > 0)
+            await until_fetched(pilot, lambda: app.refreshes > 0)
             caption = f"last {fmt.duration(span)} · figures: latest {fmt.duration(step)}"
             await until(pilot, lambda: caption in screen_text(app), limit_s=5,
                         what=repr(caption))

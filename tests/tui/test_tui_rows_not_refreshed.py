@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from test_tui_request_detail import WIDE, field, modal_text, open_modal, open_request
 from textual.content import Content
-from tui_support import FIXED_NOW, AdminServer, RealAdmin, until
+from tui_support import FIXED_NOW, AdminServer, RealAdmin, until, until_fetched
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.request_detail import RequestDetail
@@ -132,7 +132,7 @@ async def test_one_of_two_proxies_down_keeps_its_rows_and_the_others_go_on() -> 
         app = LlmtopApp(AdminSource([a.url, b.url], timeout_s=FETCH_TIMEOUT_S), refresh_hz=0,
                         clock=lambda: FIXED_NOW)
         async with app.run_test(size=WIDE) as pilot:
-            await until(pilot, lambda: app.dashboard.requests.row_count == 3)
+            await until_fetched(pilot, lambda: app.dashboard.requests.row_count == 3)
             await pilot.press("tab", "down", "down")  # oldest first: b's is the third
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, RequestDetail))

@@ -280,6 +280,27 @@ async def shows(pilot: Pilot[Any], text: str, limit_s: float = 20.0) -> None:
     await until(pilot, lambda: text in screen_text(pilot.app), limit_s, f"{text!r} on screen")
 
 
+async def until_fetched(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 20.0,
+                        what: str = "condition") -> None:
+    """:func:`until` for the first data of an app made with ``refresh_hz=0`` on a real
+    admin server. Such an app fetches by itself once, at mount; when that fetch fails (a
+    loaded machine past the source's timeout: stop 45's CI) nothing fetches again and the
+    wait times out. So fetch here too, every half second while ``cond()`` does not hold
+    and no fetch is on its way (the same data again: harmless to what the test asks)."""
+    app: Any = pilot.app
+    deadline = time.monotonic() + limit_s
+    next_fetch = time.monotonic() + 0.5
+    while not cond():
+        now = time.monotonic()
+        if now > deadline:
+            raise AssertionError(f"timed out waiting for {what} "
+                                 f"(last error {getattr(app, 'error', None)!r})")
+        if now > next_fetch and not busy_workers(app, "refresh"):
+            await app.refresh_now()
+            next_fetch = time.monotonic() + 0.5
+        await pilot.pause(0.02)
+
+
 def busy_workers(app: App[Any], group: str) -> list[Any]:
     """The app's workers of ``group`` not finished yet ("refresh": a fetch on its way;
     "recording": a recording start or stop on its way to the proxy)."""
