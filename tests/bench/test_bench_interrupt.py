@@ -17,12 +17,18 @@ from net_support import chat_engine
 from llmtop.recording.reader import iter_recording, read_header
 from llmtop.sim.server import running_sim
 
+LEVEL_S = "3"
+"""``--duration`` of the runs interrupted during a level."""
+
 
 async def bench_interrupted(*args: str, sig: int = signal.SIGINT,
                             at: str = "concurrency 2: starting"
                             ) -> tuple[int, str, str, float]:
     """Start bench, send SIGINT (or ``sig``) half a second into its second level (or the
-    level whose progress line is ``at``)."""
+    level whose progress line is ``at``). The levels that must be interrupted last
+    :data:`LEVEL_S`: a signal meant for half a second into a level still lands in it when
+    a loaded machine holds this process a while (with 1 s levels, a pause of half a second
+    sent it after the level had finished)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "llmtop", "bench", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -50,7 +56,7 @@ async def test_sigterm_keeps_the_finished_levels_and_the_recording(tmp_path: Pat
     rec = tmp_path / "b.jsonl"
     async with running_sim("tiny") as sim:
         code, out, err, took = await bench_interrupted(
-            sim.url, "--concurrency", "1,2,4", "--duration", "1", "--warmup", "0",
+            sim.url, "--concurrency", "1,2,4", "--duration", LEVEL_S, "--warmup", "0",
             "--max-tokens", "64", "--json", "--record", str(rec), sig=signal.SIGTERM)
     assert code == 143, err
     assert took < 5
@@ -71,7 +77,7 @@ async def test_ctrl_c_keeps_the_finished_levels_and_the_recording(tmp_path: Path
     rec = tmp_path / "b.jsonl"
     async with running_sim("tiny") as sim:
         code, out, err, took = await bench_interrupted(
-            sim.url, "--concurrency", "1,2,4", "--duration", "1", "--warmup", "0",
+            sim.url, "--concurrency", "1,2,4", "--duration", LEVEL_S, "--warmup", "0",
             "--max-tokens", "16", "--json", "--record", str(rec),
             "--slo", "ttft=10,itl=10")  # (level 1 passes through a pause of the machine)
     assert code == 130, err
@@ -94,7 +100,7 @@ async def test_ctrl_c_keeps_the_finished_levels_and_the_recording(tmp_path: Path
 async def test_ctrl_c_prints_the_table_of_finished_levels() -> None:
     async with running_sim("tiny") as sim:
         code, out, err, _ = await bench_interrupted(
-            sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0",
+            sim.url, "--concurrency", "1,2", "--duration", LEVEL_S, "--warmup", "0",
             "--max-tokens", "16", "--slo", "ttft=10,itl=10")  # (room for a pause)
     assert code == 130, err
     rows = [ln for ln in out.splitlines() if ln.strip().lstrip("▶ ").startswith("1 ")]
