@@ -137,11 +137,18 @@ async def test_404_backs_off_then_recovers() -> None:
     async with serve(srv), aiohttp.ClientSession() as session:
         sc = EngineScraper(srv.base + "/metrics", session, lambda e: None, interval_s=0.02,
                            max_backoff_s=0.2)
+        loop = asyncio.get_running_loop()
         async with running(sc) as task:
-            await asyncio.sleep(0.5)
+            began = loop.time()
+            # two tries at least, and half a second, however long the tries take (a loaded
+            # machine's pause could leave a fixed half second only the first try)
+            await until(lambda: srv.hits >= 2)
+            await asyncio.sleep(max(0.0, 0.5 - (loop.time() - began)))
+            took = loop.time() - began
             assert sc.status == f"no /metrics at {srv.base}/metrics (HTTP 404)"
-            # constant 20 ms polling would be ~25 hits; doubling up to 0.2 s is ≤ 7
-            assert 2 <= srv.hits <= 8
+            # constant 20 ms polling would be ~25 hits in 0.5 s (1 + 50 a second); doubling
+            # up to 0.2 s is ≤ 7 (and 5 a second after): at most 3 + 10 a second
+            assert 2 <= srv.hits <= 3 + 10 * took, (srv.hits, took)
             assert sc.latest is None and not task.done()
             srv.status = 200
             await until(lambda: sc.scrapes >= 1)
