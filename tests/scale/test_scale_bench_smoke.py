@@ -27,8 +27,11 @@ async def test_scale_bench_produces_well_formed_tables() -> None:
             assert cell.res.cpu_us_per_chunk is not None and cell.res.cpu_us_per_chunk > 0
     assert cells["llmtop-2w"].capacity is not None
     polled = cells["llmtop-1w+poll"]
-    assert polled.ticks is not None and polled.ticks >= 8  # 10 Hz for over a second
-    # the TUI's source asks again only once its snapshot is 0.5 s old (max_age)
+    # the poller ticks at 10 Hz for about the cell's second (11 ticks here under two CPU
+    # hogs): how many is a timing figure, not this test's; it needs ticks enough for some
+    # to share a snapshot. The TUI's source asks again only once its snapshot is 0.5 s
+    # old (max_age), so ticks outnumber GETs
+    assert polled.ticks is not None and polled.ticks >= 3
     assert polled.polls is not None and 1 <= polled.polls < polled.ticks
 
     text = so.render(report)
