@@ -19,6 +19,17 @@ from llmtop.cli.attach import fleet_merge
 from llmtop.sim.server import running_sim
 from llmtop.tui.source import AdminSource
 
+FETCH_TIMEOUT_S = 10.0
+"""The sources' timeout (the TUI's is 2 s): each test reads some figures from one fetch
+(after :func:`settled`, or right after a proxy is killed), and a loaded CI machine may take
+the proxy processes past 2 s to answer; nothing here waits for a timeout (a proxy killed
+is refused at once, the malformed one answers at once)."""
+
+
+def source_of(urls: list[str], **kw: Any) -> AdminSource:
+    """The admin URLs read as `llmtop attach` reads them, with :data:`FETCH_TIMEOUT_S`."""
+    return AdminSource(urls, timeout_s=FETCH_TIMEOUT_S, **kw)
+
 
 @asynccontextmanager
 async def proxies(*extra: tuple[str, ...]) -> AsyncIterator[list[tuple[str, str]]]:
@@ -94,7 +105,7 @@ async def test_a_proxy_answering_a_malformed_snapshot_is_left_out_not_the_view()
                     {"version": 1, "system": [1, 2]},
                     {"version": 1, "system": {}, "gpus": 7}):
             async with fake_admin(bad) as odd:
-                source = AdminSource([urls[0][1], urls[1][1], odd])
+                source = source_of([urls[0][1], urls[1][1], odd])
                 try:
                     snap = await settled(source, 5)
                     assert snap["system"]["requests"] == 5
@@ -116,7 +127,7 @@ async def test_one_proxy_reached_by_two_addresses_is_counted_once() -> None:
         await traffic(proxy_a, 5)
         await traffic(proxy_b, 3)
         alias = admin_a.replace("127.0.0.1", "localhost")
-        source = AdminSource([admin_a, alias, admin_b], merge=fleet_merge())
+        source = source_of([admin_a, alias, admin_b], merge=fleet_merge())
         try:
             snap = await settled(source, 8)
             await asyncio.sleep(0.5)
@@ -128,7 +139,7 @@ async def test_one_proxy_reached_by_two_addresses_is_counted_once() -> None:
         assert snap["sources"] == 2
         (dup,) = [w for w in snap["warnings"] if w["code"] == "DUPLICATE_PROXY"]
         assert "more than once" in dup["message"] and "(2 addresses)" in dup["message"]
-        source = AdminSource([admin_a, admin_b], merge=fleet_merge())  # no alias: no warning
+        source = source_of([admin_a, admin_b], merge=fleet_merge())  # no alias: no warning
         try:
             snap = await source.fetch(None)
         finally:
@@ -158,7 +169,7 @@ async def test_proxies_with_different_slos_say_so() -> None:
         (proxy_a, admin_a), (proxy_b, admin_b) = urls
         await traffic(proxy_a, 5)
         await traffic(proxy_b, 3)
-        source = AdminSource([admin_a, admin_b], merge=fleet_merge())
+        source = source_of([admin_a, admin_b], merge=fleet_merge())
         try:
             snap = await settled(source, 8)
         finally:
@@ -169,7 +180,7 @@ async def test_proxies_with_different_slos_say_so() -> None:
         assert "itl_p95=0.05,target=0.95,ttft=0.001 on 1 proxy" in mixed["message"]
     async with proxies((), ()) as urls:  # the same SLOs: no warning
         await traffic(urls[0][0], 1)
-        source = AdminSource([urls[0][1], urls[1][1]], merge=fleet_merge())
+        source = source_of([urls[0][1], urls[1][1]], merge=fleet_merge())
         try:
             snap = await settled(source, 1)
         finally:
@@ -191,7 +202,7 @@ async def test_a_proxy_killed_and_restarted_says_so_and_never_counts_negative() 
                                               "--admin", "127.0.0.1:0")
         b, proxy_b, admin_b = await start_run(*flags, "--listen", "127.0.0.1:0",
                                               "--admin", "127.0.0.1:0", "--workers", "2")
-        source = AdminSource([admin_a, admin_b], merge=fleet_merge())
+        source = source_of([admin_a, admin_b], merge=fleet_merge())
         try:
             await traffic(proxy_a, 5)
             await traffic(proxy_b, 3)
