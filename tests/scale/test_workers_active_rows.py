@@ -92,7 +92,9 @@ async def one_proxy(sim_url: str, workers: int) -> dict[str, Any]:
 
             held = [asyncio.create_task(stream(p, b)) for p, b in bodies().values()]
             rows = await rows_mid_stream(s, admin)
-            source = AdminSource([admin])  # the TUI's requests screen reads these
+            # the TUI's requests screen reads these; each read is asserted, so 5 s rather
+            # than the TUI's 2 s (a loaded machine), well inside the streams' 8 s hold
+            source = AdminSource([admin], timeout_s=5.0)
             try:
                 tui = await source.active_requests()
                 snap = await source.fetch(60)  # (the dashboard asks with the snapshot)
