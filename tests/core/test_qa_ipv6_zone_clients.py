@@ -116,7 +116,8 @@ def link_admin(link_sim: str) -> Iterator[str]:
 async def test_attach_reads_a_link_local_admin_with_its_zone(link_admin: str) -> None:
     """What ``llmtop attach http://[fe80::…%25IF]:PORT`` reads its screen from (the TUI
     itself needs a terminal): the snapshot comes."""
-    source = AdminSource([as_url(link_admin)], token=["zone-test-token"])
+    # (one fetch, its answer asserted: 10 s, not the TUI's 2 s, for a loaded machine)
+    source = AdminSource([as_url(link_admin)], token=["zone-test-token"], timeout_s=10.0)
     try:
         snap = await source.fetch(10)
     finally:
