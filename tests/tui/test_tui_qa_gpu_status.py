@@ -27,7 +27,7 @@ async def test_the_gpu_status_line_is_followed() -> None:
             srv.snapshot["gpu_status"] = "no NVIDIA GPU found"
             assert await app.refresh_now()
             await until(pilot, lambda: "n/a (no NVIDIA GPU found)" in screen_text(app),
-                        limit_s=5, what="the reason")
+                        what="the reason")
             srv.snapshot["gpus"] = [{"index": 0, "name": "H100", "util_gpu": 50.0}]
             srv.snapshot["gpu_status"] = "1 GPU"
             assert await app.refresh_now()
@@ -35,6 +35,6 @@ async def test_the_gpu_status_line_is_followed() -> None:
             srv.snapshot["gpu_status"] = "GPU 0 lost: NVML error"  # the readings stay
             assert await app.refresh_now()
             await until(pilot, lambda: "GPU 0 lost: NVML error" in screen_text(app),
-                        limit_s=5, what="the trouble")
+                        what="the trouble")
     finally:
         await srv.stop()

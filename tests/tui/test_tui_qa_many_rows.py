@@ -69,6 +69,6 @@ async def test_the_count_follows_requests_past_the_rows_shown() -> None:
             del srv.requests[550:]  # the youngest 50 end: the 500 rows stay as they were
             assert await app.refresh_now()
             await until(pilot, lambda: "550 active · 50 not shown" in screen_text(app),
-                        limit_s=5, what="the new count")
+                        what="the new count")
     finally:
         await srv.stop()

@@ -26,12 +26,12 @@ async def test_narrow_requests_say_they_are_not_refreshed() -> None:
             height = table.size.height
             srv.requests_fault = "500"
             assert await app.refresh_now()
-            await until(pilot, lambda: "not refreshed" in screen_text(app), limit_s=5,
+            await until(pilot, lambda: "not refreshed" in screen_text(app),
                         what="the word")
             assert "r-4400" in screen_text(app)  # the rows kept
             srv.requests_fault = None
             assert await app.refresh_now()
-            await until(pilot, lambda: "not refreshed" not in screen_text(app), limit_s=5,
+            await until(pilot, lambda: "not refreshed" not in screen_text(app),
                         what="fresh again")
             await pilot.pause()
             assert table.size.height == height  # no line taken while the rows are fresh

@@ -20,7 +20,7 @@ async def test_the_first_snapshot_keeps_its_window_in_the_latency_title() -> Non
     app = LlmtopApp(FixtureSource("saturated"), refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await until(pilot, lambda: "latency · 60 s" in screen_text(app), limit_s=5,
+        await until(pilot, lambda: "latency · 60 s" in screen_text(app),
                     what="the latency panel's window in its title")
 
 
@@ -39,7 +39,7 @@ async def test_the_plots_say_their_figures_are_the_latest_points() -> None:
         async with app.run_test(size=SIZE) as pilot:
             await until_fetched(pilot, lambda: app.refreshes > 0)
             caption = f"last {fmt.duration(span)} · figures: latest {fmt.duration(step)}"
-            await until(pilot, lambda: caption in screen_text(app), limit_s=5,
+            await until(pilot, lambda: caption in screen_text(app),
                         what=repr(caption))
             assert app.dashboard.plots.border_title == caption
     finally:
@@ -54,5 +54,5 @@ async def test_without_a_series_the_plots_keep_their_plain_title() -> None:
     app = LlmtopApp(src, refresh_hz=0, clock=lambda: FIXED_NOW)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.refreshes > 0)
-        await until(pilot, lambda: "last minutes" in screen_text(app), limit_s=5,
+        await until(pilot, lambda: "last minutes" in screen_text(app),
                     what="the plain title")
