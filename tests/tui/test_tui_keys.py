@@ -198,7 +198,10 @@ async def test_tab_at_80_columns_swaps_users_and_requests() -> None:
         assert "r-4400" not in screen_text(app)
         await pilot.press("tab")
         await shows(pilot, "r-4400")
-        assert app.focused is app.dashboard.requests
+        # the table takes the focus after the screen is drawn again (call_after_refresh),
+        # which a loaded machine may not have done when the rows already show
+        await until(pilot, lambda: app.focused is app.dashboard.requests,
+                    what="the requests table focused")
         assert "key:3f9a1c2e          6" not in screen_text(app)
         await pilot.press("tab")
         await until(pilot, lambda: app.focused is app.dashboard.users)
