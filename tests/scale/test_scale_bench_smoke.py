@@ -27,7 +27,7 @@ async def test_scale_bench_produces_well_formed_tables() -> None:
             assert cell.res.cpu_us_per_chunk is not None and cell.res.cpu_us_per_chunk > 0
     assert cells["llmtop-2w"].capacity is not None
     polled = cells["llmtop-1w+poll"]
-    # the poller ticks at 10 Hz for about the cell's second (11 ticks here under two CPU
+    # the poller ticks at 10 Hz for about the cell's second (11 ticks here under four CPU
     # hogs): how many is a timing figure, not this test's; it needs ticks enough for some
     # to share a snapshot. The TUI's source asks again only once its snapshot is 0.5 s
     # old (max_age), so ticks outnumber GETs
