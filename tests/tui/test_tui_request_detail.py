@@ -10,7 +10,7 @@ from typing import Any
 
 from textual.containers import VerticalScroll
 from textual.pilot import Pilot
-from tui_support import FIXED_NOW, RealAdmin, busy_workers, screen_text, until
+from tui_support import FIXED_NOW, RealAdmin, screen_text, until, until_fetched
 
 from llmtop.events import ActiveRequest, RequestRecord
 from llmtop.recording.replay import ReplaySource
@@ -51,28 +51,10 @@ def field(app: LlmtopApp, label: str) -> str:
     raise AssertionError(f"no {label!r} in the modal:\n{modal_text(app)}")
 
 
-async def first_rows(pilot: Pilot[Any], app: LlmtopApp, rows: int) -> None:
-    """Wait for the dashboard's first ``rows`` active requests. An app made with
-    ``refresh_hz=0`` fetches once by itself, at mount; when that fetch fails (a loaded
-    machine past the source's timeout) nothing would fetch again, so fetch here, every
-    half second while no fetch is on its way."""
-    deadline = time.monotonic() + 20.0
-    next_fetch = time.monotonic() + 0.5
-    while app.dashboard.requests.row_count != rows:
-        now = time.monotonic()
-        if now > deadline:
-            raise AssertionError(f"timed out waiting for the requests' {rows} rows "
-                                 f"(has {app.dashboard.requests.row_count}, "
-                                 f"last error {app.error!r})")
-        if now > next_fetch and not busy_workers(app, "refresh"):
-            await app.refresh_now()
-            next_fetch = time.monotonic() + 0.5
-        await pilot.pause(0.02)
-
-
 async def open_modal(pilot: Pilot[Any], app: LlmtopApp, rows: int = 1) -> None:
     """Tab to the dashboard's active requests and press enter on the first row."""
-    await first_rows(pilot, app, rows)
+    await until_fetched(pilot, lambda: app.dashboard.requests.row_count == rows,
+                        what=f"the requests' {rows} rows")
     await pilot.press("tab")
     assert app.focused is app.dashboard.requests
     await pilot.press("enter")
