@@ -34,9 +34,16 @@ def killed_gz(tmp_path: Path, n: int) -> tuple[Path, int]:
             if not rec.status()["queued"]:
                 break
             time.sleep(0.02)
-        time.sleep(0.3)  # past a flush period
         snap = tmp_path / "killed.jsonl.gz"
-        shutil.copyfile(path, snap)
+        deadline = time.monotonic() + 20.0
+        while True:  # past a flush period: copy until a copy holds every request
+            shutil.copyfile(path, snap)
+            with RecordingReader(snap) as r:
+                held = sum(isinstance(e, RequestRecord) for e in r)
+            if held >= sum(isinstance(e, RequestRecord) for e in events) or (
+                    time.monotonic() > deadline):
+                break
+            time.sleep(0.05)
     finally:
         rec.stop()
     with RecordingReader(snap) as r:

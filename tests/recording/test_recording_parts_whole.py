@@ -68,6 +68,7 @@ class Run:
         self.rec.on_events([WarningEvent(t=t, code="QUEUEING", severity="warning",
                                          message="queueing", state=state)])  # type: ignore[arg-type]
         time.sleep(0.3)  # written before the next requests (flush_s 0.1)
+        self.settle()
         return t
 
     def stop(self) -> list[Path]:
@@ -217,6 +218,7 @@ def test_a_part_read_alone_says_when_its_carried_warning_was_raised(tmp_path: Pa
     run.rec.on_events([WarningEvent(t=t_raised, code="QUEUEING", severity="warning",
                                     message="queueing", state="raised")])
     time.sleep(0.3)
+    run.settle()
     run.feed(50)
     t_cleared = run.warn("cleared")
     run.feed(20, first=50)

@@ -69,10 +69,15 @@ async def test_round_trip_gives_the_live_snapshots_percentiles(tmp_path: Path) -
         await server.start()
         try:
             await traffic(server.proxy_url, 36, 6)  # past max_num_seqs=4: some queueing
-            await asyncio.sleep(0.6)  # the bus pump and a metrics tick
-            async with aiohttp.ClientSession() as s, s.get(
-                    server.admin_url + "/llmtop/v1/snapshot", params={"window": "all"}) as resp:
-                live = await resp.json()
+            deadline = time.monotonic() + 20.0
+            while True:  # the bus pump and a metrics tick
+                await asyncio.sleep(0.2)
+                async with aiohttp.ClientSession() as s, s.get(
+                        server.admin_url + "/llmtop/v1/snapshot",
+                        params={"window": "all"}) as resp:
+                    live = await resp.json()
+                if live["system"]["requests"] >= 36 or time.monotonic() > deadline:
+                    break
         finally:
             await server.stop()
     assert live["system"]["requests"] == 36

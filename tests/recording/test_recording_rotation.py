@@ -108,15 +108,23 @@ async def test_parts_through_the_proxy_hold_every_request_once(tmp_path: Path,
                 assert first["part"] == 1 and first["stem"] == str(stem), first
                 assert Path(first["path"]).name.startswith("prod.2") and is_file(first["path"])
                 parts_seen = set()
+                sent = 0
                 for _ in range(40):
                     await traffic(server.proxy_url, 12, 6)
+                    sent += 12
                     async with s.get(api) as r:
                         st = (await r.json())["recording"]
                     parts_seen.add(st["path"])
                     assert is_file(st["path"]) and st["error"] is None, st
                     if st["part"] >= 3 and len(parts_seen) >= 2:
                         break
-                await asyncio.sleep(0.6)  # the last records through the bus
+                deadline = time.monotonic() + 20.0
+                while time.monotonic() < deadline:  # the last records through the bus
+                    await asyncio.sleep(0.2)  # (it hands them to the recorder too)
+                    async with s.get(server.admin_url + "/llmtop/v1/requests",
+                                     params={"state": "recent", "limit": "500"}) as r:
+                        if len(await r.json()) >= min(sent, 500):
+                            break
                 async with s.post(api, json={"action": "stop"}) as r:
                     assert r.status == 200
                     done = await r.json()

@@ -99,9 +99,15 @@ def test_killed_gzip_recording_reads_back_to_last_sync_flush(tmp_path: Path) -> 
             if not rec.status()["queued"]:
                 break
             time.sleep(0.02)
-        time.sleep(0.2)  # more than one flush period (flush_s=0.2 → every 50 ms)
         snap = tmp_path / "snap.jsonl.gz"
-        shutil.copyfile(path, snap)  # what a kill -9 would leave behind
+        deadline = time.monotonic() + 20.0
+        while True:  # flushed every 50 ms (flush_s=0.2): copy until a copy holds them all
+            shutil.copyfile(path, snap)  # what a kill -9 would leave behind
+            with RecordingReader(snap) as r:
+                back = list(r)
+            if len(back) >= len(events) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     finally:
         rec.stop()
     with RecordingReader(snap) as r:
