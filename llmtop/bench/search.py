@@ -79,19 +79,24 @@ def not_counted(s: StepSummary, target: float, max_error_rate: float = 0.0) -> b
     return sent_nothing(s) or (unreached(s) and _meets(s, target, max_error_rate))
 
 
+def _sweep(start_levels: Sequence[float], ceiling: float) -> list[float]:
+    """Every level a sweep that never fails runs: the given ones up to ``ceiling``, then
+    doublings up to it (as :func:`search` makes them)."""
+    levels = [lv for lv in start_levels if lv <= ceiling]
+    while True:
+        level = min((levels[-1] * 2) if levels else 1.0, ceiling)
+        if level <= 0 or (levels and level <= levels[-1]):
+            return levels
+        levels.append(level)
+
+
 def most_levels(start_levels: Sequence[float], *, integer: bool, max_level: float,
                 rate_resolution: float = RATE_RESOLUTION) -> int:
     """The most levels :func:`search` can run from these arguments, whatever the results:
     the sweep up to ``max_level`` and, after a failure, the longest bisection (between
     the failing level and the one before it) — for ``--max-duration``'s check of a plan.
     (A search from 1 to 1,024 in concurrency runs up to 11 levels and 9 bisections.)"""
-    ceiling = float(int(max_level)) if integer else max_level
-    levels = [lv for lv in start_levels if lv <= ceiling]
-    while True:  # the sweep's doublings, as search makes them
-        level = min((levels[-1] * 2) if levels else 1.0, ceiling)
-        if level <= 0 or (levels and level <= levels[-1]):
-            break
-        levels.append(level)
+    levels = _sweep(start_levels, float(int(max_level)) if integer else max_level)
     most = len(levels)  # nothing failed
     lo = 0.0
     for k, hi in enumerate(levels):
@@ -118,12 +123,7 @@ def most_seconds(start_levels: Sequence[float], *, max_level: float,
     sweep up to each level and, after that level fails, the bisection whose middles all
     fail — each lower than the one before, so the slowest. (Counting levels times the
     slowest given level, a search from 1 req/s that fails there read 300 s for 700.)"""
-    levels = [lv for lv in start_levels if lv <= max_level]
-    while True:  # the sweep's doublings, as search makes them
-        level = min((levels[-1] * 2) if levels else 1.0, max_level)
-        if level <= 0 or (levels and level <= levels[-1]):
-            break
-        levels.append(level)
+    levels = _sweep(start_levels, max_level)
     swept = most = 0.0
     lo = 0.0
     for hi in levels:
