@@ -20,6 +20,7 @@ from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import as_num, as_str, dicts, request_key
+from llmtop.tui.widgets.fixedtable import FixedWidthTable
 from llmtop.tui.widgets.users import (
     CellSig,
     available_cells,
@@ -163,7 +164,7 @@ def order_requests(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
     return sorted(rows, key=lambda r: -(as_num(r.get("age_s")) or -1.0))
 
 
-class RequestsTable(DataTable[Text]):
+class RequestsTable(FixedWidthTable):
     """Active requests. ``user`` (exact) limits it to one user; ``filter_text`` to users
     whose id contains it. ``layout`` says the columns (by default :data:`ONE_USER` for
     one user's table, else :data:`SEVERAL_USERS`). Columns that do not fit the width

@@ -15,7 +15,8 @@ from llmtop.textsafe import printable
 from llmtop.tui import fmt
 from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import FOLD_KEY as SNAP_FOLD_KEY
-from llmtop.tui.snapview import SnapView, as_num, as_str
+from llmtop.tui.snapview import Slo, SnapView, as_num, as_str
+from llmtop.tui.widgets.fixedtable import FixedWidthTable
 
 USER_WIDTH = 28
 USER_MIN = 12
@@ -157,6 +158,28 @@ def patch_cells(table: DataTable[Text], row_keys: Sequence[str], columns: Sequen
                 table.update_cell(key, column, value)
 
 
+PATCH_PER_ROW = 3
+"""Writing a cell in place costs about a third of adding a whole row again: past this
+many changed cells a row (on average), a table is rebuilt rather than patched."""
+
+
+def cheap_reorder(old: Sequence[tuple[str, CellSig]], new: Sequence[tuple[str, CellSig]]) -> bool:
+    """Whether rows ``old`` (row key, cells) become ``new`` more cheaply by writing the
+    changed cells and sorting than by clearing and adding every row: the same row keys,
+    and few cells changed."""
+    was = dict(old)
+    if len(was) != len(old) or was.keys() != {k for k, _ in new}:
+        return False
+    budget = PATCH_PER_ROW * len(new)
+    for key, sig in new:
+        before = was[key]
+        if before != sig:
+            budget -= sum(a != b for a, b in zip(before, sig, strict=True))
+            if budget < 0:
+                return False
+    return True
+
+
 def matches(name: str, needle: str) -> bool:
     return not needle or needle.casefold() in name.casefold()
 
@@ -176,26 +199,48 @@ def sort_users(
     return have + missing
 
 
-def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette) -> Text:
+def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette,
+         slo: Slo | None = None) -> Text:
+    """One cell of ``user``'s row. ``slo``: ``view.slo``, when the caller has it already
+    (it is built anew at each ``view.slo``: once per table, not once per cell)."""
     if column.kind == "text":
         name = FOLD_LABEL if is_fold(user) else as_str(user.get(column.key)) or ""
         return Text(user_label(name), no_wrap=True)
+    if slo is None:
+        slo = view.slo
     v = as_num(user.get(column.key))
     if column.kind == "latency":
-        threshold = view.slo.for_metric(column.slo_metric or "")
+        threshold = slo.for_metric(column.slo_metric or "")
         # Merged from proxies without per-user histograms: an upper bound, marked "≤".
         bound = "≤" if user.get("approximate") is True and v is not None else ""
         return Text(bound + fmt.latency_against(v, threshold), style=pal.latency(v, threshold),
                     justify="right")
     if column.kind == "attainment":
-        return Text(fmt.attainment(v, view.slo.target),
-                    style=pal.attainment(v, view.slo.target),
+        return Text(fmt.attainment(v, slo.target),
+                    style=pal.attainment(v, slo.target),
                     justify="right")
     text = fmt.rate(v) if column.kind == "rate" else fmt.count(v)
     return Text(text, style="" if v is not None else pal.dim, justify="right")
 
 
-class UsersTable(DataTable[Text]):
+@dataclass(frozen=True, slots=True)
+class RowCells:
+    """One user's cells in every column (:data:`COLUMNS`), each one's width and what it
+    shows (text and style), made once for as long as the user's figures do not change."""
+
+    user: Mapping[str, Any]
+    cells: tuple[Text, ...]
+    lens: tuple[int, ...]
+    sigs: tuple[tuple[str, str], ...]
+
+
+def row_cells(user: Mapping[str, Any], view: SnapView, pal: Palette, slo: Slo) -> RowCells:
+    cells = tuple(cell(c, user, view, pal, slo) for c in COLUMNS)
+    return RowCells(user, cells, tuple(c.cell_len for c in cells),
+                    tuple((c.plain, str(c.style)) for c in cells))
+
+
+class UsersTable(FixedWidthTable):
     """Users of the current window, one row each; the row key maps back to the user id."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "detail", show=True)]
@@ -218,6 +263,11 @@ class UsersTable(DataTable[Text]):
         self.shown_columns: list[Column] = list(COLUMNS)
         """The columns shown at the current width (``s`` cycles through these)."""
         self._shown = 0
+        self._cells: dict[str, RowCells] = {}
+        """The last cells made for each user id, kept while its figures, the SLOs and the
+        palette stay the same: a re-sort, and a refresh where few figures moved, make
+        only the rows that changed."""
+        self._cells_for: tuple[Slo, Palette] | None = None
 
     @property
     def sort_column(self) -> Column:
@@ -286,11 +336,17 @@ class UsersTable(DataTable[Text]):
             return
         self._header = state
         self.shown_columns = visible
+        labels = {c.key: (Text(header_label(c, c is self.sort_column, self.sort_reverse),
+                               justify="left" if c.kind == "text" else "right"),
+                          widths[c.key])
+                  for c in visible}
+        if [str(k.value) for k in self.columns] == list(labels):
+            # the same columns (another sort): relabelled and resized, the rows kept
+            self.relabel(labels)
+            return
         self.clear(columns=True)
-        for c in visible:
-            label = header_label(c, c is self.sort_column, self.sort_reverse)
-            self.add_column(Text(label, justify="left" if c.kind == "text" else "right"),
-                            key=c.key, width=widths[c.key])
+        for key, (label, width) in labels.items():
+            self.add_column(label, key=key, width=width)
         self._rendered = None
 
     def redraw(self, *, resorted: bool = False) -> None:
@@ -306,11 +362,11 @@ class UsersTable(DataTable[Text]):
         ordered = sort_users(users, self.sort_column, self.sort_reverse)
         if not self.filter_text:  # the rest, folded into one row, always last
             ordered += [u for u in every if is_fold(u)]
-        table = [[cell(c, u, self.view, self.palette) for c in COLUMNS] for u in ordered]
+        table = self._row_cells(ordered)
         widths = {
-            c.key: max([len(header_label(c, c is self.sort_column, True)),
-                        KIND_WIDTH.get(c.kind, 0),
-                        *(row[i].cell_len for row in table)])
+            c.key: max(len(header_label(c, c is self.sort_column, True)),
+                       KIND_WIDTH.get(c.kind, 0),
+                       max((row.lens[i] for row in table), default=0))
             for i, c in enumerate(COLUMNS)
         }
         visible, user_w = fit_columns(widths, available_cells(self, len(table)),
@@ -324,23 +380,25 @@ class UsersTable(DataTable[Text]):
         self._headers(visible, widths)
         shown = [COLUMNS.index(c) for c in visible]
         rows: list[tuple[str, str, list[Text]]] = []
+        signature: list[tuple[str, CellSig]] = []
         seen: dict[str, int] = {}
         # cut together, so that names cut to the same label are cut in the middle instead
         labels = iter(fmt.names([as_str(u.get("user")) or "" for u in ordered
                                  if not is_fold(u)], user_w))
-        for u, cells in zip(ordered, table, strict=True):
+        rest = shown[1:]  # (the user column is always shown, first)
+        for u, entry in zip(ordered, table, strict=True):
             name = as_str(u.get("user")) or ""
-            row = [cells[i] for i in shown]
             user: str
             if is_fold(u):
                 key, user = FOLD_ROW, FOLD_KEY
-                row[0] = Text(user_label(FOLD_LABEL, user_w), style=f"italic {self.palette.dim}")
+                first = Text(user_label(FOLD_LABEL, user_w), style=f"italic {self.palette.dim}")
             else:
                 seen[name] = seen.get(name, 0) + 1
                 key, user = row_key(name, seen[name]), name
-                row[0] = Text(next(labels), no_wrap=True)
-            rows.append((key, user, row))
-        signature = [(k, tuple((c.plain, str(c.style)) for c in cells)) for k, _, cells in rows]
+                first = Text(next(labels), no_wrap=True)
+            rows.append((key, user, [first, *(entry.cells[i] for i in rest)]))
+            signature.append(
+                (key, ((first.plain, str(first.style)), *(entry.sigs[i] for i in rest))))
         if signature == self._rendered:
             return
         old = self._rendered
@@ -351,6 +409,21 @@ class UsersTable(DataTable[Text]):
                         [cells for _, _, cells in rows])
             self._rendered = signature
             return
+        if old is not None and len(old) == len(signature) == self.row_count \
+                and cheap_reorder(old, signature):
+            # the same users in another order (a re-sort, or figures that moved on), few
+            # cells changed: those written in place, then the rows put in the new order
+            self._reorder(old, signature, [c.key for c in visible],
+                          [cells for _, _, cells in rows])
+            self._users = {key: user for key, user, _ in rows}
+            self._rendered = signature
+            if current is not None and current in self._users:
+                at = self.get_row_index(current)
+            # (the rows moved under the cursor, which stayed on its row number)
+            self.scroll_to(y=scroll_y, animate=False, immediate=True)
+            if at != self.cursor_row:
+                self.move_cursor(row=at, animate=False)
+            return
         self.clear()
         self._users = {}
         for key, user, cells in rows:
@@ -360,6 +433,38 @@ class UsersTable(DataTable[Text]):
         if current is not None and current in self._users:
             at = self.get_row_index(current)
         keep_view(self, at, scroll_y)  # a user gone: the row that took its place
+
+    def _reorder(self, old: Sequence[tuple[str, CellSig]], new: Sequence[tuple[str, CellSig]],
+                 columns: Sequence[str], cells: Sequence[Sequence[Text]]) -> None:
+        """The rows ``old`` (row key, what it shows) as ``new``: the same keys in
+        another order. Each row's changed cells are written, then the rows sorted."""
+        was = dict(old)
+        keys = [k for k, _ in new]
+        patch_cells(self, keys, columns, [was[k] for k in keys], [sig for _, sig in new],
+                    cells)
+        # DataTable.sort hands its key function the cells of the columns named: each
+        # row's first cell (a Text of its own, never shared) tells the row
+        rank = {id(self.get_cell(k, columns[0])): i for i, k in enumerate(keys)}
+        self.sort(columns[0], key=lambda first: rank[id(first)])
+
+    def _row_cells(self, ordered: Sequence[Mapping[str, Any]]) -> list[RowCells]:
+        """Each user's cells: made again only for a user whose figures changed (or all of
+        them when the SLOs or the palette did)."""
+        slo = self.view.slo
+        if self._cells_for != (slo, self.palette):
+            self._cells_for, self._cells = (slo, self.palette), {}
+        old: dict[str, RowCells] = self._cells
+        new: dict[str, RowCells] = {}
+        out = []
+        for u in ordered:
+            name = FOLD_KEY if is_fold(u) else as_str(u.get("user")) or ""
+            entry = old.get(name)
+            if entry is None or entry.user != u:
+                entry = row_cells(u, self.view, self.palette, slo)
+            new.setdefault(name, entry)
+            out.append(entry)
+        self._cells = new
+        return out
 
     def subtitle(self) -> Text:
         """"N users" (+ "others" when the proxy folded the rest into one row, "≈ K

@@ -1,0 +1,61 @@
+"""A DataTable whose columns all have the widths its owner gave them: it measures no cell.
+
+Textual's DataTable measures every cell of every row added (``_update_dimensions``), and
+for each cell updated in place measures it again and, when it got narrower, every cell of
+its column (``_update_column_widths``), to size columns of automatic width. The users
+and requests tables size their columns themselves (``add_column(width=...)``), so those
+measurements change nothing: with 3,000 users they were most of a refresh's and of a
+re-sort's time (a million ``measure`` calls a second, the keys waiting behind them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from rich.text import Text
+from textual.geometry import Size
+from textual.widgets import DataTable
+from textual.widgets.data_table import CellKey, ColumnKey, RowKey
+
+
+class FixedWidthTable(DataTable[Text]):
+    """A DataTable that skips measuring cells while every column has a fixed width and
+    no row has a label or an automatic height (else it does what DataTable does)."""
+
+    def _fixed_widths(self) -> bool:
+        return all(not column.auto_width for column in self.columns.values())
+
+    def _update_column_widths(self, updated_cells: set[CellKey]) -> None:
+        if self._fixed_widths():
+            return  # a cell's width sizes no column
+        super()._update_column_widths(updated_cells)
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        new_rows = list(new_rows)
+        rows = self.rows
+        if not self._fixed_widths() or any(
+            (row := rows.get(key)) is not None and (row.auto_height or row.label is not None)
+            for key in new_rows
+        ):
+            super()._update_dimensions(new_rows)
+            return
+        self._set_virtual_size()
+
+    def relabel(self, columns: Mapping[str, tuple[Text, int]]) -> None:
+        """New headings and widths for the columns already there, in the same order (a
+        re-sort moves the ▲/▼), the rows kept: ``clear(columns=True)`` would have every
+        row added (and drawn) again."""
+        for key, (label, width) in columns.items():
+            column = self.columns[ColumnKey(key)]
+            column.label, column.width = label, width
+        # every rendered cell, row and line is cached by this count: drawn anew
+        self._update_count += 1
+        self._set_virtual_size()
+        self.refresh()
+
+    def _set_virtual_size(self) -> None:
+        """What DataTable's ``_update_dimensions`` ends with: the scrollable size."""
+        width = sum(column.get_render_width(self) for column in self.columns.values())
+        header = self.header_height if self.show_header else 0
+        self.virtual_size = Size(width + self._row_label_column_width,
+                                 self._total_row_height + header)
