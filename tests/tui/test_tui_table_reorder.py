@@ -95,3 +95,28 @@ async def test_a_refresh_that_moves_a_few_users_moves_their_rows() -> None:
         text = table_text(table)
     assert text != first
     assert text == await from_scratch(source.snapshot, sort)
+
+
+async def test_a_refresh_that_changes_a_few_figures_writes_those_cells() -> None:
+    source = FixtureSource("many_users")
+    app = LlmtopApp(source, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.dashboard.users
+        await until(pilot, lambda: table.row_count == 150, what="150 users")
+        await pilot.pause()
+        sort = (table.sort_index, table.sort_reverse)
+        first = table_text(table)
+        before = rows(table)
+        # the first rows' request counts (not the sorted column): the order stays
+        top = {table.user_for(row.key) for row in table.ordered_rows[:3]}
+        for u in source.snapshot["users"]:
+            if u["user"] in top:
+                u["requests"] = 987_654
+        assert await app.refresh_now()
+        await pilot.pause()
+        now = rows(table)
+        assert all(now[k] is before[k] for k in now)
+        text = table_text(table)
+    assert text != first
+    assert sum("987,654" in line for line in text) == 3
+    assert text == await from_scratch(source.snapshot, sort)
