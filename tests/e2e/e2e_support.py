@@ -8,12 +8,14 @@ aiohttp where the test is about bytes).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -226,6 +228,21 @@ class Tee:
 
 
 # -- SSE helpers (independent of llmtop's parsers) ----------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def teed_llmtop(engine_url: str, record: Path) -> AsyncIterator[tuple[Tee, LlmtopProcess]]:
+    """engine ← Tee ← a fresh ``llmtop run`` recording to ``record`` ← client: the tee
+    keeps every byte llmtop received; on leaving, llmtop must exit 0."""
+    tee = Tee(engine_url)
+    await tee.start()
+    proc = await asyncio.to_thread(LlmtopProcess, tee.url, record)
+    try:
+        yield tee, proc
+    finally:
+        code = await asyncio.to_thread(proc.stop)
+        await tee.close()
+    assert code == 0, "\n".join(proc.lines)
 
 
 def sse_events(body: bytes) -> list[bytes]:

@@ -15,7 +15,6 @@ engine ← Tee ← llmtop ← client: the tee keeps the bytes llmtop read from t
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from e2e_support import (
     llamacpp_without_usage,
     new_user,
     sse_events,
+    teed_llmtop,
     timings_of,
     usage_of,
     wait_engine_idle,
@@ -44,15 +44,8 @@ PATH = "/v1/chat/completions"
 @pytest.fixture
 async def teed(engine: Any, tmp_path: Path) -> AsyncIterator[tuple[Tee, LlmtopProcess]]:
     """engine ← Tee ← llmtop ← client (a fresh llmtop: it has learnt nothing yet)."""
-    tee = Tee(engine.url)
-    await tee.start()
-    proc = await asyncio.to_thread(LlmtopProcess, tee.url, tmp_path / "first.jsonl")
-    try:
-        yield tee, proc
-    finally:
-        code = await asyncio.to_thread(proc.stop)
-        await tee.close()
-    assert code == 0, "\n".join(proc.lines)
+    async with teed_llmtop(engine.url, tmp_path / "first.jsonl") as pair:
+        yield pair
 
 
 def _shape(value: Any) -> Any:

@@ -3,7 +3,6 @@ token counts and timings, as a client that none of us wrote (the openai SDK) see
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import hashlib
 import json
@@ -29,6 +28,7 @@ from e2e_support import (
     openai_client,
     percentile,
     sdk_stream,
+    teed_llmtop,
     timings_of,
     usage_of,
     wait_engine_idle,
@@ -86,15 +86,8 @@ async def test_text_through_the_proxy_equals_a_direct_request(
 @pytest.fixture
 async def teed(engine: Any, tmp_path: Path) -> AsyncIterator[tuple[Tee, LlmtopProcess]]:
     """engine ← Tee ← llmtop ← client: the tee keeps every byte llmtop received."""
-    tee = Tee(engine.url)
-    await tee.start()
-    proc = await asyncio.to_thread(LlmtopProcess, tee.url, tmp_path / "teed.jsonl")
-    try:
-        yield tee, proc
-    finally:
-        code = await asyncio.to_thread(proc.stop)
-        await tee.close()
-    assert code == 0, "\n".join(proc.lines)
+    async with teed_llmtop(engine.url, tmp_path / "teed.jsonl") as pair:
+        yield pair
 
 
 CASES = [

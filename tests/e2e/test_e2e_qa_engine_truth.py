@@ -33,6 +33,7 @@ from e2e_support import (
     has_usage_only_event,
     new_user,
     sse_events,
+    teed_llmtop,
     timings_of,
     usage_of,
     wait_engine_idle,
@@ -42,15 +43,8 @@ from e2e_support import (
 @pytest.fixture
 async def teed(engine: Any, tmp_path: Path) -> AsyncIterator[tuple[Tee, LlmtopProcess]]:
     """engine ← Tee ← llmtop ← client (a fresh llmtop: nothing learnt from other tests)."""
-    tee = Tee(engine.url)
-    await tee.start()
-    proc = await asyncio.to_thread(LlmtopProcess, tee.url, tmp_path / "qa.jsonl")
-    try:
-        yield tee, proc
-    finally:
-        code = await asyncio.to_thread(proc.stop)
-        await tee.close()
-    assert code == 0, "\n".join(proc.lines)
+    async with teed_llmtop(engine.url, tmp_path / "qa.jsonl") as pair:
+        yield pair
 
 
 def sync_client(base: str) -> openai.OpenAI:
