@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
@@ -175,6 +176,22 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
     if task is not None and not task.done():
         task.cancel()
         await asyncio.wait([task])
+
+
+async def through_cancels(aw: Awaitable[None]) -> None:
+    """Await ``aw`` to its end even when this task is cancelled meanwhile (a Ctrl-C in the
+    milliseconds while the GPU source stops: its thread is joined through ``to_thread``,
+    and the cancel raised CancelledError out of :func:`execute`, a traceback instead of
+    the results). The cancel is taken back: the run had ended already."""
+    inner = asyncio.ensure_future(aw)
+    task = asyncio.current_task()
+    while not inner.done():
+        try:
+            await asyncio.wait([inner])
+        except asyncio.CancelledError:
+            if task is not None:
+                task.uncancel()
+    inner.result()
 
 
 async def admin_problem(admin: str, headers: dict[str, str] | None = None) -> str | None:
@@ -375,7 +392,7 @@ async def execute(plan: BenchPlan, cfg: Config, progress: Progress,
     finally:
         try:
             if gpu is not None:
-                await gpu.stop()
+                await through_cancels(gpu.stop())
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 for handled in [*terms, signal.SIGINT]:

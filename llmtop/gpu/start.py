@@ -9,7 +9,6 @@ module never writes to the terminal.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -95,10 +94,11 @@ class GpuSourceHandle:
             elif self._sampler.ident is None and self._backend is not None:
                 self._backend.shutdown()  # never started: release what init opened
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            # (asyncio.wait, not ``await`` under a suppressed CancelledError: a cancel of
+            # the task stopping us, come meanwhile, must not be swallowed with the poller's)
+            task, self._task = self._task, None
+            task.cancel()
+            await asyncio.wait([task])
 
 
 def open_gpu_source(
