@@ -18,6 +18,7 @@ from itertools import repeat
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 Dialect: TypeAlias = Literal["openai", "anthropic", "ollama", "tgi", "sglang", "other"]
 Outcome: TypeAlias = Literal["ok", "error", "cancelled", "timeout"]
@@ -127,8 +128,12 @@ class RequestRecord:
         return [offs[i] - offs[i - 1] for i in range(1, len(offs))]
 
     def itl_samples_s(self) -> list[float]:
-        """Inter-token latency: a chunk with k tokens after a gap g gives k samples of g/k
-        (a chunk with no count is 1 token; one with k <= 0 gives none).
+        """Inter-token latency: a chunk with k > 0 tokens gives k samples of g/k, where g is
+        its time since the previous chunk that carried tokens — or since chunk 0, the first
+        chunk, whatever its count (a chunk with no count is 1 token). A chunk with k <= 0
+        (counts scaled down to the engine's usage can give a chunk 0) gives no sample and
+        takes no time: the next token-carrying chunk's gap spans it. So the samples sum to
+        ``offs[last token-carrying chunk] − offs[0]`` and mean ITL agrees with TPOT.
 
         A long record with any multi-token chunk (every record whose counts were scaled to
         the engine's usage) is spread with numpy — the same IEEE operations (``g / k`` in
@@ -142,11 +147,14 @@ class RequestRecord:
         if len(offs) > _ITL_LOOP_MAX:
             return _itl_spread(offs, toks)
         out: list[float] = []
+        anchor = offs[0]
         for i in range(1, len(offs)):
             k = toks[i] if i < len(toks) else 1
             if k <= 0:
                 continue
-            g = offs[i] - offs[i - 1]
+            t = offs[i]
+            g = t - anchor
+            anchor = t
             out.extend([g / k] * k)
         return out
 
@@ -531,11 +539,36 @@ _ITL_LOOP_MAX: Final = 64
 """Up to this many chunks the ITL spread is a plain loop (numpy's call overhead is more)."""
 
 
+def itl_anchors(toks: npt.NDArray[np.int64], first: npt.NDArray[np.bool_]
+                ) -> npt.NDArray[np.int64] | None:
+    """The ITL anchor of every point of flat chunk arrays (several records' chunks one after
+    another; ``first[i]``: point i is its record's first): for point i ≥ 1 (the result is
+    aligned with ``offs[1:]``), the index of the latest point before it in its record that
+    carried tokens (``toks > 0``) or is the record's first — point i's ITL gap is
+    ``offs[i] - offs[anchor]`` (:meth:`RequestRecord.itl_samples_s`). The value at a
+    record's first point is meaningless (it has no gap: callers drop it). ``None`` when
+    every anchor is the point just before (no 0-token chunk inside a record): the ITL gaps
+    are then the chunk gaps."""
+    n = len(toks)
+    if n < 2:
+        return None
+    mark = toks[:-1] > 0
+    mark |= first[:-1]
+    if mark.all():
+        return None
+    idx = np.arange(n - 1, dtype=np.int64)
+    idx[~mark] = 0  # a record's first point is marked, so no anchor crosses records
+    np.maximum.accumulate(idx, out=idx)
+    return idx
+
+
 def _itl_spread(offs: tuple[float, ...], toks: tuple[int, ...]) -> list[float]:
     """:meth:`RequestRecord.itl_samples_s` for a long record, the same values: the gaps
-    (``offs[i] - offs[i-1]``), each chunk's split into k samples of ``gap / k`` (Python's
-    float / int, or numpy's float64 / int64: the same IEEE division); a count past the end
-    of ``toks`` is 1, a count <= 0 gives no sample.
+    from each chunk's anchor (``offs[i] - offs[a]``, a the previous chunk that carried
+    tokens, or chunk 0: :func:`itl_anchors`; the chunk gaps when no chunk after the first
+    carries 0), each chunk's split into k samples of ``gap / k`` (Python's float / int, or
+    numpy's float64 / int64: the same IEEE division); a count past the end of ``toks`` is
+    1, a count <= 0 gives no sample.
 
     Usually only a few chunks carry other than one token (the last one, rescaled for the
     stop token): the gaps list is then spliced around them. Otherwise numpy repeats."""
@@ -543,8 +576,19 @@ def _itl_spread(offs: tuple[float, ...], toks: tuple[int, ...]) -> list[float]:
     m = min(len(toks), n)
     ka = np.asarray(toks[1:m], dtype=np.int64)
     odd = np.flatnonzero(ka != 1).tolist()
+    anchors: npt.NDArray[np.int64] | None = None
+    if odd and int(ka.min()) <= 0:
+        ks_all = np.ones(n, dtype=np.int64)
+        ks_all[1:m] = ka
+        first = np.zeros(n, dtype=bool)
+        first[0] = True
+        anchors = itl_anchors(ks_all, first)
     if len(odd) <= n // 16:
-        gaps = list(map(operator.sub, offs[1:], offs))
+        if anchors is None:
+            gaps = list(map(operator.sub, offs[1:], offs))
+        else:
+            oa = np.asarray(offs, dtype=np.float64)
+            gaps = (oa[1:] - oa[anchors]).tolist()
         out: list[float] = []
         prev = 0
         for j in odd:
@@ -558,7 +602,8 @@ def _itl_spread(offs: tuple[float, ...], toks: tuple[int, ...]) -> list[float]:
     ks = np.ones(n - 1, dtype=np.int64)
     if m > 1:
         ks[:m - 1] = ka
-    g = np.diff(np.asarray(offs, dtype=np.float64))
+    oa = np.asarray(offs, dtype=np.float64)
+    g = oa[1:] - (oa[:-1] if anchors is None else oa[anchors])
     keep = ks > 0
     if not keep.all():
         g, ks = g[keep], ks[keep]

@@ -23,7 +23,9 @@ there is one — the engine's usage is not known until the record; rounded so a 
 weights add up to its count times the rate (:meth:`_take_slices`). The record's counts,
 scaled to the usage, weigh the chunks it files; a stream's ITL weights then add up to its
 usage only as closely as the rate was right (exactly when no rate was learned and the
-usage equals the parser's count).
+usage equals the parser's count). A chunk whose weight is 0 gives no ITL sample and takes
+no time: the next weighed chunk's gap runs from the last chunk that carried tokens, across
+slices (the aggregator keeps each open stream's anchor) and into its record's share.
 
 Live tokens are the proxy's count of content events (one token each) until the engine's
 usage arrives with the record. Engines that pack several tokens into an event (speculative
@@ -199,9 +201,10 @@ class Aggregator:
         → tokens, when that is not just its own user and model (see :meth:`_file`)."""
         self._pending_ttft: list[bool] = []
         self._pending_live: list[int] = []
-        self._pending_slices: list[tuple[ChunkSlice, int, int, Sequence[int]]] = []
+        self._pending_slices: list[tuple[ChunkSlice, int, int, Sequence[int], int]] = []
         """Slices taken and not yet filed: the slice, its user and model series, its
-        chunks' token counts (the weights its ITL samples get)."""
+        chunks' token counts (the weights its ITL samples get), the ITL anchor of its first
+        point (:func:`slice_table`'s ``anchors_ns``)."""
         self._pending_chunks = 0
         self.filing_errors = 0
         """Batches of records dropped because filing them raised (a bug, not traffic)."""
@@ -229,9 +232,12 @@ class Aggregator:
         usage (absent: 1)."""
         self._ttft_filed: set[str] = set()
         """Active request ids whose TTFT sample a tick filed (their records add none)."""
-        self._itl_live: dict[str, tuple[int, float, float]] = {}
+        self._itl_live: dict[str, tuple[int, float, float, int]] = {}
         """Open request id → (its first chunks whose ITL and chunk-gap samples slices filed,
-        how many, the tokens attributed to them — unrounded —, when its last slice came)."""
+        how many, the tokens attributed to them — unrounded —, when its last slice came,
+        the ``perf_counter_ns`` time of the last of them that carried tokens — or of its
+        first chunk —: the next slice's ITL anchor, so a 0-token chunk at a slice's end
+        swallows no time)."""
         self._scored: set[str] = set()
         """Active request ids already counted in their user's traffic score."""
         self._coarse_start = self._windows.coarse_cur.start
@@ -324,7 +330,7 @@ class Aggregator:
             n = len(sl.offsets_ns)
             if not n or len(sl.tokens) != n:
                 continue
-            filed, acc, _ = state.get(sl.id, (0, 0.0, 0.0))
+            filed, acc, _, anchor = state.get(sl.id, _NO_SLICE)
             if sl.first != filed or (filed > 0) != (sl.prev_ns is not None):
                 continue
             model = model_label(sl.model)
@@ -337,8 +343,17 @@ class Aggregator:
                 ends = np.floor(np.concatenate(([acc], run)) + 0.5).astype(np.int64)
                 toks = np.diff(ends).tolist()
                 acc = float(run[-1])
-            state[sl.id] = (filed + n, acc, now)
-            pending.append((sl, series_u(sl.user, 0.0), series_m(model, 0.0), toks))
+            offs = sl.offsets_ns
+            if not filed:  # the stream's first chunk: its own anchor, whatever its count
+                anchor = offs[0]
+            first_anchor = anchor
+            for j in range(n - 1, -1 if filed else 0, -1):
+                if toks[j] > 0:
+                    anchor = offs[j]
+                    break
+            state[sl.id] = (filed + n, acc, now, anchor)
+            pending.append((sl, series_u(sl.user, 0.0), series_m(model, 0.0), toks,
+                            first_anchor))
             chunks += n
         self._pending_chunks += chunks
         if self._pending_chunks >= PENDING_CHUNKS:
@@ -494,20 +509,25 @@ class Aggregator:
         points: list[Sequence[int]] = []
         weights: list[Sequence[int]] = []
         lens: list[int] = []
-        for sl, _, _, toks in items:
+        anchors: list[int] = []
+        moved = False  # a slice's chunk before carried 0 tokens: its anchor is earlier
+        for sl, _, _, toks, anchor in items:
             if sl.prev_ns is not None:
                 points.append((sl.prev_ns,))
                 weights.append((0,))
+                moved = moved or anchor != sl.prev_ns
             points.append(sl.offsets_ns)
             weights.append(toks)
             lens.append(len(sl.offsets_ns) + (sl.prev_ns is not None))
+            anchors.append(anchor)
         total = sum(lens)
         try:
             table, clamped = slice_table(
                 np.fromiter(itertools.chain.from_iterable(points), np.int64, total),
-                [sl.t0_ns for sl, _, _, _ in items], lens,
+                [it[0].t0_ns for it in items], lens,
                 np.fromiter(itertools.chain.from_iterable(weights), np.int64, total),
-                [u for _, u, _, _ in items], [m for _, _, m, _ in items])
+                [it[1] for it in items], [it[2] for it in items],
+                anchors if moved else None)
         except Exception as exc:  # as _file: counted, never breaks the reader that asked
             self.filing_errors += 1
             self.last_filing_error = exc
@@ -955,6 +975,9 @@ _LiveState = tuple[int, float, int, str, int, int, dict[tuple[int, int], int] | 
 """What :attr:`Aggregator._live` holds of an open stream."""
 _NOT_LIVE: Final[_LiveState] = (0, 0.0, 0, "", -1, -1, None)
 """What :meth:`Aggregator._live_tail` takes for a stream no tick has seen yet."""
+_NO_SLICE: Final[tuple[int, float, float, int]] = (0, 0.0, 0.0, 0)
+"""What :attr:`Aggregator._itl_live` holds of a stream no slice was taken of (its anchor is
+set by its first slice)."""
 
 
 def _chunks_of(r: RequestRecord | HeldRecord) -> int:

@@ -8,6 +8,10 @@ What each request contributes (definitions in ``shared/docs/domain.md``):
   first-token latency or the pace of tokens, so it adds no TTFT, ITL, chunk-gap or TPOT
   sample (its record keeps ``ttft_s``, what the client saw) and the TTFT, ITL and TPOT
   objectives do not apply to it (see :mod:`llmtop.metrics.slo`);
+- ITL: a chunk with k > 0 tokens gives k samples of g/k (one value of weight k), g its
+  time since the previous chunk that carried tokens, or since its request's first chunk;
+  a chunk with k <= 0 gives none and takes no time (:func:`~llmtop.events.itl_anchors`).
+  A chunk-gap sample is every chunk's gap to the chunk before it, whatever its count;
 - TPOT and E2E only from requests whose outcome is ``ok`` (an aborted request's E2E is
   not a completion time);
 - each latency sample to three series: the system, the request's user and its model —
@@ -35,7 +39,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from llmtop.events import RequestRecord
+from llmtop.events import RequestRecord, itl_anchors
 from llmtop.metrics.hdr import COUNTS_LEN, bucket_index, seconds_to_us
 from llmtop.metrics.slo import FLOAT_SLACK_S, Slo, grouped_itl_within
 from llmtop.metrics.table import SERIES_SPAN, CountTable
@@ -103,8 +107,9 @@ def ingest(
     (:func:`ttft_table`), so it adds none now (its TTFT objective is still judged here);
     ``live_filed[i]``: its first ``live_filed[i]`` chunks' ITL and chunk-gap samples were
     filed live, from slices (:func:`slice_table`), so only the gaps that end at a later
-    chunk add samples now (the first of them: the gap from the last chunk filed live). Its
-    ITL objective is still judged over every chunk.
+    chunk add samples now (the first chunk gap: from the last chunk filed live; an ITL gap
+    runs from the previous chunk that carried tokens, filed live or not). Its ITL objective
+    is still judged over every chunk.
 
     ``before_start[i]`` ≥ 0: record i began before the aggregator started (a replay of a
     recording started mid-traffic: :meth:`~llmtop.metrics.aggregator.Aggregator.carry_in`)
@@ -195,7 +200,11 @@ def ingest(
     hp = has_prev[1:]
     gaps = (offs_a[1:] - offs_a[:-1])[hp]
     k = toks_a[1:][hp]
-    itl = np.divide(gaps, np.maximum(k, 1))
+    # a chunk's ITL gap runs from its anchor: the previous chunk that carried tokens, or
+    # its record's first (the chunk gap unless a 0-token chunk sits between)
+    anchor = None if one_token else itl_anchors(toks_a, ~has_prev)
+    itl = np.divide(gaps if anchor is None else (offs_a[1:] - offs_a[anchor])[hp],
+                    np.maximum(k, 1))
 
     # SLO pass/fail; ``within``: no objective broken so far (what a cancelled request is
     # judged by: TTFT, its ITL p95 and E2E up to the cancel, not its partial TPOT). TTFT
@@ -283,34 +292,54 @@ def _samples_table(vals: F64, metric: I64, w: I64, rec: I64, n_gap: int,
 
 
 def slice_table(points_ns: I64, t0_ns: Sequence[int], lens: Sequence[int], tokens: I64,
-                user_series: Sequence[int], model_series: Sequence[int]
+                user_series: Sequence[int], model_series: Sequence[int],
+                anchors_ns: Sequence[int] | None = None,
                 ) -> tuple[CountTable, int]:
     """The chunk-gap and ITL samples of open streams' latest chunks (filed live, before
     their records: see :class:`~llmtop.events.ChunkSlice`), as :func:`ingest` builds them
-    from a record: a chunk with k tokens after a gap g gives k ITL samples of g/k (weight k;
-    none when k <= 0) to the system, its user and its model, and one chunk-gap sample to the
-    system. And how many values were clamped or dropped.
+    from a record: a chunk with k > 0 tokens gives k ITL samples of g/k (weight k), g its
+    time since its stream's previous chunk that carried tokens (or its first chunk), to the
+    system, its user and its model; a chunk with k <= 0 none (and the next one's g spans
+    it); every chunk one chunk-gap sample (its gap to the chunk before) to the system. And
+    how many values were clamped or dropped.
 
     Slice i is ``lens[i]`` consecutive points of ``points_ns`` (``perf_counter_ns`` times):
     the chunk before the slice when it has one (no sample of its own), then its chunks; its
     request's t0 is ``t0_ns[i]`` and its series ids ``user_series[i]``/``model_series[i]``.
-    ``tokens`` holds each point's token count (a previous chunk's is not read). Times are
-    taken to seconds as the record takes them (``(t - t0) / 1e9``) before the gaps are
-    differenced, so a sample has the value, bit for bit, the record would have given it."""
+    ``tokens`` holds each point's token count (a previous chunk's is not read).
+    ``anchors_ns[i]`` is the ITL anchor of slice i's first point: the time of the stream's
+    last chunk before the slice that carried tokens (or of its first chunk) — when it is not
+    the chunk before (that one carried 0), the slice's first token-carrying chunk's ITL gap
+    runs from it (None: every slice's first point is its own anchor). Times are taken to
+    seconds as the record takes them (``(t - t0) / 1e9``) before the gaps are differenced,
+    so a sample has the value, bit for bit, the record would have given it."""
     lens_a = np.asarray(lens, dtype=np.int64)
     total = int(lens_a.sum())
     if total < 2:
         return CountTable.empty(), 0
     n = len(lens_a)
-    secs = (points_ns - np.repeat(np.asarray(t0_ns, dtype=np.int64), lens_a)) / 1e9
+    t0_a = np.asarray(t0_ns, dtype=np.int64)
+    secs = (points_ns - np.repeat(t0_a, lens_a)) / 1e9
     has_prev = np.ones(total, dtype=bool)
     nonempty = lens_a[lens_a > 0]
-    has_prev[np.cumsum(nonempty) - nonempty] = False
+    starts = np.cumsum(nonempty) - nonempty
+    has_prev[starts] = False
     gap_rec = np.repeat(np.arange(n, dtype=np.int64), lens_a)[has_prev]
     hp = has_prev[1:]
     gaps = (secs[1:] - secs[:-1])[hp]
     k = tokens[1:][hp]
-    itl = np.divide(gaps, np.maximum(k, 1))
+    anchor = itl_anchors(tokens, ~has_prev)
+    base = secs
+    if anchors_ns is not None:
+        some = lens_a > 0
+        anchor_a = np.asarray(anchors_ns, dtype=np.int64)[some]
+        if (anchor_a != points_ns[starts]).any():  # a chunk before that carried 0 tokens
+            base = secs.copy()
+            base[starts] = (anchor_a - t0_a[some]) / 1e9
+            if anchor is None:
+                anchor = np.arange(total - 1, dtype=np.int64)
+    itl = np.divide(gaps if anchor is None else (secs[1:] - base[anchor])[hp],
+                    np.maximum(k, 1))
     keep = k > 0
     k_itl = k[keep]
     n_gap = len(gaps)

@@ -5,10 +5,11 @@ objective holds (``≤``, any subset may be configured):
 
 - ``ttft_s``: TTFT ≤ the limit. A request that never produced a first token fails it.
 - ``itl_p95_s``: the request's own P95 inter-token latency ≤ the limit. The P95 is taken
-  over the request's ITL samples (a chunk of k tokens after a gap g gives k samples of
-  g/k) by the HDR rule on exact values: the ``max(int(0.95·n + 0.5), 1)``-th smallest
-  sample. A request with no ITL sample (fewer than two content chunks) has nothing that
-  can violate it and passes.
+  over the request's ITL samples (a chunk of k > 0 tokens gives k samples of g/k, g its
+  time since the previous chunk that carried tokens, or since the first chunk) by the HDR
+  rule on exact values: the ``max(int(0.95·n + 0.5), 1)``-th smallest sample. A request
+  with no ITL sample (fewer than two content chunks) has nothing that can violate it and
+  passes.
 - ``tpot_s``: TPOT ≤ the limit, when TPOT is defined (more than one output token);
   otherwise it passes.
 - ``e2e_s``: E2E ≤ the limit.
@@ -92,17 +93,22 @@ def request_itl_p95(r: RequestRecord) -> float | None:
     response has none: its body's timing is not a pace of tokens).
 
     The P95 of :meth:`RequestRecord.itl_samples_s`, found without spreading them: a chunk
-    of k tokens after a gap g is k samples of g / k, weighed here as one value of weight
-    k. Spread, an engine's usage of 10**15 tokens (a counter bug) asked for a list of
-    10**15 floats (MemoryError), and 30 M tokens took a second per request."""
+    of k > 0 tokens, g after the previous chunk that carried tokens (or chunk 0), is k
+    samples of g / k, weighed here as one value of weight k (a 0-token chunk none, and it
+    takes no time from the next). Spread, an engine's usage of 10**15 tokens (a counter
+    bug) asked for a list of 10**15 floats (MemoryError), and 30 M tokens took a second per
+    request."""
     if not r.stream:
         return None
     offs, toks = r.chunk_offsets_s, r.chunk_tokens
     weighed: list[tuple[float, int]] = []
+    anchor = offs[0] if offs else 0.0
     for i in range(1, len(offs)):
         k = toks[i] if i < len(toks) else 1
         if k > 0:
-            weighed.append(((offs[i] - offs[i - 1]) / k, k))
+            t = offs[i]
+            weighed.append(((t - anchor) / k, k))
+            anchor = t
     if not weighed:
         return None
     weighed.sort()

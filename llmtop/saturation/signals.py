@@ -30,6 +30,7 @@ from llmtop.events import (
     GpuReading,
     RequestRecord,
     counter_rise,
+    itl_anchors,
 )
 from llmtop.metrics.slo import grouped_itl_within
 
@@ -132,8 +133,9 @@ def itl_missed(records: Sequence[RequestRecord], limit: float) -> npt.NDArray[np
     request as the snapshot's attainment does (:func:`~llmtop.metrics.slo.request_itl_p95`:
     the HDR rank over its ITL samples, not numpy's interpolation, which judged 20-token
     streams with one 0.5 s stall each a miss of a 50 ms limit the rank rule passes). The
-    same samples (a chunk of k tokens after a gap g gives k samples of g/k, a chunk without
-    a count 1, k <= 0 none; none of a non-streamed answer), counted for a whole batch by
+    same samples (a chunk of k tokens gives k samples of g/k, g its time since the previous
+    chunk that carried tokens or the first chunk; a chunk without a count 1, k <= 0 none;
+    none of a non-streamed answer), counted for a whole batch by
     :func:`~llmtop.metrics.slo.grouped_itl_within` instead of sorted record by record
     (numpy's fixed cost per call, paid once a batch: a firehose's batches hold hundreds)."""
     n = len(records)
@@ -156,9 +158,14 @@ def itl_missed(records: Sequence[RequestRecord], limit: float) -> npt.NDArray[np
     inside = np.ones(total, dtype=bool)  # a chunk with an earlier one in its record
     inside[(np.cumsum(lens_a) - lens_a)[lens_a > 0]] = False
     hp = inside[1:]
-    gaps = np.diff(offs)[hp]
-    k = np.ones(len(gaps), dtype=np.int64) if toks is None else \
-        np.array(toks[1:], dtype=np.int64)[hp]
+    if toks is None:
+        gaps = np.diff(offs)[hp]
+        k = np.ones(len(gaps), dtype=np.int64)
+    else:
+        toks_a = np.array(toks, dtype=np.int64)
+        anchor = itl_anchors(toks_a, ~inside)  # a 0-token chunk takes no time
+        gaps = (offs[1:] - (offs[:-1] if anchor is None else offs[anchor]))[hp]
+        k = toks_a[1:][hp]
     rec = np.repeat(np.arange(n, dtype=np.int64), lens_a)[1:][hp]
     missed: npt.NDArray[np.bool_] = ~grouped_itl_within(
         rec, np.divide(gaps, np.maximum(k, 1)), k, n, limit)

@@ -92,12 +92,50 @@ def test_every_event_dict_equals_the_asdict_shape_key_for_key() -> None:
 
 
 def _rule(offs: tuple[float, ...], toks: tuple[int, ...]) -> list[float]:
+    """A chunk with k > 0 tokens: k samples of g/k, g from the previous chunk that carried
+    tokens (or chunk 0); a chunk with k <= 0 none, and it takes no time."""
     out: list[float] = []
+    a = 0
     for i in range(1, len(offs)):
         k = toks[i] if i < len(toks) else 1
         if k > 0:
-            out.extend([(offs[i] - offs[i - 1]) / k] * k)
+            out.extend([(offs[i] - offs[a]) / k] * k)
+            a = i
     return out
+
+
+def _last_token_chunk(offs: tuple[float, ...], toks: tuple[int, ...]) -> int:
+    return max((i for i in range(1, len(offs)) if (toks[i] if i < len(toks) else 1) > 0),
+               default=0)
+
+
+def _zero_shapes(n: int) -> dict[str, tuple[int, ...]]:
+    """0-token chunks in the middle, at the end, several in a row, right after the first."""
+    mid = [1 + i % 3 for i in range(n)]
+    mid[n // 2] = 0
+    end = [2] * n
+    end[-1] = end[-2] = 0
+    run = [1] * n
+    run[n // 3:n // 3 + 5] = [0] * 5
+    run[-1] = 3
+    after_first = [1] * n
+    after_first[1] = after_first[2] = 0
+    after_first[-1] = 2
+    return {"middle": tuple(mid), "end": tuple(end), "run": tuple(run),
+            "after_first": tuple(after_first)}
+
+
+@pytest.mark.parametrize("n", [12, 300, 5000])  # the loop, the splice, numpy's repeat
+@pytest.mark.parametrize("shape", ["middle", "end", "run", "after_first"])
+def test_a_zero_token_chunk_gives_no_sample_and_swallows_no_time(n: int, shape: str) -> None:
+    """The gap of the next token-carrying chunk runs from the last one that carried tokens:
+    the samples add up to offs[last token chunk] − offs[0], so mean ITL agrees with TPOT."""
+    offs = _long(n, seed=n).chunk_offsets_s
+    toks = _zero_shapes(n)[shape]
+    got = _record(offs, toks).itl_samples_s()
+    assert got == _rule(offs, toks)
+    assert len(got) == sum(k for k in toks[1:] if k > 0)
+    assert sum(got) == pytest.approx(offs[_last_token_chunk(offs, toks)] - offs[0], rel=1e-9)
 
 
 @pytest.mark.parametrize("shape", ["last2", "every3", "mixed", "zeros", "short", "long",
@@ -120,6 +158,7 @@ def test_long_itl_spread_gives_exactly_the_rules_values(shape: str) -> None:
     got = _record(offs, toks).itl_samples_s()
     assert type(got) is list and all(type(x) is float for x in got[:50])
     assert got == _rule(offs, toks)
+    assert sum(got) == pytest.approx(offs[_last_token_chunk(offs, toks)] - offs[0], rel=1e-9)
 
 
 @settings(max_examples=60, deadline=None)

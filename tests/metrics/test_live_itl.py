@@ -19,6 +19,7 @@ from observed_support import observed_proxy
 from llmtop.config import Config, SloConfig
 from llmtop.events import ActiveRequest, ChunkSlice, Outcome, RequestRecord
 from llmtop.metrics.aggregator import Aggregator
+from llmtop.metrics.hdr import bucket_index, seconds_to_us
 from llmtop.metrics.ingest import M_GAP, M_ITL
 from llmtop.metrics.table import CountTable
 from llmtop.sim.server import running_sim
@@ -149,6 +150,92 @@ def test_slices_land_while_the_stream_is_open_and_the_record_files_the_rest(
     sa, sb = live.snapshot(None), at_end.snapshot(None)
     assert sa["system"]["slo_met"] == sb["system"]["slo_met"]
     assert sa["latency"] == sb["latency"]
+
+
+def _itl_hist(rec: RequestRecord, below: int | None = None) -> dict[int, int]:
+    """The ITL histogram (hdr index → count) by the rule, from the record's chunks: a chunk
+    with k > 0 tokens gives k samples of g/k, g from the previous chunk that carried tokens
+    (or chunk 0); only the chunks before ``below``, when given."""
+    offs, toks = rec.chunk_offsets_s, rec.chunk_tokens
+    vals: list[float] = []
+    weights: list[int] = []
+    a = 0
+    for i in range(1, len(offs) if below is None else below):
+        if toks[i] > 0:
+            vals.append((offs[i] - offs[a]) / toks[i])
+            weights.append(toks[i])
+            a = i
+    us, _ = seconds_to_us(np.array(vals))
+    out: dict[int, int] = {}
+    for b, w in zip(bucket_index(us).tolist(), weights, strict=True):
+        out[b] = out.get(b, 0) + w
+    return out
+
+
+def _table_hist(table: CountTable, metric: int) -> dict[int, int]:
+    idx, counts = table.group_slice(metric, 0)
+    return dict(zip(idx.tolist(), counts.tolist(), strict=True))
+
+
+def test_zero_token_chunks_across_slices_swallow_no_time_live_or_at_the_end() -> None:
+    """0-token chunks (counts scaled down to the usage): the first chunk, the one after it,
+    one in the middle of a slice, the last of a slice, the first of the next, several in a
+    row across the record's boundary and the last. A token-carrying chunk's ITL gap runs
+    from the previous token-carrying chunk, across slices and into the record's share: the
+    live histograms equal the rule's over the chunks filed, and after the record, the
+    finished record's alone, bucket for bucket."""
+    clock, end_clock = Clock(), Clock()
+    live, at_end = Aggregator(Config(), clock=clock), Aggregator(Config(), clock=end_clock)
+    n = 1_300
+    tokens = [1 + i % 3 for i in range(n)]
+    for i in (0, 1, 300, 511, 512, 1_022, 1_023, 1_024, 1_025, n - 1):
+        tokens[i] = 0
+    s = Stream("zeros", clock.t, n, 40_000_000, tokens=tokens)
+    rec = s.record()
+    live.on_events([s.slice(0, 512)])
+    assert _table_hist(live.view(None).table, M_ITL) == _itl_hist(rec, 512)
+    live.on_events([s.slice(512, 1_024)])
+    assert _table_hist(live.view(None).table, M_ITL) == _itl_hist(rec, 1_024)
+    assert totals(live.view(None).table, M_GAP) == 1_023
+    clock.t = end_clock.t = rec.t_start + rec.e2e_s
+    live.on_events([rec])
+    at_end.on_events([rec])
+    a, b = live.view(None).table, at_end.view(None).table
+    assert _table_hist(a, M_ITL) == _itl_hist(rec)
+    assert np.array_equal(a.keys, b.keys)
+    assert np.array_equal(a.counts, b.counts)
+    assert totals(a, M_GAP) == n - 1
+    # the samples add up to the time from chunk 0 to the last token-carrying chunk
+    assert sum(rec.itl_samples_s()) == pytest.approx(rec.chunk_offsets_s[n - 2]
+                                                     - rec.chunk_offsets_s[0], rel=1e-9)
+
+
+def test_streams_sliced_together_each_keep_their_own_anchor() -> None:
+    """Three streams' slices filed in one batch each round, 0-token chunks at random (one
+    with none): every stream's ITL runs from its own last token-carrying chunk, so after
+    their records the histograms are those of filing the records alone."""
+    clock, end_clock = Clock(), Clock()
+    live, at_end = Aggregator(Config(), clock=clock), Aggregator(Config(), clock=end_clock)
+    rng = np.random.default_rng(3)
+    streams = []
+    for j, p_zero in enumerate((0.3, 0.0, 0.6)):
+        toks = [0 if rng.random() < p_zero else int(rng.integers(1, 4)) for _ in range(1_100)]
+        streams.append(Stream(f"s{j}", clock.t, 1_100, 20_000_000 + j * 7_000_000,
+                              tokens=toks, user=f"u{j}"))
+    live.on_events([s.slice(0, 512) for s in streams])
+    live.on_events([s.slice(512, 1_024) for s in streams])
+    recs = [s.record() for s in streams]
+    clock.t = end_clock.t = max(r.t_start + r.e2e_s for r in recs)
+    live.on_events(recs)
+    at_end.on_events(recs)
+    a, b = live.view(None).table, at_end.view(None).table
+    assert np.array_equal(a.keys, b.keys)
+    assert np.array_equal(a.counts, b.counts)
+    want: dict[int, int] = {}
+    for r in recs:
+        for k, v in _itl_hist(r).items():
+            want[k] = want.get(k, 0) + v
+    assert _table_hist(a, M_ITL) == want
 
 
 def test_a_missing_slice_leaves_the_rest_to_the_record() -> None:

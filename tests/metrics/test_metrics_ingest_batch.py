@@ -64,12 +64,13 @@ def _reference(recs: list[RequestRecord], users: list[int], models: list[int]
         if r.ttft_s is not None and not math.isnan(r.ttft_s):  # NaN: no first token
             put(M_TTFT, r.ttft_s, 1, i, True)
         offs = r.chunk_offsets_s
+        anchor = 0  # the last chunk that carried tokens, or chunk 0
         for j in range(1, len(offs)):
-            g = offs[j] - offs[j - 1]
             k = r.chunk_tokens[j] if j < len(r.chunk_tokens) else 1
-            put(M_GAP, g, 1, i, False)
+            put(M_GAP, offs[j] - offs[j - 1], 1, i, False)
             if k > 0:
-                put(M_ITL, g / k, k, i, True)
+                put(M_ITL, (offs[j] - offs[anchor]) / k, k, i, True)
+                anchor = j
         tpot = r.tpot_s()
         if r.outcome == "ok":
             if tpot is not None and not math.isnan(tpot):
@@ -87,6 +88,34 @@ def test_a_batch_table_equals_the_samples_one_by_one(recs: list[RequestRecord]) 
     want, clamped = _reference(recs, users, models)
     assert dict(zip(b.table.keys.tolist(), b.table.counts.tolist(), strict=True)) == want
     assert b.clamped == clamped
+
+
+def test_a_zero_token_chunk_gives_no_itl_sample_and_swallows_no_time() -> None:
+    """Records with 0-token chunks after the first, in the middle, several in a row and
+    at the end, batched with a one-token record: the ITL histogram holds each record's
+    token-carrying chunks' gaps from the previous token-carrying chunk (or chunk 0), and
+    the chunk gaps are unchanged. Every token here is 0.1 s after the one before it, so
+    every ITL sample is 0.1 s (not the 0.01 s from a 0-token chunk just before it)."""
+    spread = _rec((0.0, 0.09, 0.1, 0.19, 0.2, 0.3, 0.35, 0.39, 0.4, 0.5, 0.55),
+                  (1, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0))
+    plain = _rec((0.0, 0.1, 0.2), (1, 1, 1))
+    b = ingest([spread, plain], [2, 3], [9, 9], [0, 0], Slo(itl_p95_s=0.05),
+               (12, len(COUNTERS)))
+    want, _ = _reference([spread, plain], [2, 3], [9, 9])
+    assert dict(zip(b.table.keys.tolist(), b.table.counts.tolist(), strict=True)) == want
+    itl = b.table.group_slice(M_ITL, 0)
+    assert itl[1].sum() == 5 + 2
+    assert itl[0].tolist() == bucket_index(np.array([100_000])).tolist()  # all 0.1 s
+    assert b.table.group_slice(M_GAP, 0)[1].sum() == 10 + 2
+    assert b.met.tolist() == [False, False]  # 0.1 s, both: over the 50 ms limit
+
+
+def _rec(offs: tuple[float, ...], toks: tuple[int, ...]) -> RequestRecord:
+    return RequestRecord(
+        id="z", user="u", model="m", dialect="openai", path="/", stream=True, status=200,
+        outcome="ok", t_start=0.0, ttft_s=offs[0], e2e_s=offs[-1] + 0.01, prompt_tokens=3,
+        completion_tokens=sum(toks), token_source="usage", chunk_offsets_s=offs,
+        chunk_tokens=toks)
 
 
 @settings(max_examples=200, deadline=None)

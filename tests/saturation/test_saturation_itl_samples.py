@@ -4,6 +4,7 @@ whole batch of records at once, are each record's own P95 against the limit."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,11 +15,15 @@ from llmtop.saturation.signals import itl_missed
 
 
 def _rule(offs: tuple[float, ...], toks: tuple[int, ...]) -> list[float]:
+    """A chunk with k > 0 tokens: k samples of g/k, g from the previous chunk that carried
+    tokens (or chunk 0); a chunk with k <= 0 none, and it takes no time."""
     out: list[float] = []
+    a = 0
     for i in range(1, len(offs)):
         k = toks[i] if i < len(toks) else 1
         if k > 0:
-            out.extend([(offs[i] - offs[i - 1]) / k] * k)
+            out.extend([(offs[i] - offs[a]) / k] * k)
+            a = i
     return out
 
 
@@ -75,3 +80,19 @@ def test_a_non_streamed_answer_never_misses() -> None:
     slow = (0.0, 1.0, 2.0)
     assert itl_missed([_record(0, slow, (), stream=False), _record(1, slow, ())],
                       0.05).tolist() == [False, True]
+
+
+def test_a_zero_token_chunk_lends_its_time_to_the_next_chunk() -> None:
+    """0-token chunks (counts scaled down to the usage) right after the first, two in a
+    row and at the end: each token-carrying chunk's gap runs from the last one that
+    carried tokens. Here a token every 0.1 s, each just after a 0-token chunk: measured
+    from those, the gaps read 0.01 s and the P95 passed a 50 ms limit it misses."""
+    offs = (0.0, 0.09, 0.1, 0.15, 0.19, 0.2, 0.29, 0.3, 0.35)
+    toks = (1, 0, 1, 0, 0, 1, 0, 1, 0)
+    r = _record(0, offs, toks)
+    assert r.itl_samples_s() == _rule(offs, toks)
+    assert r.itl_samples_s() == pytest.approx([0.1] * 3)
+    assert sum(r.itl_samples_s()) == pytest.approx(offs[7] - offs[0])
+    assert itl_p95(r) == pytest.approx(0.1)
+    assert itl_missed([r], 0.05).tolist() == [True]
+    assert itl_missed([r], 0.101).tolist() == [False]
