@@ -8,8 +8,8 @@ objective holds (``≤``, any subset may be configured):
   over the request's ITL samples (a chunk of k > 0 tokens gives k samples of g/k, g its
   time since the previous chunk that carried tokens, or since the first chunk) by the HDR
   rule on exact values: the ``max(int(0.95·n + 0.5), 1)``-th smallest sample. A request
-  with no ITL sample (fewer than two content chunks) has nothing that can violate it and
-  passes.
+  with no ITL sample (fewer than two content chunks, or none after the first that carries
+  tokens) has nothing that can violate it and passes.
 - ``tpot_s``: TPOT ≤ the limit, when TPOT is defined (more than one output token);
   otherwise it passes.
 - ``e2e_s``: E2E ≤ the limit.
