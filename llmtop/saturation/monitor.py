@@ -453,15 +453,18 @@ class SaturationMonitor:
         """Errors + timeouts among the requests of the last 2 W, outages excepted. Raised
         once the rate is surely at the threshold (the Wilson lower bound reaches it: 5 of
         90 requests is no evidence of a 5 % rate — QA saw a steady 1.7 % raise and clear
-        it four times in 13 minutes), held down to half of it. The evidence a raise needs
-        (20 requests, 3 of them failed) is not asked of a raised warning: a steady 20 %
-        whose traffic dipped below 20 requests in 2 W cleared and raised it again every
-        minute; held, it clears once the window's failures are under half the threshold's
-        share of its requests, or there are none."""
+        it four times in 13 minutes), held down to half of it. A raise needs 3 failures,
+        however few the requests: the bound weighs how little a few prove (3 of 3 failed
+        reads ≥ 53 %), and a service under 1 req/s whose every answer is a 500 is failing
+        (a floor of 20 requests kept ERRORS down there at any error rate). The evidence a
+        raise needs is not asked of a raised warning: a steady 20 % whose traffic dipped
+        (when the floor was there) cleared and raised it again every minute; held, it
+        clears once the window's failures are under half the threshold's share of its
+        requests, or there are none."""
         win = 2 * self.window_s
         bad = [f for f in self.signals.failures_in(now, win) if not self._in_outage(f)]
         n = self.signals.answered_in(now, win) + len(bad)
-        if not bad or (not held and (n < 20 or len(bad) < 3)):
+        if not bad or (not held and len(bad) < 3):
             return None
         rate = len(bad) / n
         thr = self.cfg.warnings.error_rate
