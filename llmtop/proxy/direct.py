@@ -233,7 +233,7 @@ class DirectExchange:
             self._finish(self.client.keep_alive)
             return True
         self.sink.cancel()
-        ex.fail(*cut_off(wd, self.protocol.transport))
+        ex.fail(*cut_off(wd, self.protocol.transport, self.sink))
         self._finish(False)
         return True
 

@@ -395,11 +395,13 @@ def close_then_drop(transport: asyncio.BaseTransport, grace_s: float) -> None:
         asyncio.get_running_loop().call_later(grace_s, transport.abort)
 
 
-def cut_off(wd: Watchdog, client: asyncio.Transport | None) -> tuple[Outcome, str]:
+def cut_off(wd: Watchdog, client: asyncio.Transport | None, sink: RelaySink | None = None
+            ) -> tuple[Outcome, str]:
     """End a response its watchdog ``wd`` cut off after it had started, on the client's
     transport: returns its outcome and ``error``. The upstream was silent for the idle
     limit (``timeout``): the client's connection closes once what it was sent has gone out,
-    so it reads a truncated response. Or the client read nothing for as long while the
+    so it reads a truncated response (with what ``sink`` still held back of the upstream's
+    bytes: :meth:`RelaySink.release_held`). Or the client read nothing for as long while the
     upstream waited on it (``cancelled``: the client went away in all but name — nginx's
     ``send_timeout``): its connection is dropped at once, with the bytes it did not take
     (a graceful close would wait for a client that does not read, holding its connection
@@ -411,6 +413,8 @@ def cut_off(wd: Watchdog, client: asyncio.Transport | None) -> tuple[Outcome, st
             client.abort()
         return "cancelled", f"client stopped reading for {limit}"
     if client is not None:
+        if sink is not None:
+            sink.release_held()
         close_then_drop(client, wd.limit_ns / 1e9)
     return "timeout", f"upstream idle for {limit} mid-response"
 
@@ -691,7 +695,25 @@ class RelaySink:
         self._settle(None)
 
     def on_error(self, exc: Exception) -> None:
+        if not self.settled:
+            self.release_held()
         self._settle(UpstreamBroken(f"upstream stream broke: {exc}"))
+
+    def release_held(self) -> None:
+        """The upstream's body ended early (its connection broke, or it fell silent and was
+        cut off): write what the usage stripper still holds back — the start of an event
+        whose end never came, a llama.cpp finish event awaiting the next — so the client's
+        truncated response holds every byte the upstream sent, in order, as at a clean end
+        (``flush``: only a whole usage event is still left out). Not before the head went
+        out (the caller answers a whole 502 then), nor to a closing transport; the end of
+        the body is not written (the response stays truncated)."""
+        strip = self._strip
+        if strip is None or self._head:
+            return
+        tail = strip.flush()
+        t = self._transport
+        if tail and not t.is_closing():
+            t.write(b"%x\r\n%b\r\n" % (len(tail), tail) if self._chunked else tail)
 
     def _settle(self, exc: BaseException | None) -> None:
         if self.settled:

@@ -772,7 +772,7 @@ class ProxyServer:
                 ex.fail("cancelled", self.cancel_reason())
                 raise
             wd.absorb()
-            ex.fail(*cut_off(wd, request.transport))
+            ex.fail(*cut_off(wd, request.transport, sink))
             return sent_response(keep_alive=False)
         # the body ended cleanly: complete() already gave the connection back to the pool
         self.relay_outcome(ex, sink)
