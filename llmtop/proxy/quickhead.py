@@ -29,6 +29,7 @@ read bypass aiohttp):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp.http_parser import SINGLETON_HEADERS
@@ -74,7 +75,8 @@ class QuickRequest:
     body: bytes
     keep_alive: bool
     """The connection may carry another request after this one (HTTP/1.1 unless
-    ``Connection: close``; HTTP/1.0 only with ``Connection: keep-alive``)."""
+    ``Connection: close``; HTTP/1.0 only with ``Connection: keep-alive``; ``close`` wins
+    over ``keep-alive`` in either: RFC 9112 9.3, 9.6)."""
 
     def headers(self, only: frozenset[bytes] | None = None) -> CIMultiDict[str]:
         """The headers as text, by case-insensitive name (built on demand: the request
@@ -82,6 +84,12 @@ class QuickRequest:
         return CIMultiDict((n.decode("latin-1"), v.decode("utf-8", "surrogateescape"))
                            for n, v in self.raw_headers
                            if only is None or n.lower() in only)
+
+
+def asks_close(values: Iterable[str]) -> bool:
+    """Whether ``Connection`` fields with these values list ``close`` (any case, among
+    any other tokens)."""
+    return any(t.strip(" \t").lower() == "close" for v in values for t in v.split(","))
 
 
 def read_request(data: bytes) -> QuickRequest | None:
@@ -140,5 +148,5 @@ def read_request(data: bytes) -> QuickRequest | None:
         raw_headers=tuple(raw),
         has_length=length is not None,
         body=data[start:],
-        keep_alive=b"close" not in tokens if http11 else b"keep-alive" in tokens,
+        keep_alive=b"close" not in tokens and (http11 or b"keep-alive" in tokens),
     )

@@ -43,7 +43,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 
 from llmtop.proxy.errors import error_response
-from llmtop.proxy.quickhead import QuickRequest, read_request
+from llmtop.proxy.quickhead import QuickRequest, asks_close, read_request
 
 
 class Direct(Protocol):
@@ -150,8 +150,16 @@ class StampingRequestHandler(web.RequestHandler):
         added = len(queue) - before
         if added > 0:
             self._head_since = None
-            for _ in range(added):
+            for i in range(len(queue) - added, len(queue)):
                 self.rx_stamps.append(now)
+                message, payload = queue[i]
+                if (isinstance(message, RawRequestMessage) and message.version == (1, 0)
+                        and not message.should_close
+                        and asks_close(message.headers.getall("Connection", ()))):
+                    # aiohttp's C parser (llhttp) keeps an HTTP/1.0 connection whenever
+                    # keep-alive is among its Connection tokens, close or not; close wins
+                    # (RFC 9112 9.3, 9.6), as the direct path reads it (read_request)
+                    queue[i] = (message._replace(should_close=True), payload)
             message, payload = queue[-1]
             if (isinstance(message, RawRequestMessage) and message.upgrade
                     and not getattr(self, "_upgraded", True)
