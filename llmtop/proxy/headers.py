@@ -8,8 +8,13 @@ order, with repeated fields kept.
 
 Upstream-bound requests also lose ``Host`` (the client session writes the
 upstream's), ``Content-Length`` (recomputed from the body actually sent, which
-may differ when usage is injected) and ``Expect`` (the proxy has already read
-the body, so a ``100-continue`` handshake upstream has nothing to wait for).
+may differ when usage is injected) and ``Expect: 100-continue`` (the proxy answers
+it and has read the body, so a handshake upstream has nothing to wait for). Any
+other expectation goes upstream as it came: it is the upstream's to meet or to
+refuse with 417 (RFC 9110 10.1.1), as it would for a client reaching it directly:
+servers differ (Go's net/http, Ollama's, and aiohttp's router answer 417; uvicorn,
+vLLM's and SGLang's, serves the request), and a proxy that dropped the field served
+the request as if nothing had been expected, whatever the upstream does.
 """
 
 from __future__ import annotations
@@ -34,9 +39,19 @@ HOP_BY_HOP: Final = frozenset(
 
 _REQUEST_DROP: Final = frozenset(
     h.encode() for h in HOP_BY_HOP | {"host", "content-length", "expect"})
+_LISTED_FAST: Final = _REQUEST_DROP - {b"expect"}
+"""Tokens of a ``Connection`` field that :func:`upstream_field_lines` may pass over in
+its one pass (they name fields it drops anyway; ``expect`` may be kept)."""
 RESPONSE_DROP: Final = frozenset(h.encode() for h in HOP_BY_HOP | {"content-length"})
 """Response fields never passed to the client as they are (lower-case bytes; ``Proxy-*``
 and the fields ``Connection`` names go too)."""
+_CONTINUE: Final = b"100-continue"
+
+
+def _kept_expect(value: bytes) -> bool:
+    """An ``Expect`` field with this value goes upstream: any expectation but
+    ``100-continue``, which the proxy answers itself (see the module docstring)."""
+    return value.strip(b" \t").lower() != _CONTINUE
 
 
 def _without_hop_by_hop(items: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]
@@ -52,6 +67,8 @@ def _without_hop_by_hop(items: Iterable[tuple[bytes, bytes]], drop: frozenset[by
                 if listed is None:
                     listed = set()
                 listed.update(_tokens(pair[1]))
+            elif low == b"expect" and _kept_expect(pair[1]):  # (requests only)
+                out.append(pair)
             continue
         out.append(pair)
     if listed:
@@ -76,8 +93,10 @@ def upstream_field_lines(raw: Iterable[tuple[bytes, bytes]], identity_encoding: 
         low = name.lower()
         if low in _REQUEST_DROP or low.startswith(b"proxy-"):
             if low == b"connection" and not all(
-                    t in _REQUEST_DROP or t.startswith(b"proxy-") for t in _tokens(value)):
+                    t in _LISTED_FAST or t.startswith(b"proxy-") for t in _tokens(value)):
                 return _field_lines(upstream_request_headers(raw), identity_encoding)
+            if low == b"expect" and _kept_expect(value):
+                out.append(name + b": " + value + b"\r\n")
             continue
         if identity_encoding and low == b"accept-encoding":
             value = b"identity"
