@@ -112,6 +112,7 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
     length: int | None = None
     chunked = False
     conn_close = version == b"HTTP/1.0"
+    close_listed = False
     ctype = encoding = None
     request_id: str | None = None
     folded = False
@@ -152,8 +153,9 @@ def parse_head(raw: bytes, head_request: bool) -> ResponseHead:
         elif low == b"connection":
             tokens = {t.strip().lower() for t in value.split(b",")}
             if b"close" in tokens:
-                conn_close = True
-            elif b"keep-alive" in tokens and version == b"HTTP/1.0":
+                conn_close = close_listed = True
+            elif b"keep-alive" in tokens and version == b"HTTP/1.0" and not close_listed:
+                # (close wins over keep-alive in any field: RFC 9112 9.3, 9.6)
                 conn_close = False
         elif low == b"content-type":
             if ctype is None:
