@@ -254,7 +254,7 @@ async def test_idle_upstream_cut_mid_event_sends_the_held_bytes(warm: bool) -> N
     client's truncated response still holds every byte the upstream sent."""
     plan: Plan = [CHUNKED_HEAD + chunk(CONTENT), chunk(PARTIAL), "hang"]
     _head, payload, ended, bodies, outcome, error = await _stream(
-        plan, warm, timeouts__idle_s=0.5)
+        plan, warm, timeouts__idle_s=1)
     _injected(bodies)
     assert payload == CONTENT + PARTIAL and not ended
     assert outcome == "timeout" and error is not None and "idle" in error
