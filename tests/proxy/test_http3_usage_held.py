@@ -108,8 +108,8 @@ async def raw_upstream(plan: Plan) -> AsyncIterator[tuple[str, list[bytes], asyn
         await server.wait_closed()
 
 
-def _request(path: str, body: bytes) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+def _request(path: str, body: bytes, version: str = "1.1") -> bytes:
+    return (f"POST {path} HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
@@ -176,7 +176,7 @@ def _payload(wire: bytes) -> tuple[bytes, bytes, bool]:
         pos = nl + 4 + size
 
 
-async def _stream(plan: Plan, warm: bool, **overrides: object
+async def _stream(plan: Plan, warm: bool, version: str = "1.1", **overrides: object
                   ) -> tuple[bytes, bytes, bool, list[bytes], str | None, str | None]:
     """Run one stream request through the proxy; returns the client's head, payload,
     whether its body ended properly, what the upstream got, and the record's outcome and
@@ -188,7 +188,7 @@ async def _stream(plan: Plan, warm: bool, **overrides: object
         starts = proxy.direct_starts
         r, w = await _open(purl)
         try:
-            w.write(_request(CHAT, BODY))
+            w.write(_request(CHAT, BODY, version))
             wire = await _read_all(r)
         finally:
             w.close()
@@ -221,6 +221,18 @@ async def test_upstream_broken_mid_event_sends_the_held_bytes_first(
     assert payload == CONTENT + PARTIAL
     assert not ended
     assert outcome == "error" and error is not None and "upstream" in error
+
+
+@WARMTH
+async def test_an_http10_client_gets_the_held_bytes_before_the_close(warm: bool) -> None:
+    """An HTTP/1.0 client's body ends with the connection (no chunks): the held start of
+    the event goes out as it is before the proxy closes."""
+    plan: Plan = [CHUNKED_HEAD + chunk(CONTENT), chunk(PARTIAL), "close"]
+    head, payload, _ended, bodies, outcome, _error = await _stream(plan, warm, "1.0")
+    _injected(bodies)
+    assert head.startswith(b"HTTP/1.0 200") and b"transfer-encoding" not in head.lower()
+    assert payload == CONTENT + PARTIAL
+    assert outcome == "error"
 
 
 @WARMTH
