@@ -3,7 +3,8 @@
 A line is *invalid* when it parses as JSON but its values cannot be what the recorder
 wrote: a wrong type (``"ttft_s": "fast"``, ``"user": 12345``), a number that is not finite
 (``NaN``/``Infinity``: the writer writes ``null`` for those), a value that cannot be
-negative and is, a duration longer than :data:`MAX_DURATION_S`, or a required field
+negative and is, a duration longer than :data:`MAX_DURATION_S`, a GPU or engine figure
+outside the range a reading of it can lie in (``power_w: 1e308``), or a required field
 missing. The decoders here raise :class:`InvalidLine` (its message names the field); the
 reader skips and counts such a line as a bad line, as it does a line that is not JSON.
 
@@ -256,9 +257,32 @@ def _in_order(ttft: float | None, e2e: float, times: tuple[float, ...]) -> None:
 
 # -- readings and warnings --------------------------------------------------------------------
 
-_GPU_FLOATS: Final = ("util_gpu", "mem_busy", "dram_bw_util", "power_w", "sm_activity",
-                      "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
-                      "pcie_rx_bytes_s", "pcie_tx_bytes_s")
+MAX_PERCENT: Final = 1000.0
+"""Largest share (%) a GPU reading's busy times and bandwidth are taken at: 100 is all of
+the time or of the peak; up to ten times that is kept as written (a sampler's rounding, a
+GPM counter's quirk), past it the value is damage."""
+MAX_POWER_W: Final = 1e6
+"""Largest GPU power draw or limit taken as real (a megawatt)."""
+MAX_CLOCK_MHZ: Final = 1e6
+"""Largest GPU clock taken as real (a terahertz)."""
+MAX_TEMPERATURE_C: Final = 1000.0
+MAX_BYTES_S: Final = 1e15
+"""Largest PCIe rate taken as real (a petabyte a second)."""
+MAX_FRACTION: Final = 100.0
+"""Largest KV-cache usage taken as real: a 0–1 fraction, up to 100 kept (a gauge that is a
+percentage would read so); past it the value is damage."""
+_GPU_FLOATS: Final[dict[str, tuple[float, float]]] = {
+    "util_gpu": (0.0, MAX_PERCENT), "mem_busy": (0.0, MAX_PERCENT),
+    "dram_bw_util": (0.0, MAX_PERCENT), "sm_activity": (0.0, MAX_PERCENT),
+    "power_w": (0.0, MAX_POWER_W), "power_limit_w": (0.0, MAX_POWER_W),
+    "sm_clock_mhz": (0.0, MAX_CLOCK_MHZ), "mem_clock_mhz": (0.0, MAX_CLOCK_MHZ),
+    "temperature_c": (-273.15, MAX_TEMPERATURE_C),
+    "pcie_rx_bytes_s": (0.0, MAX_BYTES_S), "pcie_tx_bytes_s": (0.0, MAX_BYTES_S),
+}
+"""Each optional GPU figure and the range a reading of it can lie in (QA: a value of 1e308
+was read as it was, and ``llmtop report`` printed its 309 digits). Outside it the line is
+damage: skipped and counted as a bad line, its field and value told, as a line with a
+negative duration is."""
 
 
 def gpu_from(d: dict[str, Any]) -> GpuReading:
@@ -270,7 +294,7 @@ def gpu_from(d: dict[str, Any]) -> GpuReading:
     simulated = g("simulated", False)
     if type(simulated) is not bool:
         raise InvalidLine(f"simulated is {_what(simulated)}, not true/false")
-    floats = {k: _opt_number(g(k), k) for k in _GPU_FLOATS}
+    floats = {k: _opt_number(g(k), k, lo=lo, hi=hi) for k, (lo, hi) in _GPU_FLOATS.items()}
     mem = {k: _opt_number(g(k), k, lo=0.0, hi=MAX_BYTES)
            for k in ("mem_used_bytes", "mem_total_bytes")}
     return GpuReading(
@@ -288,8 +312,9 @@ def _bucket(pair: Any) -> tuple[float, float]:
         raise InvalidLine("ttft_buckets holds something that is not an [le, count] pair")
     le, c = pair
     # JSON has no infinity: the +Inf bound is written as null or as Prometheus spells it
-    bound = math.inf if le is None or le == "+Inf" else number(le, "ttft_buckets bound")
-    return float(bound), float(number(c, "ttft_buckets count", lo=0.0))
+    bound = math.inf if le is None or le == "+Inf" else number(
+        le, "ttft_buckets bound", lo=0.0, hi=MAX_DURATION_S)
+    return float(bound), float(number(c, "ttft_buckets count", lo=0.0, hi=MAX_COUNT))
 
 
 def engine_from(d: dict[str, Any]) -> EngineReading:
@@ -314,10 +339,12 @@ def engine_from(d: dict[str, Any]) -> EngineReading:
         raise InvalidLine("raw holds a value that is not finite")
     return EngineReading(
         t=number(d["t"], "t", lo=-MAX_TIME_S, hi=MAX_TIME_S), kind=_string(d["kind"], "kind"),
-        running=_opt_number(g("running"), "running"),
-        waiting=_opt_number(g("waiting"), "waiting"),
-        kv_cache_usage=_opt_number(g("kv_cache_usage"), "kv_cache_usage"),
-        preemptions=_opt_number(g("preemptions"), "preemptions"),
+        # (bounded as a GPU's figures are: 1e308 running printed 309 digits in a report)
+        running=_opt_number(g("running"), "running", lo=0.0, hi=MAX_COUNT),
+        waiting=_opt_number(g("waiting"), "waiting", lo=0.0, hi=MAX_COUNT),
+        kv_cache_usage=_opt_number(g("kv_cache_usage"), "kv_cache_usage", lo=0.0,
+                                   hi=MAX_FRACTION),
+        preemptions=_opt_number(g("preemptions"), "preemptions", lo=0.0, hi=MAX_COUNT),
         ttft_buckets=tuple(_bucket(p) for p in buckets),
         raw=dict(raw),
     )
