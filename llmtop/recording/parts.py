@@ -48,6 +48,7 @@ from llmtop.recording.reader import (
     Progress,
     RecordingReader,
     recorder_counts,
+    utf16_codec,
 )
 from llmtop.recording.validate import clean_slo
 from llmtop.recording.writer import FORMAT
@@ -104,16 +105,26 @@ def _peek_header(path: Path) -> dict[str, Any] | str:
         return f"cannot be read ({exc.strerror or exc})"
     if not data:
         return "is empty"
-    if data.startswith(GZIP_MAGIC):
+    gzipped = data.startswith(GZIP_MAGIC)
+    if gzipped:
         try:
             data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, _PEEK)
         except zlib.error:
             return _NO_HEADER
-    line = data.split(b"\n", 1)[0]
+    enc = utf16_codec(data)
+    if enc is not None and gzipped:  # (RecordingReader decodes UTF-16 only uncompressed)
+        return ("is UTF-16 compressed with gzip, which llmtop does not read (zcat it | "
+                "iconv -f UTF-16 -t UTF-8 | gzip converts it)")
+    # a part re-saved as UTF-16 (Windows PowerShell, an editor) is read as such, as the
+    # reader reads it (QA: it was left out as "does not begin with a part's header", its
+    # part told as missing, though `report PART` read it whole)
+    text = (data.decode(enc, "replace") if enc is not None
+            # (a byte that is not UTF-8 read as U+FFFD, as RecordingReader reads the
+            # header; a byte-order mark skipped, as json.loads of the bytes did)
+            else data.split(b"\n", 1)[0].decode("utf-8-sig", "replace"))
+    line = text.split("\n", 1)[0].lstrip("\ufeff")
     try:
-        # (a byte that is not UTF-8 read as U+FFFD, as RecordingReader reads the header;
-        # a byte-order mark skipped, as json.loads of the bytes did)
-        obj = json.loads(line.decode("utf-8-sig", "replace"))
+        obj = json.loads(line)
     except (ValueError, RecursionError):  # (RecursionError: JSON nested too deeply)
         return _NO_HEADER
     if not isinstance(obj, dict) or obj.get("type") != "header" or obj.get("format") != FORMAT:
@@ -460,7 +471,13 @@ class SeriesReader:
     def _finish(self, r: RecordingReader, f: Path) -> None:
         for k in _COUNTS:
             self._counts[k] += getattr(r, k)
-        for p in r.problems:
+        problems = list(r.problems)
+        if r.utf16 and problems:
+            # which part is UTF-16 is said even when earlier parts filled the problems told
+            # (a part read as UTF-16 is read whole, but the user should convert it)
+            self.problems.insert(0, f"{f.name}: {problems.pop(0)}")
+            del self.problems[MAX_PROBLEMS:]
+        for p in problems:
             self._note(f"{f.name}: {p}")
         self.bench_steps += r.bench_steps
         s = r.summary()

@@ -163,7 +163,7 @@ def _salvage(d: Any, data: bytes) -> tuple[Any, bytes, bytes, int | None]:
     return d, b"".join(out), b"", None
 
 
-def _utf16(first: bytes) -> str | None:
+def utf16_codec(first: bytes) -> str | None:
     """The UTF-16 codec a file beginning with ``first`` is written in, or None: a byte-order
     mark, or a JSON object's ``{"`` with a zero byte beside each (not UTF-32's marks)."""
     if first.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
@@ -251,7 +251,7 @@ class _Chunks:
         raw = self._raw()
         first = next(raw, b"")
         if not first.startswith(GZIP_MAGIC):
-            enc = _utf16(first)
+            enc = utf16_codec(first)
             if enc is not None:  # (re-saved by Windows PowerShell or an editor)
                 self.utf16 = True
                 yield from _to_utf8(enc, first, raw)
@@ -391,6 +391,11 @@ class RecordingReader:
     def complete(self) -> bool:
         """True when the file ended with its footer (the recorder was stopped cleanly)."""
         return self.footer is not None
+
+    @property
+    def utf16(self) -> bool:
+        """The file is UTF-16 (re-saved so), read as such; ``problems`` begins by saying so."""
+        return self._chunks.utf16
 
     # -- lines --------------------------------------------------------------------------------
 
