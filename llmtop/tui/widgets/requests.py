@@ -166,8 +166,9 @@ def order_requests(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 
 class RequestsTable(FixedWidthTable):
     """Active requests. ``user`` (exact) limits it to one user; ``filter_text`` to users
-    whose id contains it. ``layout`` says the columns (by default :data:`ONE_USER` for
-    one user's table, else :data:`SEVERAL_USERS`). Columns that do not fit the width
+    whose id contains it (then said in the title, and "n of N active" below). ``layout``
+    says the columns (by default :data:`ONE_USER` for one user's table, else
+    :data:`SEVERAL_USERS`). Columns that do not fit the width
     are left out whole, the least useful first (``layout.keep``); ids, users and models
     are cut with "…". ``enter`` on a row posts :class:`RequestSelected` with that row
     (the app opens its fields: the engine's id and all)."""
@@ -203,7 +204,7 @@ class RequestsTable(FixedWidthTable):
         """The columns shown at the current width, and their widths."""
         self._last: tuple[Sequence[Mapping[str, Any]], Palette, float | None,
                           str | None] | None = None
-        self._titled: tuple[str, str | None, str] | None = None
+        self._titled: tuple[str, str, str | None, str] | None = None
         self._subtitle: str | None = None
         self._rendered: tuple[tuple[tuple[str, int], ...], list[tuple[str | None, str | None]],
                               list[CellSig]] | None = None
@@ -229,13 +230,19 @@ class RequestsTable(FixedWidthTable):
             self.show_requests(*self._last)
 
     def _set_title(self, stale: str | None, palette: Palette) -> None:
-        titled = (self.title, stale, palette.warn)
+        titled = (self.title, self.filter_text, stale, palette.warn)
         if titled == self._titled:
             return
-        # where the table has no frame (narrow), the class gives it a top line for this
+        # where the table has no frame (narrow), the classes give it a top line for this
         self.set_class(bool(stale), "-stale")
+        self.set_class(bool(self.filter_text), "-filtered")
         self._titled = titled
         title = Text(self.title)
+        if self.filter_text:
+            # (QA: the `/` filter cut this list to the matching users' requests with no
+            # word here, narrow not even the users panel's "filter: …": read as all of them)
+            title.append(" · user filter: ")
+            title.append(printable(self.filter_text), style="bold")
         if stale:
             title.append(" · ")
             title.append(printable(stale), style=f"bold {palette.warn}")
@@ -249,12 +256,12 @@ class RequestsTable(FixedWidthTable):
         the latest (in the title, in the warning colour)."""
         self._last = (rows, palette, ttft_slo, stale)
         self._set_title(stale, palette)
-        picked = [
+        mine = [
             r for r in dicts(rows)  # a request that is not an object is left out
             if (self.only_user is None or as_str(r.get("user")) == self.only_user)
             and as_str(r.get("user")) not in self.exclude
-            and matches(as_str(r.get("user")) or "", self.filter_text)
         ]
+        picked = [r for r in mine if matches(as_str(r.get("user")) or "", self.filter_text)]
         ordered = order_requests(picked)[:MAX_ROWS]
         # the request under the cursor, followed to its new row below
         was = self.request_for(str(self.cursor_row)) if self.row_count else None
@@ -282,7 +289,8 @@ class RequestsTable(FixedWidthTable):
         sigs = [tuple((c.plain, str(c.style)) for c in cells) for cells in table]
         signature = (tuple(shown.items()), keys, sigs)
         more = len(picked) - len(table)
-        sub = f"{len(picked)} active" + (f" · {more} not shown" if more > 0 else "")
+        sub = (f"{len(picked)} of {len(mine)} active" if self.filter_text
+               else f"{len(picked)} active") + (f" · {more} not shown" if more > 0 else "")
         if sub != self._subtitle:  # (setting it redraws the table, changed or not)
             self._subtitle = self.border_subtitle = sub
         if signature == self._rendered:
