@@ -189,14 +189,17 @@ class LlmtopApp(App[int]):
         # exclusive: a new fetch (`w`) cancels the one in flight, so a hung request never
         # holds up the window asked for; only the latest fetch clears the flag
         try:
-            await self.refresh_now()
+            await self.refresh_now(paused_too=False)
         finally:
             if me == self._fetch_id:
                 self._fetching = False
 
-    async def refresh_now(self) -> bool:
+    async def refresh_now(self, *, paused_too: bool = True) -> bool:
         """Fetch one snapshot (and the active requests) now and show it. Returns whether
-        data arrived; a failure switches to the disconnected state instead of raising."""
+        data arrived; a failure switches to the disconnected state instead of raising.
+        ``paused_too=False`` (the timer's fetches): data that arrives once ``p`` has
+        paused the display is not shown (a fetch on its way when p was pressed changed
+        the figures after it), unless there is none on screen yet."""
         self._last_attempt = self._monotonic()
         self._started += 1
         ticket, window = self._started, self.window_s
@@ -211,6 +214,8 @@ class LlmtopApp(App[int]):
         active, stale = await self._active_requests()
         if ticket < self._applied or window != self.window_s:
             return False  # overtaken by a newer fetch (e.g. `w` during a timer fetch)
+        if self.paused and not paused_too and self.has_data:
+            return False  # paused while it was on its way: the figures stay as they were
         self._applied = ticket
         if not self.connected:
             self.notify("reconnected", severity="information", markup=False)
@@ -271,6 +276,7 @@ class LlmtopApp(App[int]):
             asked_window_s=self.window_s,
             down=down,
             paused=self.paused,
+            paused_at=self.view.time if self.paused and self.has_data else None,
             connected=self.connected,
             error=self.error,
             has_data=self.has_data,
@@ -449,7 +455,25 @@ class LlmtopApp(App[int]):
         else:
             self._recording = None
             self.notify("recording stopped", title="recording", markup=False)
-        await self.refresh_now()
+        if self.paused and self.has_data:
+            await self._refresh_recording_state()
+        else:
+            await self.refresh_now()
+
+    async def _refresh_recording_state(self) -> None:
+        """Paused: the proxy's word on the recording (the header's ● REC, FAILED or SHARED,
+        and what the next r does: start or stop) from a fresh snapshot, put into the one
+        on screen; its figures stay as paused (QA: r while paused replaced them all, and
+        the paused view moved on). When no snapshot can be had, what the reply said."""
+        raw = dict(self.view.raw)
+        try:
+            snap = await self.source.fetch(self.window_s)
+            raw["recording"] = snap["recording"]
+        except Exception:  # (the figures stay; the proxy's reply said what it did)
+            raw["recording"] = ({"status": "recording", "path": self._recording}
+                                if self._recording is not None else None)
+        self.view = SnapView(raw)
+        self._show()
 
     # -- replay ----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ headline figures (RPS, output TPS, in flight, errors, goodput, SLO attainment)."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,9 @@ class HeaderStatus:
     source: str = ""
     window_s: int | None = 60
     paused: bool = False
+    paused_at: float | None = None
+    """Paused: the time of the figures on screen (the snapshot's own), said beside
+    PAUSED, so that how old they are — and that seeking a replay moved them — is seen."""
     connected: bool = True
     error: str | None = None
     has_data: bool = False
@@ -162,8 +166,12 @@ class HeaderBar(ViewPanel):
             parts["disconnected"] = disconnected(error)
         if st.down:
             parts["down"] = Text(st.down, f"bold reverse {pal.bad}")
+        paused_style = f"bold reverse {pal.warn}"
         if st.paused:
-            parts["paused"] = Text("PAUSED", f"bold reverse {pal.warn}")
+            parts["paused"] = Text(
+                "PAUSED" if st.paused_at is None else
+                f"PAUSED at {time.strftime('%H:%M:%S', time.localtime(st.paused_at))}",
+                paused_style)
         if st.proxy:
             # labelled even when narrow: two bare URLs confuse
             parts["proxy"] = Text.assemble(("proxy ", pal.dim), st.proxy)
@@ -196,6 +204,7 @@ class HeaderBar(ViewPanel):
             ("via", None),
             ("rec", _rec(base, pal.bad, label) if base != rec else _KEEP),
             ("title", None),
+            ("paused", Text("PAUSED", paused_style) if st.paused_at is not None else _KEEP),
             ("up", None),
             ("upstream", Text(upstream or fmt.NA) if wide else _KEEP),
             ("upstream", None),
