@@ -34,6 +34,8 @@ DETAIL_KEYS: tuple[tuple[str, str], ...] = (
     ("esc / backspace", "back to the dashboard"),
     REQUEST_KEY,
 )
+REPLAY_PAUSE = ("p", "pause / resume the display (the replay plays on)")
+"""A replay's ``p``: no proxy measures there, and the replay goes on (space pauses it)."""
 REPLAY_KEYS: tuple[tuple[str, str], ...] = (
     # (all three in a request's fields too, which follow the replay: said on the row
     # that has the room, for another line would overflow the help at 80×24)
@@ -61,7 +63,8 @@ def help_table(replay: bool, detail: bool = False) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    keys = tuple(k for k in KEYS if k[0] != "r") + REPLAY_KEYS if replay else KEYS
+    keys = tuple(REPLAY_PAUSE if k[0] == "p" else k
+                 for k in KEYS if k[0] != "r") + REPLAY_KEYS if replay else KEYS
     if detail:
         keys = DETAIL_KEYS + tuple(k for k in keys if k[0] not in DASHBOARD_ONLY)
     for key, what in keys:
