@@ -45,6 +45,7 @@ from llmtop.recording.reader import (
     FOOTER_COUNTS,
     GZIP_MAGIC,
     MAX_PROBLEMS,
+    OTHER_MAGIC,
     Progress,
     RecordingReader,
     recorder_counts,
@@ -105,6 +106,13 @@ def _peek_header(path: Path) -> dict[str, Any] | str:
         return f"cannot be read ({exc.strerror or exc})"
     if not data:
         return "is empty"
+    if not data.strip(b"\0"):
+        # (a crash, a power loss: the file's size reached the disk, its bytes did not)
+        return "begins with nothing but zero bytes (its data never reached the disk: a crash?)"
+    for magic, what, how in OTHER_MAGIC:
+        if data.startswith(magic):
+            return (f"is compressed with {what}, which llmtop does not read (only gzip): "
+                    f"decompress it first ({how})")
     gzipped = data.startswith(GZIP_MAGIC)
     if gzipped:
         try:
