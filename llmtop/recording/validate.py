@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import orjson
 
+from llmtop.config import MAX_DURATION_S as CONFIG_MAX_S
 from llmtop.events import OUTCOMES, EngineReading, GpuReading, RequestRecord, WarningEvent
 
 MAX_DURATION_S: Final = 7 * 86400.0
@@ -35,6 +36,9 @@ MAX_TIME_S: Final = 1e10
 """Largest magnitude of a time (unix seconds: about the year 2286). Past ~1e16 a float no
 longer holds half-seconds, and a replay stepping its clock by a tick stood still (QA: a
 header's ``started_at`` of 1e300 hung ``llmtop report``)."""
+MAX_SLO_S: Final = CONFIG_MAX_S
+"""Longest time objective (``ttft_s``, ``e2e_s``, …) a header's ``slo`` can hold: what
+the proxy's configuration allows (a day)."""
 MAX_COUNT: Final = 1 << 40
 """Largest token count, concurrency or byte count taken as real (2^40)."""
 MAX_BYTES: Final = 1 << 60
@@ -373,8 +377,9 @@ def warning_from(d: dict[str, Any]) -> WarningEvent:
 
 def clean_slo(slo: Any) -> tuple[dict[str, Any], list[str]]:
     """A header's ``slo`` object without values that cannot be objectives (non-numbers,
-    non-finite, ≤ 0, a target outside (0, 1]); returns it and what was dropped, each a
-    phrase that says why (``slo ttft_s (nan) is not an objective``)."""
+    non-finite, ≤ 0, a target outside (0, 1], a time over :data:`MAX_SLO_S`); returns it
+    and what was dropped, each a phrase that says why (``slo ttft_s (nan) is not an
+    objective``)."""
     if not isinstance(slo, dict):
         return {}, ([] if slo is None else [f"slo is {_what(slo)}, not an object"])
     out: dict[str, Any] = {}
@@ -383,7 +388,11 @@ def clean_slo(slo: Any) -> tuple[dict[str, Any], list[str]]:
         ok = (type(v) in _NUM and (-_BIG < v < _BIG if type(v) is int else math.isfinite(v))
               and v > 0
               and (k != "target" or v <= 1))
-        if v is None or ok:
+        if ok and k.endswith("_s") and v > MAX_SLO_S:
+            # (QA: a ttft_s of 1e308 printed "TTFT ≤ 1000000000000000010979…" — 309 digits —
+            # twice in a report; no proxy runs with one: its config refuses over a day)
+            dropped.append(f"slo {k} ({v:g} s) is more than a day, not an objective")
+        elif v is None or ok:
             out[k] = v
         else:
             dropped.append(f"slo {k} ({_what(v)}) is not an objective")
