@@ -1,7 +1,8 @@
 """The request's field lines as they go upstream, made in one pass
 (``headers.upstream_field_lines``): byte for byte what the two passes made before —
 ``upstream_request_headers`` (hop-by-hop fields, those ``Connection`` lists, ``Host``,
-``Content-Length`` and ``Expect`` dropped), then ``Accept-Encoding`` set to ``identity``
+``Content-Length`` and ``Expect: 100-continue`` dropped — the proxy answers that one; any
+other expectation goes upstream), then ``Accept-Encoding`` set to ``identity``
 when usage is injected, then ``Name: value\\r\\n`` per field."""
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ _NAMES = st.sampled_from([
 _CONNECTION = st.sampled_from([
     b"keep-alive", b"close", b"Keep-Alive, TE", b"x-foo", b"X-Foo, keep-alive", b"",
     b" , ", b"proxy-bar", b"upgrade", b"accept-encoding", b"x-keep,close"])
-_VALUES = st.sampled_from([b"a", b"gzip, deflate", b"", b"Bearer sk-1", b"\xff"])
+_VALUES = st.sampled_from([b"a", b"gzip, deflate", b"", b"Bearer sk-1", b"\xff",
+                          b"100-continue", b" 100-Continue "])
 
 
 def _old(raw: list[tuple[bytes, bytes]], identity: bool) -> bytes:
