@@ -8,7 +8,8 @@ labels with one ``finditer``, several times faster, with the same results (a tes
 both parsers on the fixtures and on generated text).
 
 Only what :mod:`llmtop.engines.recognise` needs: sample name (as written), labels and value.
-``# HELP``/``# TYPE`` and other comments are skipped; an optional timestamp is ignored. A line
+``# HELP``/``# TYPE`` and other comments (OpenMetrics' ``# EOF`` too) are skipped; an optional
+timestamp and an OpenMetrics exemplar are ignored. A line
 that is not a sample raises ``ValueError`` (an HTML page or a JSON body instead of metrics).
 """
 
@@ -24,8 +25,15 @@ from collections.abc import Collection, Iterator
 _SAMPLE = re.compile(
     r'[ \t]*+([a-zA-Z_:][a-zA-Z0-9_:]*+)'                                # name
     r'(?:[ \t]*+\{((?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+)\})?+'           # {labels}: "" may hold }
-    r'[ \t]++([^ \t]++)(?:[ \t]++[^ \t]++)?+[ \t]*+\r?'                   # value, timestamp
+    r'[ \t]++([^ \t]++)(?:[ \t]++[^ \t#][^ \t]*+)?+'                     # value, timestamp
+    r'(?:[ \t]++\#[ \t]*+\{(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+\}'          # exemplar: {labels}
+    r'[ \t]++[^ \t]++(?:[ \t]++[^ \t]++)?+)?+'                              # value, timestamp
+    r'[ \t]*+\r?'
 )
+"""A sample line; an OpenMetrics exemplar after the value (``# {trace_id="..."} 0.05 ts``,
+on a bucket or a counter: an exporter that serves OpenMetrics whatever is asked, with
+tracing on) is read past, as prometheus_client's parsers do: before, its first one failed
+the whole scrape."""
 # A label value is read a run of plain characters at a time (``[^"\\]++``), not one
 # character per alternation: that pushed a backtracking point per character, and a valid
 # line with an 8 MB label value took 2.4 s of CPU in one call holding the interpreter lock.
