@@ -215,14 +215,20 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
+UNKNOWN_USER = "unknown"
+"""The user of a request only the number of which is known (:func:`unreported_lost`)."""
+
+
 def unreported_lost(worker: int, pid: int, k: int, how: str) -> RequestRecord:
     """The record of a request worker ``worker`` (process ``pid``) had open when it exited
     (``how``) but had not reported yet: counted as failed (its client saw the connection
-    close), its details unknown — no first token (so no TTFT sample: only an ``ok``
-    request gives an E2E one), status 502, and an error that says so (not an unreachable
-    upstream). ``k`` numbers such records of one exit."""
+    close), its details unknown — the user ``unknown`` (as a client without an address is
+    named; a blank one was a user row with no name, and ``user=""`` on /metrics, which
+    Prometheus stores as no user label), no first token (so no TTFT sample: only an
+    ``ok`` request gives an E2E one), status 502, and an error that says so (not an
+    unreachable upstream). ``k`` numbers such records of one exit."""
     return RequestRecord(
-        id=f"w{worker}-lost-{pid}-{k}", user="", model=None, dialect="other", path="",
+        id=f"w{worker}-lost-{pid}-{k}", user=UNKNOWN_USER, model=None, dialect="other", path="",
         stream=False, status=502, outcome="error", t_start=unix_now(), ttft_s=None,
         e2e_s=0.0, prompt_tokens=None, completion_tokens=None, token_source="chunks",
         error=f"llmtop worker {worker} exited ({how}) with the request open; it opened "
