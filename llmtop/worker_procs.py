@@ -336,7 +336,7 @@ class Supervisor:
             return None
         self.silent.discard(i)
         how = describe_exit(self.procs[i].returncode)
-        lost = self._count_lost(i, how)
+        lost, ended = self._count_lost(i, how)
         tries = self._tried(i)
         if tries > MAX_RESTARTS:
             self.given_up.add(i)
@@ -346,13 +346,20 @@ class Supervisor:
         delay = self.first_delay_s * (1 << (tries - 1))
         said = ("" if not lost else
                 f"; its {lost} open request{' was' if lost == 1 else 's were'} lost")
+        if ended:
+            said += (f"; {ended} request{'' if ended == 1 else 's'} its last report had "
+                     f"open ended since, {'its record' if ended == 1 else 'their records'}"
+                     " lost with it (counted as errors)")
         self._down(i, f"worker {i} exited ({how}); restarting it", f" in {delay:g} s{said}")
         return delay
 
-    def _count_lost(self, i: int, how: str) -> int:
+    def _count_lost(self, i: int, how: str) -> tuple[int, int]:
         """Worker i's process is gone (``how``): the others stop counting its requests, the
-        screens stop showing them, and each one it had open is counted as failed (their
-        number is returned)."""
+        screens stop showing them, and each one it had open is counted as failed. Returned:
+        how many it had open at its exit (the shared table's exact count, else its last
+        report's), and how many its last report had open that had ended since (the table
+        counted fewer: their records died in its buffer; counted as failed all the same,
+        so that the totals keep them — the exit line used to call them open and lost)."""
         open_at_exit = 0
         if self.counts is not None:
             open_at_exit = self.counts.count(i)  # exact: the worker wrote it as each opened
@@ -369,7 +376,9 @@ class Supervisor:
             # the proxy said 20 served, 0 errors)
             for k in range(open_at_exit - len(lost)):
                 self.publish(unreported_lost(i, self.procs[i].pid, k, how))
-        return max(open_at_exit, len(lost))
+        if self.counts is None:
+            return len(lost), 0
+        return open_at_exit, max(0, len(lost) - open_at_exit)
 
     def _tried(self, i: int) -> int:
         """Worker i exited or failed to start again: how many times in the last
