@@ -45,6 +45,25 @@ REASON_CHARS = 200
 """The longest engine message a failed scrape's status line quotes."""
 
 
+CURRENT_MIN_S = 5.0
+"""A reading is current for at least this long past the scrapes due after it
+(:func:`current_for_s`)."""
+
+
+def scrape_timeout_s(interval_s: float) -> float:
+    """The longest one scrape may take: 5 intervals, within 2..10 s."""
+    return max(2.0, min(10.0, 5 * interval_s))
+
+
+def current_for_s(interval_s: float, gap_s: float = 0.0) -> float:
+    """How long after it was taken a reading still stands for the engine's state: three
+    scrapes' spacing (the interval, or ``gap_s``, the time between the last two readings:
+    a big exposition is scraped less often), at least :data:`CURRENT_MIN_S`, plus the
+    longest a scrape may take. Past that, the scrapes have been failing (or stuck): the
+    reading is the engine's past, not its state (``/metrics`` leaves it out)."""
+    return max(CURRENT_MIN_S, 3 * max(interval_s, gap_s)) + scrape_timeout_s(interval_s)
+
+
 class ScrapeError(Exception):
     """One failed scrape; the message is the status line to show."""
 
@@ -103,7 +122,7 @@ class EngineScraper(Poller[EngineReading]):
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> EngineReading:
         """One GET + parse; publishes and returns the reading. Raises :class:`ScrapeError`."""
-        timeout = aiohttp.ClientTimeout(total=max(2.0, min(10.0, 5 * self._interval_s)))
+        timeout = aiohttp.ClientTimeout(total=scrape_timeout_s(self._interval_s))
         t = self._clock()
         try:
             async with session.get(self.url, timeout=timeout) as resp:

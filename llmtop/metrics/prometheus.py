@@ -18,7 +18,9 @@ Families (all prefixed ``llmtop_``):
   last 60 s (label ``window="60"``), ``user_slo_attainment{user}`` and
   ``user_output_tps{user}`` likewise; ``capacity_max_concurrency_at_slo``,
   ``capacity_goodput_tps_at_slo`` (absent until estimated); GPU and engine readings
-  (absent when unavailable); ``warning_active{code}`` (1 raised, else 0; every code of
+  (absent when unavailable; the engine's also once its scrapes have been failing a
+  while: :func:`llmtop.engines.scraper.current_for_s`); ``warning_active{code}`` (1
+  raised, else 0; every code of
   the saturation detectors is present from the start);
 - histograms (seconds): ``ttft_seconds``, ``itl_seconds``, ``chunk_gap_seconds``,
   ``tpot_seconds``, ``e2e_seconds``; ``user_ttft_seconds{user}``, ``user_itl_seconds{user}``.
@@ -51,7 +53,8 @@ import numpy as np
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from llmtop.events import OPERATIONAL_CODES, WARNING_CODES
+from llmtop.engines.scraper import current_for_s
+from llmtop.events import OPERATIONAL_CODES, WARNING_CODES, EngineReading
 from llmtop.metrics import capacity
 from llmtop.metrics.hdr import COUNTS_LEN, bucket_index
 from llmtop.metrics.ingest import (
@@ -316,6 +319,8 @@ class LlmtopCollector(Collector):
                     fam.rows.append(((str(i), _utf8(g.name)), float(v)))
             out.append(fam)
         e = agg.engine
+        if e is not None and not _current(agg, e, now):
+            e = None  # its scrapes have been failing: absent, not the last value for good
         for name, field, doc in (
             ("engine_running", "running", "Requests the engine reports running"),
             ("engine_waiting", "waiting", "Requests the engine reports queued"),
@@ -338,6 +343,16 @@ class LlmtopCollector(Collector):
         out.append(_family("uptime_seconds", "gauge", "Seconds since the aggregator started",
                            value=max(0.0, now - agg.started_at)))
         return out
+
+
+def _current(agg: Aggregator, e: EngineReading, now: float) -> bool:
+    """Whether the engine reading ``e`` still stands for the engine's state at ``now``
+    (:func:`llmtop.engines.scraper.current_for_s`). Before, the last reading of an engine
+    whose ``/metrics`` then failed was exported for good: a flat line in Prometheus, and a
+    KV-cache alert firing on a number nobody had read for minutes."""
+    h = agg.engine_history
+    gap = h[-1].t - h[-2].t if len(h) > 1 else 0.0
+    return now - e.t <= current_for_s(agg.cfg.engine.interval_s, gap)
 
 
 def make_registry(aggregator: Aggregator) -> CollectorRegistry:
