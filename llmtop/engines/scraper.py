@@ -21,7 +21,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -62,6 +62,19 @@ def current_for_s(interval_s: float, gap_s: float = 0.0) -> float:
     longest a scrape may take. Past that, the scrapes have been failing (or stuck): the
     reading is the engine's past, not its state (``/metrics`` leaves it out)."""
     return max(CURRENT_MIN_S, 3 * max(interval_s, gap_s)) + scrape_timeout_s(interval_s)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a status line writes it: a password (``engine.metrics_url =
+    "http://user:password@gateway/metrics"``, which aiohttp sends as basic auth) as
+    ``***``. The status lines reach the screens and the admin API's snapshot, which
+    ``llmtop attach`` reads from other machines; they wrote the URL as given."""
+    u = urlsplit(url)
+    if u.password is None:
+        return url
+    host = u.netloc.rpartition("@")[2]
+    return urlunsplit((u.scheme, f"{u.username or ''}:***@{host}", u.path, u.query,
+                       u.fragment))
 
 
 class ScrapeError(Exception):
@@ -115,7 +128,9 @@ class EngineScraper(Poller[EngineReading]):
         """How long the last successful scrape's text was."""
         self.latest: EngineReading | None = None
         """The last successful scrape."""
-        self.status = f"engine metrics: waiting for {url}"
+        self.shown = shown_url(url)
+        """``url`` as the status lines write it (a password as ``***``)."""
+        self.status = f"engine metrics: waiting for {self.shown}"
         """One line for the UI: "vllm engine at URL" or why the last scrape failed."""
         self.scrapes = 0
         """Successful scrapes."""
@@ -127,35 +142,39 @@ class EngineScraper(Poller[EngineReading]):
         try:
             async with session.get(self.url, timeout=timeout) as resp:
                 if resp.status == 404:
-                    raise ScrapeError(f"no /metrics at {self.url} (HTTP 404)")
+                    raise ScrapeError(f"no /metrics at {self.shown} (HTTP 404)")
+                if resp.status in (401, 403) and self.shown != self.url:
+                    raise ScrapeError(f"{self.shown}: HTTP {resp.status} (the credentials "
+                                      "in engine.metrics_url were refused)")
                 if resp.status in (401, 403):
                     # llmtop sends no credentials here (vLLM's --api-key guards /v1 only;
                     # a gateway may guard /metrics too): say where the fix is
                     raise ScrapeError(
-                        f"{self.url}: HTTP {resp.status} (it wants credentials, which "
+                        f"{self.shown}: HTTP {resp.status} (it wants credentials, which "
                         "llmtop does not send: point engine.metrics_url at the engine's "
                         "own /metrics, or set engine.enabled = false)")
                 if resp.status != 200:
                     # the engine's own reason, when it gives one: llama.cpp without
                     # --metrics answers 501 "... Start it with `--metrics`"
                     why = _reason(await resp.content.read(REASON_BYTES))
-                    raise ScrapeError(f"{self.url}: HTTP {resp.status}"
+                    raise ScrapeError(f"{self.shown}: HTTP {resp.status}"
                                       + (f" ({why})" if why else ""))
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     size += len(chunk)
                     if size > MAX_BYTES:
-                        raise ScrapeError(f"{self.url}: exposition larger than {MAX_BYTES} bytes")
+                        raise ScrapeError(
+                            f"{self.shown}: exposition larger than {MAX_BYTES} bytes")
                     chunks.append(chunk)
         except aiohttp.ClientError as exc:
             if isinstance(exc, aiohttp.ClientConnectorError) and is_out_of_files(exc.os_error):
                 # llmtop's own limit: nothing is wrong with the engine's /metrics
-                raise ScrapeError(f"{self.url} not scraped: llmtop is out of file "
+                raise ScrapeError(f"{self.shown} not scraped: llmtop is out of file "
                                   f"descriptors ({open_files_limit()})") from None
-            raise ScrapeError(f"no /metrics at {self.url} ({_why(exc)})") from None
+            raise ScrapeError(f"no /metrics at {self.shown} ({_why(exc)})") from None
         except TimeoutError:
-            raise ScrapeError(f"no /metrics at {self.url} (timed out)") from None
+            raise ScrapeError(f"no /metrics at {self.shown} (timed out)") from None
         text = b"".join(chunks).decode("utf-8-sig", errors="replace")  # a BOM is not text
         try:
             # a small exposition is parsed here (~50 µs per KiB); handing it to a thread
@@ -165,7 +184,7 @@ class EngineScraper(Poller[EngineReading]):
             reading, cpu_s = (self._parse(text, t) if len(text) <= INLINE_PARSE_CHARS
                               else await asyncio.to_thread(self._parse, text, t))
         except ValueError as exc:
-            raise ScrapeError(f"{self.url} is not Prometheus text ({exc})") from None
+            raise ScrapeError(f"{self.shown} is not Prometheus text ({exc})") from None
         self.parse_s, self.parse_chars = cpu_s, len(text)
         self._publish(reading)
         self.latest = reading
@@ -196,7 +215,7 @@ class EngineScraper(Poller[EngineReading]):
         return base + math.ceil((spacing - base) / self._interval_s - 1e-9) * self._interval_s
 
     def describe(self, result: EngineReading) -> str:
-        said = _describe(result, self.url)
+        said = _describe(result, self.shown)
         if self.spacing_s > self._interval_s:
             said += (f"; scraped every {self.spacing_s:.0f} s, not "
                      f"{self._interval_s:g} s: parsing its "
@@ -207,7 +226,7 @@ class EngineScraper(Poller[EngineReading]):
     def explain(self, exc: Exception) -> str:
         if isinstance(exc, ScrapeError):
             return str(exc)
-        return f"{self.url}: {type(exc).__name__}: {exc}"
+        return f"{self.shown}: {type(exc).__name__}: {exc}".replace(self.url, self.shown)
 
 
 def _reason(body: bytes) -> str:
