@@ -20,8 +20,7 @@ Families (all prefixed ``llmtop_``):
   ``capacity_goodput_tps_at_slo`` (absent until estimated); GPU and engine readings
   (absent when unavailable; the engine's also once its scrapes have been failing a
   while: :func:`llmtop.engines.scraper.current_for_s`); ``warning_active{code}`` (1
-  raised, else 0; every code of
-  the saturation detectors is present from the start);
+  raised, else 0; every code of the saturation detectors is present from the start);
 - histograms (seconds): ``ttft_seconds``, ``itl_seconds``, ``chunk_gap_seconds``,
   ``tpot_seconds``, ``e2e_seconds``; ``user_ttft_seconds{user}``, ``user_itl_seconds{user}``.
   Buckets come from the cumulative HDR counts: ``le=b`` counts every HDR bucket whose
