@@ -18,8 +18,9 @@ Families (all prefixed ``llmtop_``):
   last 60 s (label ``window="60"``), ``user_slo_attainment{user}`` and
   ``user_output_tps{user}`` likewise; ``capacity_max_concurrency_at_slo``,
   ``capacity_goodput_tps_at_slo`` (absent until estimated); GPU and engine readings
-  (absent when unavailable; the engine's also once its scrapes have been failing a
-  while: :func:`llmtop.engines.scraper.current_for_s`); ``warning_active{code}`` (1
+  (absent when unavailable, and once they are no longer current: the engine's when its
+  scrapes have been failing a while, :func:`llmtop.engines.scraper.current_for_s`; a
+  GPU's, :func:`gpu_current_for_s`); ``warning_active{code}`` (1
   raised, else 0; every code of the saturation detectors is present from the start);
 - histograms (seconds): ``ttft_seconds``, ``itl_seconds``, ``chunk_gap_seconds``,
   ``tpot_seconds``, ``e2e_seconds``; ``user_ttft_seconds{user}``, ``user_itl_seconds{user}``.
@@ -85,7 +86,8 @@ from llmtop.metrics.table import SplitTable, group_id
 if TYPE_CHECKING:
     from llmtop.metrics.aggregator import Aggregator
 
-__all__ = ["BUCKETS", "LlmtopCollector", "add_histogram", "hdr_histograms", "make_registry"]
+__all__ = ["BUCKETS", "LlmtopCollector", "add_histogram", "gpu_current_for_s", "hdr_histograms",
+           "make_registry"]
 
 TTFT_BUCKETS_S: Final = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
                          1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -309,9 +311,11 @@ class LlmtopCollector(Collector):
             ("gpu_power_watts", "power_w", "GPU power draw"),
             ("gpu_temperature_celsius", "temperature_c", "GPU temperature"),
         )
+        gpu_limit = gpu_current_for_s(agg.cfg.gpu.interval_s)
+        current = [i for i in sorted(agg.gpus) if now - agg.gpus[i].t <= gpu_limit]
         for name, field, doc in gauges:
             fam = _family(name, "gauge", doc, ("gpu", "name"))
-            for i in sorted(agg.gpus):
+            for i in current:
                 g = agg.gpus[i]
                 v = getattr(g, field)
                 if v is not None and np.isfinite(v):
@@ -342,6 +346,19 @@ class LlmtopCollector(Collector):
         out.append(_family("uptime_seconds", "gauge", "Seconds since the aggregator started",
                            value=max(0.0, now - agg.started_at)))
         return out
+
+
+GPU_CURRENT_MIN_S: Final = 10.0
+"""A GPU reading stands for the device's state at least this long (:func:`gpu_current_for_s`)."""
+
+
+def gpu_current_for_s(interval_s: float) -> float:
+    """How long after it was taken a GPU reading is exported: 10 sampling intervals, at
+    least :data:`GPU_CURRENT_MIN_S`. NVML readings keep coming while a device is lost or
+    its calls hang (every value None: absent), but the simulated GPU is read over HTTP
+    from the simulator's ``/sim/gpu``: once that stopped answering, its last reading was
+    exported for good, a flat line in Prometheus (the snapshot has ``age_s``)."""
+    return max(GPU_CURRENT_MIN_S, 10 * interval_s)
 
 
 def _current(agg: Aggregator, e: EngineReading, now: float) -> bool:
