@@ -7,12 +7,27 @@ import asyncio
 import ssl
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 from llmtop.ticks import grid_delay
 
 T = TypeVar("T")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a status line writes it: a password (``engine.metrics_url =
+    "http://user:password@gateway/metrics"``, which aiohttp sends as basic auth) as
+    ``***`` (``gpu.sim_url`` likewise). The status lines reach the screens and the admin
+    API's snapshot, which ``llmtop attach`` reads from other machines; they wrote the URL as
+    given."""
+    u = urlsplit(url)
+    if u.password is None:
+        return url
+    host = u.netloc.rpartition("@")[2]
+    return urlunsplit((u.scheme, f"{u.username or ''}:***@{host}", u.path, u.query,
+                       u.fragment))
 
 
 class Poller(ABC, Generic[T]):
@@ -29,6 +44,8 @@ class Poller(ABC, Generic[T]):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, got {interval_s}")
         self.url = url
+        self.shown = shown_url(url)
+        """``url`` as the status lines write it (a password as ``***``)."""
         self._session = session
         self._interval_s = interval_s
         self._max_backoff_s = max(max_backoff_s, interval_s)

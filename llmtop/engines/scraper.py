@@ -21,7 +21,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -62,19 +62,6 @@ def current_for_s(interval_s: float, gap_s: float = 0.0) -> float:
     longest a scrape may take. Past that, the scrapes have been failing (or stuck): the
     reading is the engine's past, not its state (``/metrics`` leaves it out)."""
     return max(CURRENT_MIN_S, 3 * max(interval_s, gap_s)) + scrape_timeout_s(interval_s)
-
-
-def shown_url(url: str) -> str:
-    """``url`` as a status line writes it: a password (``engine.metrics_url =
-    "http://user:password@gateway/metrics"``, which aiohttp sends as basic auth) as
-    ``***``. The status lines reach the screens and the admin API's snapshot, which
-    ``llmtop attach`` reads from other machines; they wrote the URL as given."""
-    u = urlsplit(url)
-    if u.password is None:
-        return url
-    host = u.netloc.rpartition("@")[2]
-    return urlunsplit((u.scheme, f"{u.username or ''}:***@{host}", u.path, u.query,
-                       u.fragment))
 
 
 class ScrapeError(Exception):
@@ -128,8 +115,6 @@ class EngineScraper(Poller[EngineReading]):
         """How long the last successful scrape's text was."""
         self.latest: EngineReading | None = None
         """The last successful scrape."""
-        self.shown = shown_url(url)
-        """``url`` as the status lines write it (a password as ``***``)."""
         self.status = f"engine metrics: waiting for {self.shown}"
         """One line for the UI: "vllm engine at URL" or why the last scrape failed."""
         self.scrapes = 0

@@ -85,7 +85,7 @@ class SimGpuSource(Poller[list[GpuReading]]):
         self._clock = clock
         self._lock = threading.Lock()
         self._latest: list[GpuReading] = []
-        self.status = f"simulated GPU: waiting for {url}"
+        self.status = f"simulated GPU: waiting for {self.shown}"
         """One line for the UI: "1 simulated GPU" or why the last poll failed."""
         self.polls = 0
         """Successful polls."""
@@ -127,5 +127,6 @@ class SimGpuSource(Poller[list[GpuReading]]):
 
     def explain(self, exc: Exception) -> str:
         why = str(exc) or type(exc).__name__
-        return f"simulated GPU unavailable at {self.url}: {why}; retrying"
+        why = why.replace(self.url, self.shown)  # (aiohttp's errors may name the URL)
+        return f"simulated GPU unavailable at {self.shown}: {why}; retrying"
 
