@@ -102,7 +102,8 @@ def test_the_first_events_id_stays_the_answers() -> None:
 @pytest.mark.parametrize(("value", "want"), [
     ('chat\\"cmpl-q', 'chat"cmpl-q'),  # escaped: decoded
     ("x" * 400, "x" * MAX_UPSTREAM_ID_CHARS),  # cut to 128
-    ("id-\\udcff", "id-\ufffd\ufffd\ufffd"),  # a lone surrogate: U+FFFDs, as in a model
+    ("id-\\udcff", "id-\ufffd"),  # a lone surrogate: one U+FFFD, as in a model
+    ("id-\\ud83d\\ude00", "id-\U0001f600"),  # a surrogate pair: its character
     ("", None),
 ])
 def test_odd_ids_are_cut_and_made_safe_text(value: str, want: str | None) -> None:

@@ -108,16 +108,18 @@ def count(value: object) -> int | None:
 
 
 def as_text(value: str) -> str:
-    """``value`` as text every output can carry: lone surrogates (from header bytes that
-    are not UTF-8, or JSON ``\\udcff`` escapes) become U+FFFD. Without this a single
-    client-chosen user or model name makes UTF-8 encoders (the Prometheus exposition, a
-    terminal) fail for as long as the name is shown."""
+    """``value`` as text every output can carry: a lone surrogate (from a header byte that
+    is not UTF-8, or a JSON ``\\udcff`` escape) becomes one U+FFFD, and a surrogate pair
+    the character it stands for. Without this a single client-chosen user or model name
+    makes UTF-8 encoders (the Prometheus exposition, a terminal) fail for as long as the
+    name is shown. (Through UTF-8 with ``surrogatepass``, each lone surrogate read as its
+    three bytes: ``bad\\xff`` showed as ``bad`` and three U+FFFD.)"""
     if value.isascii():
         return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return value
 
 
