@@ -16,6 +16,19 @@ from llmtop.gpu.simsource import SimGpuSource
 SECRET = "s3cret-Pa55"
 
 
+async def _two_failures(src: SimGpuSource) -> None:
+    """Run ``src`` until two polls have failed (at most 5 s), then stop it."""
+    task = asyncio.create_task(src.run())
+    try:
+        for _ in range(500):
+            if src.failures >= 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+
+
 async def test_the_password_in_a_sim_gpu_url_is_not_shown() -> None:
     seen: list[str | None] = []
 
@@ -28,15 +41,7 @@ async def test_the_password_in_a_sim_gpu_url_is_not_shown() -> None:
         src = SimGpuSource(f"http://bob:{SECRET}@{netloc}/sim/gpu", None, lambda e: None,
                            interval_s=0.01, max_backoff_s=0.02)
         assert SECRET not in src.status and "bob:***@" in src.status
-        task = asyncio.create_task(src.run())
-        try:
-            for _ in range(500):
-                if src.failures >= 2:
-                    break
-                await asyncio.sleep(0.01)
-        finally:
-            task.cancel()
-            await asyncio.wait([task])
+        await _two_failures(src)
     assert src.failures >= 2 and "HTTP 500" in src.status
     assert SECRET not in src.status and "bob:***@" in src.status
     assert seen and seen[0] == "Basic " + base64.b64encode(f"bob:{SECRET}".encode()).decode()
@@ -51,14 +56,6 @@ async def test_a_refused_connection_does_not_show_it_either() -> None:
         netloc = url.removeprefix("http://")
     src = SimGpuSource(f"http://bob:{SECRET}@{netloc}/sim/gpu", None, lambda e: None,
                        interval_s=0.01, max_backoff_s=0.02)
-    task = asyncio.create_task(src.run())
-    try:
-        for _ in range(500):
-            if src.failures >= 2:
-                break
-            await asyncio.sleep(0.01)
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
+    await _two_failures(src)
     assert "simulated GPU unavailable at http://bob:***@" in src.status
     assert SECRET not in src.status
