@@ -11,33 +11,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 from net_support import serving
+from proc_support import start_headless
 
 from llmtop.engines.scraper import EngineScraper, ScrapeError
 
 TEXT = 'vllm:num_requests_running{model_name="m"} 7\n'
 SECRET = "s3cret-Pa55"
-
-
-async def start_run(*args: str) -> tuple[asyncio.subprocess.Process, str]:
-    """``llmtop run --headless`` (this tree's code) and its admin address."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llmtop", "run", "--headless", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    assert proc.stdout is not None
-    admin = ""
-    while not admin:
-        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-        assert line, "llmtop run exited before announcing its addresses"
-        if line.startswith("llmtop: admin listening on "):
-            admin = line.split()[-1]
-    return proc, admin
 
 
 async def test_the_password_of_a_metrics_url_is_not_shown(tmp_path: Path) -> None:
@@ -52,7 +37,7 @@ async def test_the_password_of_a_metrics_url_is_not_shown(tmp_path: Path) -> Non
         netloc = url.removeprefix("http://")
         conf = tmp_path / "llmtop.toml"
         conf.write_text(f'[engine]\nmetrics_url = "http://bob:{SECRET}@{netloc}/metrics"\n')
-        proc, admin = await start_run(
+        proc, _, admin = await start_headless(
             "--upstream", url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
             "--gpu-source", "none", "--config", str(conf))
         try:

@@ -13,35 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 
 import aiohttp
 from aiohttp import web
 from net_support import serving
+from proc_support import start_headless
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.engines.scraper import current_for_s
-
-LISTEN = "llmtop: proxy listening on "
-ADMIN = "llmtop: admin listening on "
-
-
-async def start_run(*args: str) -> tuple[asyncio.subprocess.Process, str, str]:
-    """``llmtop run --headless`` (this tree's code), and its proxy and admin addresses."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llmtop", "run", "--headless", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    assert proc.stdout is not None
-    proxy = admin = ""
-    while not (proxy and admin):
-        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-        assert line, "llmtop run exited before announcing its addresses"
-        if line.startswith(LISTEN):
-            proxy = line[len(LISTEN):].strip()
-        elif line.startswith(ADMIN):
-            admin = line[len(ADMIN):].strip()
-    return proc, proxy, admin
-
 
 TEXT = ('vllm:num_requests_running{model_name="m"} 7\n'
         'vllm:num_requests_waiting{model_name="m"} 3\n'
@@ -67,7 +46,7 @@ async def test_an_engine_reading_no_longer_current_is_not_exported() -> None:
         return web.Response(text=TEXT)
 
     async with serving(web.get("/metrics", metrics)) as url:
-        proc, _, admin = await start_run(
+        proc, _, admin = await start_headless(
             "--upstream", url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
             "--gpu-source", "none")
         try:

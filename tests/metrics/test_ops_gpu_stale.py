@@ -11,31 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 
 import aiohttp
+from proc_support import start_headless
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.metrics.prometheus import gpu_current_for_s
 from llmtop.sim.server import running_sim
-
-LISTEN = "llmtop: proxy listening on "
-ADMIN = "llmtop: admin listening on "
-
-
-async def start_run(*args: str) -> tuple[asyncio.subprocess.Process, str]:
-    """``llmtop run --headless`` (this tree's code) and its admin address."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llmtop", "run", "--headless", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    assert proc.stdout is not None
-    admin = ""
-    while not admin:
-        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-        assert line, "llmtop run exited before announcing its addresses"
-        if line.startswith(ADMIN):
-            admin = line[len(ADMIN):].strip()
-    return proc, admin
 
 
 async def gpu_samples(s: aiohttp.ClientSession, admin: str) -> list[str]:
@@ -49,7 +31,7 @@ async def test_a_gpu_reading_no_longer_current_is_not_exported() -> None:
     sim_cm = running_sim("tiny")
     sim = await sim_cm.__aenter__()
     stopped = False
-    proc, admin = await start_run(
+    proc, _, admin = await start_headless(
         "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
         "--gpu-source", "sim")
     try:
