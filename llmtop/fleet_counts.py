@@ -11,6 +11,15 @@ and removes its name at once; each worker maps it at start-up through the descri
 (``/dev/fd/N``, :mod:`llmtop.worker_procs`), a restarted one too: the mappings stay valid
 and nothing is left behind, even after a crash. Slots are aligned
 8-byte integers, written and read whole.
+
+A second row of slots holds each worker process's running total of requests opened (bumped
+with its open count, as one opens): when a worker is killed, the coordinator subtracts the
+records it received from that process and the requests its last report had open, and what
+is left are the requests no report carried — opened and ended (or still open) after its
+last report, their records dead in its buffer. Without it, a worker killed half a second
+after six short requests had served them was one request and no error on every figure. The
+coordinator zeroes both of a worker's slots once its process has exited, before it starts
+the next one.
 """
 
 from __future__ import annotations
@@ -28,22 +37,29 @@ directory."""
 
 
 class FleetCounts:
-    """The slot table; ``index`` is this process's own slot (``-1``: the coordinator)."""
+    """The slot table; ``index`` is this process's own slot (``-1``: the coordinator). Two
+    rows of one slot per worker: the open requests, then the requests opened so far."""
 
     def __init__(self, mm: mmap.mmap, index: int) -> None:
-        slots = len(mm) // SLOT_BYTES
-        if slots < 1 or not -1 <= index < slots:
+        slots = len(mm) // SLOT_BYTES // 2
+        if slots < 1 or len(mm) != 2 * slots * SLOT_BYTES or not -1 <= index < slots:
             mm.close()
             raise ValueError(f"slot {index} is not in a table of {slots}")
         self._mm = mm
-        self._slots = memoryview(mm).cast("q")
+        view = memoryview(mm).cast("q")
+        self._all = view
+        self._slots = view[:slots]
+        """Open requests per worker."""
+        self._opened = view[slots:]
+        """Requests opened per worker process (zeroed when the process has exited)."""
         self.index = index
 
     @classmethod
     def create(cls, workers: int, dirs: Sequence[str | None] = SHARED_DIRS,
                ) -> tuple[FleetCounts, str]:
-        """A zeroed table of ``workers`` slots, and the path the workers attach to; in the
-        first of ``dirs`` where one can be made (None: the temporary directory)."""
+        """A zeroed table of ``workers`` slots (and as many running totals), and the path
+        the workers attach to; in the first of ``dirs`` where one can be made (None: the
+        temporary directory)."""
         error: OSError | None = None
         for d in dirs:
             try:
@@ -51,7 +67,7 @@ class FleetCounts:
             except OSError as exc:
                 error = exc
                 continue
-            size = SLOT_BYTES * workers
+            size = 2 * SLOT_BYTES * workers
             try:
                 # the bytes written, not only the size set: a file on a full tmpfs is made
                 # and mapped all the same, and the first write to the page is then SIGBUS
@@ -84,6 +100,12 @@ class FleetCounts:
         """This worker has ``n`` open requests now."""
         self._slots[self.index] = n
 
+    def opened_one(self, n: int) -> None:
+        """This worker opened a request: ``n`` open now, and one more opened in all."""
+        i = self.index
+        self._slots[i] = n
+        self._opened[i] += 1
+
     def others(self) -> int:
         """Open requests of every other worker."""
         slots = self._slots
@@ -91,12 +113,20 @@ class FleetCounts:
 
     def clear(self, index: int) -> None:
         """Worker ``index`` is gone (the coordinator's call, once the process has exited):
-        the others no longer count its requests."""
+        the others no longer count its requests, and its next process counts its opened
+        requests from 0."""
         self._slots[index] = 0
+        self._opened[index] = 0
 
     def count(self, index: int) -> int:
         return int(self._slots[index])
 
+    def opened(self, index: int) -> int:
+        """Requests worker ``index``'s process has opened so far."""
+        return int(self._opened[index])
+
     def close(self) -> None:
         self._slots.release()
+        self._opened.release()
+        self._all.release()
         self._mm.close()

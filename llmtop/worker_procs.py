@@ -219,20 +219,31 @@ UNKNOWN_USER = "unknown"
 """The user of a request only the number of which is known (:func:`unreported_lost`)."""
 
 
-def unreported_lost(worker: int, pid: int, k: int, how: str) -> RequestRecord:
+def unreported_lost(worker: int, pid: int, k: int, how: str, *,
+                    ended: bool = False) -> RequestRecord:
     """The record of a request worker ``worker`` (process ``pid``) had open when it exited
     (``how``) but had not reported yet: counted as failed (its client saw the connection
     close), its details unknown — the user ``unknown`` (as a client without an address is
     named; a blank one was a user row with no name, and ``user=""`` on /metrics, which
     Prometheus stores as no user label), no first token (so no TTFT sample: only an
     ``ok`` request gives an E2E one), status 502, and an error that says so (not an
-    unreachable upstream). ``k`` numbers such records of one exit."""
+    unreachable upstream). ``k`` numbers such records of one exit. ``ended``: a request it
+    opened and ended after its last report (the shared table's running total of opened
+    requests says how many), its record dead in the worker's buffer: counted as failed
+    all the same — its client may have had its whole answer, but nothing of it is known
+    (the exit line and ``EVENTS_LOST`` say so) — rather than missing from every count."""
+    if ended:
+        error = (f"llmtop worker {worker} exited ({how}) before it reported this request: "
+                 "it opened and ended after its last report and its record was lost "
+                 "with the worker, so only its number is known (its outcome too is unknown)")
+    else:
+        error = (f"llmtop worker {worker} exited ({how}) with the request open; it opened "
+                 "after its last report, so only its number is known")
     return RequestRecord(
         id=f"w{worker}-lost-{pid}-{k}", user=UNKNOWN_USER, model=None, dialect="other", path="",
         stream=False, status=502, outcome="error", t_start=unix_now(), ttft_s=None,
         e2e_s=0.0, prompt_tokens=None, completion_tokens=None, token_source="chunks",
-        error=f"llmtop worker {worker} exited ({how}) with the request open; it opened "
-              "after its last report, so only its number is known")
+        error=error)
 
 
 class Supervisor:
@@ -336,7 +347,7 @@ class Supervisor:
             return None
         self.silent.discard(i)
         how = describe_exit(self.procs[i].returncode)
-        lost, ended = self._count_lost(i, how)
+        lost, ended, unreported = self._count_lost(i, how)
         tries = self._tried(i)
         if tries > MAX_RESTARTS:
             self.given_up.add(i)
@@ -350,21 +361,37 @@ class Supervisor:
             said += (f"; {ended} request{'' if ended == 1 else 's'} its last report had "
                      f"open ended since, {'its record' if ended == 1 else 'their records'}"
                      " lost with it (counted as errors)")
+        if unreported:
+            one = unreported == 1
+            said += (f"; {unreported} request{'' if one else 's'} it opened and ended after "
+                     f"its last report, {'its record' if one else 'their records'} lost "
+                     "with it (counted as errors; EVENTS_LOST)")
         self._down(i, f"worker {i} exited ({how}); restarting it", f" in {delay:g} s{said}")
         return delay
 
-    def _count_lost(self, i: int, how: str) -> tuple[int, int]:
+    def _count_lost(self, i: int, how: str) -> tuple[int, int, int]:
         """Worker i's process is gone (``how``): the others stop counting its requests, the
         screens stop showing them, and each one it had open is counted as failed. Returned:
         how many it had open at its exit (the shared table's exact count, else its last
         report's), and how many its last report had open that had ended since (the table
         counted fewer: their records died in its buffer; counted as failed all the same,
-        so that the totals keep them — the exit line used to call them open and lost)."""
-        open_at_exit = 0
+        so that the totals keep them — the exit line used to call them open and lost), and
+        how many it opened and ended after its last report (the table's running total of
+        requests opened, less the records the coordinator took from it and its last
+        report's open ones, less those open at the exit: their records died in its buffer;
+        counted as failed too — before, six requests served in the half second before a
+        SIGKILL read as one request and no error). Both kinds that ended are records that
+        never reached the coordinator: added to ``EVENTS_LOST``."""
+        open_at_exit = opened = 0
         if self.counts is not None:
             open_at_exit = self.counts.count(i)  # exact: the worker wrote it as each opened
-            self.counts.clear(i)  # the others no longer count its requests
-        lost = self.active.drop(i)  # nor do the screens show them
+            opened = self.counts.opened(i)
+            self.counts.clear(i)  # the others no longer count its requests (and its next
+            # process counts its opened ones from 0)
+        # nor do the screens show them; and what no report of it carried
+        lost, unreported = self.active.retire(i, opened)
+        unreported_open = max(0, open_at_exit - len(lost))
+        ended_unreported = max(0, unreported - unreported_open)
         if self.publish is not None:  # their clients saw them fail: count them
             now_ns = time.perf_counter_ns()  # the workers' clock too (CLOCK_MONOTONIC)
             for a in lost:
@@ -374,11 +401,19 @@ class Supervisor:
             # known, from the shared table; without these, a worker killed just after a
             # burst lost its requests from every count (QA: 20 of 40 streams cut, and
             # the proxy said 20 served, 0 errors)
-            for k in range(open_at_exit - len(lost)):
-                self.publish(unreported_lost(i, self.procs[i].pid, k, how))
+            pid = self.procs[i].pid
+            for k in range(unreported_open):
+                self.publish(unreported_lost(i, pid, k, how))
+            # those it opened and ended after its last report: their records died in its
+            # buffer (the shared table's running total says how many)
+            for k in range(unreported_open, unreported_open + ended_unreported):
+                self.publish(unreported_lost(i, pid, k, how, ended=True))
         if self.counts is None:
-            return len(lost), 0
-        return open_at_exit, max(0, len(lost) - open_at_exit)
+            return len(lost), 0, 0
+        ended = max(0, len(lost) - open_at_exit)
+        if self.active.lost_events is not None:  # both kinds of ended: records never sent
+            self.active.lost_events.killed(i, ended + ended_unreported)
+        return open_at_exit, ended, ended_unreported
 
     def _tried(self, i: int) -> int:
         """Worker i exited or failed to start again: how many times in the last

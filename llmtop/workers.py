@@ -277,6 +277,16 @@ class FleetActive(Mapping[str, ActiveRequest]):
         self._lost_ids: dict[str, frozenset[str]] = {}
         """The ids of the open requests :meth:`drop` returned (counted lost), for the
         newest :data:`LOST_IDS_KEPT` retired senders."""
+        self._taken: dict[str, int] = {}
+        """Per worker process (sender), the newest :data:`SENDERS_KEPT`: the finished
+        requests' records the coordinator took from it (:meth:`took`)."""
+        self._late: dict[str, int] = {}
+        """Per retired sender (the newest :data:`LOST_IDS_KEPT`): how many of the requests
+        :meth:`retire` counted unreported may still arrive as records in its last POST,
+        read after its death was seen (they are counted already: not published again)."""
+        self.lost_events: LostEvents | None = None
+        """The ``EVENTS_LOST`` bookkeeping of the ingest route (:func:`ingest_route` sets
+        it), where the supervisor adds a killed worker's unreported requests."""
         self.heard: dict[int, float] = {}
         """Per worker: when its last report came (``time.monotonic``); the supervisor
         tells a worker that stopped reporting (a stuck process) from one that exited."""
@@ -295,6 +305,29 @@ class FleetActive(Mapping[str, ActiveRequest]):
             self.by_worker[worker] = rows
             self.heard[worker] = time.monotonic()
 
+    def took(self, sender: str, records: int) -> bool:
+        """``records`` finished requests' records came from ``sender`` and are about to be
+        published: counted (True), unless the process is retired (False: its late records
+        are sorted by :meth:`counted_lost` and :meth:`late_record`). One lock with
+        :meth:`retire`: a record is either among those taken or among those counted lost."""
+        with self._lock:
+            if sender in self._retired:
+                return False
+            if sender:
+                _keep_newest(self._taken, sender, self._taken.get(sender, 0) + records)
+            return True
+
+    def late_record(self, sender: str) -> bool:
+        """A record of retired ``sender`` not among its last report's open requests came
+        late: True when it is one of those :meth:`retire` counted unreported (not to be
+        published again), False when there are none left to match it."""
+        with self._lock:
+            left = self._late.get(sender, 0)
+            if left <= 0:
+                return False
+            self._late[sender] = left - 1
+            return True
+
     def counted_lost(self, sender: str) -> frozenset[str] | None:
         """The ids of the requests :meth:`drop` returned when ``sender``'s process was
         seen gone (counted lost then); None while it is not retired."""
@@ -311,14 +344,28 @@ class FleetActive(Mapping[str, ActiveRequest]):
     def drop(self, worker: int) -> list[ActiveRequest]:
         """Worker ``worker``'s process is gone: forget its open requests (returned: as its
         last report had them), and its reports from now on."""
+        return self.retire(worker, 0)[0]
+
+    def retire(self, worker: int, opened: int) -> tuple[list[ActiveRequest], int]:
+        """Worker ``worker``'s process is gone, having opened ``opened`` requests (the
+        shared table's running total, :mod:`llmtop.fleet_counts`): forget its open requests
+        and its reports from now on. Returned: its open requests as its last report had
+        them, and how many of the requests it opened no report of it carried (opened −
+        records taken from it − those open requests; never below 0): they ended or were
+        open after its last report, their records dead with it. The caller counts them
+        lost: as many records arriving late from it (its last POST, read after its death
+        was seen) are not published again (:meth:`late_record`)."""
         with self._lock:
             sender = self._sender.pop(worker, None)
             rows = self.by_worker.pop(worker, {})
+            taken = self._taken.pop(sender, 0) if sender else 0
+            unreported = max(0, opened - taken - len(rows))
             if sender:
                 _keep_newest(self._retired, sender, None)
                 _keep_newest(self._lost_ids, sender, frozenset(rows), LOST_IDS_KEPT)
+                _keep_newest(self._late, sender, unreported, LOST_IDS_KEPT)
             self.heard.pop(worker, None)
-            return list(rows.values())
+            return list(rows.values()), unreported
 
     def __getitem__(self, key: str) -> ActiveRequest:
         for rows in self.by_worker.values():
@@ -366,8 +413,12 @@ class LostEvents:
         self.clock = clock
         self.by_sender: dict[str, int] = {}
         self.by_worker: dict[int, int] = {}
+        self.unreported = 0
+        """Of :attr:`total`: the records killed workers had not sent yet
+        (:meth:`killed`), counted as failed requests, not missing from the counts."""
         self.reported = 0
         self._last = -LOST_REPORT_S
+        self._lock = threading.Lock()  # the ingest route's loop and the supervisor's
 
     @property
     def total(self) -> int:
@@ -375,23 +426,52 @@ class LostEvents:
 
     def saw(self, worker: int, sender: str, dropped: int) -> None:
         """Worker ``worker``'s process ``sender`` has given up ``dropped`` events so far."""
-        before = self.by_sender.get(sender, 0)
-        if before or dropped:  # kept among the newest while it posts (it can give up more)
-            _keep_newest(self.by_sender, sender, max(before, dropped))
-        if dropped > before:
-            self.by_worker[worker] = self.by_worker.get(worker, 0) + dropped - before
+        with self._lock:
+            before = self.by_sender.get(sender, 0)
+            if before or dropped:  # kept among the newest while it posts (can give up more)
+                _keep_newest(self.by_sender, sender, max(before, dropped))
+            if dropped > before:
+                self.by_worker[worker] = self.by_worker.get(worker, 0) + dropped - before
+            self._raise()
+
+    def killed(self, worker: int, records: int) -> None:
+        """Worker ``worker``'s process died with ``records`` finished requests' records not
+        sent yet (requests that ended after its last report: those it had open then, and
+        those no report carried, :meth:`FleetActive.retire`; the supervisor counts each as
+        a failed request)."""
+        if records <= 0:
+            return
+        with self._lock:
+            self.by_worker[worker] = self.by_worker.get(worker, 0) + records
+            self.unreported += records
+            self._raise()
+
+    def _raise(self) -> None:
         total = self.total
         now = self.clock()
         if total > self.reported and now - self._last >= LOST_REPORT_S:
             self.reported, self._last = total, now
             each = ", ".join(f"worker {w}: {n}" for w, n in sorted(self.by_worker.items()))
+            given_up = total - self.unreported
+            why = []
+            if given_up > 0:
+                why.append(
+                    ("" if not self.unreported else f"{given_up} of them: ")
+                    + "a worker's buffer overflowed while the coordinator was too busy or "
+                    "unreachable, or it refused them; the counts, rates and percentiles, "
+                    "/metrics and the recording miss them (fewer workers, or a core left "
+                    "free for the coordinator, lets it keep up)")
+            if self.unreported:
+                n = self.unreported
+                why.append(
+                    f"{n} {'was the record' if n == 1 else 'were the records'} of "
+                    f"request{'' if n == 1 else 's'} that ended in a killed worker before "
+                    "it reported them (it reports every 0.5 s): counted as failed "
+                    "requests, their outcome and details (tokens, latencies) unknown")
             self.publish(WarningEvent(
                 unix_now(), "EVENTS_LOST", "critical",
                 f"{total} events (finished requests, stream progress) never reached the "
-                f"coordinator ({each}): a worker's buffer overflowed while the coordinator "
-                "was too busy or unreachable, or it refused them; the counts, rates and "
-                "percentiles, /metrics and the recording miss them (fewer workers, or a "
-                "core left free for the coordinator, lets it keep up)", "raised"))
+                f"coordinator ({each}): " + "; ".join(why), "raised"))
 
 
 def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
@@ -403,6 +483,7 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
     # the newest SENDERS_KEPT (a worker restarted every few minutes is a new sender each time)
     if lost is None:
         lost = LostEvents(bus.publish)
+    fleet.lost_events = lost  # a killed worker's unreported records are counted there too
 
     async def ingest(request: web.Request) -> web.Response:
         if not secrets.compare_digest(request.headers.get(TOKEN_HEADER, ""), token):
@@ -422,10 +503,14 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
             _keep_newest(last_seq, batch.sender, batch.seq)
             # a dead process's last report, read after its death was seen: the requests
             # then counted lost are not counted again from its records (was: once an
-            # error, once as they ended)
-            gone = fleet.counted_lost(batch.sender)
+            # error, once as they ended); a live one's records are counted as taken
+            # (what a killed worker opened and no record came for: FleetActive.retire)
+            records = sum(1 for ev in batch.events if type(ev) is RequestRecord)
+            gone = None if fleet.took(batch.sender, records) else (
+                fleet.counted_lost(batch.sender))
             for ev in batch.events:
-                if gone and type(ev) is RequestRecord and ev.id in gone:
+                if gone is not None and type(ev) is RequestRecord and (
+                        ev.id in gone or fleet.late_record(batch.sender)):
                     continue
                 if (type(ev) is WarningEvent and ev.code == OUT_OF_FILES
                         and out_of_files is not None):

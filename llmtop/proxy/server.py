@@ -346,8 +346,8 @@ class ProxyServer:
             ex.measured = False
             return ex
         self.active[rid] = active
-        if fleet is not None:
-            fleet.set_mine(len(self.active))
+        if fleet is not None:  # (and one more opened: a killed worker's unreported ones)
+            fleet.opened_one(len(self.active))
         return ex
 
     def ended(self, ex: Exchange) -> None:
