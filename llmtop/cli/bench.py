@@ -176,11 +176,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-itl-p95", type=float, metavar="S",
                    help="per-request ITL p95 SLO in seconds (default: 0.05, or the config's)")
     p.add_argument("--slo-tpot", type=float, metavar="S",
-                   help="TPOT SLO in seconds (default: none)")
+                   help="TPOT SLO in seconds (default: none, or the config's)")
     p.add_argument("--slo-e2e", type=float, metavar="S",
-                   help="end-to-end SLO in seconds (default: none)")
+                   help="end-to-end SLO in seconds (default: none, or the config's)")
     p.add_argument("--slo-target", type=float, metavar="F",
-                   help="attainment target, 0 to 1 (default: 0.95)")
+                   help="attainment target, a share in (0, 1] (default: 0.95, or the "
+                        "config's)")
     p.add_argument("--max-level", type=float, default=None, metavar="N",
                    help="highest level to run; --search never goes above it (default: 1024 "
                         "with --search)")
