@@ -6,6 +6,12 @@ its column (``_update_column_widths``), to size columns of automatic width. The 
 and requests tables size their columns themselves (``add_column(width=...)``), so those
 measurements change nothing: with 3,000 users they were most of a refresh's and of a
 re-sort's time (a million ``measure`` calls a second, the keys waiting behind them).
+
+A table may also leave rows out of view with cells that are not their latest, and make
+them so in :meth:`FixedWidthTable.fill_row`: every read of a row's cells goes through
+``get_row`` or ``get_cell`` (DataTable draws a row from ``get_row_at``), which call it
+first. The users table does: with 3,000 users whose figures move at every refresh,
+making every row's cells was most of a refresh, for the 40 rows shown.
 """
 
 from __future__ import annotations
@@ -21,6 +27,21 @@ from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 class FixedWidthTable(DataTable[Text]):
     """A DataTable that skips measuring cells while every column has a fixed width and
     no row has a label or an automatic height (else it does what DataTable does)."""
+
+    def fill_row(self, row_key: RowKey) -> None:
+        """Make the row's cells its latest, written straight into the table's data (no
+        refresh: it is called while the row is drawn, or read). Here, nothing: every
+        row's cells are always its latest. A table that overrides it must bump
+        ``_update_count`` whenever what a row should show changes (the drawn rows are
+        cached by that count), so that no row is drawn again without coming here."""
+
+    def get_row(self, row_key: RowKey | str) -> list[Text]:
+        self.fill_row(row_key if isinstance(row_key, RowKey) else RowKey(row_key))
+        return super().get_row(row_key)
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Text:
+        self.fill_row(row_key if isinstance(row_key, RowKey) else RowKey(row_key))
+        return super().get_cell(row_key, column_key)
 
     def _fixed_widths(self) -> bool:
         return all(not column.auto_width for column in self.columns.values())

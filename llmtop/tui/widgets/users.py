@@ -3,13 +3,17 @@ column, ``S`` reverses it, or click a header), filterable (``/``); ``enter`` ope
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual._two_way_dict import TwoWayDict
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from llmtop.textsafe import printable
 from llmtop.tui import fmt
@@ -156,28 +160,6 @@ def patch_cells(table: FixedWidthTable, row_keys: Sequence[str], columns: Sequen
         for column, a, b, value in zip(columns, was, now, row, strict=True) if a != b)
 
 
-PATCH_PER_ROW = 3
-"""Writing a cell in place costs about a third of adding a whole row again: past this
-many changed cells a row (on average), a table is rebuilt rather than patched."""
-
-
-def cheap_reorder(old: Sequence[tuple[str, CellSig]], new: Sequence[tuple[str, CellSig]]) -> bool:
-    """Whether rows ``old`` (row key, cells) become ``new`` more cheaply by writing the
-    changed cells and sorting than by clearing and adding every row: the same row keys,
-    and few cells changed."""
-    was = dict(old)
-    if len(was) != len(old) or was.keys() != {k for k, _ in new}:
-        return False
-    budget = PATCH_PER_ROW * len(new)
-    for key, sig in new:
-        before = was[key]
-        if before != sig:
-            budget -= sum(a != b for a, b in zip(before, sig, strict=True))
-            if budget < 0:
-                return False
-    return True
-
-
 def matches(name: str, needle: str) -> bool:
     return not needle or needle.casefold() in name.casefold()
 
@@ -199,6 +181,25 @@ def sort_users(
     return [u for _, _, u in have] + [u for _, u in missing]
 
 
+def cell_text(column: Column, user: Mapping[str, Any], slo: Slo) -> str:
+    """What a figure column's cell of ``user``'s row reads (:func:`cell` without its
+    style): the columns' widths are made from these, for every row, cells only for the
+    rows drawn."""
+    v = as_num(user.get(column.key))
+    if column.kind == "latency":
+        # Merged from proxies without per-user histograms: an upper bound, marked "≤".
+        bound = "≤" if user.get("approximate") is True and v is not None else ""
+        return bound + fmt.latency_against(v, slo.for_metric(column.slo_metric or ""))
+    if column.kind == "attainment":
+        return fmt.attainment(v, slo.target)
+    return fmt.rate(v) if column.kind == "rate" else fmt.count(v)
+
+
+def text_width(s: str) -> int:
+    """``cell_len(s)``, without its cost for the figures' plain ASCII."""
+    return len(s) if s.isascii() else cell_len(s)
+
+
 def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette,
          slo: Slo | None = None) -> Text:
     """One cell of ``user``'s row. ``slo``: ``view.slo``, when the caller has it already
@@ -208,36 +209,69 @@ def cell(column: Column, user: Mapping[str, Any], view: SnapView, pal: Palette,
         return Text(user_label(name), no_wrap=True)
     if slo is None:
         slo = view.slo
+    text = cell_text(column, user, slo)
     v = as_num(user.get(column.key))
     if column.kind == "latency":
         threshold = slo.for_metric(column.slo_metric or "")
-        # Merged from proxies without per-user histograms: an upper bound, marked "≤".
-        bound = "≤" if user.get("approximate") is True and v is not None else ""
-        return Text(bound + fmt.latency_against(v, threshold), style=pal.latency(v, threshold),
-                    justify="right")
+        return Text(text, style=pal.latency(v, threshold), justify="right")
     if column.kind == "attainment":
-        return Text(fmt.attainment(v, slo.target),
-                    style=pal.attainment(v, slo.target),
-                    justify="right")
-    text = fmt.rate(v) if column.kind == "rate" else fmt.count(v)
+        return Text(text, style=pal.attainment(v, slo.target), justify="right")
     return Text(text, style="" if v is not None else pal.dim, justify="right")
+
+
+def widest_figure(column: Column, users: Sequence[Mapping[str, Any]], slo: Slo,
+                  base: int) -> int:
+    """``max(base, widest)``, ``widest`` the widest :func:`cell_text` of ``column`` over
+    ``users``, reading the text only of the values that might be wider than ``base`` (at
+    least the column's :data:`KIND_WIDTH`): 3,000 users' every figure formatted at every
+    refresh was a fifth of it, for widths that the headings set."""
+    key = column.key
+    widest = base
+    if column.kind in ("count", "rate"):
+        # "1,234,567": as wide as the value is large (a minus sign for one below 0),
+        # so the largest and the smallest values are the widest; a rate below 100 is at
+        # most "-99.9" (5 cells), "n/a" 3
+        finite = [v for u in users
+                  if (v := as_num(u.get(key))) is not None and math.isfinite(v)]
+        text = fmt.rate if column.kind == "rate" else fmt.count
+        for v in (min(finite), max(finite)) if finite else ():
+            widest = max(widest, len(text(v)))
+        return max(widest, 5 if column.kind == "rate" else 0, len(fmt.NA))
+    for u in users:
+        v = as_num(u.get(key))
+        if v is not None and 0.0 <= v <= 100.0:
+            # a latency below 100 s reads in at most 7 cells ("99.9 ms"), one more for
+            # "≤" or ">"; both only for an approximate one over its SLO: "≤>99.9 ms".
+            # An attainment from 0 to 1, at most 5 ("99.9%").
+            if column.kind == "latency":
+                if widest >= 8 and not (u.get("approximate") is True and v > 0.0):
+                    continue
+                if widest >= 9:
+                    continue
+            elif widest >= 5 and v <= 1.0:
+                continue
+        widest = max(widest, text_width(cell_text(column, u, slo)))
+    return widest
+
+
+FIGURES = tuple(c for c in COLUMNS if c.kind != "text")
+_NO_CELL = Text("")
 
 
 @dataclass(frozen=True, slots=True)
 class RowCells:
-    """One user's cells in every column (:data:`COLUMNS`), each one's width and what it
-    shows (text and style), made once for as long as the user's figures do not change."""
+    """One user's cells in every column (:data:`COLUMNS`; the user column's is made
+    with the row, from the label shown) and what each shows (text and style), made
+    once for as long as the user's figures do not change."""
 
     user: Mapping[str, Any]
     cells: tuple[Text, ...]
-    lens: tuple[int, ...]
     sigs: tuple[tuple[str, str], ...]
 
 
 def row_cells(user: Mapping[str, Any], view: SnapView, pal: Palette, slo: Slo) -> RowCells:
-    cells = tuple(cell(c, user, view, pal, slo) for c in COLUMNS)
-    return RowCells(user, cells, tuple(c.cell_len for c in cells),
-                    tuple((c.plain, str(c.style)) for c in cells))
+    cells = (_NO_CELL, *(cell(c, user, view, pal, slo) for c in FIGURES))
+    return RowCells(user, cells, tuple((c.plain, str(c.style)) for c in cells))
 
 
 class UsersTable(FixedWidthTable):
@@ -258,18 +292,33 @@ class UsersTable(FixedWidthTable):
         self.palette = Palette()
         self._users: dict[str, str] = {}
         """Row key → user id (:data:`FOLD_KEY` for the fold)."""
-        self._rendered: list[tuple[str, CellSig]] | None = None
+        self._keys: list[str] | None = None
+        """The row keys in the table's order (None: the table is to be filled anew)."""
+        self._want: dict[str, tuple[Mapping[str, Any], str]] = {}
+        """Row key → what the row should show: the user's figures and its name's label."""
+        self._pending: set[str] = set()
+        """Rows whose cells may not be what ``_want`` says: made when drawn or read
+        (:meth:`fill_row`), or at a redraw for those in view. 3,000 users whose figures
+        all move: a refresh makes the 40 rows shown, not 3,000."""
+        self._row_keys: dict[str, RowKey] = {}
+        """Each row's key as the table has it (made once: a re-sort gives them new places)."""
+        self._shown_sig: dict[str, CellSig] = {}
+        """What each row's cells in the table show now (text and style)."""
+        self._cols: tuple[int, ...] = ()
+        """The shown columns' indices in :data:`COLUMNS` (the user column first)."""
         self._header: object = None
         self.shown_columns: list[Column] = list(COLUMNS)
         """The columns shown at the current width (``s`` cycles through these)."""
         self._shown = 0
         self._cells: dict[str, RowCells] = {}
-        """The last cells made for each user id, kept while its figures, the SLOs and the
+        """The last cells made for each row key, kept while its figures, the SLOs and the
         palette stay the same: a re-sort, and a refresh where few figures moved, make
         only the rows that changed."""
         self._cells_for: tuple[Slo, Palette] | None = None
         self._names_for: tuple[tuple[str, ...], int] | None = None
         self._names: dict[str, str] = {}
+        self._widest_for: frozenset[str] | None = None
+        self._widest_name = 0
 
     @property
     def sort_column(self) -> Column:
@@ -349,14 +398,18 @@ class UsersTable(FixedWidthTable):
         self.clear(columns=True)
         for key, (label, width) in labels.items():
             self.add_column(label, key=key, width=width)
-        self._rendered = None
+        self._keys = None
 
     def redraw(self, *, resorted: bool = False) -> None:
-        """Rebuild the rows (only when something visible changed); keep the cursor's user.
+        """Show the rows (only what changed); keep the cursor's user.
         Columns that do not fit the width are left out whole, never cut mid-value.
         ``resorted``: the reader asked for another order (s, S, a header click): a cursor
         on the first row stays on the first row, at the top of the new order (it is
-        what the reader sorted to see); one moved down follows its user."""
+        what the reader sorted to see); one moved down follows its user.
+
+        Every user is sorted (on raw figures) and measured (its figures' text, for the
+        columns' widths), but cells are made only for the rows in view here; the other
+        rows are made when they are drawn or read (:meth:`fill_row`)."""
         every = self.view.items("users")
         users = [u for u in every
                  if not is_fold(u) and matches(as_str(u.get("user")) or "", self.filter_text)]
@@ -364,14 +417,18 @@ class UsersTable(FixedWidthTable):
         ordered = sort_users(users, self.sort_column, self.sort_reverse)
         if not self.filter_text:  # the rest, folded into one row, always last
             ordered += [u for u in every if is_fold(u)]
-        table = self._row_cells(ordered)
+        slo = self.view.slo
+        fresh = self._cells_for != (slo, self.palette)
+        if fresh:  # every cell made again
+            self._cells_for, self._cells = (slo, self.palette), {}
+        names = [as_str(u.get("user")) or "" for u in ordered if not is_fold(u)]
         widths = {
             c.key: max(len(header_label(c, c is self.sort_column, True)),
                        KIND_WIDTH.get(c.kind, 0),
-                       max((row.lens[i] for row in table), default=0))
-            for i, c in enumerate(COLUMNS)
+                       self._widest(c, ordered, names, slo))
+            for c in COLUMNS
         }
-        visible, user_w = fit_columns(widths, available_cells(self, len(table)),
+        visible, user_w = fit_columns(widths, available_cells(self, len(ordered)),
                                       self.sort_column.key)
         widths["user"] = user_w
         # the cursor's user and the view before new headings (a re-sort moves the ▲/▼)
@@ -380,74 +437,120 @@ class UsersTable(FixedWidthTable):
         if resorted and at == 0:
             current, scroll_y = None, 0.0
         self._headers(visible, widths)
-        shown = [COLUMNS.index(c) for c in visible]
-        rows: list[tuple[str, str, list[Text]]] = []
-        signature: list[tuple[str, CellSig]] = []
+        cols = tuple(COLUMNS.index(c) for c in visible)
+        keys: list[str] = []
+        want: dict[str, tuple[Mapping[str, Any], str]] = {}
+        owners: dict[str, str] = {}
         seen: dict[str, int] = {}
         # cut together, so that names cut to the same label are cut in the middle instead
-        labels = iter(self._labels([as_str(u.get("user")) or "" for u in ordered
-                                    if not is_fold(u)], user_w))
-        rest = shown[1:]  # (the user column is always shown, first)
-        for u, entry in zip(ordered, table, strict=True):
-            name = as_str(u.get("user")) or ""
+        labels = iter(self._labels(names, user_w))
+        for u in ordered:
             user: str
             if is_fold(u):
-                key, user = FOLD_ROW, FOLD_KEY
-                first = Text(user_label(FOLD_LABEL, user_w), style=f"italic {self.palette.dim}")
+                key, user, label = FOLD_ROW, FOLD_KEY, user_label(FOLD_LABEL, user_w)
             else:
+                name = as_str(u.get("user")) or ""
                 seen[name] = seen.get(name, 0) + 1
-                key, user = row_key(name, seen[name]), name
-                first = Text(next(labels), no_wrap=True)
-            rows.append((key, user, [first, *(entry.cells[i] for i in rest)]))
-            signature.append(
-                (key, ((first.plain, str(first.style)), *(entry.sigs[i] for i in rest))))
-        if signature == self._rendered:
-            return
-        old = self._rendered
-        if old is not None and [k for k, _ in old] == [k for k, _ in signature]:
-            # the same users in the same order (a new header has set _rendered to None)
-            patch_cells(self, [k for k, _ in signature], [c.key for c in visible],
-                        [cs for _, cs in old], [cs for _, cs in signature],
-                        [cells for _, _, cells in rows])
-            self._rendered = signature
-            return
-        if old is not None and len(old) == len(signature) == self.row_count \
-                and cheap_reorder(old, signature):
-            # the same users in another order (a re-sort, or figures that moved on), few
-            # cells changed: those written in place, then the rows put in the new order
-            self._reorder(old, signature, [c.key for c in visible],
-                          [cells for _, _, cells in rows])
-            self._users = {key: user for key, user, _ in rows}
-            self._rendered = signature
-            if current is not None and current in self._users:
+                key, user, label = row_key(name, seen[name]), name, next(labels)
+            keys.append(key)
+            want[key] = (u, label)
+            owners[key] = user
+        if fresh or cols != self._cols or self._keys is None:
+            pending = set(keys)
+        else:
+            was = self._want
+            pending = {k for k in keys if was.get(k) != want[k]}
+            pending.update(k for k in self._pending if k in want)
+        self._cols, self._want, self._users = cols, want, owners
+        if len(self._cells) > len(want):  # users gone: their cells with them
+            self._cells = {k: v for k, v in self._cells.items() if k in want}
+        moved = False
+        if self._keys is None or len(keys) != len(self._keys) \
+                or set(keys) != set(self._keys):
+            # other users (or other columns): the rows added again, their cells made
+            # when drawn (a row shows nothing until then, and is never drawn before)
+            self.clear()
+            blank = [_NO_CELL] * len(cols)
+            self._row_keys = {key: self.add_row(*blank, key=key) for key in keys}
+            self._keys, self._shown_sig, self._pending = keys, {}, set(keys)
+            if current is not None and current in owners:
                 at = self.get_row_index(current)
-            # (the rows moved under the cursor, which stayed on its row number)
-            self.scroll_to(y=scroll_y, animate=False, immediate=True)
-            if at != self.cursor_row:
-                self.move_cursor(row=at, animate=False)
+            keep_view(self, at, scroll_y)  # a user gone: the row that took its place
+            moved = True
+        else:
+            self._pending = pending
+            if keys != self._keys:
+                # the same users in another order (a re-sort, or figures that moved on):
+                # the rows put in the new order, as DataTable.sort does
+                made = self._row_keys
+                self._row_locations = TwoWayDict({made[k]: i for i, k in enumerate(keys)})
+                self._keys = keys
+                if current is not None and current in owners:
+                    at = self.get_row_index(current)
+                # (the rows moved under the cursor, which stayed on its row number)
+                self.scroll_to(y=scroll_y, animate=False, immediate=True)
+                if at != self.cursor_row:
+                    self.move_cursor(row=at, animate=False)
+                moved = True
+        if not moved and not self._pending:
             return
-        self.clear()
-        self._users = {}
-        for key, user, cells in rows:
-            self.add_row(*cells, key=key)
-            self._users[key] = user
-        self._rendered = signature
-        if current is not None and current in self._users:
-            at = self.get_row_index(current)
-        keep_view(self, at, scroll_y)  # a user gone: the row that took its place
+        # every drawn row is cached by this count: none drawn again without fill_row
+        self._update_count += 1
+        top = max(0, int(self.scroll_y))
+        written = False
+        for key in keys[top:top + max(0, self.size.height)]:
+            written = self._fill(key) or written
+        if moved or written:
+            self.refresh()
 
-    def _reorder(self, old: Sequence[tuple[str, CellSig]], new: Sequence[tuple[str, CellSig]],
-                 columns: Sequence[str], cells: Sequence[Sequence[Text]]) -> None:
-        """The rows ``old`` (row key, what it shows) as ``new``: the same keys in
-        another order. Each row's changed cells are written, then the rows sorted."""
-        was = dict(old)
-        keys = [k for k, _ in new]
-        patch_cells(self, keys, columns, [was[k] for k in keys], [sig for _, sig in new],
-                    cells)
-        # DataTable.sort hands its key function the cells of the columns named: each
-        # row's first cell (a Text of its own, never shared) tells the row
-        rank = {id(self.get_cell(k, columns[0])): i for i, k in enumerate(keys)}
-        self.sort(columns[0], key=lambda first: rank[id(first)])
+    def fill_row(self, row_key: RowKey) -> None:
+        key = row_key.value
+        if isinstance(key, str) and key in self._pending:
+            self._fill(key)
+
+    def _fill(self, key: str) -> bool:
+        """Write row ``key``'s cells that are not what it should show; whether any was."""
+        self._pending.discard(key)
+        got = self._want.get(key)
+        if got is None:
+            return False
+        u, label = got
+        entry = self._cells.get(key)
+        if entry is None or entry.user != u:
+            slo = self._cells_for[0] if self._cells_for is not None else self.view.slo
+            entry = self._cells[key] = row_cells(u, self.view, self.palette, slo)
+        if key == FOLD_ROW:
+            first = Text(label, style=f"italic {self.palette.dim}")
+        else:
+            first = Text(label, no_wrap=True)
+        rest = self._cols[1:]  # (the user column is always shown, first)
+        sig = ((first.plain, str(first.style)), *(entry.sigs[i] for i in rest))
+        was = self._shown_sig.get(key)
+        if was == sig:
+            return False
+        self._shown_sig[key] = sig
+        data = self._data.get(RowKey(key))
+        if data is None:
+            return False
+        cells = (first, *(entry.cells[i] for i in rest))
+        for i, (column, value) in enumerate(zip(self.columns, cells, strict=True)):
+            if was is None or was[i] != sig[i]:
+                data[column] = value
+        return True
+
+    def _widest(self, column: Column, ordered: Sequence[Mapping[str, Any]],
+                names: list[str], slo: Slo) -> int:
+        """The widest cell of ``column`` over every row, or less where that is no
+        wider than the column's heading and :data:`KIND_WIDTH` (no cell made)."""
+        if column.kind == "text":
+            named = frozenset(names)
+            if self._widest_for != named:
+                self._widest_for = named
+                self._widest_name = max((cell_len(user_label(n)) for n in named), default=0)
+            fold = len(FOLD_LABEL) if any(is_fold(u) for u in ordered[-1:]) else 0
+            return max(self._widest_name, fold)
+        base = max(len(column.label), KIND_WIDTH.get(column.kind, 0))
+        return widest_figure(column, ordered, slo, base)
 
     def _labels(self, names: list[str], width: int) -> list[str]:
         """``fmt.names(names, width)``, worked out again only for other names or another
@@ -457,25 +560,6 @@ class UsersTable(FixedWidthTable):
             self._names_for = key
             self._names = dict(zip(names, fmt.names(names, width), strict=True))
         return [self._names[n] for n in names]
-
-    def _row_cells(self, ordered: Sequence[Mapping[str, Any]]) -> list[RowCells]:
-        """Each user's cells: made again only for a user whose figures changed (or all of
-        them when the SLOs or the palette did)."""
-        slo = self.view.slo
-        if self._cells_for != (slo, self.palette):
-            self._cells_for, self._cells = (slo, self.palette), {}
-        old: dict[str, RowCells] = self._cells
-        new: dict[str, RowCells] = {}
-        out = []
-        for u in ordered:
-            name = FOLD_KEY if is_fold(u) else as_str(u.get("user")) or ""
-            entry = old.get(name)
-            if entry is None or entry.user != u:
-                entry = row_cells(u, self.view, self.palette, slo)
-            new.setdefault(name, entry)
-            out.append(entry)
-        self._cells = new
-        return out
 
     def subtitle(self) -> Text:
         """"N users" (+ "others" when the proxy folded the rest into one row, "≈ K
