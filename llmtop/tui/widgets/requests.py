@@ -229,6 +229,15 @@ class RequestsTable(FixedWidthTable):
         if self._last is not None:
             self.show_requests(*self._last)
 
+    def _resize_rows(self, rows: int, columns: int) -> None:
+        """``rows`` rows, keyed by their number: those past it taken off the end, new
+        ones (empty, to be written) added at the end."""
+        for i in range(self.row_count - 1, rows - 1, -1):
+            self.remove_row(str(i))
+        blank = [Text("")] * columns
+        for i in range(self.row_count, rows):
+            self.add_row(*blank, key=str(i))
+
     def _set_title(self, stale: str | None, palette: Palette) -> None:
         titled = (self.title, self.filter_text, stale, palette.warn)
         if titled == self._titled:
@@ -304,6 +313,20 @@ class RequestsTable(FixedWidthTable):
         cursor, scroll_y = self.cursor_row, self.scroll_y
         if was is not None and request_key(was) in keys:
             cursor = keys.index(request_key(was))
+        if old is not None and old[0] == signature[0] and self.columns \
+                and self.shown_columns == shown and len(old[2]) == self.row_count:
+            # the same columns, requests that started or ended: a row is a place (its
+            # key its number), so the rows there stay and take their new cells, rows
+            # are added or taken off at the end. Clearing and adding 500 rows again at
+            # every request that started or ended was most of a refresh.
+            self._resize_rows(len(table), len(shown))
+            patch_cells(self, [str(i) for i in range(len(table))], list(shown),
+                        [*old[2][:len(table)],
+                         *[(("", ""),) * len(shown)] * (len(table) - len(old[2]))],
+                        sigs, table)
+            if self.row_count and cursor != self.cursor_row:
+                self.move_cursor(row=min(cursor, self.row_count - 1), animate=False)
+            return
         if self.shown_columns != shown or not self.columns:
             self.clear(columns=True)
             for key, width in shown.items():

@@ -1,0 +1,80 @@
+"""Requests that start or end no longer clear the active requests' table and add every
+row again (500 rows at nearly every refresh of a busy proxy): a row is a place, so the
+rows there take their new cells, and rows are added or taken off at the end. What the
+table shows must be what a table built from scratch on the same requests shows, and the
+cursor must stay on its request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tui_support import FIXED_NOW, FixtureSource, until
+
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.snapview import request_key
+from llmtop.tui.widgets.requests import RequestsTable
+
+SIZE = (160, 48)
+
+
+def request(i: int) -> dict[str, Any]:
+    waiting = i % 4 == 0
+    return {"id": f"r-{i:04d}", "user": f"user-{i % 7}", "model": "sim-8b",
+            "state": "waiting" if waiting else "streaming", "age_s": 100.0 - i * 0.5,
+            "ttft_s": None if waiting else 0.2 + (i % 5) / 10,
+            "completion_tokens": 0 if waiting else 10 * i, "tps": None if waiting else 30.0}
+
+
+def text(table: RequestsTable) -> list[str]:
+    return [table.render_line(y).text for y in range(table.size.height)]
+
+
+def cursor_id(table: RequestsTable) -> str | None:
+    row = table.request_for(str(table.cursor_row))
+    return None if row is None else request_key(row)[1]
+
+
+async def from_scratch(requests: list[dict[str, Any]]) -> list[str]:
+    source = FixtureSource("saturated")
+    source.requests = requests
+    app = LlmtopApp(source, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.dashboard.requests
+        await until(pilot, lambda: table.row_count == len(requests), what="the requests")
+        await pilot.pause()
+        return text(table)
+
+
+async def test_requests_that_start_and_end_are_written_in_place() -> None:
+    source = FixtureSource("saturated")
+    source.requests = [request(i) for i in range(40)]
+    app = LlmtopApp(source, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.dashboard.requests
+        await until(pilot, lambda: table.row_count == 40, what="40 requests")
+        await pilot.press("tab", *["down"] * 5)
+        await until(pilot, lambda: cursor_id(table) == "r-0005", what="the cursor on r-0005")
+        before = dict(table.rows)
+        # the 3 oldest end, 2 start; everyone's age moves on
+        source.requests = [request(i) for i in range(3, 42)]
+        for r in source.requests:
+            r["age_s"] += 1.0
+        assert await app.refresh_now()
+        await until(pilot, lambda: table.row_count == 39, what="39 requests")
+        await pilot.pause()
+        now = dict(table.rows)
+        assert all(now[k] is before[k] for k in now)  # the same rows, not added again
+        assert cursor_id(table) == "r-0005" and table.cursor_row == 2
+        shown = text(table)
+        # fewer requests than rows: rows taken off the end
+        source.requests = source.requests[:30]
+        assert await app.refresh_now()
+        await until(pilot, lambda: table.row_count == 30, what="30 requests")
+        await pilot.pause()
+        assert all(table.rows[k] is before[k] for k in table.rows)
+        assert cursor_id(table) == "r-0005"
+        fewer = text(table)
+    assert shown == await from_scratch([request(i) | {"age_s": request(i)["age_s"] + 1.0}
+                                        for i in range(3, 42)])
+    assert fewer == await from_scratch([request(i) | {"age_s": request(i)["age_s"] + 1.0}
+                                        for i in range(3, 33)])
