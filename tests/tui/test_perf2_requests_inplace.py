@@ -6,13 +6,17 @@ cursor must stay on its request."""
 
 from __future__ import annotations
 
+import math
+import random
 from typing import Any
 
 from tui_support import FIXED_NOW, FixtureSource, until
 
+from llmtop.tui import fmt
 from llmtop.tui.app import LlmtopApp
+from llmtop.tui.palette import Palette
 from llmtop.tui.snapview import request_key
-from llmtop.tui.widgets.requests import RequestsTable
+from llmtop.tui.widgets.requests import RequestsTable, request_cells, request_widths
 
 SIZE = (160, 48)
 
@@ -78,3 +82,38 @@ async def test_requests_that_start_and_end_are_written_in_place() -> None:
                                         for i in range(3, 42)])
     assert fewer == await from_scratch([request(i) | {"age_s": request(i)["age_s"] + 1.0}
                                         for i in range(3, 33)])
+
+
+def test_request_widths_are_the_cells_widths() -> None:
+    """The columns' widths are worked out without making the cells; they must be the
+    widths of the cells made."""
+    rng = random.Random(46)
+    strings = ["", "a", "batch-job", "日本語のユーザー名はとても長い", "\x1b[2Jevil\x07",
+               "\u202eabc", "x" * 40, "sim-8b", "waiting", "streaming", "µ", None, 7]
+    widths: dict[tuple[str, str], int] = {}
+    pal = Palette()
+
+    def number() -> Any:
+        return rng.choice([None, 0, -1.5, math.nan, math.inf, 0.5004, 1e-7,
+                           rng.random() * 10 ** rng.randint(-6, 9)])
+
+    for _ in range(3000):
+        r = {"id": rng.choice(strings), "user": rng.choice(strings),
+             "model": rng.choice(strings), "state": rng.choice(strings),
+             "age_s": number(), "ttft_s": number(), "tps": number(),
+             rng.choice(["completion_tokens", "tokens"]): number()}
+        slo = rng.choice([None, 0.5])
+        cells = request_cells(r, pal, slo)
+        assert request_widths(r, slo, widths) == {k: c.cell_len for k, c in cells.items()}, r
+
+
+def test_labels_kept_are_fmt_names() -> None:
+    table = RequestsTable()
+    rng = random.Random(7)
+    pool = ["svc-eu-west-1-worker-017", "svc-eu-west-1-worker-018", "alice", "", "bob",
+            "svc-eu-west-1-worker-019-long-name"]
+    for _ in range(300):
+        names = [rng.choice(pool) for _ in range(rng.randint(0, 12))]
+        width = rng.randint(1, 24)
+        assert table._names(names, "user", width, "(empty)") == \
+            fmt.names(names, width, "(empty)"), (names, width)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -27,6 +28,7 @@ from llmtop.tui.widgets.users import (
     keep_view,
     matches,
     patch_cells,
+    text_width,
 )
 
 MAX_ROWS = 500
@@ -131,6 +133,42 @@ def request_cells(
     }
 
 
+def request_widths(r: Mapping[str, Any], ttft_slo: float | None,
+                   names: dict[tuple[str, str], int]) -> dict[str, int]:
+    """Each cell's width in ``request_cells(r, ..., TEXT_WIDTH)``, without making its
+    cells (every column's width is the widest of up to 500 rows: they were made twice at
+    every refresh, once to be measured). ``names``: the widths of the client-chosen
+    strings met so far (id, user, model and state), kept from one refresh to the next."""
+
+    def width(key: str, s: str) -> int:
+        got = names.get((key, s))
+        if got is None:
+            if key == "state":
+                got = cell_len(printable(s))
+            else:
+                empty = {"id": "?", "model": fmt.NA}.get(key, "(empty)")
+                got = cell_len(fmt.name(s, TEXT_WIDTH[key], empty))
+            names[(key, s)] = got
+        return got
+
+    state = as_str(r.get("state")) or "?"
+    ttft = as_num(r.get("ttft_s"))
+    tokens = as_num(r.get("completion_tokens"))
+    if tokens is None:
+        tokens = as_num(r.get("tokens"))
+    return {
+        "id": width("id", as_str(r.get("id")) or ""),
+        "user": width("user", as_str(r.get("user")) or ""),
+        "model": width("model", as_str(r.get("model")) or ""),
+        "state": width("state", state),
+        "ttft": (text_width(fmt.latency_against(ttft, ttft_slo)) if ttft is not None
+                 else width("state", state)),
+        "age": text_width(fmt.latency(as_num(r.get("age_s")))),
+        "tokens": text_width(fmt.count(tokens)),
+        "tps": text_width(fmt.rate(as_num(r.get("tps")))),
+    }
+
+
 def fit_columns(natural: Mapping[str, int], avail: int,
                 layout: Layout = SEVERAL_USERS) -> dict[str, int]:
     """The columns to show in ``avail`` cells and their widths (``layout``'s order).
@@ -208,6 +246,10 @@ class RequestsTable(FixedWidthTable):
         self._subtitle: str | None = None
         self._rendered: tuple[tuple[tuple[str, int], ...], list[tuple[str | None, str | None]],
                               list[CellSig]] | None = None
+        self._widths: dict[tuple[str, str], int] = {}
+        """The widths of the ids, users, models and states met (:func:`request_widths`)."""
+        self._labels: dict[str, tuple[tuple[frozenset[str], int, str], dict[str, str]]] = {}
+        """The last labels of the users and the models (:meth:`_names`)."""
         self._rows: list[Mapping[str, Any]] = []
         """The requests shown, in row order (row key ``str(i)`` is ``_rows[i]``)."""
 
@@ -228,6 +270,18 @@ class RequestsTable(FixedWidthTable):
     def on_resize(self) -> None:
         if self._last is not None:
             self.show_requests(*self._last)
+
+    def _names(self, strings: list[str], key: str, width: int, empty: str) -> list[str]:
+        """``fmt.names(strings, width, empty)``, worked out again only for another set of
+        strings or width: a string's label depends on the others, not on their order
+        or how many times each comes (the same few users on 500 rows)."""
+        kept = self._labels.get(key)
+        named = (frozenset(strings), width, empty)
+        if kept is None or kept[0] != named:
+            unique = list(dict.fromkeys(strings))
+            kept = self._labels[key] = (named, dict(zip(unique, fmt.names(unique, width, empty),
+                                                        strict=True)))
+        return [kept[1][s] for s in strings]
 
     def _resize_rows(self, rows: int, columns: int) -> None:
         """``rows`` rows, keyed by their number: those past it taken off the end, new
@@ -278,19 +332,21 @@ class RequestsTable(FixedWidthTable):
         # does not show (the engine's id) have moved on
         self._rows = ordered
         layout = self.columns_layout
-        full = [request_cells(r, palette, ttft_slo) for r in ordered]
+        if len(self._widths) > 4 * len(ordered) + 256:  # ids that have come and gone
+            self._widths = {}
+        measured = [request_widths(r, ttft_slo, self._widths) for r in ordered]
         natural = {
             key: max([len(LABELS[key][0]), FIGURE_WIDTH.get(key, 0),
-                      *(row[key].cell_len for row in full)])
+                      *(row[key] for row in measured)])
             for key in layout.columns
         }
-        shown = fit_columns(natural, available_cells(self, len(full)), layout)
+        shown = fit_columns(natural, available_cells(self, len(ordered)), layout)
         clip = {**TEXT_WIDTH, **{k: w for k, w in shown.items() if k in TEXT_WIDTH}}
-        if clip != TEXT_WIDTH:  # a text column narrower than its widest: cut again
-            full = [request_cells(r, palette, ttft_slo, clip) for r in ordered]
+        full = [request_cells(r, palette, ttft_slo, clip) for r in ordered]
         for key, empty in (("user", "(empty)"), ("model", fmt.NA)):
             # cut together: names cut to the same label are cut in the middle instead
-            labels = fmt.names([as_str(r.get(key)) or "" for r in ordered], clip[key], empty)
+            labels = self._names([as_str(r.get(key)) or "" for r in ordered], key,
+                                 clip[key], empty)
             for cells, label in zip(full, labels, strict=True):
                 cells[key] = Text(label, style=cells[key].style, no_wrap=True)
         table = [[cells[key] for key in shown] for cells in full]
