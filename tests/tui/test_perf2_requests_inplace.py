@@ -117,3 +117,49 @@ def test_labels_kept_are_fmt_names() -> None:
         width = rng.randint(1, 24)
         assert table._names(names, "user", width, "(empty)") == \
             fmt.names(names, width, "(empty)"), (names, width)
+
+
+def stored(table: RequestsTable, row: int) -> list[str]:
+    """Row ``row``'s cells as the table holds them, without making them (``get_row``
+    would)."""
+    return [c.plain for c in table._data[table._row_locations.get_key(row)].values()]
+
+
+def drawn(table: RequestsTable, row: int) -> str:
+    y = row - int(table.scroll_y) + 1  # (the header's line first)
+    assert 1 <= y < table.size.height, (row, table.scroll_y)
+    return table.render_line(y).text
+
+
+async def test_a_request_row_out_of_view_is_made_when_scrolled_to() -> None:
+    source = FixtureSource("saturated")
+    source.requests = [request(i) for i in range(120)]
+    app = LlmtopApp(source, refresh_hz=0, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.dashboard.requests
+        await until(pilot, lambda: table.row_count == 120, what="120 requests")
+        await pilot.pause()
+        assert table.size.height < 100
+        assert all(t == "" for t in stored(table, 119))  # never drawn, never made
+        table.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        line = drawn(table, 119)
+        last = request(119)
+        assert "r-0119" in line and fmt.latency(last["age_s"]) in line, line
+        assert fmt.count(last["completion_tokens"]) in line, line
+        table.scroll_home(animate=False, immediate=True)
+        await pilot.pause()
+        source.requests[119]["completion_tokens"] = 876_543  # out of view
+        source.requests[119]["age_s"] += 0.25
+        assert await app.refresh_now()
+        await pilot.pause()
+        assert "876,543" not in stored(table, 119)  # not made while out of view
+        table.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        assert "876,543" in drawn(table, 119), drawn(table, 119)
+        assert fmt.latency(last["age_s"] + 0.25) in drawn(table, 119)
+        # what get_row gives is made first, for a row out of view as well
+        source.requests[0]["completion_tokens"] = 765_432
+        assert await app.refresh_now()
+        await pilot.pause()
+        assert "765,432" in [c.plain for c in table.get_row_at(0)]

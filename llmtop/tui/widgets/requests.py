@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from llmtop.textsafe import printable
 from llmtop.tui import fmt
@@ -27,7 +28,6 @@ from llmtop.tui.widgets.users import (
     available_cells,
     keep_view,
     matches,
-    patch_cells,
     text_width,
 )
 
@@ -244,8 +244,17 @@ class RequestsTable(FixedWidthTable):
                           str | None] | None = None
         self._titled: tuple[str, str, str | None, str] | None = None
         self._subtitle: str | None = None
-        self._rendered: tuple[tuple[tuple[str, int], ...], list[tuple[str | None, str | None]],
-                              list[CellSig]] | None = None
+        self._keys: list[tuple[str | None, str | None]] | None = None
+        """The shown requests' keys, in row order."""
+        self._want: list[tuple[Mapping[str, Any], str, str]] = []
+        """What each row should show: its request, its user's and its model's labels."""
+        self._made_for: tuple[Palette, float | None, tuple[tuple[str, int], ...],
+                              tuple[tuple[str, int], ...]] | None = None
+        """What the cells are made with: palette, TTFT SLO, text widths, the columns."""
+        self._pending: set[int] = set()
+        """Rows whose cells may not be what ``_want`` says (made when drawn or read)."""
+        self._shown_sig: dict[int, CellSig] = {}
+        """What each row's cells in the table show now (text and style)."""
         self._widths: dict[tuple[str, str], int] = {}
         """The widths of the ids, users, models and states met (:func:`request_widths`)."""
         self._labels: dict[str, tuple[tuple[frozenset[str], int, str], dict[str, str]]] = {}
@@ -342,47 +351,29 @@ class RequestsTable(FixedWidthTable):
         }
         shown = fit_columns(natural, available_cells(self, len(ordered)), layout)
         clip = {**TEXT_WIDTH, **{k: w for k, w in shown.items() if k in TEXT_WIDTH}}
-        full = [request_cells(r, palette, ttft_slo, clip) for r in ordered]
-        for key, empty in (("user", "(empty)"), ("model", fmt.NA)):
-            # cut together: names cut to the same label are cut in the middle instead
-            labels = self._names([as_str(r.get(key)) or "" for r in ordered], key,
-                                 clip[key], empty)
-            for cells, label in zip(full, labels, strict=True):
-                cells[key] = Text(label, style=cells[key].style, no_wrap=True)
-        table = [[cells[key] for key in shown] for cells in full]
+        labels = {key: self._names([as_str(r.get(key)) or "" for r in ordered], key,
+                                   clip[key], empty)
+                  for key, empty in (("user", "(empty)"), ("model", fmt.NA))}
+        # cut together: names cut to the same label are cut in the middle instead
+        want = list(zip(ordered, labels["user"], labels["model"], strict=True))
         keys = [request_key(r) for r in ordered]
-        sigs = [tuple((c.plain, str(c.style)) for c in cells) for cells in table]
-        signature = (tuple(shown.items()), keys, sigs)
-        more = len(picked) - len(table)
+        more = len(picked) - len(want)
         sub = (f"{len(picked)} of {len(mine)} active" if self.filter_text
                else f"{len(picked)} active") + (f" · {more} not shown" if more > 0 else "")
         if sub != self._subtitle:  # (setting it redraws the table, changed or not)
             self._subtitle = self.border_subtitle = sub
-        if signature == self._rendered:
-            return
-        old, self._rendered = self._rendered, signature
-        if old is not None and old[:2] == signature[:2] and self.columns:
-            # the same requests in the same order and columns: the figures that moved on
-            patch_cells(self, [str(i) for i in range(len(table))], list(shown), old[2], sigs,
-                        table)
-            return
+        made_for = (palette, ttft_slo, tuple(clip.items()), tuple(shown.items()))
+        old = self._want
+        if made_for != self._made_for:
+            pending = set(range(len(want)))
+        else:
+            pending = {i for i, w in enumerate(want) if i >= len(old) or old[i] != w}
+            pending.update(i for i in self._pending if i < len(want))
+        self._made_for, self._want = made_for, want
         cursor, scroll_y = self.cursor_row, self.scroll_y
         if was is not None and request_key(was) in keys:
             cursor = keys.index(request_key(was))
-        if old is not None and old[0] == signature[0] and self.columns \
-                and self.shown_columns == shown and len(old[2]) == self.row_count:
-            # the same columns, requests that started or ended: a row is a place (its
-            # key its number), so the rows there stay and take their new cells, rows
-            # are added or taken off at the end. Clearing and adding 500 rows again at
-            # every request that started or ended was most of a refresh.
-            self._resize_rows(len(table), len(shown))
-            patch_cells(self, [str(i) for i in range(len(table))], list(shown),
-                        [*old[2][:len(table)],
-                         *[(("", ""),) * len(shown)] * (len(table) - len(old[2]))],
-                        sigs, table)
-            if self.row_count and cursor != self.cursor_row:
-                self.move_cursor(row=min(cursor, self.row_count - 1), animate=False)
-            return
+        moved = False
         if self.shown_columns != shown or not self.columns:
             self.clear(columns=True)
             for key, width in shown.items():
@@ -390,7 +381,59 @@ class RequestsTable(FixedWidthTable):
                 self.add_column(Text(label, justify="right" if right else "left"),
                                 key=key, width=width)
             self.shown_columns = shown
-        self.clear()
-        for i, row in enumerate(table):
-            self.add_row(*row, key=str(i))
-        keep_view(self, cursor, scroll_y)  # a request ended: the row that took its place
+            self._shown_sig = {}
+            self._resize_rows(len(want), len(shown))
+            keep_view(self, cursor, scroll_y)
+            pending, moved = set(range(len(want))), True
+        elif keys != self._keys:
+            # requests that started or ended: a row is a place (its key its number),
+            # so the rows there stay and take their new cells, rows are added or taken
+            # off at the end. Clearing and adding 500 rows again at every request that
+            # started or ended was most of a refresh.
+            if len(want) != self.row_count:
+                self._resize_rows(len(want), len(shown))
+                self._shown_sig = {i: v for i, v in self._shown_sig.items() if i < len(want)}
+            if self.row_count and cursor != self.cursor_row:
+                self.move_cursor(row=min(cursor, self.row_count - 1), animate=False)
+            moved = True
+        self._keys, self._pending = keys, pending
+        if not moved and not pending:
+            return
+        # every drawn row is cached by this count: none drawn again without fill_row
+        self._update_count += 1
+        top = max(0, int(self.scroll_y))
+        written = False
+        for i in range(top, min(len(want), top + max(0, self.size.height))):
+            written = self._fill(i) or written
+        if moved or written:
+            self.refresh()
+
+    def fill_row(self, row_key: RowKey) -> None:
+        key = row_key.value
+        if isinstance(key, str) and key.isdigit() and int(key) in self._pending:
+            self._fill(int(key))
+
+    def _fill(self, i: int) -> bool:
+        """Write row ``i``'s cells that are not what it should show; whether any was.
+        Only the rows drawn (or read) are made: 500 rows whose ages all move, ~20 shown."""
+        self._pending.discard(i)
+        if i >= len(self._want) or self._made_for is None:
+            return False
+        r, user, model = self._want[i]
+        palette, ttft_slo, clip, shown = self._made_for
+        cells = request_cells(r, palette, ttft_slo, dict(clip))
+        cells["user"] = Text(user, style=cells["user"].style, no_wrap=True)
+        cells["model"] = Text(model, style=cells["model"].style, no_wrap=True)
+        row = [cells[key] for key, _ in shown]
+        sig = tuple((c.plain, str(c.style)) for c in row)
+        was = self._shown_sig.get(i)
+        if was == sig:
+            return False
+        self._shown_sig[i] = sig
+        data = self._data.get(RowKey(str(i)))
+        if data is None:
+            return False
+        for n, (column, value) in enumerate(zip(self.columns, row, strict=True)):
+            if was is None or was[n] != sig[n]:
+                data[column] = value
+        return True
