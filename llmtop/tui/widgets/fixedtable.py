@@ -80,17 +80,3 @@ class FixedWidthTable(DataTable[Text]):
         header = self.header_height if self.show_header else 0
         self.virtual_size = Size(width + self._row_label_column_width,
                                  self._total_row_height + header)
-
-    def write_cells(self, cells: Iterable[tuple[str, str, Text]]) -> None:
-        """``update_cell(row, column, value)`` for each of ``cells`` (rows and columns
-        already there), the table refreshed once: ``update_cell`` refreshes the whole
-        widget at each cell (3,000 users' changed figures: a quarter of a refresh)."""
-        data = self._data
-        written = False
-        for row, column, value in cells:
-            data[RowKey(row)][ColumnKey(column)] = value
-            written = True
-        if written:
-            # every rendered cell, row and line is cached by this count: drawn anew
-            self._update_count += 1
-            self.refresh()

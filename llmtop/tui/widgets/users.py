@@ -147,19 +147,6 @@ CellSig = tuple[tuple[str, str], ...]
 """What a row shows: each cell's text and style."""
 
 
-def patch_cells(table: FixedWidthTable, row_keys: Sequence[str], columns: Sequence[str],
-                old: Sequence[CellSig], new: Sequence[CellSig],
-                cells: Sequence[Sequence[Text]]) -> None:
-    """The same rows as before, in the same order, some figures changed: only the cells
-    that changed are written, in place. Clearing and adding every row again made the
-    table measure every cell anew at each refresh (2,000 users: most of a refresh's
-    time, the keys waiting behind it), and lost the cursor and the view."""
-    table.write_cells(
-        (key, column, value)
-        for key, was, now, row in zip(row_keys, old, new, cells, strict=True) if was != now
-        for column, a, b, value in zip(columns, was, now, row, strict=True) if a != b)
-
-
 def matches(name: str, needle: str) -> bool:
     return not needle or needle.casefold() in name.casefold()
 
