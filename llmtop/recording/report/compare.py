@@ -21,6 +21,8 @@ from llmtop.recording.report.fmt import (
     PERCENTILE_NOTE,
     attainment,
     before_start_note,
+    compact,
+    compact_all,
     dist,
     file_notes,
     no_footer,
@@ -54,14 +56,17 @@ def served_models(c: dict[str, Any]) -> set[str]:
     return set(ok) if ok else set(c["models"])
 
 
+def _names(names: Any) -> str:
+    return ", ".join(compact(n) for n in sorted(names)) or NA
+
+
 def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Every way the two recordings' conditions differ enough to make ratios misleading."""
     ca, cb = a["conditions"], b["conditions"]
     out: list[str] = []
     ma, mb = served_models(ca), served_models(cb)
-    if ma != mb:
-        out.append(f"different models: A {', '.join(sorted(ma)) or NA}; "
-                   f"B {', '.join(sorted(mb)) or NA}")
+    if ma != mb:  # (names compared whole, shown compact: a 5,000-character GPU name too)
+        out.append(f"different models: A {_names(ma)}; B {_names(mb)}")
     if ca["slo"] != cb["slo"]:
         out.append(f"different SLOs: A {slo_text(ca['slo'])}; B {slo_text(cb['slo'])} — "
                    "attainment, goodput and capacity are judged against different targets")
@@ -88,10 +93,10 @@ def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     ga = sorted(g.split(": ", 1)[-1] for g in ca["gpus"])
     gb = sorted(g.split(": ", 1)[-1] for g in cb["gpus"])
     if ga and gb and ga != gb:
-        out.append(f"different GPUs: A {', '.join(ga)}; B {', '.join(gb)}")
+        out.append(f"different GPUs: A {_names(ga)}; B {_names(gb)}")
     ea, eb = ca.get("engine_kind"), cb.get("engine_kind")
     if ea and eb and ea != eb:
-        out.append(f"different engines: A {ea}; B {eb}")
+        out.append(f"different engines: A {compact(ea)}; B {compact(eb)}")
     return out
 
 
@@ -116,8 +121,8 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         out.append(f"{PEAK}: over {num(windows[0], 0)} s windows in A, {num(windows[1], 0)} s "
                    "in B (the series' window grows with a recording's length): no ratio")
     if a["conditions"]["upstream"] != b["conditions"]["upstream"]:
-        out.append(f"upstreams: A {a['conditions']['upstream'] or NA}; "
-                   f"B {b['conditions']['upstream'] or NA}")
+        out.append(f"upstreams: A {compact(a['conditions']['upstream'] or NA)}; "
+                   f"B {compact(b['conditions']['upstream'] or NA)}")
     for tag, r in (("A", a), ("B", b)):
         n = r["conditions"]["requests"]
         if n == 0:
@@ -271,8 +276,17 @@ def figure_rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def render_compare_text(a: dict[str, Any], b: dict[str, Any]) -> str:
+def shown(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The comparison of ``a`` and ``b``, and the two reports, as the text and HTML show
+    them: judged on the whole names, every name then :func:`~fmt.compact` (the warnings and
+    notes already shorten the names they quote)."""
     cmp = comparison(a, b)
+    cmp["a"], cmp["b"] = compact(cmp["a"]), compact(cmp["b"])
+    return cmp, compact_all(a), compact_all(b)
+
+
+def render_compare_text(a: dict[str, Any], b: dict[str, Any]) -> str:
+    cmp, a, b = shown(a, b)
     out = ["llmtop report — comparison", f"  A: {cmp['a']}", f"  B: {cmp['b']}", ""]
     if cmp["warnings"] and cmp["slo_only_differs"]:
         out.append("WARNING: the recordings are judged against different SLOs; the B/A "

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Final
+
+from llmtop.textsafe import printable
 
 NA = "n/a"
 PERCENTILE_NOTE = ("percentiles and max from HDR histograms, as live: within 0.1% of a "
@@ -12,6 +14,43 @@ PERCENTILE_NOTE = ("percentiles and max from HDR histograms, as live: within 0.1
 FOLD_LABEL = "(others)"
 """The per-user row of every user past the top N (``tracked`` false, named "other" in the
 snapshot), as the TUI shows it: never taken for a user called "other"."""
+
+
+MAX_SHOWN: Final = 240
+"""The most characters of one string a text or HTML report shows. Names a proxy writes fit
+(users are cut at 128, models at 200, errors at 300 with their "…"); a longer one (a GPU
+name, a warning's message, a name in a recording made or edited elsewhere) is shortened by
+:func:`compact`. The JSON report keeps every string whole."""
+
+
+def compact(s: str, limit: int = MAX_SHOWN) -> str:
+    """``s`` made :func:`~llmtop.textsafe.printable` and, when longer than ``limit``
+    characters, cut to its start and end around "…" with its length said:
+    ``GGGG…HHHH (5,014 characters)``. Both ends are kept (names that differ only at the
+    end stay apart); idempotent."""
+    s = printable(s)
+    if len(s) <= limit:
+        return s
+    keep = max(limit - 24, 2)  # room for "… (1,234,567 characters)"
+    head = keep * 2 // 3
+    return f"{s[:head]}…{s[len(s) - (keep - head):]} ({len(s):,} characters)"
+
+
+def compact_all(v: Any) -> Any:
+    """``v`` (a report or comparison as data) with every string in it, keys too,
+    :func:`compact`: what the text and HTML reports render, so that no name or message
+    of any length is printed whole. Two keys alike once shortened keep their own names."""
+    if isinstance(v, str):
+        return compact(v)
+    if isinstance(v, dict):
+        out: dict[Any, Any] = {}
+        for k, x in v.items():
+            ck = compact(k) if isinstance(k, str) else k
+            out[k if ck in out else ck] = compact_all(x)
+        return out
+    if isinstance(v, list | tuple):
+        return type(v)(compact_all(x) for x in v)
+    return v
 
 
 def user_name(row: Any) -> str:

@@ -8,7 +8,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from llmtop.recording.report.compare import comparison, condition_rows, figure_rows
+from llmtop.recording.report.compare import condition_rows, figure_rows, shown
 from llmtop.recording.report.fmt import (
     NA,
     arrivals_text,
@@ -16,6 +16,7 @@ from llmtop.recording.report.fmt import (
     before_start_note,
     capacity_text,
     carried,
+    compact_all,
     dist,
     duration,
     file_notes,
@@ -151,7 +152,9 @@ def slowest_section(r: dict[str, Any]) -> str:
 
 
 def render_html(r: dict[str, Any]) -> str:
-    """The complete page."""
+    """The complete page; every name and message in it compact
+    (:func:`~llmtop.recording.report.fmt.compact_all`)."""
+    r = compact_all(r)
     src = r["source"]
     begin = r["conditions"]["started_at"]
     target = r["slo"].get("target")  # (shares below it never read as it: fmt.attainment)
@@ -307,7 +310,7 @@ def render_html(r: dict[str, Any]) -> str:
 def render_compare_html(a: dict[str, Any], b: dict[str, Any]) -> str:
     """Two recordings side by side; differing conditions in a warning box before any
     figure."""
-    cmp = comparison(a, b)
+    cmp, a, b = shown(a, b)
     title = f"llmtop comparison — {cmp['a']} vs {cmp['b']}"
     parts = [
         "<!DOCTYPE html>",

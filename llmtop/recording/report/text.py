@@ -15,6 +15,7 @@ from llmtop.recording.report.fmt import (
     before_start_note,
     capacity_text,
     carried,
+    compact_all,
     dist,
     duration,
     file_notes,
@@ -152,7 +153,9 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
 
 
 def render_text(r: dict[str, Any]) -> str:
-    """The whole report as text (ends with a newline)."""
+    """The whole report as text (ends with a newline); every name and message in it
+    compact (:func:`~llmtop.recording.report.fmt.compact_all`)."""
+    r = compact_all(r)
     out: list[str] = [f"llmtop report — {r['source']['file']}", ""]
     target = r["slo"].get("target")  # (shares below it never read as it: fmt.attainment)
     out += ["CONDITIONS", *conditions_lines(r), ""]
