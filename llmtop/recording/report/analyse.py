@@ -326,12 +326,17 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
     divide by, so the mean is THROUGHPUT's requests/s): the mean, the busiest 10 s and
     busiest second (windows from the start; a last partial window joins the one before,
     so every rate is over at least the window's length and the mean never exceeds a
-    peak), and the dispersion index of arrivals per second."""
+    peak), and the dispersion index of arrivals per second. ``busy_s`` is the part of the
+    span the requests ran in (the first one's start to the last one's end, inside the
+    span), ``rps_busy`` the mean arrival rate over it: the load itself, whatever idle time
+    the recording had before or after it (a comparison judges the load by it)."""
     n = len(c.starts)
     if n == 0:
         return {"rps_mean": None, "rps_peak_1s": None, "rps_peak_10s": None,
-                "dispersion_index": None, "span_s": span}
+                "dispersion_index": None, "span_s": span, "busy_s": None, "rps_busy": None}
     t = np.clip(np.frombuffer(c.starts, dtype=np.float64) - begin, 0.0, span)
+    ends = np.clip(np.frombuffer(c.ends, dtype=np.float64) - begin, 0.0, span)
+    busy = float(ends.max() - t.min()) if len(ends) else 0.0
 
     def per_window(width: float) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         k = max(1, int(span // width))
@@ -351,6 +356,8 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
         # variance/mean of arrivals per second: ≈1 Poisson, ≫1 bursty, ≈0 constant rate
         "dispersion_index": float(full.var() / mean1) if mean1 > 0 and len(full) > 1 else None,
         "span_s": span,
+        "busy_s": busy if busy > 0 else None,
+        "rps_busy": n / busy if busy > 0 else None,
     }
 
 

@@ -8,7 +8,9 @@ GPUs and engine. When any differ, the ratio column is withheld and the differenc
 printed first; the two columns of figures are still shown. When the SLOs are all that
 differ (the same workload judged against other targets), only the figures judged against
 them (:data:`SLO_JUDGED`) lose their ratio: latency, throughput and errors compare as they
-are.
+are. The arrival rate compared is the load's, over the time its requests ran; when the
+recordings' idle time around the load differs, only the rates over each whole recording
+(:data:`SPAN_RATES`) lose their ratio, and a note says why.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from llmtop.recording.report.fmt import (
     compact,
     compact_all,
     dist,
+    duration,
     file_notes,
     no_footer,
     num,
@@ -56,6 +59,16 @@ def served_models(c: dict[str, Any]) -> set[str]:
     return set(ok) if ok else set(c["models"])
 
 
+def arrival_rate(c: dict[str, Any]) -> Any:
+    """The load's arrival rate: over the time its requests ran (``rps_busy``), not over
+    the whole recording, whose idle time before the load began (the proxy started, then
+    the benchmark) is no part of the workload: the same load recorded after a 2.5 s and a
+    12 s wait read 3.81 and 2.02 req/s over the recording, and was withheld as another
+    workload. A report from before ``rps_busy`` has only the mean."""
+    arr = c["arrival"]
+    return arr.get("rps_busy", arr.get("rps_mean"))
+
+
 def _names(names: Any) -> str:
     return ", ".join(compact(n) for n in sorted(names)) or NA
 
@@ -81,7 +94,7 @@ def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
                    f"{num(qa.get('max'), 0)} (p50 {num(qa.get('p50'), 0)}); B "
                    f"{num(qb.get('min'), 0)}–{num(qb.get('max'), 0)} "
                    f"(p50 {num(qb.get('p50'), 0)})")
-    ra, rb = ca["arrival"].get("rps_mean"), cb["arrival"].get("rps_mean")
+    ra, rb = arrival_rate(ca), arrival_rate(cb)
     if (_rel_diff(ra, rb) or 0) > TOLERANCE:
         out.append(f"different arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s")
     sa, sb = ca.get("streaming_share"), cb.get("streaming_share")
@@ -113,9 +126,33 @@ def peak_windows(a: dict[str, Any], b: dict[str, Any]) -> tuple[Any, Any] | None
     return (wa, wb) if wa != wb else None
 
 
+SPAN_RATES: Final = frozenset({"system output tok/s", "requests/s", "goodput tok/s"})
+"""The figures divided by each recording's span (its start to its last event)."""
+
+
+def busy_shares(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
+    """The shares of A's and B's spans that their requests ran in, when they differ by more
+    than :data:`TOLERANCE` — their rates over the span then differ by the idle time each
+    recording had around the load, not by the server (the same load after a 12 s wait
+    read 0.53× the tok/s of one after 2.5 s) — else None."""
+    shares = []
+    for r in (a, b):
+        arr = r["conditions"]["arrival"]
+        busy, span = arr.get("busy_s"), arr.get("span_s")
+        if not isinstance(busy, int | float) or not isinstance(span, int | float) or span <= 0:
+            return None
+        shares.append(min(1.0, busy / span))
+    return (shares[0], shares[1]) if (_rel_diff(*shares) or 0) > TOLERANCE else None
+
+
 def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Things worth knowing that do not invalidate a comparison."""
     out = []
+    if (shares := busy_shares(a, b)) is not None:
+        out.append(f"the requests ran over {pct(shares[0])} of A's recording and "
+                   f"{pct(shares[1])} of B's (idle time before or after the load): "
+                   f"{', '.join(sorted(SPAN_RATES))}, rates over each recording's whole "
+                   "span, have no ratio")
     windows = peak_windows(a, b)
     if windows is not None:
         out.append(f"{PEAK}: over {num(windows[0], 0)} s windows in A, {num(windows[1], 0)} s "
@@ -203,13 +240,15 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     warnings = condition_warnings(a, b)
     only_slo = slo_only(warnings)
     other_windows = peak_windows(a, b) is not None
+    other_busy = busy_shares(a, b) is not None
     rows = []
     targets = (_get("slo.target")(a), _get("slo.target")(b))
     for label, get, _fmt, lower_better in FIGURES:
         va, vb = get(a), get(b)
         ratio = None
         comparable = not warnings or (only_slo and label not in SLO_JUDGED)
-        withheld = not comparable or (label == PEAK and other_windows)
+        withheld = (not comparable or (label == PEAK and other_windows)
+                    or (label in SPAN_RATES and other_busy))
         if not withheld and isinstance(va, int | float) and isinstance(vb, int | float) and va:
             ratio = vb / va
         rows.append({"figure": label, "a": va, "b": vb, "ratio_b_over_a": ratio,
@@ -243,6 +282,13 @@ def condition_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str,
         q = c["concurrency_at_start"]
         return f"{num(q.get('min'), 0)}–{num(q.get('max'), 0)} (p50 {num(q.get('p50'), 0)})"
 
+    def arrivals(c: dict[str, Any]) -> str:
+        arr = c["arrival"]
+        if arr.get("rps_busy") is None:
+            return num(arr.get("rps_mean"), 2)
+        return (f"{num(arr['rps_busy'], 2)} over {duration(arr.get('busy_s'))} of requests "
+                f"({num(arr.get('rps_mean'), 2)} over the recording)")
+
     return [
         ("upstream", ca["upstream"] or NA, cb["upstream"] or NA),
         ("models", models(ca), models(cb)),
@@ -251,8 +297,7 @@ def condition_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str,
         ("input tokens", dist(ca["prompt_tokens"]), dist(cb["prompt_tokens"])),
         ("output tokens", dist(ca["completion_tokens"]), dist(cb["completion_tokens"])),
         ("concurrency at start", conc(ca), conc(cb)),
-        ("arrivals (req/s)", num(ca["arrival"].get("rps_mean"), 2),
-         num(cb["arrival"].get("rps_mean"), 2)),
+        ("arrivals (req/s)", arrivals(ca), arrivals(cb)),
         ("GPUs", "; ".join(ca["gpus"]) or NA, "; ".join(cb["gpus"]) or NA),
         ("engine", ca.get("engine_kind") or NA, cb.get("engine_kind") or NA),
     ]
