@@ -306,6 +306,25 @@ def arrivals_text(arr: Any) -> str:
     return out
 
 
+MAX_HEADER_FIELDS: Final = 20
+"""The most header fields of its own a text or HTML report lists (a bench recording has
+one, ``bench``; ``source`` and ``workers`` the others a recorder writes)."""
+
+
+def header_rows(extra: Any) -> list[tuple[str, str]]:
+    """A recording header's other fields as (name, value in words) rows: each value
+    :func:`plain` then :func:`compact` (a bench header's 3,000 levels read as one line of
+    17,000 characters), at most :data:`MAX_HEADER_FIELDS` of them and a last row saying
+    how many more (the JSON report has them all)."""
+    items = list((extra or {}).items())
+    rows = [(compact(str(k)), compact(plain(v))) for k, v in items[:MAX_HEADER_FIELDS]]
+    if len(items) > MAX_HEADER_FIELDS:
+        more = len(items) - MAX_HEADER_FIELDS
+        rows.append(("…", f"{more:,} more header field{'' if more == 1 else 's'} "
+                          "(--format json lists them)"))
+    return rows
+
+
 def plain(v: Any, _depth: int = 0) -> str:
     """A header value in words, not Python's repr: an object as ``key value; key value``
     (nested ones in parentheses), a list as ``1, 2, 4``, null as n/a, booleans yes/no —

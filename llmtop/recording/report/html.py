@@ -21,12 +21,12 @@ from llmtop.recording.report.fmt import (
     duration,
     file_notes,
     gib,
+    header_rows,
     no_footer,
     num,
     offset,
     pct,
     pct100,
-    plain,
     requests_judged,
     secs,
     slo_text,
@@ -122,7 +122,7 @@ def conditions_section(r: dict[str, Any]) -> str:
         rows.append(("GPUs", esc("; ".join(c["gpus"]))))
     if c["engine_kind"]:
         rows.append(("engine", esc(c["engine_kind"])))
-    rows += [(str(k), esc(plain(v))) for k, v in (c.get("extra") or {}).items()]
+    rows += [(k, esc(v)) for k, v in header_rows(c.get("extra"))]
     notes = file_notes(src)
     if notes:
         rows.append(("file", "<br>".join(esc(n) for n in notes)))

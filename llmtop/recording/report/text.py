@@ -20,12 +20,12 @@ from llmtop.recording.report.fmt import (
     duration,
     file_notes,
     gib,
+    header_rows,
     no_footer,
     num,
     offset,
     pct,
     pct100,
-    plain,
     requests_judged,
     secs,
     slo_text,
@@ -143,8 +143,8 @@ def conditions_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"  GPUs            {'; '.join(c['gpus'])}")
     if c["engine_kind"]:
         lines.append(f"  engine          {c['engine_kind']}")
-    for k, v in (c.get("extra") or {}).items():
-        lines.append(f"  {k:<15} {plain(v)}")
+    for k, v in header_rows(c.get("extra")):
+        lines.append(f"  {k:<15} {v}")
     for i, note in enumerate(file_notes(src)):
         lines.append(f"  {'file' if i == 0 else '':<15} {note}")
     if (early := before_start_note(c)) is not None:
