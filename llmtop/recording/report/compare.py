@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from llmtop.recording.report.fmt import (
+    MAX_LISTED,
     NA,
     PERCENTILE_NOTE,
     attainment,
@@ -27,6 +28,7 @@ from llmtop.recording.report.fmt import (
     compact_all,
     dist,
     duration,
+    few,
     file_notes,
     no_footer,
     num,
@@ -69,8 +71,13 @@ def arrival_rate(c: dict[str, Any]) -> Any:
     return arr.get("rps_busy", arr.get("rps_mean"))
 
 
-def _names(names: Any) -> str:
-    return ", ".join(compact(n) for n in sorted(names)) or NA
+def _names(names: Any, other: Any) -> str:
+    """``names`` for a warning that they differ from ``other``: sorted, and when they
+    are too many to list (:data:`~fmt.MAX_LISTED`), those not in ``other`` first."""
+    ordered = sorted(names)
+    if len(ordered) > MAX_LISTED:
+        ordered = sorted(set(names) - set(other)) + sorted(set(names) & set(other))
+    return few(ordered)
 
 
 def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -79,7 +86,7 @@ def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     out: list[str] = []
     ma, mb = served_models(ca), served_models(cb)
     if ma != mb:  # (names compared whole, shown compact: a 5,000-character GPU name too)
-        out.append(f"different models: A {_names(ma)}; B {_names(mb)}")
+        out.append(f"different models: A {_names(ma, mb)}; B {_names(mb, ma)}")
     if ca["slo"] != cb["slo"]:
         out.append(f"different SLOs: A {slo_text(ca['slo'])}; B {slo_text(cb['slo'])} — "
                    "attainment, goodput and capacity are judged against different targets")
@@ -106,7 +113,7 @@ def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     ga = sorted(g.split(": ", 1)[-1] for g in ca["gpus"])
     gb = sorted(g.split(": ", 1)[-1] for g in cb["gpus"])
     if ga and gb and ga != gb:
-        out.append(f"different GPUs: A {_names(ga)}; B {_names(gb)}")
+        out.append(f"different GPUs: A {_names(ga, gb)}; B {_names(gb, ga)}")
     ea, eb = ca.get("engine_kind"), cb.get("engine_kind")
     if ea and eb and ea != eb:
         out.append(f"different engines: A {compact(ea)}; B {compact(eb)}")
@@ -276,7 +283,7 @@ def condition_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str,
     ca, cb = a["conditions"], b["conditions"]
 
     def models(c: dict[str, Any]) -> str:
-        return ", ".join(c["models"]) or NA
+        return few(c["models"])
 
     def conc(c: dict[str, Any]) -> str:
         q = c["concurrency_at_start"]

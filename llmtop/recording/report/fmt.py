@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from typing import Any, Final
 
 from llmtop.textsafe import printable
@@ -304,6 +305,22 @@ def arrivals_text(arr: Any) -> str:
     if arr.get("dispersion_index") is not None:
         out += f"; dispersion {num(arr['dispersion_index'], 2)} (1 ≈ Poisson)"
     return out
+
+
+MAX_LISTED: Final = 10
+"""The most names (models, GPUs) a text or HTML report lists in one line of its
+conditions; the rest are counted ("… and 1,990 more")."""
+
+
+def few(names: Iterable[str], limit: int = MAX_LISTED) -> str:
+    """``names`` joined with ", ", each :func:`compact`, the first ``limit`` of them and
+    the number of the others: a client that puts a new model name in each request made
+    one line of 30,000 characters of 2,000 models. ``NA`` for none."""
+    items = list(names)
+    shown = ", ".join(compact(n) for n in items[:limit])
+    if len(items) > limit:
+        shown += f", … and {len(items) - limit:,} more"
+    return shown or NA
 
 
 MAX_HEADER_FIELDS: Final = 20

@@ -19,6 +19,7 @@ from llmtop.recording.report.fmt import (
     compact_all,
     dist,
     duration,
+    few,
     file_notes,
     gib,
     header_rows,
@@ -101,7 +102,7 @@ def conditions_section(r: dict[str, Any]) -> str:
     arr, conc, infl = c["arrival"], c["concurrency_at_start"], c["in_flight"]
     rows: list[tuple[str, str]] = [
         ("upstream", esc(c["upstream"] or NA)),
-        ("models", esc(", ".join(f"{m} ({n})" for m, n in c["models"].items()) or NA)),
+        ("models", esc(few(f"{m} ({n})" for m, n in c["models"].items()))),
         ("SLOs", esc(slo_text(c["slo"]))),
         ("recorded", esc(f"{when(c['started_at'])}, {duration(c['duration_s'])}")
          + ("" if src["complete"] else

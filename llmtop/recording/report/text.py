@@ -18,6 +18,7 @@ from llmtop.recording.report.fmt import (
     compact_all,
     dist,
     duration,
+    few,
     file_notes,
     gib,
     header_rows,
@@ -117,7 +118,7 @@ def slowest_lines(r: dict[str, Any]) -> list[str]:
 def conditions_lines(r: dict[str, Any]) -> list[str]:
     c = r["conditions"]
     src = r["source"]
-    models = ", ".join(f"{m} ({n})" for m, n in c["models"].items()) or NA
+    models = few(f"{m} ({n})" for m, n in c["models"].items())
     arr = c["arrival"]
     conc = c["concurrency_at_start"]
     infl = c["in_flight"]
