@@ -323,6 +323,25 @@ def few(names: Iterable[str], limit: int = MAX_LISTED) -> str:
     return shown or NA
 
 
+MAX_WARNINGS: Final = 50
+"""The most warning episodes a text or HTML report lists, in time order."""
+
+
+def warnings_shown(ws: list[dict[str, Any]],
+                   limit: int = MAX_WARNINGS) -> tuple[list[dict[str, Any]], str | None]:
+    """The warning episodes a report lists (the first ``limit``) and, when there are more,
+    a line counting the others by code: a warning that flapped every few minutes of a
+    week-long recording would otherwise be thousands of lines (the JSON has them all)."""
+    if len(ws) <= limit:
+        return ws, None
+    rest: dict[str, int] = {}
+    for w in ws[limit:]:
+        rest[w["code"]] = rest.get(w["code"], 0) + 1
+    by_code = few(f"{code} {n:,}" for code, n in sorted(rest.items(), key=lambda kv: -kv[1]))
+    return ws[:limit], (f"… and {len(ws) - limit:,} more ({by_code}; --format json lists "
+                        "them all)")
+
+
 MAX_HEADER_FIELDS: Final = 20
 """The most header fields of its own a text or HTML report lists (a bench recording has
 one, ``bench``; ``source`` and ``workers`` the others a recorder writes)."""

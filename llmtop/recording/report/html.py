@@ -33,6 +33,7 @@ from llmtop.recording.report.fmt import (
     slo_text,
     thin_levels,
     user_name,
+    warnings_shown,
     when,
 )
 from llmtop.recording.report.plots import PLOTS, compare_knee
@@ -274,13 +275,16 @@ def render_html(r: dict[str, Any]) -> str:
     if not r["warnings"]:
         parts.append('<p class="note">No saturation warning fired.</p>')
     else:
+        shown, more = warnings_shown(r["warnings"])
         parts.append(grid(("raised", "code", "severity", "message", "cleared", "lasted"),
                           [[offset(w["raised_at"], begin), w["code"],
                             w["severity"] + (f" from {offset(w['escalated_at'], begin)}"
                                              if w.get("escalated_at") is not None else ""),
                             w["message"] + carried(w), offset(w["cleared_at"], begin)
                             if w["cleared_at"] is not None else "still raised",
-                            duration(w["duration_s"])] for w in r["warnings"]]))
+                            duration(w["duration_s"])] for w in shown]))
+        if more is not None:
+            parts.append(f'<p class="note">{esc(more)}</p>')
 
     parts.append("<h2>GPU and engine</h2>")
     if r["gpus"]:

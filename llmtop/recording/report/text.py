@@ -31,6 +31,7 @@ from llmtop.recording.report.fmt import (
     secs,
     slo_text,
     user_name,
+    warnings_shown,
     when,
 )
 from llmtop.textsafe import printable
@@ -239,13 +240,16 @@ def render_text(r: dict[str, Any]) -> str:
     out.append("WARNINGS")
     if not r["warnings"]:
         out.append("  none fired")
-    for w in r["warnings"]:
+    shown, more = warnings_shown(r["warnings"])
+    for w in shown:
         span = (f"cleared {offset(w['cleared_at'], begin)} after {duration(w['duration_s'])}"
                 if w["cleared_at"] is not None else "still raised at the end")
         sev = w["severity"] + (f" from {offset(w['escalated_at'], begin)}"
                                if w.get("escalated_at") is not None else "")
         out.append(f"  {offset(w['raised_at'], begin)}  {w['code']} ({sev}): "
                    f"{w['message']}{carried(w)} — {span}")
+    if more is not None:
+        out.append(f"  {more}")
     out.append("")
 
     out.append("GPU (peaks)")
