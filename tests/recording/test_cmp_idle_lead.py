@@ -16,6 +16,7 @@ import pytest
 from rec_helpers import session, soon, write_recording
 
 from llmtop.cli import main
+from llmtop.recording.report.compare import arrival_rate
 
 SPAN_RATES = {"system output tok/s", "requests/s", "goodput tok/s"}
 
@@ -72,3 +73,10 @@ def test_the_same_wait_gives_every_ratio(tmp_path: Path,
     assert all(r["ratio_b_over_a"] is not None for r in cmp["figures"]
                if isinstance(r["a"], int | float) and isinstance(r["b"], int | float)
                and r["a"])
+
+
+def test_without_a_busy_rate_the_mean_is_compared() -> None:
+    # a busy time of none (every request took no time) or a report from before it
+    assert arrival_rate({"arrival": {"rps_mean": 3.0, "rps_busy": None}}) == 3.0
+    assert arrival_rate({"arrival": {"rps_mean": 3.0}}) == 3.0
+    assert arrival_rate({"arrival": {"rps_mean": 3.0, "rps_busy": 5.0}}) == 5.0

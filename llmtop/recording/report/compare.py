@@ -66,9 +66,11 @@ def arrival_rate(c: dict[str, Any]) -> Any:
     the whole recording, whose idle time before the load began (the proxy started, then
     the benchmark) is no part of the workload: the same load recorded after a 2.5 s and a
     12 s wait read 3.81 and 2.02 req/s over the recording, and was withheld as another
-    workload. A report from before ``rps_busy`` has only the mean."""
+    workload. Without it (a report from before it; requests that took no time at all) the
+    mean over the recording."""
     arr = c["arrival"]
-    return arr.get("rps_busy", arr.get("rps_mean"))
+    busy = arr.get("rps_busy")
+    return busy if busy is not None else arr.get("rps_mean")
 
 
 def _names(names: Any, other: Any) -> str:
