@@ -304,7 +304,7 @@ def compare_knee(a: dict[str, Any], b: dict[str, Any]) -> str:
         x = [row["output_tps"] for row in rows]
         y = [_ms(row.get("ttft_p95")) for row in rows]
         ax.plot(x, y, "-o", ms=4, color=color,
-                label=f"{tag}: {_label(r['source']['file'])}")
+                label=f"{tag}: {_label(_short(printable(str(r['source']['file']))))}")
         cap = r["capacity"].get("max_concurrency_at_slo")
         for row, xi, yi in zip(rows, x, y, strict=True):
             if row["concurrency"] == cap:
