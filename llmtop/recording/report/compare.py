@@ -73,6 +73,25 @@ def arrival_rate(c: dict[str, Any]) -> Any:
     return busy if busy is not None else arr.get("rps_mean")
 
 
+CLOSED_LOOP: Final = 0.5
+"""The share of requests sent as another ended (``after_end_share``) from which a
+recording's traffic is taken for a closed loop."""
+
+
+def closed_loop(c: dict[str, Any]) -> bool:
+    """The recording's requests came from a closed loop (clients that each send their next
+    request when the last one ends: bench --concurrency, most load testers): its arrival
+    rate is then the server's speed, an outcome and not a condition; its load is its
+    concurrency. A bench recording says so in its header; a proxy's recording shows it
+    (``after_end_share``: 0.9 for bench --concurrency 4 with 40 requests, 0.1–0.15 for
+    --rate 4)."""
+    bench = (c.get("extra") or {}).get("bench")
+    if isinstance(bench, dict) and isinstance(bench.get("arrivals"), str):
+        return bool(bench["arrivals"] == "closed-loop")
+    share = c["arrival"].get("after_end_share")
+    return isinstance(share, int | float) and share >= CLOSED_LOOP
+
+
 def _names(names: Any, other: Any) -> str:
     """``names`` for a warning that they differ from ``other``: sorted, and when they
     are too many to list (:data:`~fmt.MAX_LISTED`), those not in ``other`` first."""
@@ -103,9 +122,10 @@ def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
                    f"{num(qa.get('max'), 0)} (p50 {num(qa.get('p50'), 0)}); B "
                    f"{num(qb.get('min'), 0)}–{num(qb.get('max'), 0)} "
                    f"(p50 {num(qb.get('p50'), 0)})")
-    ra, rb = arrival_rate(ca), arrival_rate(cb)
-    if (_rel_diff(ra, rb) or 0) > TOLERANCE:
-        out.append(f"different arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s")
+    if not (closed_loop(ca) and closed_loop(cb)):
+        ra, rb = arrival_rate(ca), arrival_rate(cb)
+        if (_rel_diff(ra, rb) or 0) > TOLERANCE:
+            out.append(f"different arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s")
     sa, sb = ca.get("streaming_share"), cb.get("streaming_share")
     if (_rel_diff(sa, sb) or 0) > TOLERANCE:
         out.append(f"different streaming share: A {pct(sa)}; B {pct(sb)}")
@@ -166,6 +186,12 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     if windows is not None:
         out.append(f"{PEAK}: over {num(windows[0], 0)} s windows in A, {num(windows[1], 0)} s "
                    "in B (the series' window grows with a recording's length): no ratio")
+    ca, cb = a["conditions"], b["conditions"]
+    ra, rb = arrival_rate(ca), arrival_rate(cb)
+    if closed_loop(ca) and closed_loop(cb) and (_rel_diff(ra, rb) or 0) > TOLERANCE:
+        out.append(f"arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s — both closed "
+                   "loops (each request sent as another ended), whose rate is the server's "
+                   "speed: the load compared is their concurrency")
     if a["conditions"]["upstream"] != b["conditions"]["upstream"]:
         out.append(f"upstreams: A {compact(a['conditions']['upstream'] or NA)}; "
                    f"B {compact(b['conditions']['upstream'] or NA)}")
