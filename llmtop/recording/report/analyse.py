@@ -321,7 +321,7 @@ class _Collector:
                     ep2["clear_message"] = w.message
 
 
-AFTER_END_S: Final = 0.02
+AFTER_END_S: Final = 0.01
 """How soon after another request's end a request counts as sent because it ended (a
 closed loop through a proxy on one host: 0.2–5 ms here)."""
 
@@ -335,26 +335,34 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
     span the requests ran in (the first one's start to the last one's end, inside the
     span), ``rps_busy`` the mean arrival rate over it: the load itself, whatever idle time
     the recording had before or after it (a comparison judges the load by it).
-    ``after_end_share`` is the share of requests sent as another ended (within a tenth of
-    the mean time between requests, and 20 ms): about 1 − c/n in a closed loop of c
-    clients (each sends its next request when its last one ends), about a tenth or less
-    for arrivals that do not wait on the server (Poisson: 1 − e^−0.1 at most)."""
+    ``after_end_share`` is the share of requests sent as another ended (within a
+    twentieth of the mean time between requests, and 10 ms): about 1 − c/n in a closed
+    loop of c clients (each sends its next request when its last one ends), a twentieth or
+    less for arrivals that do not wait on the server (Poisson: 1 − e^−0.05 at most).
+    ``dispersion_busy`` is the dispersion index over the whole seconds from the first
+    arrival to the last (``dispersion_index`` counts the span's idle seconds too)."""
     n = len(c.starts)
     if n == 0:
         return {"rps_mean": None, "rps_peak_1s": None, "rps_peak_10s": None,
                 "dispersion_index": None, "span_s": span, "busy_s": None, "rps_busy": None,
-                "after_end_share": None}
+                "after_end_share": None, "dispersion_busy": None}
     starts = np.frombuffer(c.starts, dtype=np.float64)
     t = np.clip(starts - begin, 0.0, span)
     ends = np.clip(np.frombuffer(c.ends, dtype=np.float64) - begin, 0.0, span)
     busy = float(ends.max() - t.min()) if len(ends) else 0.0
     after_end = None
     if len(ends) == n and n > 1 and busy > 0:
-        window = min(AFTER_END_S, 0.1 * busy / n)
+        window = min(AFTER_END_S, 0.05 * busy / n)
         e = np.sort(np.frombuffer(c.ends, dtype=np.float64))
         i = np.searchsorted(e, starts, side="right")
         gap = starts - e[np.maximum(i - 1, 0)]
         after_end = float(np.count_nonzero((i > 0) & (gap <= window)) / n)
+    # the dispersion of the arrivals themselves: whole seconds from the first start to the
+    # last (the span's idle time before and after them would read as bursts)
+    whole = int((t.max() - t.min()) // 1.0)
+    per_s = np.bincount(((t - t.min()) // 1.0).astype(np.int64), minlength=whole + 1)[:whole]
+    busy_disp = (float(per_s.var() / per_s.mean()) if whole > 1 and per_s.mean() > 0
+                 else None)
 
     def per_window(width: float) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         k = max(1, int(span // width))
@@ -377,6 +385,7 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
         "busy_s": busy if busy > 0 else None,
         "rps_busy": n / busy if busy > 0 else None,
         "after_end_share": after_end,
+        "dispersion_busy": busy_disp,
     }
 
 

@@ -15,6 +15,7 @@ recordings' idle time around the load differs, only the rates over each whole re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -83,13 +84,56 @@ def closed_loop(c: dict[str, Any]) -> bool:
     request when the last one ends: bench --concurrency, most load testers): its arrival
     rate is then the server's speed, an outcome and not a condition; its load is its
     concurrency. A bench recording says so in its header; a proxy's recording shows it
-    (``after_end_share``: 0.9 for bench --concurrency 4 with 40 requests, 0.1–0.15 for
-    --rate 4)."""
+    (``after_end_share``: 0.9 for bench --concurrency 4 with 40 requests, 0.1 or less
+    for --rate 4)."""
     bench = (c.get("extra") or {}).get("bench")
     if isinstance(bench, dict) and isinstance(bench.get("arrivals"), str):
         return bool(bench["arrivals"] == "closed-loop")
     share = c["arrival"].get("after_end_share")
     return isinstance(share, int | float) and share >= CLOSED_LOOP
+
+
+def within_noise(ca: dict[str, Any], cb: dict[str, Any]) -> bool:
+    """The two arrival rates differ by no more than two standard errors of their
+    difference, and neither is 1.5 times the other: what two draws of one random schedule
+    give. A rate over T seconds of a Poisson process λ varies by λ/T, scaled by the
+    arrivals' dispersion index over their own seconds (1 Poisson, about 0 a constant rate,
+    which then varies by nothing). 40 requests at --rate 4 drew 4.32 and 3.40 req/s with
+    two seeds, 1.1 standard errors apart; with so few requests, rates 1.4 times apart can
+    be one load as well as two."""
+    var = 0.0
+    rates: list[float] = []
+    for c in (ca, cb):
+        arr = c["arrival"]
+        rate, busy = arrival_rate(c), arr.get("busy_s")
+        if (not isinstance(rate, int | float) or rate <= 0 or not isinstance(busy, int | float)
+                or busy <= 0):
+            return False
+        disp = arr.get("dispersion_busy")
+        var += (disp if isinstance(disp, int | float) else 1.0) * rate / busy
+        rates.append(float(rate))
+    return (max(rates) < 1.5 * min(rates)
+            and abs(rates[0] - rates[1]) <= 2 * math.sqrt(var))
+
+
+def offered_loads(ca: dict[str, Any], cb: dict[str, Any]) -> tuple[str, str] | None:
+    """Both recordings' load as their benchmark scheduled it, when both are bench
+    recordings of fixed open-loop levels (--rate, no --search): the rates asked for are
+    the condition, not the rates a Poisson schedule happened to draw (40 requests at
+    --rate 4 with two seeds drew 4.32 and 3.40 req/s: 'different arrival rates'). None
+    otherwise."""
+    out = []
+    for c in (ca, cb):
+        bench = (c.get("extra") or {}).get("bench")
+        if (not isinstance(bench, dict) or bench.get("mode") != "rate" or bench.get("search")
+                or not isinstance(bench.get("levels"), list)):
+            return None
+        levels = ", ".join(num(v, 2) if isinstance(v, int | float) else compact(str(v))
+                           for v in bench["levels"][:MAX_LISTED])
+        more = len(bench["levels"]) - MAX_LISTED
+        out.append(f"--rate {levels}{f', … and {more} more' if more > 0 else ''} req/s "
+                   f"({compact(str(bench.get('arrivals')))})")
+    return out[0], out[1]
 
 
 def _names(names: Any, other: Any) -> str:
@@ -122,9 +166,13 @@ def condition_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
                    f"{num(qa.get('max'), 0)} (p50 {num(qa.get('p50'), 0)}); B "
                    f"{num(qb.get('min'), 0)}–{num(qb.get('max'), 0)} "
                    f"(p50 {num(qb.get('p50'), 0)})")
-    if not (closed_loop(ca) and closed_loop(cb)):
+    offered = offered_loads(ca, cb)
+    if offered is not None:  # both benchmarks' own schedules: what they offered, compared
+        if offered[0] != offered[1]:
+            out.append(f"different offered loads: A {offered[0]}; B {offered[1]}")
+    elif not (closed_loop(ca) and closed_loop(cb)):
         ra, rb = arrival_rate(ca), arrival_rate(cb)
-        if (_rel_diff(ra, rb) or 0) > TOLERANCE:
+        if (_rel_diff(ra, rb) or 0) > TOLERANCE and not within_noise(ca, cb):
             out.append(f"different arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s")
     sa, sb = ca.get("streaming_share"), cb.get("streaming_share")
     if (_rel_diff(sa, sb) or 0) > TOLERANCE:
@@ -188,10 +236,18 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
                    "in B (the series' window grows with a recording's length): no ratio")
     ca, cb = a["conditions"], b["conditions"]
     ra, rb = arrival_rate(ca), arrival_rate(cb)
-    if closed_loop(ca) and closed_loop(cb) and (_rel_diff(ra, rb) or 0) > TOLERANCE:
+    if (_rel_diff(ra, rb) or 0) > TOLERANCE and (offered := offered_loads(ca, cb)) is not None:
+        if offered[0] == offered[1]:
+            out.append(f"arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s — both "
+                       f"benchmarks offered {offered[0]}: the rates their schedules drew")
+    elif (_rel_diff(ra, rb) or 0) > TOLERANCE and closed_loop(ca) and closed_loop(cb):
         out.append(f"arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s — both closed "
                    "loops (each request sent as another ended), whose rate is the server's "
                    "speed: the load compared is their concurrency")
+    elif (_rel_diff(ra, rb) or 0) > TOLERANCE and within_noise(ca, cb):
+        out.append(f"arrival rates: A {num(ra, 2)} req/s; B {num(rb, 2)} req/s — within two "
+                   f"standard errors of one random schedule over {num(ca['requests'], 0)} and "
+                   f"{num(cb['requests'], 0)} requests: compared as one load")
     if a["conditions"]["upstream"] != b["conditions"]["upstream"]:
         out.append(f"upstreams: A {compact(a['conditions']['upstream'] or NA)}; "
                    f"B {compact(b['conditions']['upstream'] or NA)}")
