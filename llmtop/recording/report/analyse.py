@@ -389,6 +389,14 @@ def _arrival(c: _Collector, begin: float, span: float) -> dict[str, Any]:
     }
 
 
+def _per(count: Any, arrival: Mapping[str, Any]) -> float | None:
+    """``count`` over the arrival's ``busy_s`` (None without either)."""
+    busy = arrival.get("busy_s")
+    if not isinstance(count, int | float) or not isinstance(busy, int | float) or busy <= 0:
+        return None
+    return float(count) / busy
+
+
 def _before_start(c: _Collector, started: Any) -> dict[str, Any]:
     """``requests_before_start``: requests that began before the recording did (one started
     mid-traffic, with ``POST /llmtop/v1/recording``, or a rotated part read alone), and
@@ -674,6 +682,9 @@ def analyse(
             "output_tokens": sysf.get("output_tokens"),
             "input_tokens": sysf.get("input_tokens"),
             "span_s": sysf.get("span_s"),
+            # the same tokens over the time the requests ran (arrival's busy_s): the load's
+            # own rate, whatever idle time the recording had around it
+            "output_tps_busy": _per(sysf.get("output_tokens"), conditions["arrival"]),
             "series_step_s": step,
             "series_window_s": window,
         },

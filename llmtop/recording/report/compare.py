@@ -229,7 +229,7 @@ def notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         out.append(f"the requests ran over {pct(shares[0])} of A's recording and "
                    f"{pct(shares[1])} of B's (idle time before or after the load): "
                    f"{', '.join(sorted(SPAN_RATES))}, rates over each recording's whole "
-                   "span, have no ratio")
+                   f"span, have no ratio ({BUSY_TPS} is over the requests' own time)")
     windows = peak_windows(a, b)
     if windows is not None:
         out.append(f"{PEAK}: over {num(windows[0], 0)} s windows in A, {num(windows[1], 0)} s "
@@ -292,6 +292,9 @@ def _gib(v: Any) -> float | None:
 
 
 ATTAINMENT: Final = "SLO attainment"
+BUSY_TPS: Final = "output tok/s while busy"
+"""The output over the time the requests ran (the first one's start to the last one's
+end): the rate to compare when the recordings' idle time differs (SPAN_RATES)."""
 
 FIGURES: Final[list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str], bool]]] = [
     # (label, getter, formatter, lower is better)
@@ -300,6 +303,7 @@ FIGURES: Final[list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], 
                         ("tpot", "TPOT"), ("e2e", "E2E"))
       for q in ("p50", "p95", "p99")],
     ("system output tok/s", _get("throughput.output_tps"), num, False),
+    (BUSY_TPS, _get("throughput.output_tps_busy"), num, False),
     (PEAK, _get("throughput.output_tps_peak"), num, False),
     ("requests/s", _get("throughput.rps"), lambda v: num(v, 2), False),
     (ATTAINMENT, _get("slo.attainment"), pct, False),
