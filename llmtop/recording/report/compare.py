@@ -8,9 +8,14 @@ GPUs and engine. When any differ, the ratio column is withheld and the differenc
 printed first; the two columns of figures are still shown. When the SLOs are all that
 differ (the same workload judged against other targets), only the figures judged against
 them (:data:`SLO_JUDGED`) lose their ratio: latency, throughput and errors compare as they
-are. The arrival rate compared is the load's, over the time its requests ran; when the
+are. The arrival rate compared is the load's, over the time its requests ran, and only
+where it is a condition: not between two closed loops (:func:`closed_loop`: there it is
+the server's speed, and the concurrency is the load), between two bench recordings the
+rates their benchmarks offered (:func:`offered_loads`), and a difference within the noise
+of one random schedule (:func:`within_noise`) is one load, said in a note. When the
 recordings' idle time around the load differs, only the rates over each whole recording
-(:data:`SPAN_RATES`) lose their ratio, and a note says why.
+(:data:`SPAN_RATES`) lose their ratio, and a note says why; :data:`BUSY_TPS` is the
+throughput over the requests' own time.
 """
 
 from __future__ import annotations
