@@ -136,9 +136,12 @@ class Observers:
 
     def __init__(self, cfg: Config, bus: EventBus, active: Mapping[str, ActiveRequest],
                  *, upstream_down: Any = None, out: TextIO | None = None,
-                 order_hold_s: float = ORDER_HOLD_S, who: str = "the proxy") -> None:
+                 order_hold_s: float = ORDER_HOLD_S, who: str = "the proxy",
+                 open_count: Callable[[], int] | None = None) -> None:
         """``who``: this process in the ``OUT_OF_FILES`` warning (``the proxy``, or ``the
-        coordinator``, whose workers' own come through :attr:`out_of_files`)."""
+        coordinator``, whose workers' own come through :attr:`out_of_files`).
+        ``open_count``: the requests open in the proxy now (every worker's), read when a
+        recording stops (its footer's ``open_at_stop``: requests it will never hold)."""
         self.cfg = cfg
         self.bus = bus
         self.active = active
@@ -160,7 +163,7 @@ class Observers:
             queue_max_chunks=cfg.recording.queue_max_chunks, flush_s=cfg.recording.flush_s,
             order_hold_s=order_hold_s, on_error=_recording_failed,
             rotate_bytes=round(cfg.recording.rotate_mb * MB), rotate_s=cfg.recording.rotate_s,
-            keep=cfg.recording.keep,
+            keep=cfg.recording.keep, open_count=open_count,
         )
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -336,6 +339,8 @@ class Observers:
                    f"{done['unsure_requests']} more in the file's last lines"
                    if done.get("unsure_requests") else f"{done.get('requests', 0)} requests")
                 + (f", {done['dropped']} lines dropped" if done.get("dropped") else "")
+                + (f", {_n(done['open_at_stop'], 'request')} still open at the stop (not in "
+                   "it)" if done.get("open_at_stop") else "")
                 # (a failed write or flush: the counts were settled against the file; other
                 # failures — the file gone, a close — may leave it holding fewer)
                 + (f"; it stopped writing: {done['error']}"
@@ -368,8 +373,12 @@ class LlmtopServer:
         self.bus = EventBus()
         self.active: dict[str, ActiveRequest] = {}
         self.proxy = ProxyServer(cfg, self.bus, self.active)
+        # (the requests open that will have a record: the registry the proxy keeps them in
+        # — proxy.in_flight counts the unmeasured ones too, such as GET /v1/models, and
+        # walks a set the proxy's loop changes; len() of a dict reads safely from here)
         self.observers = Observers(cfg, self.bus, self.active,
-                                   upstream_down=lambda: self.proxy.upstream_down, out=out)
+                                   upstream_down=lambda: self.proxy.upstream_down, out=out,
+                                   open_count=self.active.__len__)
         self.aggregator = self.observers.aggregator
         self.recording = self.observers.recording
         self.monitor = self.observers.monitor
@@ -582,6 +591,7 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
     except OSError as exc:
         await obs.stop()
         raise StartupError(f"cannot create the workers' shared table: {exc}") from exc
+    obs.recording.open_count = counts.others  # (slot -1: every worker's open requests)
     try:  # the workers map it through this descriptor: the name can go at once
         counts_fd = os.open(counts_path, os.O_RDWR)
     except OSError as exc:
@@ -633,6 +643,11 @@ async def serve_coordinator(cfg: Config, *, config_path: str | None = None,
 
     bus.subscribe(count_cut)
     await supervisor.stop_all(watching, cfg.timeouts.shutdown_grace_s)
+    # (the workers are gone: what they had open either ended in the grace or was cut at
+    # its deadline and recorded cancelled; a killed one's slot was cleared, its loss
+    # counted apart — read the table before it closes)
+    still_open = counts.others()
+    obs.recording.open_count = lambda: still_open
     os.close(counts_fd)
     counts.close()
     await asyncio.sleep(0.1)

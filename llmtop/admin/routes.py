@@ -502,7 +502,13 @@ async def recording_control(request: web.Request) -> web.Response:
             return json_response(rec.start(path))
         if current is None:
             return json_error(409, "not recording")
-        return json_response(rec.stop())
+        done = rec.stop()
+        n = done.get("open_at_stop")
+        if type(n) is int and n > 0:  # (its records never come: the recording ends low)
+            done = {**done, "note": f"{n} request{' was' if n == 1 else 's were'} still "
+                                    "open when the recording stopped; "
+                                    f"{'it is' if n == 1 else 'they are'} not in it"}
+        return json_response(done)
     except FileNotFoundError as exc:
         return json_error(404, f"no such directory for {exc.filename or 'the path'}")
     except PermissionError as exc:

@@ -19,7 +19,8 @@ path that is no file but names parts reads them as one recording:
   part carries at its start (raised at its ``started_at``, repeating a raise the part
   before had) left out while that raise is still open, so a raise/clear pairing counts
   each episode once.
-  The footer is the last part's, its counts summed over the parts. A last part without
+  The footer is the last part's, its counts summed over the parts (``open_at_stop``, a
+  count of the moment it stopped, is the last part's own). A last part without
   a footer (a crash) reads as a single file without one does.
 
 A path that exists (a file, a pipe) is read alone, exactly as before: ``report PART`` is
@@ -500,7 +501,7 @@ class SeriesReader:
         last = self._last_footer
         if last is None:
             return None
-        out = dict(last)
+        out = dict(last)  # (open_at_stop: the last part's, as it is)
         for k in FOOTER_COUNTS:
             vals = [f.get(k) for f in self._footers]
             # (a part's count missing or ignored as damaged: the sum is not known)

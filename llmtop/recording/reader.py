@@ -72,6 +72,10 @@ _OVERLONG: Final = b"\0 (a line longer than the reader holds)"
 """Stands in for such a line (by identity); it is not JSON, so it is never an event."""
 FOOTER_COUNTS: Final = ("requests", "lines", "dropped", "dropped_requests", "out_of_order")
 """The footer's counts (each an integer in [0, MAX_COUNT]; a rotated recording sums them)."""
+FOOTER_LAST_COUNTS: Final = ("open_at_stop",)
+"""The footer's counts of the moment it stopped (checked as the others are; a rotated
+recording takes its last part's): ``open_at_stop``, the requests still open in the proxy
+then, which the recording does not hold (absent from older recordings)."""
 MAX_PROBLEMS: Final = 5
 """How many problems ``problems`` describes (every one is counted)."""
 
@@ -690,7 +694,7 @@ class RecordingReader:
         (a count went out as it was: report's JSON said ``dropped_by_recorder: -3``, and a
         stem summed it into its parts' total)."""
         obj = dict(obj)
-        for k in FOOTER_COUNTS:
+        for k in (*FOOTER_COUNTS, *FOOTER_LAST_COUNTS):
             v = obj.get(k)
             if v is None:
                 continue
@@ -732,10 +736,12 @@ class RecordingReader:
 
 def recorder_counts(footer: Mapping[str, Any] | None) -> dict[str, Any]:
     """The recorder's own counts from its footer, as a summary names them: the events it
-    could not write and the lines it wrote after a later one (None: no footer)."""
+    could not write, the lines it wrote after a later one and the requests still open when
+    it stopped, not in it (None: no footer, or a footer without the count)."""
     footer = footer or {}
     return {"dropped_by_recorder": footer.get("dropped"),
-            "out_of_order_lines": footer.get("out_of_order")}
+            "out_of_order_lines": footer.get("out_of_order"),
+            "open_at_stop": footer.get("open_at_stop")}
 
 
 def read_header(path: Source) -> dict[str, Any]:

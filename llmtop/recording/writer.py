@@ -446,6 +446,10 @@ class Recorder:
         self.on_error = on_error
         self._untold = False
         self._footer: dict[str, Any] | None = None
+        self.open_at_stop: int | None = None
+        """Requests still open in the proxy when the recording stopped (never written: a
+        record is written when its request ends); None until then, or when not known
+        (the footer's ``open_at_stop``, written only when known)."""
         self._raised: dict[str, WarningEvent] = {}
         """Warning codes whose raise this recording holds and whose clear it does not yet,
         with their latest ``raised`` event (the severity last written; the writer thread's
@@ -681,17 +685,23 @@ class Recorder:
             room -= 1
             self._chunks_in += c
 
-    def stop(self) -> dict[str, Any]:
-        """Write what is queued and the footer (``ended_at``, ``requests``, ``dropped``),
-        fsync and close. Returns the final :meth:`status`. Idempotent."""
+    def stop(self, open_at_stop: int | None = None) -> dict[str, Any]:
+        """Write what is queued and the footer (``ended_at``, ``requests``, ``dropped``,
+        and ``open_at_stop`` when given: the requests still open in the proxy now, which
+        this recording will never hold), fsync and close. Returns the final
+        :meth:`status`. Idempotent."""
         if self._footer is not None:
             return self.status()
+        if open_at_stop is not None:
+            self.open_at_stop = max(0, int(open_at_stop))
         self._running = False
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self.ended_at = unix_now()
         self._footer = self._footer_dict(self.ended_at)
+        if self.open_at_stop is not None:  # (the last part's only: a rotation carries
+            self._footer["open_at_stop"] = self.open_at_stop  # open requests on)
         with self._lock:
             sink, self._sink = self._sink, None
             if sink is not None:
@@ -736,7 +746,9 @@ class Recorder:
         write or flush failed, ``counts_settled`` says the counts were taken from the file
         (:meth:`_settle`): ``requests`` are then in it, ``unsure_requests`` more may be
         (``.gz``: its last lines, cut off at the failure). ``out_of_order``: the lines
-        written after a later line of their part, every part together."""
+        written after a later line of their part, every part together. ``open_at_stop``:
+        once stopped, the requests still open then, which are not in it (None: not known,
+        or not stopped)."""
         sink = self._sink
         nbytes = self._bytes_done + sink.nbytes if sink is not None else self._bytes_final
         rotation = ({"part": self.part, "stem": str(self.path),
@@ -761,6 +773,7 @@ class Recorder:
             "unsure_requests": self.unsure_requests,
             "counts_settled": self.counts_settled,
             "out_of_order": self.out_of_order,
+            "open_at_stop": self.open_at_stop,
             **rotation,
         }
 
@@ -1129,10 +1142,14 @@ class RecordingController:
         rotate_bytes: int = 0,
         rotate_s: float = 0.0,
         keep: int = 0,
+        open_count: Callable[[], int] | None = None,
     ) -> None:
         """``rotate_bytes``, ``rotate_s``, ``keep``: each recording started rotates
-        (:class:`Recorder`; 0: off)."""
+        (:class:`Recorder`; 0: off). ``open_count``: the requests open in the proxy now
+        (every worker's), read when a recording stops — the footer's ``open_at_stop``
+        (None: not known, not written)."""
         self.bus = bus
+        self.open_count = open_count
         self.rotate_bytes = rotate_bytes
         self.rotate_s = rotate_s
         self.keep = keep
@@ -1188,10 +1205,27 @@ class RecordingController:
         rec = self.recorder
         if rec is None:
             raise RecordingError("not recording")
+        # the records of requests that ended already, still on the bus, go in first (they
+        # are no longer open: left on it, they were in neither the file nor the count);
+        # then the count, read as it stops taking records: a request open now ends after
+        # it, unwritten
+        self.bus.drain()
+        n = self._open_now()
         self.bus.unsubscribe(rec.on_events)
         self.recorder = None
-        self.last = rec.stop()
+        self.last = rec.stop(open_at_stop=n)
         return self.last
+
+    def _open_now(self) -> int | None:
+        """``open_count()``, or None when there is none or it fails (a shared table gone):
+        the recording stops all the same, its footer without the count."""
+        if self.open_count is None:
+            return None
+        try:
+            n = self.open_count()
+        except (OSError, ValueError, RuntimeError):
+            return None
+        return n if type(n) is int and n >= 0 else None
 
     def status(self) -> dict[str, Any] | None:
         rec = self.recorder

@@ -291,7 +291,19 @@ def file_notes(src: Any) -> list[str]:
         if isinstance(k, int) and k > 0:
             parts.append(_n(k, one, many))
     out = ["; ".join(parts)] if parts else []
+    if (n := open_at_stop_note(src.get("open_at_stop"))) is not None:
+        out.append(n)
     return damage + out + [str(p) for p in src.get("problems") or []]
+
+
+def open_at_stop_note(k: Any) -> str | None:
+    """What a footer's ``open_at_stop`` means, in words (None when there were none, or
+    the count is not known): those requests' records are not in the recording."""
+    if type(k) is not int or k <= 0:
+        return None
+    return (f"{_n(k, 'request was', 'requests were')} still open when the recording "
+            "stopped; they are not in it" if k != 1 else
+            "1 request was still open when the recording stopped; it is not in it")
 
 
 def arrivals_text(arr: Any) -> str:
