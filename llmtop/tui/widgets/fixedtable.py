@@ -10,13 +10,15 @@ re-sort's time (a million ``measure`` calls a second, the keys waiting behind th
 A table may also leave rows out of view with cells that are not their latest, and make
 them so in :meth:`FixedWidthTable.fill_row`: every read of a row's cells goes through
 ``get_row`` or ``get_cell`` (DataTable draws a row from ``get_row_at``), which call it
-first. The users table does: with 3,000 users whose figures move at every refresh,
-making every row's cells was most of a refresh, for the 40 rows shown.
+first, or through ``get_column`` or ``sort`` (DataTable's read its data directly), which
+call it for every row first. The users table does: with 3,000 users whose figures move at
+every refresh, making every row's cells was most of a refresh, for the 40 rows shown.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self
 
 from rich.text import Text
 from textual.geometry import Size
@@ -42,6 +44,21 @@ class FixedWidthTable(DataTable[Text]):
     def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Text:
         self.fill_row(row_key if isinstance(row_key, RowKey) else RowKey(row_key))
         return super().get_cell(row_key, column_key)
+
+    def _fill_every_row(self) -> None:
+        for row_key in list(self._data):
+            self.fill_row(row_key)
+
+    def get_column(self, column_key: ColumnKey | str) -> Iterable[Text]:
+        # (DataTable's reads the data directly: a row never drawn gave its empty cells)
+        self._fill_every_row()
+        return super().get_column(column_key)
+
+    def sort(self, *columns: ColumnKey | str, key: Callable[[Any], Any] | None = None,
+             reverse: bool = False) -> Self:
+        # (DataTable's sorts the data directly: a row never drawn sorted as empty)
+        self._fill_every_row()
+        return super().sort(*columns, key=key, reverse=reverse)
 
     def _fixed_widths(self) -> bool:
         return all(not column.auto_width for column in self.columns.values())
