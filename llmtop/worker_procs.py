@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import socket
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmtop.clock import child_env as clock_env
@@ -41,7 +42,7 @@ from llmtop.events import Event, RequestRecord, WarningEvent
 from llmtop.fleet_counts import FleetCounts
 from llmtop.listen import dual_stack, is_any_v6
 from llmtop.parent_watch import child_env
-from llmtop.workers import FleetActive
+from llmtop.workers import SENDER_ENV, FleetActive
 
 SILENT_S = 10.0
 """A worker whose process runs but whose reports (every 0.5 s) stopped this long ago, while
@@ -109,6 +110,10 @@ class WorkerLauncher:
     config_path: str | None = None
     fleet_fd: int | None = None
     """The coordinator's descriptor of the shared table (:mod:`llmtop.fleet_counts`)."""
+    senders: dict[int, str] = field(default_factory=dict, compare=False)
+    """Per worker, the sender its current process posts as (:data:`~llmtop.workers.SENDER_ENV`,
+    named here at each start): the supervisor retires a dead process by it even when no
+    report of it was read yet."""
 
     async def start(self, index: int) -> asyncio.subprocess.Process:
         """Start worker ``index`` and wait until it listens (``StartupErrorProxy``,
@@ -127,6 +132,9 @@ class WorkerLauncher:
         # it a file's value that a flag overrode failed the worker's checks (a keep = N in
         # the file with --rotate-s, a non-loopback admin with --admin-token)
         env.update(env_of(self.cfg, RUN_FLAGS))
+        sender = secrets.token_hex(8)
+        env[SENDER_ENV] = sender
+        self.senders[index] = sender
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             start_new_session=True, env=env,
@@ -389,7 +397,10 @@ class Supervisor:
             self.counts.clear(i)  # the others no longer count its requests (and its next
             # process counts its opened ones from 0)
         # nor do the screens show them; and what no report of it carried
-        lost, unreported = self.active.retire(i, opened)
+        # (by the sender its launcher named, known even when no report of it was read: its
+        # first POST, read after its death, then counts nothing twice)
+        sender = getattr(self.launcher, "senders", {}).get(i)
+        lost, unreported = self.active.retire(i, opened, sender)
         unreported_open = max(0, open_at_exit - len(lost))
         ended_unreported = max(0, unreported - unreported_open)
         if self.publish is not None:  # their clients saw them fail: count them

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import sys
 import threading
@@ -142,6 +143,15 @@ def next_due(due: float, interval_s: float, now: float) -> float:
     return max(due, now)
 
 
+SENDER_ENV = "LLMTOP_WORKER_SENDER"
+"""The environment variable that names a worker process's sender (its id in every POST),
+set by the coordinator's launcher (:class:`~llmtop.worker_procs.WorkerLauncher`): the
+coordinator knows it from the start, not only from the process's first report — a process
+killed before the coordinator read any report of it is retired all the same, and its first
+POST, read after its death was seen, counts nothing twice (:meth:`FleetActive.retire`).
+A worker started otherwise names its own."""
+
+
 class EventForwarder:
     """Worker side: a bus subscriber that ships events and open requests to the coordinator."""
 
@@ -149,7 +159,7 @@ class EventForwarder:
                  *, interval_s: float = FORWARD_INTERVAL_S, max_buffer: int = 200_000) -> None:
         self.client = IngestClient(url, token)
         self.worker = worker
-        self.sender = secrets.token_hex(8)
+        self.sender = os.environ.get(SENDER_ENV) or secrets.token_hex(8)
         self.seq = 0
         self.active = active
         self.interval_s = interval_s
@@ -346,7 +356,8 @@ class FleetActive(Mapping[str, ActiveRequest]):
         last report had them), and its reports from now on."""
         return self.retire(worker, 0)[0]
 
-    def retire(self, worker: int, opened: int) -> tuple[list[ActiveRequest], int]:
+    def retire(self, worker: int, opened: int, sender: str | None = None
+               ) -> tuple[list[ActiveRequest], int]:
         """Worker ``worker``'s process is gone, having opened ``opened`` requests (the
         shared table's running total, :mod:`llmtop.fleet_counts`): forget its open requests
         and its reports from now on. Returned: its open requests as its last report had
@@ -354,9 +365,12 @@ class FleetActive(Mapping[str, ActiveRequest]):
         records taken from it − those open requests; never below 0): they ended or were
         open after its last report, their records dead with it. The caller counts them
         lost: as many records arriving late from it (its last POST, read after its death
-        was seen) are not published again (:meth:`late_record`)."""
+        was seen) are not published again (:meth:`late_record`). ``sender``: the process's
+        id as its launcher named it (:data:`SENDER_ENV`), known even when no report of it
+        was read yet (else the one its reports gave, if any)."""
         with self._lock:
-            sender = self._sender.pop(worker, None)
+            reported = self._sender.pop(worker, None)
+            sender = sender or reported
             rows = self.by_worker.pop(worker, {})
             taken = self._taken.pop(sender, 0) if sender else 0
             unreported = max(0, opened - taken - len(rows))
