@@ -200,7 +200,9 @@ class Aggregator:
         """Per queued record: where its live tokens were counted, (user series, model series)
         → tokens, when that is not just its own user and model (see :meth:`_file`)."""
         self._pending_ttft: list[bool] = []
-        self._pending_live: list[int] = []
+        self._pending_live: list[tuple[int, int]] = []
+        """Per queued record: how many of its first chunks slices filed, and the one of them
+        its first later ITL gap runs from (``_itl_live``'s anchor index; :func:`ingest`)."""
         self._pending_slices: list[tuple[ChunkSlice, int, int, Sequence[int], int]] = []
         """Slices taken and not yet filed: the slice, its user and model series, its
         chunks' token counts (the weights its ITL samples get), the ITL anchor of its first
@@ -232,12 +234,13 @@ class Aggregator:
         usage (absent: 1)."""
         self._ttft_filed: set[str] = set()
         """Active request ids whose TTFT sample a tick filed (their records add none)."""
-        self._itl_live: dict[str, tuple[int, float, float, int]] = {}
+        self._itl_live: dict[str, tuple[int, float, float, int, int]] = {}
         """Open request id → (its first chunks whose ITL and chunk-gap samples slices filed,
         how many, the tokens attributed to them — unrounded —, when its last slice came,
         the ``perf_counter_ns`` time of the last of them that carried tokens — or of its
         first chunk —: the next slice's ITL anchor, so a 0-token chunk at a slice's end
-        swallows no time)."""
+        swallows no time —, and that chunk's index: its record's first ITL gap after the
+        chunks filed live runs from it, whatever the record's own counts say of them)."""
         self._scored: set[str] = set()
         """Active request ids already counted in their user's traffic score."""
         self._coarse_start = self._windows.coarse_cur.start
@@ -330,7 +333,7 @@ class Aggregator:
             n = len(sl.offsets_ns)
             if not n or len(sl.tokens) != n:
                 continue
-            filed, acc, _, anchor = state.get(sl.id, _NO_SLICE)
+            filed, acc, _, anchor, a_idx = state.get(sl.id, _NO_SLICE)
             if sl.first != filed or (filed > 0) != (sl.prev_ns is not None):
                 continue
             model = model_label(sl.model)
@@ -345,13 +348,13 @@ class Aggregator:
                 acc = float(run[-1])
             offs = sl.offsets_ns
             if not filed:  # the stream's first chunk: its own anchor, whatever its count
-                anchor = offs[0]
+                anchor, a_idx = offs[0], 0
             first_anchor = anchor
             for j in range(n - 1, -1 if filed else 0, -1):
                 if toks[j] > 0:
-                    anchor = offs[j]
+                    anchor, a_idx = offs[j], filed + j
                     break
-            state[sl.id] = (filed + n, acc, now, anchor)
+            state[sl.id] = (filed + n, acc, now, anchor, a_idx)
             pending.append((sl, series_u(sl.user, 0.0), series_m(model, 0.0), toks,
                             first_anchor))
             chunks += n
@@ -416,7 +419,7 @@ class Aggregator:
             else:
                 ttft_pending.append(False)
             st = itl_live.pop(r.id, None) if itl_live else None
-            live_pending.append(0 if st is None else st[0])
+            live_pending.append((0, 0) if st is None else (st[0], st[4]))
             chunks += len(r.chunk_offsets_s)
         self._pending.extend(records)
         self._pending_chunks += chunks
@@ -536,7 +539,7 @@ class Aggregator:
         self._clamped += clamped
 
     def _file(self, records: list[RequestRecord], users: list[int], models: list[int],
-              rest: list[int], ttft_filed: list[bool], live: list[int],
+              rest: list[int], ttft_filed: list[bool], live: list[tuple[int, int]],
               where: list[dict[tuple[int, int], int] | None], before: list[int]) -> None:
         """File one slice of the queue.
 
@@ -592,8 +595,9 @@ class Aggregator:
                     takes[u, m] = takes.get((u, m), 0) - x
             rest = [x if x > 0 else 0 for x in rest]
         try:
-            b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed, live,
-                       before if max(before, default=-1) >= 0 else None)
+            b = ingest(records, users, models, rest, self.slo, self.shape, ttft_filed,
+                       [f for f, _ in live], before if max(before, default=-1) >= 0 else None,
+                       live_anchor=[a for _, a in live])
         except Exception as exc:  # filing runs inside readers and ticks too
             # a batch that cannot be filed is dropped (as a failing bus subscriber's batch
             # is), counted, and never breaks the tick or the snapshot that asked
@@ -975,7 +979,7 @@ _LiveState = tuple[int, float, int, str, int, int, dict[tuple[int, int], int] | 
 """What :attr:`Aggregator._live` holds of an open stream."""
 _NOT_LIVE: Final[_LiveState] = (0, 0.0, 0, "", -1, -1, None)
 """What :meth:`Aggregator._live_tail` takes for a stream no tick has seen yet."""
-_NO_SLICE: Final[tuple[int, float, float, int]] = (0, 0.0, 0.0, 0)
+_NO_SLICE: Final[tuple[int, float, float, int, int]] = (0, 0.0, 0.0, 0, 0)
 """What :attr:`Aggregator._itl_live` holds of a stream no slice was taken of (its anchor is
 set by its first slice)."""
 

@@ -98,6 +98,8 @@ def ingest(
     ttft_filed: Sequence[bool] | None = None,
     live_filed: Sequence[int] | None = None,
     before_start: Sequence[int] | None = None,
+    *,
+    live_anchor: Sequence[int] | None = None,
 ) -> Batch:
     """Build one batch's table and counters.
 
@@ -109,7 +111,11 @@ def ingest(
     filed live, from slices (:func:`slice_table`), so only the gaps that end at a later
     chunk add samples now (the first chunk gap: from the last chunk filed live; an ITL gap
     runs from the previous chunk that carried tokens, filed live or not). Its ITL objective
-    is still judged over every chunk.
+    is still judged over every chunk. ``live_anchor[i]`` (with ``live_filed``): the chunk,
+    among those filed live, the live samples' last ITL gap ended at (the last that carried
+    tokens by the live weights, or chunk 0): its first ITL gap after them runs from there
+    even where its own counts say otherwise of the chunks filed live (those weights can
+    differ from its counts, scaled to the usage), so no time is counted twice or never.
 
     ``before_start[i]`` ≥ 0: record i began before the aggregator started (a replay of a
     recording started mid-traffic: :meth:`~llmtop.metrics.aggregator.Aggregator.carry_in`)
@@ -230,7 +236,12 @@ def ingest(
     if live_filed is not None and any(live_filed):
         # only the gaps ending at a chunk no slice filed (a chunk's index in its record)
         pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
-        fresh = (pos >= np.repeat(np.asarray(live_filed, dtype=np.int64), lens))[has_prev]
+        filed_a = np.asarray(live_filed, dtype=np.int64)
+        live_part = pos < np.repeat(filed_a, lens)
+        if live_anchor is not None:
+            itl = _itl_after_live(itl, offs_a, toks_a, k, anchor, has_prev, lens, filed_a,
+                                  np.asarray(live_anchor, dtype=np.int64), live_part)
+        fresh = ~live_part[has_prev]
         gaps, gap_rec, k, itl = gaps[fresh], gap_rec[fresh], k[fresh], itl[fresh]
     rows[:, C_JUDGED] = judged
     rows[:, C_MET] = met
@@ -262,6 +273,33 @@ def ingest(
     np.add.at(counters, np.asarray(user_series, dtype=np.int64), rows)
     np.add.at(counters, np.asarray(model_series, dtype=np.int64), rows)
     return Batch(table, counters, met, judged, conc, good_i.astype(np.float64), e2e, clamped)
+
+
+def _itl_after_live(itl: F64, offs: F64, toks: I64, k: I64, anchor: I64 | None,
+                    has_prev: npt.NDArray[np.bool_], lens: I64, filed: I64, live_anchor: I64,
+                    live_part: npt.NDArray[np.bool_]) -> F64:
+    """``itl`` (aligned with the gaps, by the records' own counts) with the gaps that end
+    after the chunks filed live run from the live anchors (:func:`ingest`'s
+    ``live_anchor``): unchanged (the same array) when every record's anchor is the one its
+    own counts give, else recomputed with the same IEEE operations (one subtraction, then
+    ``/ k``)."""
+    starts = np.cumsum(lens) - lens
+    sel = (filed > 0) & (filed <= lens) & (live_anchor >= 0) & (live_anchor < filed)
+    if not sel.any():
+        return itl
+    at = starts[sel] + live_anchor[sel]  # the live anchor of each such record (a point)
+    last = starts[sel] + filed[sel] - 1  # its last chunk filed live
+    # the anchor its own counts give the first chunk after them (the point ``last`` + 1)
+    own = last if anchor is None else anchor[np.minimum(last, len(anchor) - 1)]
+    if np.array_equal(own, at):
+        return itl
+    marks = toks.copy()
+    marks[live_part] = 0  # the chunks filed live: only their live anchor counts
+    marks[at] = 1
+    anchors = itl_anchors(marks, ~has_prev)
+    if anchors is None:  # (cannot be: a live anchor differs from the chunk before)
+        return itl
+    return np.divide((offs[1:] - offs[anchors])[has_prev[1:]], np.maximum(k, 1))
 
 
 def _samples_table(vals: F64, metric: I64, w: I64, rec: I64, n_gap: int,
