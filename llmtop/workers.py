@@ -308,23 +308,35 @@ class FleetActive(Mapping[str, ActiveRequest]):
         (its last report can arrive after its death was seen)."""
         rows = {a.id: a for a in active}
         with self._lock:
-            if sender:
-                if sender in self._retired:
-                    return
-                self._sender[worker] = sender
-            self.by_worker[worker] = rows
-            self.heard[worker] = time.monotonic()
+            if sender and sender in self._retired:
+                return
+            self._set(worker, rows, sender)
 
-    def took(self, sender: str, records: int) -> bool:
+    def _set(self, worker: int, rows: dict[str, ActiveRequest], sender: str) -> None:
+        if sender:
+            self._sender[worker] = sender
+        self.by_worker[worker] = rows
+        self.heard[worker] = time.monotonic()
+
+    def took(self, sender: str, records: int, worker: int | None = None,
+             active: Sequence[ActiveRequest] | None = None) -> bool:
         """``records`` finished requests' records came from ``sender`` and are about to be
         published: counted (True), unless the process is retired (False: its late records
         are sorted by :meth:`counted_lost` and :meth:`late_record`). One lock with
-        :meth:`retire`: a record is either among those taken or among those counted lost."""
+        :meth:`retire`: a record is either among those taken or among those counted lost.
+        ``worker``/``active``: the same POST's open requests, taken in the same step
+        (:meth:`update`): a death seen between the two (the supervisor runs on another
+        thread) would find the records counted and the previous report's open requests,
+        which may list some of them — counted once as they ended, once as lost — and not
+        the ones opened since (counted nowhere)."""
+        rows = None if active is None else {a.id: a for a in active}
         with self._lock:
             if sender in self._retired:
                 return False
             if sender:
                 _keep_newest(self._taken, sender, self._taken.get(sender, 0) + records)
+            if worker is not None and rows is not None:
+                self._set(worker, rows, sender)
             return True
 
     def late_record(self, sender: str) -> bool:
@@ -519,8 +531,9 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
             # then counted lost are not counted again from its records (was: once an
             # error, once as they ended); a live one's records are counted as taken
             # (what a killed worker opened and no record came for: FleetActive.retire)
+            # (its open requests with them, in one step: FleetActive.took)
             records = sum(1 for ev in batch.events if type(ev) is RequestRecord)
-            gone = None if fleet.took(batch.sender, records) else (
+            gone = None if fleet.took(batch.sender, records, batch.worker, batch.active) else (
                 fleet.counted_lost(batch.sender))
             for ev in batch.events:
                 if gone is not None and type(ev) is RequestRecord and (
@@ -531,7 +544,6 @@ def ingest_route(bus: EventBus, fleet: FleetActive, token: str,
                     out_of_files.saw(batch.sender, ev)
                 else:
                     bus.publish(ev)
-            fleet.update(batch.worker, batch.active, batch.sender)
             lost.saw(batch.worker, batch.sender, batch.dropped)
         return web.json_response({"in_flight": len(fleet)})
 
