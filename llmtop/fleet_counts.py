@@ -92,9 +92,11 @@ class FleetCounts:
     @classmethod
     def attach(cls, path: str, index: int) -> FleetCounts:
         """Map the coordinator's table as worker ``index`` (``OSError``, ``ValueError``)."""
+        global _mine
         with open(path, "r+b") as f:
             mm = mmap.mmap(f.fileno(), 0)
-        return cls(mm, index)
+        table = _mine = cls(mm, index)
+        return table
 
     def set_mine(self, n: int) -> None:
         """This worker has ``n`` open requests now."""
@@ -105,6 +107,15 @@ class FleetCounts:
         i = self.index
         self._slots[i] = n
         self._opened[i] += 1
+
+    def gave_up(self, records: int) -> None:
+        """This worker gave up ``records`` finished requests' records (its buffer was full,
+        or the coordinator refused them): they leave its running total of requests opened,
+        so its death does not count them again as unreported — they are missing from the
+        counts, as ``EVENTS_LOST`` already says of them (it counted them once, as given up;
+        counted again at the death, the warning read twice as many)."""
+        if self.index >= 0 and records > 0:
+            self._opened[self.index] -= records
 
     def others(self) -> int:
         """Open requests of every other worker."""
@@ -126,7 +137,20 @@ class FleetCounts:
         return int(self._opened[index])
 
     def close(self) -> None:
+        global _mine
+        if _mine is self:
+            _mine = None
         self._slots.release()
         self._opened.release()
         self._all.release()
         self._mm.close()
+
+
+_mine: FleetCounts | None = None
+"""The table this process attached to as a worker (:meth:`FleetCounts.attach`), if any."""
+
+
+def worker_table() -> FleetCounts | None:
+    """The table this worker process attached to (None: not a worker of a shared table):
+    where its event forwarder takes out the records it gave up (:meth:`FleetCounts.gave_up`)."""
+    return _mine

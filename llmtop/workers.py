@@ -40,6 +40,7 @@ from llmtop.bus import EventBus
 from llmtop.clock import unix_now
 from llmtop.config import Config, max_workers
 from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord, WarningEvent
+from llmtop.fleet_counts import worker_table
 from llmtop.out_of_files_warning import CODE as OUT_OF_FILES
 from llmtop.out_of_files_warning import OutOfFilesSources, OutOfFilesWarning
 from llmtop.workers_wire import (
@@ -180,8 +181,19 @@ class EventForwarder:
         room = self.max_buffer - len(self.buffer)
         if room < len(batch):
             self.dropped += len(batch) - max(room, 0)
-            batch = list(batch)[: max(room, 0)]
+            batch = list(batch)
+            self._gave_up(batch[max(room, 0):])
+            batch = batch[: max(room, 0)]
         self.buffer.extend(batch)
+
+    @staticmethod
+    def _gave_up(events: Sequence[Event]) -> None:
+        """``events`` are given up (counted in ``dropped``): the records among them leave
+        the shared table's count of requests this process opened, which a death would
+        otherwise count again (:meth:`~llmtop.fleet_counts.FleetCounts.gave_up`)."""
+        table = worker_table()
+        if table is not None:
+            table.gave_up(sum(1 for ev in events if type(ev) is RequestRecord))
 
     def take(self) -> list[Event]:
         """The events of the next POST, taken off the front of the buffer (at most
@@ -246,6 +258,7 @@ class EventForwarder:
         self.pending = None
         if status != 200:
             self.dropped += len(events)
+            self._gave_up(events)
             return False
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             self.fleet_in_flight = int(json.loads(reply).get("in_flight", 0))
