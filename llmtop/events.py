@@ -61,6 +61,11 @@ OUT_OF_FILES_PREFIX: Final = "out of file descriptors"
 had no file descriptor left for the upstream socket (llmtop's limit, not the engine's:
 :mod:`llmtop.out_of_files`)."""
 
+WORKER_EXIT_PREFIX: Final = "llmtop worker "
+"""How the coordinator's ``error`` begins for a request lost with a ``--workers`` worker
+that exited (``llmtop worker 1 exited (killed by SIGKILL) …``: :mod:`llmtop.worker_procs`):
+llmtop's own failure, WORKER_DOWN's, not the engine's (ERRORS leaves it out)."""
+
 CONNECT_TIMEOUT_PREFIX: Final = "upstream connect timed out"
 """How the proxy's ``error`` begins for a request whose upstream connect timed out (a 504
 of its own: the upstream host does not answer connection attempts at all)."""

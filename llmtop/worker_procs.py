@@ -38,7 +38,7 @@ from typing import Any, Literal
 from llmtop.clock import child_env as clock_env
 from llmtop.clock import unix_now
 from llmtop.config import RUN_FLAGS, Config, env_of, parse_hostport
-from llmtop.events import Event, RequestRecord, WarningEvent
+from llmtop.events import WORKER_EXIT_PREFIX, Event, RequestRecord, WarningEvent
 from llmtop.fleet_counts import FleetCounts
 from llmtop.listen import dual_stack, is_any_v6
 from llmtop.parent_watch import child_env
@@ -241,12 +241,12 @@ def unreported_lost(worker: int, pid: int, k: int, how: str, *,
     all the same — its client may have had its whole answer, but nothing of it is known
     (the exit line and ``EVENTS_LOST`` say so) — rather than missing from every count."""
     if ended:
-        error = (f"llmtop worker {worker} exited ({how}) before it reported this request: "
-                 "it opened and ended after its last report and its record was lost "
+        error = (f"{WORKER_EXIT_PREFIX}{worker} exited ({how}) before it reported this "
+                 "request: it opened and ended after its last report and its record was lost "
                  "with the worker, so only its number is known (its outcome too is unknown)")
     else:
-        error = (f"llmtop worker {worker} exited ({how}) with the request open; it opened "
-                 "after its last report, so only its number is known")
+        error = (f"{WORKER_EXIT_PREFIX}{worker} exited ({how}) with the request open; it "
+                 "opened after its last report, so only its number is known")
     return RequestRecord(
         id=f"w{worker}-lost-{pid}-{k}", user=UNKNOWN_USER, model=None, dialect="other", path="",
         stream=False, status=502, outcome="error", t_start=unix_now(), ttft_s=None,
@@ -406,8 +406,8 @@ class Supervisor:
         if self.publish is not None:  # their clients saw them fail: count them
             now_ns = time.perf_counter_ns()  # the workers' clock too (CLOCK_MONOTONIC)
             for a in lost:
-                self.publish(a.lost(now_ns, f"llmtop worker {i} exited ({how}) with the "
-                                            "request open"))
+                self.publish(a.lost(now_ns, f"{WORKER_EXIT_PREFIX}{i} exited ({how}) "
+                                            "with the request open"))
             # those it opened after its last report (every 0.5 s): only their number is
             # known, from the shared table; without these, a worker killed just after a
             # burst lost its requests from every count (QA: 20 of 40 streams cut, and

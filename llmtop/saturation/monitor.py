@@ -462,7 +462,10 @@ class SaturationMonitor:
         clears once the window's failures are under half the threshold's share of its
         requests, or there are none."""
         win = 2 * self.window_s
-        bad = [f for f in self.signals.failures_in(now, win) if not self._in_outage(f)]
+        # (requests lost with a dead --workers worker are WORKER_DOWN's: llmtop's failure,
+        # not the engine's, and not requests the engine answered either)
+        bad = [f for f in self.signals.failures_in(now, win)
+               if not f.worker_lost and not self._in_outage(f)]
         n = self.signals.answered_in(now, win) + len(bad)
         if not bad or (not held and len(bad) < 3):
             return None

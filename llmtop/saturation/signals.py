@@ -24,6 +24,7 @@ import numpy.typing as npt
 from llmtop.config import SloConfig
 from llmtop.events import (
     OUT_OF_FILES_PREFIX,
+    WORKER_EXIT_PREFIX,
     ActiveRequest,
     EngineReading,
     Event,
@@ -98,6 +99,8 @@ class Failure:
     upstream_unreachable: bool
     out_of_files: bool = False
     """The proxy's own 502: its process had no file descriptor for the upstream socket."""
+    worker_lost: bool = False
+    """Lost with a ``--workers`` worker that exited: WORKER_DOWN's, not the engine's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +282,11 @@ class Signals:
         if ev.prompt_tokens:
             self.prompts.append(ev.prompt_tokens)
         if ev.outcome in ("error", "timeout"):
+            error = ev.error or ""
             self.failures.append(Failure(
                 t_end, ev.outcome, ev.status, unreachable,
-                ev.status == 502 and (ev.error or "").startswith(OUT_OF_FILES_PREFIX)))
+                ev.status == 502 and error.startswith(OUT_OF_FILES_PREFIX),
+                error.startswith(WORKER_EXIT_PREFIX)))
         elif ev.outcome == "ok":
             slo = self.slo
             tally = self._tally_for(t_end)
