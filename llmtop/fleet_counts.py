@@ -92,11 +92,9 @@ class FleetCounts:
     @classmethod
     def attach(cls, path: str, index: int) -> FleetCounts:
         """Map the coordinator's table as worker ``index`` (``OSError``, ``ValueError``)."""
-        global _mine
         with open(path, "r+b") as f:
             mm = mmap.mmap(f.fileno(), 0)
-        table = _mine = cls(mm, index)
-        return table
+        return cls(mm, index)
 
     def set_mine(self, n: int) -> None:
         """This worker has ``n`` open requests now."""
@@ -137,20 +135,8 @@ class FleetCounts:
         return int(self._opened[index])
 
     def close(self) -> None:
-        global _mine
-        if _mine is self:
-            _mine = None
         self._slots.release()
         self._opened.release()
         self._all.release()
         self._mm.close()
 
-
-_mine: FleetCounts | None = None
-"""The table this process attached to as a worker (:meth:`FleetCounts.attach`), if any."""
-
-
-def worker_table() -> FleetCounts | None:
-    """The table this worker process attached to (None: not a worker of a shared table):
-    where its event forwarder takes out the records it gave up (:meth:`FleetCounts.gave_up`)."""
-    return _mine

@@ -537,7 +537,7 @@ async def serve_worker(cfg: Config, index: int, ingest_url: str, token: str,
         except (OSError, ValueError) as exc:
             raise StartupError(f"the workers' shared table {fleet_path}: {exc}") from exc
     raise_open_files()  # the coordinator says so when the limit stays low
-    forwarder = EventForwarder(ingest_url, token, index, active)
+    forwarder = EventForwarder(ingest_url, token, index, active, table=proxy.fleet)
     bus.subscribe(forwarder.on_events)
     try:
         await proxy.start(reuse_port=True)

@@ -40,7 +40,7 @@ from llmtop.bus import EventBus
 from llmtop.clock import unix_now
 from llmtop.config import Config, max_workers
 from llmtop.events import ActiveRequest, ChunkSlice, Event, RequestRecord, WarningEvent
-from llmtop.fleet_counts import worker_table
+from llmtop.fleet_counts import FleetCounts
 from llmtop.out_of_files_warning import CODE as OUT_OF_FILES
 from llmtop.out_of_files_warning import OutOfFilesSources, OutOfFilesWarning
 from llmtop.workers_wire import (
@@ -157,8 +157,12 @@ class EventForwarder:
     """Worker side: a bus subscriber that ships events and open requests to the coordinator."""
 
     def __init__(self, url: str, token: str, worker: int, active: Mapping[str, ActiveRequest],
-                 *, interval_s: float = FORWARD_INTERVAL_S, max_buffer: int = 200_000) -> None:
+                 *, interval_s: float = FORWARD_INTERVAL_S, max_buffer: int = 200_000,
+                 table: FleetCounts | None = None) -> None:
+        """``table``: the shared table this worker attached to, where the records it gives
+        up leave its running total of requests opened (None: not a worker of one)."""
         self.client = IngestClient(url, token)
+        self.table = table
         self.worker = worker
         self.sender = os.environ.get(SENDER_ENV) or secrets.token_hex(8)
         self.seq = 0
@@ -186,12 +190,11 @@ class EventForwarder:
             batch = batch[: max(room, 0)]
         self.buffer.extend(batch)
 
-    @staticmethod
-    def _gave_up(events: Sequence[Event]) -> None:
+    def _gave_up(self, events: Sequence[Event]) -> None:
         """``events`` are given up (counted in ``dropped``): the records among them leave
         the shared table's count of requests this process opened, which a death would
         otherwise count again (:meth:`~llmtop.fleet_counts.FleetCounts.gave_up`)."""
-        table = worker_table()
+        table = self.table
         if table is not None:
             table.gave_up(sum(1 for ev in events if type(ev) is RequestRecord))
 

@@ -17,7 +17,7 @@ from test_scale_forwarder_codec import TOKEN, record
 
 from llmtop.bus import EventBus
 from llmtop.events import Event, RequestRecord
-from llmtop.fleet_counts import FleetCounts, worker_table
+from llmtop.fleet_counts import FleetCounts
 from llmtop.worker_procs import Supervisor
 from llmtop.workers import EventForwarder, FleetActive, LostEvents, ingest_route
 from llmtop.workers_wire import INGEST_PATH
@@ -47,9 +47,8 @@ async def test_records_given_up_then_a_death_are_lost_once_not_counted_twice() -
     sup = Supervisor(launcher, procs, counts, fleet, [].append,  # type: ignore[arg-type]
                      publish=bus.publish, first_delay_s=0.001)
     task = asyncio.create_task(sup.run())
-    fwd = EventForwarder(url, TOKEN, 1, {}, max_buffer=3)
+    fwd = EventForwarder(url, TOKEN, 1, {}, max_buffer=3, table=mine)  # as serve_worker makes it
     try:
-        assert worker_table() is mine
         for n in range(1, 6):  # it opens 5 requests (the proxy's call), one at a time
             mine.opened_one(n)
         mine.set_mine(0)  # all 5 ended
@@ -65,7 +64,6 @@ async def test_records_given_up_then_a_death_are_lost_once_not_counted_twice() -
         await runner.cleanup()
         mine.close()
         counts.close()
-    assert worker_table() is None
     ids = [e.id for e in got if isinstance(e, RequestRecord)]
     assert sorted(ids) == [record(i).id for i in range(3)], ids  # none "-lost-"
     assert lost.total == 2 and lost.unreported == 0, (lost.total, lost.unreported)
