@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
+from proc_support import start_headless
 
 from llmtop.events import RequestRecord
 from llmtop.recording.reader import RecordingReader
@@ -20,26 +20,8 @@ from llmtop.sim.server import running_sim
 
 pytestmark = pytest.mark.timeout(120)
 
-LISTEN = "llmtop: proxy listening on "
-ADMIN = "llmtop: admin listening on "
 BODY = json.dumps({"model": "m", "max_tokens": 4, "stream": True,
                    "messages": [{"role": "user", "content": "hello"}]})
-
-
-async def start_run(*args: str) -> tuple[asyncio.subprocess.Process, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llmtop", "run", "--headless", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    assert proc.stdout is not None
-    proxy = admin = ""
-    while not (proxy and admin):
-        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-        assert line, "llmtop run exited before announcing its addresses"
-        if line.startswith(LISTEN):
-            proxy = line[len(LISTEN):].strip()
-        elif line.startswith(ADMIN):
-            admin = line[len(ADMIN):].strip()
-    return proc, proxy, admin
 
 
 async def chat(s: aiohttp.ClientSession, proxy: str, fault: str = "") -> bytes:
@@ -53,7 +35,7 @@ async def chat(s: aiohttp.ClientSession, proxy: str, fault: str = "") -> bytes:
 async def test_workers_stop_counts_every_workers_open_requests(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
     async with running_sim("tiny", max_num_seqs=16) as sim:
-        proc, proxy, admin = await start_run(
+        proc, proxy, admin = await start_headless(
             "--upstream", sim.url, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
             "--workers", "2", "--gpu-source", "none")
         try:
@@ -102,7 +84,7 @@ async def test_workers_own_shutdown_leaves_none_open(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text("[timeouts]\nshutdown_grace_s = 0.3\n")
     async with running_sim("tiny", max_num_seqs=16) as sim:
-        proc, proxy, admin = await start_run(
+        proc, proxy, admin = await start_headless(
             "--config", str(cfg), "--upstream", sim.url, "--listen", "127.0.0.1:0",
             "--admin", "127.0.0.1:0", "--workers", "2", "--gpu-source", "none",
             "--record", str(path))
