@@ -454,7 +454,12 @@ class LlmtopApp(App[int]):
             self.notify(f"recording to {self._recording}", title="recording", markup=False)
         else:
             self._recording = None
-            self.notify("recording stopped", title="recording", markup=False)
+            # (requests open at the stop are never written: the recording ends low)
+            n = reply.get("open_at_stop")
+            left = (f"; {n} request{'' if n == 1 else 's'} still open "
+                    f"{'was' if n == 1 else 'were'} left out of it"
+                    if type(n) is int and n > 0 else "")
+            self.notify("recording stopped" + left, title="recording", markup=False)
         if self.paused and self.has_data:
             await self._refresh_recording_state()
         else:
