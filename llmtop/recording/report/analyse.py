@@ -656,7 +656,7 @@ def analyse(
     report: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "source": {
-            "file": source_path(path).name,
+            "file": shown_name(source_path(path)),
             "path": str(source_path(path)),
             "format_version": header.get("version"),
             "complete": reader.complete,
@@ -742,3 +742,13 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+_FD_DIRS: Final = (Path("/dev/fd"), Path("/proc/self/fd"))
+
+
+def shown_name(path: Path) -> str:
+    """The name a report gives its recording: the file's name, or the whole path for a
+    descriptor (``llmtop report <(ssh gpu1 cat today.jsonl.gz)`` reads ``/dev/fd/63``,
+    whose name alone titled the report "llmtop report — 63")."""
+    return str(path) if path.parent in _FD_DIRS else path.name
